@@ -1,0 +1,43 @@
+// Arena implementation: blocks are kept across reset(), so a steady-state step allocates nothing.
+#include "core/arena.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace mt {
+
+Tensor Arena::alloc(Shape shape, DType dtype) {
+  size_t bytes = (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + 63) / 64 * 64;
+  while (current_ < blocks_.size() && offset_ + bytes > blocks_[current_].size) {
+    ++current_;
+    offset_ = 0;
+  }
+  if (current_ == blocks_.size()) {
+    CHECK(device_ == Device::CPU, "Arena on {} needs the CUDA backend", device_name(device_));
+    size_t size = std::max(block_bytes_, bytes);
+    void* p = std::aligned_alloc(64, size);
+    CHECK(p != nullptr, "out of host memory: arena block of {} bytes", size);
+    blocks_.push_back({std::shared_ptr<void>(p, std::free), size});
+    ++block_allocations_;
+    offset_ = 0;
+  }
+  void* p = static_cast<char*>(blocks_[current_].mem.get()) + offset_;
+  offset_ += bytes;
+  in_use_ += bytes;
+  high_water_ = std::max(high_water_, in_use_);
+  return Tensor(p, shape, dtype, device_);
+}
+
+void Arena::reset() {
+  current_ = 0;
+  offset_ = 0;
+  in_use_ = 0;
+}
+
+size_t Arena::bytes_reserved() const {
+  size_t s = 0;
+  for (auto& b : blocks_) s += b.size;
+  return s;
+}
+
+}  // namespace mt

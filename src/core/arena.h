@@ -1,0 +1,39 @@
+// Arena: a bump allocator for the step loop. The first step grows it block by block; reset() rewinds it, and
+// later steps, making the same requests, reuse the same memory without allocating.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mt {
+
+class Arena {
+ public:
+  explicit Arena(Device device = Device::CPU, size_t block_bytes = size_t(64) << 20)
+      : device_(device), block_bytes_(block_bytes) {}
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // Uninitialised memory, 64-byte aligned, valid until reset().
+  Tensor alloc(Shape shape, DType dtype);
+  // Forget every allocation; memory is kept for reuse.
+  void reset();
+  size_t bytes_in_use() const { return in_use_; }
+  size_t high_water_bytes() const { return high_water_; }
+  size_t bytes_reserved() const;
+  size_t block_allocations() const { return block_allocations_; }  // grows only while the arena is warming up
+
+ private:
+  struct Block {
+    std::shared_ptr<void> mem;
+    size_t size;
+  };
+  Device device_;
+  size_t block_bytes_;
+  std::vector<Block> blocks_;
+  size_t current_ = 0, offset_ = 0, in_use_ = 0, high_water_ = 0, block_allocations_ = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,21 @@
+// Fatal checks for internal invariants: CHECK(cond, fmt, args...) prints the failed condition, file:line and the
+// MPI rank, then aborts. Bad user input is not an invariant: it throws InputError (errors.h) and exits with 2.
+#pragma once
+#include <fmt/format.h>
+#include <string>
+
+namespace mt {
+[[noreturn]] void check_failed(const char* cond, const char* file, int line, const std::string& msg);
+int world_rank_or_zero();  // the MPI world rank when MPI is initialised, else 0 (for messages only)
+}  // namespace mt
+
+#define CHECK(cond, ...)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) ::mt::check_failed(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+#define MPI_CHECK(call)                                                                    \
+  do {                                                                                     \
+    int mt_mpi_rc_ = (call);                                                               \
+    if (mt_mpi_rc_ != 0) ::mt::check_failed(#call, __FILE__, __LINE__, ::fmt::format("MPI error {}", mt_mpi_rc_)); \
+  } while (0)

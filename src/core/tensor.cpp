@@ -1,0 +1,65 @@
+// Tensor allocation, zeroing and dtype-converting copies (host memory; the CUDA backend adds its own paths).
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mt {
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  CHECK(device == Device::CPU, "Tensor::empty on {} needs the CUDA backend", device_name(device));
+  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
+  std::memset(p, 0, rounded ? rounded : 64);
+  Tensor t(p, shape, dtype, device);
+  t.owner_ = std::shared_ptr<void>(p, std::free);
+  return t;
+}
+
+void zero_(const Tensor& t) {
+  CHECK(t.device() == Device::CPU, "zero_ on cpu only");
+  std::memset(t.data(), 0, t.nbytes());
+}
+
+namespace {
+double load(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::F64: return static_cast<const double*>(p)[i];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::I32: return static_cast<const int32_t*>(p)[i];
+  }
+  return 0;
+}
+void store(void* p, DType t, int64_t i, double v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::F64: static_cast<double*>(p)[i] = v; break;
+    case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v)); break;
+    case DType::F16: static_cast<uint16_t*>(p)[i] = float_to_fp16(static_cast<float>(v)); break;
+    case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+  }
+}
+}  // namespace
+
+void copy_convert(const Tensor& dst, const Tensor& src) {
+  CHECK(dst.numel() == src.numel(), "copy of {} elements into {}", src.numel(), dst.numel());
+  CHECK(dst.device() == Device::CPU && src.device() == Device::CPU, "copy_convert on cpu only");
+  if (dst.dtype() == src.dtype()) {
+    std::memmove(dst.data(), src.data(), src.nbytes());
+    return;
+  }
+  // fp32 -> fp64 -> bf16 is exact to the bf16 rounding because fp32 values are exact in fp64.
+  for (int64_t i = 0; i < src.numel(); ++i) store(dst.data(), dst.dtype(), i, load(src.data(), src.dtype(), i));
+}
+
+}  // namespace mt

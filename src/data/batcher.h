@@ -1,0 +1,33 @@
+// The batcher: which tokens a global sequence reads is a function of (step, global sequence index) alone, so
+// every mesh sees the same global batch (shared/CONTRACT.md, data semantics).
+//   sequential: window offset o = ((step * global_batch + g) * T) mod (N - T - 1)
+//   shuffle:    window w = step * global_batch + g is taken in epochs of K = (N - T - 1) / T windows; epoch
+//               e = w / K visits the non-overlapping windows k*T in a Fisher-Yates order seeded by (seed, e).
+// inputs = tokens[o .. o+T-1], targets = tokens[o+1 .. o+T].
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/tokens.h"
+
+namespace mt {
+
+class Batcher {
+ public:
+  Batcher(const std::vector<int32_t>* tokens, int seq_len, int global_batch, std::string order, uint64_t seed);
+  // The window offset of global sequence g at step s.
+  int64_t window_offset(int64_t step, int64_t g);
+  // Fills inputs/targets [count, T] for global sequences first .. first+count-1 of step `step`.
+  void fill(int64_t step, int64_t first, int64_t count, int32_t* inputs, int32_t* targets);
+
+ private:
+  const std::vector<int32_t>* tokens_;
+  int seq_len_, global_batch_;
+  std::string order_;
+  uint64_t seed_;
+  int64_t perm_epoch_ = -1;
+  std::vector<int64_t> perm_;  // the current shuffle epoch's permutation of window indices
+};
+
+}  // namespace mt

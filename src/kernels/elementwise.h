@@ -1,0 +1,10 @@
+// Elementwise ops over tensors of equal numel: the residual add and gradient accumulation.
+#pragma once
+#include "core/tensor.h"
+
+namespace mt::kernels {
+
+void add_forward(const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b (may alias a or b)
+void accumulate(const Tensor& dst, const Tensor& src);                   // dst += src
+
+}  // namespace mt::kernels

@@ -1,0 +1,21 @@
+// Matmul with bias, forward and backward. Row-major throughout; N = B*T rows.
+// Weight layouts: GPT-2's Conv1D weights are stored [in, out] (InOut); the tied LM head reads the token
+// embedding wte[V, C] as [out, in] (OutIn), so the head needs no transposed copy.
+#pragma once
+#include "core/tensor.h"
+
+namespace mt::kernels {
+
+enum class WeightLayout { InOut, OutIn };
+
+// out[N, OC] = inp[N, C] @ W + bias[OC]        (bias may be undefined: no bias). out is overwritten.
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    WeightLayout layout);
+
+// dinp[N, C] = dout @ W^T    (overwritten; skipped when dinp is undefined)
+// dweight   += inp^T @ dout  (accumulated, in the weight's layout)
+// dbias     += sum_n dout    (accumulated; skipped when dbias is undefined)
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, WeightLayout layout);
+
+}  // namespace mt::kernels

@@ -1,0 +1,105 @@
+// The typed run configuration: YAML -> structs with defaults, `--set key=value` overrides, validation, and the
+// `--help` text. Every key of shared/CONTRACT.md lives here; bad input throws InputError (exit status 2).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+struct ModelConfig {
+  int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
+  double init_std = 0.02;
+  std::string init_from;  // "" or a safetensors file with GPT-2 Hugging Face names
+};
+
+struct ParallelConfig {
+  int dp = 0, tp = 1, pp = 1;  // dp 0 = world / (tp * pp)
+  std::string order = "tp-dp-pp";
+  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved
+  int virtual_stages = 1;
+};
+
+struct TrainConfig {
+  int global_batch = 8, micro_batch = 8, steps = 100;
+  uint64_t seed = 1234;
+  double grad_clip = 1.0;  // 0 = off
+  int eval_every = 0, eval_batches = 4;
+  int threads = 0;  // compute threads per rank; 0 = cores on the node / ranks on the node
+};
+
+struct OptimConfig {
+  double lr = 1e-3, min_lr = 1e-4;
+  int warmup_steps = 10;
+  std::string schedule = "cosine";  // cosine | linear | constant
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  int zero = 0;
+};
+
+struct PrecisionConfig {
+  std::string compute = "fp32";      // fp32 | bf16 | fp16
+  std::string grad_reduce = "fp32";  // fp32 | bf16
+  std::string loss_scale = "dynamic";  // dynamic | a positive number
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic | tokens | text
+  std::string path, val_path;
+  std::string order = "sequential";  // sequential | shuffle
+  int64_t synthetic_tokens = 1 << 20;  // length of the generated synthetic stream
+  double val_fraction = 0.1;  // held-out tail used for validation when val_path is empty
+};
+
+struct EmulateConfig {
+  double latency_us = 0, bandwidth_gbps = 0;
+  int ranks_per_node = 0;
+  double inter_latency_us = 0, inter_bandwidth_gbps = 0;
+};
+
+struct CommConfig {
+  std::string backend = "auto";  // auto | mpi | nccl
+  double bucket_mb = 25;
+  bool overlap = true;
+  double timeout_s = 300;
+  EmulateConfig emulate;
+};
+
+struct RunConfig {
+  std::string dir;  // "" = runs/<config file stem>
+  int log_every = 1, checkpoint_every = 0;
+  std::string resume = "auto";  // auto | none | PATH
+  bool profile = false;
+  std::string dump_grads;  // "" or a safetensors path: write the first step's gradients there (parity tests)
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  PrecisionConfig precision;
+  DataConfig data;
+  CommConfig comm;
+  RunConfig run;
+  std::string device = "cpu";  // cpu | cuda
+
+  std::string source_path;  // the config file it was read from ("" when built in code)
+};
+
+// Reads `path` (YAML), applies `overrides` ("dotted.key=value", in order, the last one winning), validates.
+// Throws InputError naming the file or key, the bad value and, for unknown keys, the nearest known key.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Applies one "dotted.key=value" override to cfg (throws InputError as above). Does not validate.
+void apply_override(Config& cfg, const std::string& assignment);
+
+// Checks values and their combinations for a run on `world_size` ranks (throws InputError).
+void validate(const Config& cfg, int world_size);
+
+// The resolved config as YAML (written to run.dir/config.yaml; loading it back gives the same Config).
+std::string to_yaml(const Config& cfg);
+
+// The `--help` text: every key with its default and meaning.
+std::string help_text();
+
+}  // namespace mt
