@@ -2,7 +2,9 @@
 // header {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the tensor bytes.
 // The reader validates everything before any tensor is read: truncation, a header length past the end of
 // the file, malformed JSON, unknown dtypes, offsets out of range or overlapping, and shape/size disagreement
-// are refused with InputError naming the file; no read ever goes out of bounds.
+// are refused with InputError naming the file; no read ever goes out of bounds. As the specification requires,
+// the tensors must tile the data section exactly (no holes, no trailing bytes); "__metadata__" is an object of
+// strings; the header is at most 100 MB (the reference implementation's limit).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,6 +30,10 @@ class SafetensorsFile {
   const std::vector<SafetensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const SafetensorInfo* find(const std::string& name) const;  // nullptr when absent
+  // Number of elements of a tensor (product of its shape; 1 for a scalar).
+  static int64_t numel(const SafetensorInfo& info);
+  // The tensor's raw little-endian bytes (end - begin of them), for dtypes the converters below do not cover.
+  const unsigned char* data(const SafetensorInfo& info) const;
   // Converts a float tensor (F32, BF16, F16, F64) into `out` (numel elements); throws InputError for others.
   void read_as_float(const SafetensorInfo& info, float* out, int64_t numel) const;
   void read_as_double(const SafetensorInfo& info, double* out, int64_t numel) const;

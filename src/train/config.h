@@ -16,7 +16,7 @@ struct ModelConfig {
 struct ParallelConfig {
   int dp = 0, tp = 1, pp = 1;  // dp 0 = world / (tp * pp)
   std::string order = "tp-dp-pp";
-  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved
+  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved | zb1
   int virtual_stages = 1;
 };
 
@@ -86,7 +86,9 @@ struct Config {
   std::string source_path;  // the config file it was read from ("" when built in code)
 };
 
-// Reads `path` (YAML), applies `overrides` ("dotted.key=value", in order, the last one winning), validates.
+// Reads `path` (YAML), applies `overrides` ("dotted.key=value", in order, the last one winning), sets run.dir to
+// runs/<stem of path> when it is empty, and runs validate_values (the checks that need no rank count; call
+// validate(cfg, world) once the number of ranks is known).
 // Throws InputError naming the file or key, the bad value and, for unknown keys, the nearest known key.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 
@@ -101,5 +103,16 @@ std::string to_yaml(const Config& cfg);
 
 // The `--help` text: every key with its default and meaning.
 std::string help_text();
+
+// Data-parallel size on `world` ranks: parallel.dp, or world / (tp*pp) when dp is 0 (throws InputError when that
+// does not divide exactly, or tp/pp < 1).
+int resolved_dp(const Config& cfg, int world);
+
+// The checks of validate() that do not depend on the number of ranks (load_config runs these).
+void validate_values(const Config& cfg);
+
+// Every dotted key, in the order of to_yaml and --help; and one key's value as to_yaml writes it (unquoted).
+std::vector<std::string> config_keys();
+std::string config_value(const Config& cfg, const std::string& key);
 
 }  // namespace mt

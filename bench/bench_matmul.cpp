@@ -1,0 +1,196 @@
+// bench_matmul: chooses the CPU matmul backend by measurement. For every matmul shape of the three reference
+// configs (A, B, default) it times the forward product and the two backward products, in both weight layouts,
+// with Eigen 3.4 (OpenMP-parallel GEMM) and with OpenBLAS (cblas_sgemm), and prints GFLOP/s and the ratio
+// OpenBLAS/Eigen. It then measures the peak sgemm throughput at 2048^3 and checks whether an OpenMP kernel
+// followed by an OpenBLAS GEMM (the trainer's pattern) costs more than the two run separately (thread pools
+// fighting). Finally it times the trainer's own kernels::matmul_forward/backward at the same shapes.
+//
+//   build-kernels/bench/bench_matmul [threads=2] [seconds_per_case=0.15]
+#include <cblas.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/threads.h"
+#include "kernels/matmul.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<RowMat>;
+
+double g_seconds = 0.15;
+
+// Median-free but warm: one untimed call, then as many calls as fit in g_seconds; returns seconds per call.
+double time_call(const std::function<void()>& f) {
+  f();
+  int iters = 0;
+  auto t0 = Clock::now();
+  double el = 0;
+  do {
+    f();
+    ++iters;
+    el = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (el < g_seconds);
+  return el / iters;
+}
+
+void fill(std::vector<float>& v, unsigned seed) {
+  for (auto& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<float>((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+}
+
+struct Case {
+  const char* config;
+  int n, c, oc;
+};
+
+enum class Op { Fwd, BwdInp, BwdW };
+const char* op_name(Op o) { return o == Op::Fwd ? "fwd" : o == Op::BwdInp ? "dinp" : "dW"; }
+
+// One product with Eigen. inp[N,C], W[C,OC] (InOut) or [OC,C] (OutIn), out/dout[N,OC].
+void eigen_op(Op op, bool outin, int n, int c, int oc, float* inp, float* w, float* out, float* dinp, float* dw) {
+  Map A(inp, n, c), O(out, n, oc), DI(dinp, n, c);
+  if (!outin) {
+    Map W(w, c, oc), DW(dw, c, oc);
+    if (op == Op::Fwd) O.noalias() = A * W;
+    if (op == Op::BwdInp) DI.noalias() = O * W.transpose();
+    if (op == Op::BwdW) DW.noalias() += A.transpose() * O;
+  } else {
+    Map W(w, oc, c), DW(dw, oc, c);
+    if (op == Op::Fwd) O.noalias() = A * W.transpose();
+    if (op == Op::BwdInp) DI.noalias() = O * W;
+    if (op == Op::BwdW) DW.noalias() += O.transpose() * A;
+  }
+}
+
+void blas_op(Op op, bool outin, int n, int c, int oc, float* inp, float* w, float* out, float* dinp, float* dw) {
+  const auto R = CblasRowMajor;
+  const auto N = CblasNoTrans, T = CblasTrans;
+  if (!outin) {
+    if (op == Op::Fwd) cblas_sgemm(R, N, N, n, oc, c, 1.f, inp, c, w, oc, 0.f, out, oc);
+    if (op == Op::BwdInp) cblas_sgemm(R, N, T, n, c, oc, 1.f, out, oc, w, oc, 0.f, dinp, c);
+    if (op == Op::BwdW) cblas_sgemm(R, T, N, c, oc, n, 1.f, inp, c, out, oc, 1.f, dw, oc);
+  } else {
+    if (op == Op::Fwd) cblas_sgemm(R, N, T, n, oc, c, 1.f, inp, c, w, c, 0.f, out, oc);
+    if (op == Op::BwdInp) cblas_sgemm(R, N, N, n, c, oc, 1.f, out, oc, w, c, 0.f, dinp, c);
+    if (op == Op::BwdW) cblas_sgemm(R, T, N, oc, c, n, 1.f, out, oc, inp, c, 1.f, dw, c);
+  }
+}
+
+// An OpenMP elementwise kernel of the size of an MLP activation, like GELU or a residual add in the trainer.
+void omp_elementwise(float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] * 0.999f + b[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  if (argc > 2) g_seconds = std::atof(argv[2]);
+  mt::set_compute_threads(threads);
+  Eigen::setNbThreads(threads);
+  std::printf("bench_matmul: threads=%d (omp %d, openblas %d, eigen %d), %s\n", threads, omp_get_max_threads(),
+              openblas_get_num_threads(), Eigen::nbThreads(), openblas_get_config());
+
+  std::vector<Case> cases;
+  const int shapesA[5][2] = {{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 512}};
+  const int shapesB[5][2] = {{384, 1152}, {384, 384}, {384, 1536}, {1536, 384}, {384, 2048}};
+  const int shapesD[5][2] = {{128, 384}, {128, 128}, {128, 512}, {512, 128}, {128, 256}};
+  for (auto& s : shapesA) cases.push_back({"A", 256, s[0], s[1]});
+  for (auto& s : shapesB) cases.push_back({"B", 1024, s[0], s[1]});
+  for (auto& s : shapesD) cases.push_back({"default", 512, s[0], s[1]});
+
+  std::printf("\n%-8s %5s %5s %5s %-6s %-5s %10s %10s %8s\n", "config", "N", "C", "OC", "layout", "op",
+              "Eigen", "OpenBLAS", "OB/Eigen");
+  double log_sum = 0;
+  int count = 0;
+  for (const Case& cs : cases) {
+    std::vector<float> inp(size_t(cs.n) * cs.c), w(size_t(cs.c) * cs.oc), out(size_t(cs.n) * cs.oc),
+        dinp(size_t(cs.n) * cs.c), dw(size_t(cs.c) * cs.oc);
+    fill(inp, 1), fill(w, 2), fill(out, 3);
+    const double flops = 2.0 * cs.n * cs.c * cs.oc;
+    for (int outin = 0; outin < 2; ++outin) {
+      for (Op op : {Op::Fwd, Op::BwdInp, Op::BwdW}) {
+        double te = time_call([&] { eigen_op(op, outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
+                                             dinp.data(), dw.data()); });
+        double tb = time_call([&] { blas_op(op, outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
+                                            dinp.data(), dw.data()); });
+        std::printf("%-8s %5d %5d %5d %-6s %-5s %10.1f %10.1f %8.2f\n", cs.config, cs.n, cs.c, cs.oc,
+                    outin ? "OutIn" : "InOut", op_name(op), flops / te * 1e-9, flops / tb * 1e-9, te / tb);
+        log_sum += std::log(te / tb);
+        ++count;
+      }
+    }
+  }
+  std::printf("geometric mean OpenBLAS/Eigen speed ratio over %d cases: %.2f\n", count, std::exp(log_sum / count));
+
+  {  // Peak sgemm at a large square size.
+    const int S = 2048;
+    std::vector<float> a(size_t(S) * S), b(size_t(S) * S), c(size_t(S) * S);
+    fill(a, 4), fill(b, 5);
+    double flops = 2.0 * S * S * S;
+    double saved = g_seconds;
+    g_seconds = 1.0;
+    double tb = time_call([&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.f, a.data(), S, b.data(), S, 0.f, c.data(), S);
+    });
+    double te = time_call([&] {
+      Map(c.data(), S, S).noalias() = Map(a.data(), S, S) * Map(b.data(), S, S);
+    });
+    g_seconds = saved;
+    std::printf("\npeak sgemm 2048^3, %d threads: OpenBLAS %.1f GFLOP/s, Eigen %.1f GFLOP/s\n", threads,
+                flops / tb * 1e-9, flops / te * 1e-9);
+  }
+
+  {  // Thread-pool interference: OpenMP elementwise kernel, then a GEMM, repeated (config B MLP-up shape).
+    const int n = 1024, c = 384, oc = 1536;
+    std::vector<float> inp(size_t(n) * c), w(size_t(c) * oc), out(size_t(n) * oc), buf(size_t(n) * oc);
+    fill(inp, 6), fill(w, 7), fill(buf, 8);
+    auto gemm = [&] { blas_op(Op::Fwd, false, n, c, oc, inp.data(), w.data(), out.data(), nullptr, nullptr); };
+    auto eigen_gemm = [&] { eigen_op(Op::Fwd, false, n, c, oc, inp.data(), w.data(), out.data(), nullptr, nullptr); };
+    auto elem = [&] { omp_elementwise(out.data(), buf.data(), int64_t(n) * oc); };
+    double t_g = time_call(gemm), t_e = time_call(elem), t_ge = time_call(eigen_gemm);
+    double t_seq = time_call([&] { elem(); gemm(); });
+    double t_seq_e = time_call([&] { elem(); eigen_gemm(); });
+    std::printf("\ninterference (N=%d C=%d OC=%d): elementwise %.3f ms\n", n, c, oc, t_e * 1e3);
+    std::printf("  OpenBLAS gemm alone %.3f ms; elementwise+gemm %.3f ms; overhead vs sum %+.1f%%\n", t_g * 1e3,
+                t_seq * 1e3, (t_seq / (t_g + t_e) - 1) * 100);
+    std::printf("  Eigen    gemm alone %.3f ms; elementwise+gemm %.3f ms; overhead vs sum %+.1f%%\n", t_ge * 1e3,
+                t_seq_e * 1e3, (t_seq_e / (t_ge + t_e) - 1) * 100);
+  }
+
+  {  // The trainer's kernels (bias included) at config B's shapes, both layouts.
+    std::printf("\nmt::kernels::matmul (bias included), config B shapes:\n");
+    for (int k = 5; k < 10; ++k) {
+      const Case& cs = cases[k];
+      for (int outin = 0; outin < 2; ++outin) {
+        auto layout = outin ? mt::kernels::WeightLayout::OutIn : mt::kernels::WeightLayout::InOut;
+        using mt::Tensor;
+        using mt::DType;
+        Tensor inp = Tensor::empty({cs.n, cs.c}, DType::F32), out = Tensor::empty({cs.n, cs.oc}, DType::F32);
+        Tensor w = outin ? Tensor::empty({cs.oc, cs.c}, DType::F32) : Tensor::empty({cs.c, cs.oc}, DType::F32);
+        Tensor dw = Tensor::empty(w.shape(), DType::F32), bias = Tensor::empty({cs.oc}, DType::F32);
+        Tensor dbias = Tensor::empty({cs.oc}, DType::F32), dinp = Tensor::empty({cs.n, cs.c}, DType::F32);
+        double flops = 2.0 * cs.n * cs.c * cs.oc;
+        double tf = time_call([&] { mt::kernels::matmul_forward(out, inp, w, bias, layout); });
+        double tbw = time_call([&] { mt::kernels::matmul_backward(dinp, dw, dbias, out, inp, w, layout); });
+        std::printf("  N=%d C=%d OC=%d %-5s forward %.1f GFLOP/s, backward %.1f GFLOP/s\n", cs.n, cs.c, cs.oc,
+                    outin ? "OutIn" : "InOut", flops / tf * 1e-9, 2 * flops / tbw * 1e-9);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs meshtrain's system dependencies (Debian 12, idempotent, quiet when already installed) and builds
+# into build/. Usage: scripts/setup.sh [extra cmake -D options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake mpich libmpich-dev libeigen3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
+          libopenblas-dev python3-torch python3-numpy)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+if ! cmake --build build -j"$(nproc)" >build/build.log 2>&1; then
+  grep -E -A5 "error|Error" build/build.log | head -80 >&2
+  echo "setup: the build failed; the whole log is build/build.log" >&2
+  exit 1
+fi
+echo "setup: built build/trainer"

@@ -1,0 +1,86 @@
+// matmul_forward / matmul_backward: argument checks and device dispatch (kernels/matmul.h has the contract).
+#include "kernels/matmul.h"
+
+#include "kernels/cpu/matmul_cpu.h"
+#include "kernels/kernel_checks.h"
+
+namespace mt::kernels {
+using namespace detail;
+
+namespace {
+// Returns (C, OC) after checking the weight against inp's width.
+void weight_dims(const Tensor& weight, const Tensor& inp, WeightLayout layout, const char* op, int64_t& C,
+                 int64_t& OC) {
+  CHECK(weight.ndim() == 2, "{}: weight must be 2-D, has shape {}", op, weight.shape().str());
+  CHECK(inp.ndim() >= 1, "{}: inp must have at least one dimension", op);
+  C = inp.dim(-1);
+  const int64_t in_dim = layout == WeightLayout::InOut ? weight.dim(0) : weight.dim(1);
+  OC = layout == WeightLayout::InOut ? weight.dim(1) : weight.dim(0);
+  CHECK(in_dim == C, "{}: inp has {} columns but weight {} ({}) expects {}", op, C, weight.shape().str(),
+        layout == WeightLayout::InOut ? "InOut" : "OutIn", in_dim);
+}
+}  // namespace
+
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    WeightLayout layout) {
+  const char* op = "matmul_forward";
+  check_defined(out, op, "out"), check_defined(inp, op, "inp"), check_defined(weight, op, "weight");
+  check_float(inp, op, "inp");
+  check_same_dtype(out, inp, op, "out", "inp"), check_same_dtype(weight, inp, op, "weight", "inp");
+  check_same_device(out, inp, op, "out", "inp"), check_same_device(weight, inp, op, "weight", "inp");
+  int64_t C, OC;
+  weight_dims(weight, inp, layout, op, C, OC);
+  const int64_t N = inp.numel() / C;
+  CHECK(out.numel() == N * OC && out.dim(-1) == OC, "{}: out has shape {}, expected {} rows of {}", op,
+        out.shape().str(), N, OC);
+  if (bias.defined()) {
+    check_same_dtype(bias, inp, op, "bias", "inp"), check_same_device(bias, inp, op, "bias", "inp");
+    CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
+  }
+  if (inp.device() == Device::CUDA) no_cuda(op);
+  if (inp.dtype() == DType::F32)
+    cpu::matmul_forward<float>(out.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
+                               bias.defined() ? bias.data_as<float>() : nullptr, N, C, OC, layout);
+  else
+    cpu::matmul_forward<double>(out.data_as<double>(), inp.data_as<double>(), weight.data_as<double>(),
+                                bias.defined() ? bias.data_as<double>() : nullptr, N, C, OC, layout);
+}
+
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, WeightLayout layout) {
+  const char* op = "matmul_backward";
+  check_defined(dout, op, "dout"), check_defined(inp, op, "inp"), check_defined(weight, op, "weight");
+  check_float(inp, op, "inp");
+  check_same_dtype(dout, inp, op, "dout", "inp"), check_same_dtype(weight, inp, op, "weight", "inp");
+  check_same_device(dout, inp, op, "dout", "inp"), check_same_device(weight, inp, op, "weight", "inp");
+  int64_t C, OC;
+  weight_dims(weight, inp, layout, op, C, OC);
+  const int64_t N = inp.numel() / C;
+  CHECK(dout.numel() == N * OC && dout.dim(-1) == OC, "{}: dout has shape {}, expected {} rows of {}", op,
+        dout.shape().str(), N, OC);
+  if (dinp.defined()) {
+    check_same_dtype(dinp, inp, op, "dinp", "inp"), check_same_device(dinp, inp, op, "dinp", "inp");
+    CHECK(dinp.numel() == N * C, "{}: dinp has shape {}, inp {}", op, dinp.shape().str(), inp.shape().str());
+  }
+  if (dweight.defined()) {
+    check_same_dtype(dweight, inp, op, "dweight", "inp"), check_same_device(dweight, inp, op, "dweight", "inp");
+    check_shape(dweight, weight.shape(), op, "dweight");
+  }
+  if (dbias.defined()) {
+    check_same_dtype(dbias, inp, op, "dbias", "inp"), check_same_device(dbias, inp, op, "dbias", "inp");
+    CHECK(dbias.numel() == OC, "{}: dbias has {} elements, expected {}", op, dbias.numel(), OC);
+  }
+  if (inp.device() == Device::CUDA) no_cuda(op);
+  if (inp.dtype() == DType::F32)
+    cpu::matmul_backward<float>(dinp.defined() ? dinp.data_as<float>() : nullptr,
+                                dweight.defined() ? dweight.data_as<float>() : nullptr,
+                                dbias.defined() ? dbias.data_as<float>() : nullptr, dout.data_as<float>(),
+                                inp.data_as<float>(), weight.data_as<float>(), N, C, OC, layout);
+  else
+    cpu::matmul_backward<double>(dinp.defined() ? dinp.data_as<double>() : nullptr,
+                                 dweight.defined() ? dweight.data_as<double>() : nullptr,
+                                 dbias.defined() ? dbias.data_as<double>() : nullptr, dout.data_as<double>(),
+                                 inp.data_as<double>(), weight.data_as<double>(), N, C, OC, layout);
+}
+
+}  // namespace mt::kernels

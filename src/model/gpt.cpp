@@ -1,0 +1,190 @@
+// GPT-2 forward and backward over one micro-batch, built from the kernels in src/kernels.
+#include "model/gpt.h"
+
+#include <cmath>
+
+#include "core/philox.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+
+namespace mt {
+
+using kernels::WeightLayout;
+
+int padded_vocab(int vocab_size) { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
+
+GPT::GPT(const GPTConfig& cfg, DType dtype, Device device)
+    : cfg_(cfg), vp_(padded_vocab(cfg.vocab_size)), dtype_(dtype), device_(device) {
+  const int64_t C = cfg.d_model, L = cfg.n_layer;
+  // Reverse order of use: the final LayerNorm's gradient is ready first, the token embedding's (also the
+  // LM head) last.
+  lnf_w_ = table_.add("ln_f.weight", {C}, {C}, false);
+  lnf_b_ = table_.add("ln_f.bias", {C}, {C}, false);
+  layer_params_.assign(L * kSlotsPerLayer, -1);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    auto add = [&](Slot s, const char* suffix, Shape shape, bool decay) {
+      layer_params_[l * kSlotsPerLayer + s] = table_.add("h." + std::to_string(l) + "." + suffix, shape, shape, decay);
+    };
+    add(FCPROJ_W, "mlp.c_proj.weight", {4 * C, C}, true);
+    add(FCPROJ_B, "mlp.c_proj.bias", {C}, false);
+    add(FC_W, "mlp.c_fc.weight", {C, 4 * C}, true);
+    add(FC_B, "mlp.c_fc.bias", {4 * C}, false);
+    add(LN2_W, "ln_2.weight", {C}, false);
+    add(LN2_B, "ln_2.bias", {C}, false);
+    add(ATTPROJ_W, "attn.c_proj.weight", {C, C}, true);
+    add(ATTPROJ_B, "attn.c_proj.bias", {C}, false);
+    add(QKV_W, "attn.c_attn.weight", {C, 3 * C}, true);
+    add(QKV_B, "attn.c_attn.bias", {3 * C}, false);
+    add(LN1_W, "ln_1.weight", {C}, false);
+    add(LN1_B, "ln_1.bias", {C}, false);
+  }
+  wpe_ = table_.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true);
+  wte_ = table_.add("wte.weight", {vp_, C}, {cfg.vocab_size, C}, true);
+  params_ = Tensor::zeros({table_.total_numel()}, dtype, device);
+  grads_ = Tensor::zeros({table_.total_numel()}, dtype, device);
+}
+
+Tensor GPT::param(int i) const { return params_.slice(table_[i].offset, table_[i].shape); }
+Tensor GPT::grad(int i) const { return grads_.slice(table_[i].offset, table_[i].shape); }
+Tensor GPT::param(const std::string& name) const {
+  int i = table_.index_of(name);
+  CHECK(i >= 0, "no parameter named {}", name);
+  return param(i);
+}
+
+int64_t GPT::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& s : table_.specs()) n += s.full_shape.numel();
+  return n;
+}
+
+void GPT::init(uint64_t seed, double std) {
+  CHECK(device_ == Device::CPU, "init on cpu; the CUDA backend initialises on the host and copies");
+  const double proj_std = std / std::sqrt(2.0 * cfg_.n_layer);  // GPT-2: residual projections scaled by 1/sqrt(2L)
+  zero_(params_);
+  for (int p = 0; p < table_.size(); ++p) {
+    const ParamSpec& s = table_[p];
+    const bool is_ln_weight = s.name.find("ln_") != std::string::npos && s.name.find(".weight") != std::string::npos;
+    const bool is_bias = s.name.size() >= 5 && s.name.compare(s.name.size() - 5, 5, ".bias") == 0;
+    if (is_bias) continue;
+    const bool is_proj = s.name.find("c_proj.weight") != std::string::npos;
+    const double sd = is_proj ? proj_std : std;
+    const uint64_t stream = fnv1a64(s.name);
+    const int64_t n = s.full_shape.numel();  // padding rows stay zero
+    Tensor t = param(p);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(i));
+      if (dtype_ == DType::F64) t.data_as<double>()[i] = v;
+      else t.data_as<float>()[i] = static_cast<float>(v);
+    }
+  }
+}
+
+Activations GPT::alloc_activations(Arena& arena, int B, int T) const {
+  CHECK(T <= cfg_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, cfg_.seq_len);
+  const int64_t N = int64_t(B) * T, C = cfg_.d_model, NH = cfg_.n_head;
+  Activations a;
+  a.B = B;
+  a.T = T;
+  a.tokens = arena.alloc({B, T}, DType::I32);
+  a.targets = arena.alloc({B, T}, DType::I32);
+  for (int l = 0; l <= cfg_.n_layer; ++l) a.residual.push_back(arena.alloc({N, C}, dtype_));
+  a.layers.resize(cfg_.n_layer);
+  for (auto& la : a.layers) {
+    la.ln1 = arena.alloc({N, C}, dtype_);
+    la.ln1_mean = arena.alloc({N}, dtype_);
+    la.ln1_rstd = arena.alloc({N}, dtype_);
+    la.qkv = arena.alloc({N, 3 * C}, dtype_);
+    la.att = arena.alloc({B, NH, T, T}, dtype_);
+    la.atty = arena.alloc({N, C}, dtype_);
+    la.res_attn = arena.alloc({N, C}, dtype_);
+    la.ln2 = arena.alloc({N, C}, dtype_);
+    la.ln2_mean = arena.alloc({N}, dtype_);
+    la.ln2_rstd = arena.alloc({N}, dtype_);
+    la.fch = arena.alloc({N, 4 * C}, dtype_);
+    la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
+  }
+  a.lnf = arena.alloc({N, C}, dtype_);
+  a.lnf_mean = arena.alloc({N}, dtype_);
+  a.lnf_rstd = arena.alloc({N}, dtype_);
+  a.logits = arena.alloc({N, vp_}, dtype_);
+  a.losses = arena.alloc({N}, dtype_);
+  return a;
+}
+
+void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
+  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
+  const Tensor none;
+  kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), param(wpe_));
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    LayerActivations& la = a.layers[l];
+    const Tensor& x = a.residual[l];
+    const Tensor& out = a.residual[l + 1];
+    kernels::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, param(layer_param(l, LN1_W)),
+                               param(layer_param(l, LN1_B)));
+    kernels::matmul_forward(la.qkv, la.ln1, param(layer_param(l, QKV_W)), param(layer_param(l, QKV_B)),
+                            WeightLayout::InOut);
+    kernels::attention_forward(la.atty.view({a.B, a.T, C}), la.att, la.qkv.view({a.B, a.T, 3 * C}), cfg_.n_head);
+    // c_proj writes into res_attn, then the skip connection is added in place.
+    kernels::matmul_forward(la.res_attn, la.atty, param(layer_param(l, ATTPROJ_W)),
+                            param(layer_param(l, ATTPROJ_B)), WeightLayout::InOut);
+    kernels::accumulate(la.res_attn, x);
+    kernels::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, param(layer_param(l, LN2_W)),
+                               param(layer_param(l, LN2_B)));
+    kernels::matmul_forward(la.fch, la.ln2, param(layer_param(l, FC_W)), param(layer_param(l, FC_B)),
+                            WeightLayout::InOut);
+    kernels::gelu_forward(la.fch_gelu, la.fch);
+    kernels::matmul_forward(out, la.fch_gelu, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)),
+                            WeightLayout::InOut);
+    kernels::accumulate(out, la.res_attn);
+  }
+  kernels::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[cfg_.n_layer], param(lnf_w_),
+                             param(lnf_b_));
+  // The tied LM head reads wte [Vp, C] as an [out, in] weight.
+  kernels::matmul_forward(a.logits, a.lnf, param(wte_), none, WeightLayout::OutIn);
+  kernels::softmax_xent_forward_backward(a.losses, dloss != 0 ? a.logits : none, a.logits,
+                                         a.targets.view({N}), cfg_.vocab_size, dloss);
+  if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
+}
+
+void GPT::backward(Activations& a, Arena& arena) {
+  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
+  const Tensor none;
+  // dres holds d(loss)/d(residual stream), updated in place from the top layer down: each LayerNorm backward
+  // accumulates into it, which adds the block's branch to the skip connection's share.
+  Tensor dres = arena.alloc({N, C}, dtype_);
+  Tensor dln = arena.alloc({N, C}, dtype_);
+  Tensor dqkv = arena.alloc({N, 3 * C}, dtype_);
+  Tensor dfch = arena.alloc({N, 4 * C}, dtype_);
+  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), dtype_);
+
+  kernels::matmul_backward(dln, grad(wte_), none, a.logits, a.lnf, param(wte_), WeightLayout::OutIn);
+  zero_(dres);
+  kernels::layernorm_backward(dres, grad(lnf_w_), grad(lnf_b_), dln, a.residual[cfg_.n_layer], param(lnf_w_),
+                              a.lnf_mean, a.lnf_rstd);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    LayerActivations& la = a.layers[l];
+    auto P = [&](Slot s) { return param(layer_param(l, s)); };
+    auto G = [&](Slot s) { return grad(layer_param(l, s)); };
+    // MLP branch: dres is d/d(block output) here.
+    kernels::matmul_backward(dfch, G(FCPROJ_W), G(FCPROJ_B), dres, la.fch_gelu, P(FCPROJ_W), WeightLayout::InOut);
+    kernels::gelu_backward(dfch, la.fch, dfch);
+    kernels::matmul_backward(dln, G(FC_W), G(FC_B), dfch, la.ln2, P(FC_W), WeightLayout::InOut);
+    kernels::layernorm_backward(dres, G(LN2_W), G(LN2_B), dln, la.res_attn, P(LN2_W), la.ln2_mean, la.ln2_rstd);
+    // Attention branch: dres is now d/d(res_attn).
+    kernels::matmul_backward(dln, G(ATTPROJ_W), G(ATTPROJ_B), dres, la.atty, P(ATTPROJ_W), WeightLayout::InOut);
+    kernels::attention_backward(dqkv.view({a.B, a.T, 3 * C}), datt, dln.view({a.B, a.T, C}),
+                                la.qkv.view({a.B, a.T, 3 * C}), la.att, cfg_.n_head);
+    kernels::matmul_backward(dln, G(QKV_W), G(QKV_B), dqkv, la.ln1, P(QKV_W), WeightLayout::InOut);
+    kernels::layernorm_backward(dres, G(LN1_W), G(LN1_B), dln, a.residual[l], P(LN1_W), la.ln1_mean, la.ln1_rstd);
+  }
+  kernels::embedding_backward(grad(wte_), grad(wpe_), dres.view({a.B, a.T, C}), a.tokens);
+}
+
+}  // namespace mt

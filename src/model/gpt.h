@@ -1,0 +1,103 @@
+// The GPT-2 model on one rank: the parameter table over flat parameter/gradient buffers, mesh-independent
+// initialisation, and the forward and backward passes of one micro-batch.
+// Shapes use one vocabulary: B batch, T sequence, C channels, NH heads, HS head size, L layers, V vocab
+// (Vp: padded to a multiple of kVocabAlign), N = B*T rows.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "model/param_table.h"
+
+namespace mt {
+
+struct GPTConfig {
+  int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
+};
+
+// Vocabulary padding: the LM head and embedding use Vp rows; the padding is masked in the loss and never
+// indexed by tokens, so it never changes the loss or any gradient.
+constexpr int kVocabAlign = 64;
+int padded_vocab(int vocab_size);
+
+// Everything one micro-batch's backward pass needs, allocated from an Arena (one record per micro-batch in
+// flight). Layer l reads residual[l] and writes residual[l+1].
+struct LayerActivations {
+  Tensor ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
+  Tensor qkv;                      // [N, 3C]
+  Tensor att;                      // [B, NH, T, T] softmax probabilities
+  Tensor atty;                     // [N, C] attention output before c_proj
+  Tensor res_attn;                 // [N, C] residual after attention: input of ln_2
+  Tensor ln2, ln2_mean, ln2_rstd;  // [N, C], [N], [N]
+  Tensor fch, fch_gelu;            // [N, 4C]
+};
+
+struct Activations {
+  int B = 0, T = 0;
+  Tensor tokens, targets;        // [B, T] int32, written by the caller before forward()
+  std::vector<Tensor> residual;  // L + 1 tensors [N, C]: residual[0] is the embedding output
+  std::vector<LayerActivations> layers;
+  Tensor lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
+  Tensor logits;                   // [N, Vp]; replaced in place by d(loss)/d(logits) when targets are given
+  Tensor losses;                   // [N] per-token cross-entropy
+};
+
+class GPT {
+ public:
+  // dtype: F32 for training, F64 for gradient checks. Buffers are zero until init() or load_safetensors().
+  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU);
+
+  const GPTConfig& config() const { return cfg_; }
+  int vocab_padded() const { return vp_; }
+  const ParamTable& table() const { return table_; }
+  Tensor params() const { return params_; }  // flat, table().total_numel() elements
+  Tensor grads() const { return grads_; }    // flat, same layout
+  Tensor param(int i) const;                 // a view of parameter i in the flat parameter buffer
+  Tensor grad(int i) const;
+  Tensor param(const std::string& name) const;
+  int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
+
+  // GPT-2 initialisation: weights ~ N(0, std^2) (c_proj weights scaled by 1/sqrt(2L)), biases 0, LayerNorm
+  // weight 1. Element i of parameter p is drawn from Philox keyed by (seed, p's name, i), so the result
+  // does not depend on how parameters are laid out or sharded.
+  void init(uint64_t seed, double std);
+
+  // Loads GPT-2 Hugging Face weights (F32/BF16/F16; "transformer." prefix optional; attention-mask buffers
+  // and a tied lm_head ignored). Throws InputError for a malformed file or missing/unknown/mis-shaped tensors.
+  void load_safetensors(const std::string& path);
+  // Writes every parameter (unpadded, F32) under its GPT-2 name, and a Hugging Face config.json beside it.
+  void export_safetensors(const std::string& path) const;
+  void export_hf_config(const std::string& path) const;
+  // Writes the gradient buffer (unpadded, F32) under the parameter names.
+  void export_grads(const std::string& path) const;
+
+  // Allocates one micro-batch's activation record from `arena`.
+  Activations alloc_activations(Arena& arena, int B, int T) const;
+
+  // Forward pass of one micro-batch over acts.tokens / acts.targets: per-token losses in acts.losses, their
+  // sum added to loss_sum[0] (when defined), and, when dloss != 0, acts.logits replaced by
+  // dloss * d(sum of losses)/d(logits), ready for backward(). dloss = 1 / (tokens in the global batch) makes
+  // the accumulated gradients those of the global batch's mean loss.
+  void forward(Activations& acts, double dloss, const Tensor& loss_sum) const;
+  // Backward pass: ACCUMULATES parameter gradients into grads() (+=), so micro-batches accumulate for free.
+  // Scratch comes from `arena`.
+  void backward(Activations& acts, Arena& arena);
+
+ private:
+  enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,
+              kSlotsPerLayer };
+  int layer_param(int l, Slot s) const { return layer_params_[l * kSlotsPerLayer + s]; }
+
+  GPTConfig cfg_;
+  int vp_;
+  DType dtype_;
+  Device device_;
+  ParamTable table_;
+  Tensor params_, grads_;
+  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  std::vector<int> layer_params_;
+};
+
+}  // namespace mt

@@ -1,0 +1,106 @@
+// GPT weights in and out: Hugging Face GPT-2 safetensors import/export and config.json.
+#include <fstream>
+#include <set>
+
+#include "core/errors.h"
+#include "model/gpt.h"
+#include "model/safetensors.h"
+
+namespace mt {
+
+namespace {
+
+// Names in the file that carry no parameters: GPT-2's causal-mask buffers, and the LM head tied to wte.
+bool ignorable(const std::string& name) {
+  auto ends_with = [&](const char* suf) {
+    std::string s(suf);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight";
+}
+
+std::string strip_prefix(const std::string& name) {
+  const std::string prefix = "transformer.";
+  return name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name;
+}
+
+std::vector<SafetensorOut> unpadded_views(const GPT& m, const Tensor& flat, std::vector<std::vector<float>>& keep) {
+  std::vector<SafetensorOut> out;
+  keep.clear();
+  keep.reserve(m.table().size());
+  for (const ParamSpec& s : m.table().specs()) {
+    const int64_t n = s.full_shape.numel();  // padding rows are the tail of wte, so a prefix is the full tensor
+    keep.emplace_back(n);
+    Tensor dst(keep.back().data(), {n}, DType::F32);
+    copy_convert(dst, flat.slice(s.offset, {n}));
+    std::vector<int64_t> shape(s.full_shape.d.begin(), s.full_shape.d.begin() + s.full_shape.n);
+    out.push_back({s.name, DType::F32, shape, keep.back().data()});
+  }
+  return out;
+}
+
+}  // namespace
+
+void GPT::load_safetensors(const std::string& path) {
+  SafetensorsFile f = SafetensorsFile::open(path);
+  std::set<std::string> loaded;
+  zero_(params_);
+  for (const SafetensorInfo& info : f.tensors()) {
+    if (ignorable(strip_prefix(info.name)) || ignorable(info.name)) continue;
+    const std::string name = strip_prefix(info.name);
+    const int p = table_.index_of(name);
+    if (p < 0) input_error("{}: unknown tensor '{}' for a GPT-2 with n_layer={}", path, info.name, cfg_.n_layer);
+    if (!loaded.insert(name).second) input_error("{}: tensor '{}' appears twice (with and without prefix)", path, name);
+    const ParamSpec& s = table_[p];
+    Shape want = s.full_shape;
+    // A checkpoint may hold more positions than this run's seq_len: take the first seq_len rows.
+    const bool is_wpe = name == "wpe.weight";
+    bool shape_ok = info.shape.size() == static_cast<size_t>(want.n);
+    for (int i = 0; shape_ok && i < want.n; ++i)
+      shape_ok = (is_wpe && i == 0) ? info.shape[0] >= want[0] : info.shape[i] == want[i];
+    if (!shape_ok) {
+      std::string got;
+      for (size_t i = 0; i < info.shape.size(); ++i) got += (i ? ", " : "") + std::to_string(info.shape[i]);
+      input_error("{}: tensor '{}' has shape [{}], the model expects {}", path, info.name, got, want.str());
+    }
+    int64_t file_numel = 1;
+    for (int64_t d : info.shape) file_numel *= d;
+    std::vector<double> buf(file_numel);
+    f.read_as_double(info, buf.data(), file_numel);
+    copy_convert(param(p).slice(0, {want.numel()}), Tensor(buf.data(), {want.numel()}, DType::F64));
+  }
+  for (const ParamSpec& s : table_.specs())
+    if (!loaded.count(s.name)) input_error("{}: tensor '{}' is missing", path, s.name);
+}
+
+void GPT::export_safetensors(const std::string& path) const {
+  std::vector<std::vector<float>> keep;
+  write_safetensors(path, unpadded_views(*this, params_, keep), {{"format", "pt"}});
+}
+
+void GPT::export_grads(const std::string& path) const {
+  std::vector<std::vector<float>> keep;
+  write_safetensors(path, unpadded_views(*this, grads_, keep), {{"format", "pt"}});
+}
+
+void GPT::export_hf_config(const std::string& path) const {
+  std::ofstream f(path);
+  if (!f) input_error("cannot write {}", path);
+  f << "{\n"
+    << "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+    << "  \"model_type\": \"gpt2\",\n"
+    << "  \"activation_function\": \"gelu_new\",\n"
+    << "  \"layer_norm_epsilon\": 1e-05,\n"
+    << "  \"n_layer\": " << cfg_.n_layer << ",\n"
+    << "  \"n_head\": " << cfg_.n_head << ",\n"
+    << "  \"n_embd\": " << cfg_.d_model << ",\n"
+    << "  \"n_positions\": " << cfg_.seq_len << ",\n"
+    << "  \"n_ctx\": " << cfg_.seq_len << ",\n"
+    << "  \"vocab_size\": " << cfg_.vocab_size << ",\n"
+    << "  \"attn_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"resid_pdrop\": 0.0,\n"
+    << "  \"tie_word_embeddings\": true,\n"
+    << "  \"torch_dtype\": \"float32\"\n"
+    << "}\n";
+}
+
+}  // namespace mt

@@ -1,0 +1,33 @@
+// metrics.jsonl: one JSON object per optimizer step (global rank 0 writes it), with the keys of
+// shared/CONTRACT.md. Flushed every row so a crashed run keeps what it measured.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace mt {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  int64_t tokens = 0;  // cumulative
+  double step_ms = 0, tokens_per_s = 0;
+  double compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, bubble_ms = 0;
+  double val_loss = -1;  // written only when >= 0 (evaluation rows)
+};
+
+std::string to_json(const StepMetrics& m);
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // truncates
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const StepMetrics& m);
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace mt

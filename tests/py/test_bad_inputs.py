@@ -1,0 +1,91 @@
+"""Every bad input of issue #2 is answered with exit status 2 and a message naming the problem, never a crash
+or a hang (each run has a 60 s timeout). Standard library only.
+Usage: test_bad_inputs.py TRAINER SOURCE_DIR WORK_DIR"""
+import os
+import struct
+import subprocess
+import sys
+
+trainer, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
+os.makedirs(work, exist_ok=True)
+tiny = os.path.join(src, "configs", "tiny.yaml")
+
+
+def path(name, content=None):
+    p = os.path.join(work, name)
+    if content is not None:
+        with open(p, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
+    return p
+
+
+def llmc(tokens, magic=20240520, version=1, count=None):
+    header = [0] * 256
+    header[0], header[1], header[2] = magic, version, len(tokens) if count is None else count
+    return struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}H", *tokens)
+
+
+good_tokens = [i % 64 for i in range(4096)]
+tokens_file = path("good.bin", llmc(good_tokens))
+
+CASES = [
+    # (name, config file or None for tiny, --set overrides, words the message must contain)
+    ("unknown key in the file", path("unknown.yaml", "model:\n  n_layers: 2\n"), [], ["model.n_layers", "model.n_layer"]),
+    ("unknown key in --set", None, ["optim.learning_rate=1"], ["optim.learning_rate", "optim.lr"]),
+    ("wrong type", None, ["model.n_layer=four"], ["model.n_layer", "four"]),
+    ("fractional integer", None, ["train.steps=2.5"], ["train.steps", "2.5"]),
+    ("missing config file", path("does_not_exist.yaml"), [], ["does_not_exist.yaml"]),
+    ("malformed config", path("malformed.yaml", "model: [1, 2\n  n_layer: : 3\n"), [], ["malformed.yaml"]),
+    ("config not a map", path("scalar.yaml", "42\n"), [], ["scalar.yaml"]),
+    ("missing data file", None, ["data.source=tokens", f"data.path={path('nope.bin')}"], ["nope.bin"]),
+    ("token file with a wrong magic number", None,
+     ["data.source=tokens", "data.path=" + path("magic.bin", llmc(good_tokens, magic=20240521))], ["magic.bin", "magic"]),
+    ("llm.c shard with a wrong version", None,
+     ["data.source=tokens", "data.path=" + path("version.bin", llmc(good_tokens, version=7))], ["version.bin", "version"]),
+    ("llm.c shard shorter than its header says", None,
+     ["data.source=tokens", "data.path=" + path("short.bin", llmc(good_tokens, count=5000))], ["short.bin"]),
+    ("raw token file of odd length", None,
+     ["data.source=tokens", "data.path=" + path("odd.bin", b"\x01\x00\x02")], ["odd.bin"]),
+    ("token id at vocab_size", None,
+     ["data.source=tokens", "data.path=" + path("big.bin", llmc(good_tokens[:100] + [64] + good_tokens))],
+     ["big.bin", "64"]),
+    ("truncated safetensors", None, ["model.init_from=" + path("trunc.safetensors", struct.pack("<Q", 1000) + b"{}")],
+     ["trunc.safetensors"]),
+    ("safetensors header not JSON", None,
+     ["model.init_from=" + path("json.safetensors", struct.pack("<Q", 8) + b"notjson!")], ["json.safetensors"]),
+    ("safetensors offsets out of range", None,
+     ["model.init_from=" + path("range.safetensors", struct.pack("<Q", 64) +
+                                b'{"wte.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8000]}}'.ljust(64))],
+     ["range.safetensors"]),
+    ("global_batch not divisible by micro_batch", None, ["train.global_batch=6", "train.micro_batch=4"],
+     ["global_batch", "6", "4"]),
+    ("d_model not divisible by n_head", None, ["model.d_model=30", "model.n_head=4"], ["d_model", "30", "4"]),
+    ("non-positive lr", None, ["optim.lr=0"], ["optim.lr"]),
+    ("negative lr", None, ["optim.lr=-1e-3"], ["optim.lr"]),
+    ("non-positive steps", None, ["train.steps=0"], ["train.steps"]),
+    ("non-positive seq_len", None, ["model.seq_len=-4"], ["model.seq_len"]),
+    ("unknown precision", None, ["precision.compute=fp8"], ["precision.compute", "fp8"]),
+    ("unknown device", None, ["device=tpu"], ["device", "tpu"]),
+    ("unknown schedule", None, ["parallel.schedule=zigzag"], ["parallel.schedule", "zigzag"]),
+    ("unknown lr schedule", None, ["optim.schedule=step"], ["optim.schedule", "step"]),
+    ("unknown flag", None, ["--bogus"], ["--bogus"]),
+]
+
+failures = 0
+for name, cfg, sets, words in CASES:
+    cmd = [trainer, "--config", cfg or tiny]
+    for s in sets:
+        cmd += [s] if s.startswith("--") else ["--set", s]
+    cmd += ["--set", "run.dir=" + os.path.join(work, "run")]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        out, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired:
+        out, rc = "(timed out)", None
+    missing = [w for w in words if w not in out]
+    ok = rc == 2 and not missing
+    failures += not ok
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {rc}: {last}" + (f"  (missing {missing})" if missing else ""))
+print(f"{len(CASES) - failures}/{len(CASES)} bad inputs answered with exit 2 and a message naming the problem")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,17 @@
+# Whole-program tests: the trainer run end to end, against PyTorch and against every bad input.
+set(MT_PY /usr/bin/python3)  # Debian's interpreter: the one that sees python3-torch
+set(MT_WORK ${CMAKE_BINARY_DIR}/test_work)
+
+add_test(NAME pytorch_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_pytorch_parity.py $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt ${MT_WORK}/parity)
+add_test(NAME bad_inputs
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bad_inputs.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
+                 ${MT_WORK}/bad_inputs)
+add_test(NAME default_config_converges
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_convergence.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
+                 ${MT_WORK}/convergence)
+add_test(NAME trainer_help COMMAND $<TARGET_FILE:trainer> --help)
+set_tests_properties(trainer_help PROPERTIES PASS_REGULAR_EXPRESSION "model.n_layer.*optim.lr")
+set_tests_properties(pytorch_parity bad_inputs default_config_converges PROPERTIES
+                     ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 1500)

@@ -1,0 +1,456 @@
+// Tests of the typed config: defaults, the shipped configs, every kind of bad input (type AND message), override
+// precedence, dp resolution, the to_yaml round trip, --help coverage and command-line parsing.
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "core/errors.h"
+#include "train/cli.h"
+#include "train/config.h"
+
+namespace fs = std::filesystem;
+using namespace mt;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A fresh directory per test process for temporary YAML files.
+const fs::path& temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("meshtrain_test_config_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string write_yaml(const std::string& name, const std::string& text) {
+  fs::path p = temp_dir() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::string source_file(const std::string& rel) { return std::string(MESHTRAIN_SOURCE_DIR) + "/" + rel; }
+
+// Runs f, requires an InputError, returns its message.
+std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("expected InputError, got another exception: " << e.what());
+  }
+  FAIL("expected InputError, nothing was thrown");
+  return "";
+}
+
+std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  std::string path = write_yaml("bad.yaml", yaml);
+  return input_error_of([&] { load_config(path, overrides); });
+}
+
+// validate() error for a default config changed by `overrides`, on `world` ranks.
+std::string validate_error(const std::vector<std::string>& overrides, int world = 1) {
+  return input_error_of([&] {
+    Config c;
+    for (const auto& o : overrides) apply_override(c, o);
+    validate(c, world);
+  });
+}
+
+void collect_keys(const YAML::Node& n, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& kv : n) {
+    std::string k = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+    if (kv.second.IsMap()) collect_keys(kv.second, k, out);
+    else out.push_back(k);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("defaults are the documented ones and validate on one rank") {
+  Config c;
+  CHECK(c.model.init_std == 0.02);
+  CHECK(c.parallel.dp == 0);
+  CHECK(c.parallel.tp == 1);
+  CHECK(c.parallel.pp == 1);
+  CHECK(c.parallel.order == "tp-dp-pp");
+  CHECK(c.train.seed == 1234);
+  CHECK(c.train.grad_clip == 1.0);
+  CHECK(c.optim.weight_decay == 0.1);
+  CHECK(c.optim.beta1 == 0.9);
+  CHECK(c.optim.beta2 == 0.95);
+  CHECK(c.optim.eps == 1e-8);
+  CHECK(c.comm.bucket_mb == 25);
+  CHECK(c.comm.overlap == true);
+  CHECK(c.comm.timeout_s == 300);
+  CHECK(c.run.log_every == 1);
+  CHECK(c.run.resume == "auto");
+  CHECK(c.device == "cpu");
+  CHECK_NOTHROW(validate(c, 1));
+}
+
+TEST_CASE("configs/gpt.yaml loads with the documented values") {
+  Config c = load_config(source_file("configs/gpt.yaml"), {});
+  CHECK(c.model.n_layer == 4);
+  CHECK(c.model.n_head == 4);
+  CHECK(c.model.d_model == 128);
+  CHECK(c.model.seq_len == 64);
+  CHECK(c.model.vocab_size == 256);
+  CHECK(c.train.global_batch == 16);
+  CHECK(c.train.micro_batch == 8);
+  CHECK(c.train.steps == 300);
+  CHECK(c.train.seed == 1234);
+  CHECK(c.train.grad_clip == 1.0);
+  CHECK(c.optim.lr == 3e-3);
+  CHECK(c.optim.min_lr == 3e-4);
+  CHECK(c.optim.warmup_steps == 20);
+  CHECK(c.optim.schedule == "cosine");
+  CHECK(c.optim.weight_decay == 0.1);
+  CHECK(c.precision.compute == "fp32");
+  CHECK(c.data.source == "synthetic");
+  CHECK(c.run.log_every == 10);
+  CHECK(c.run.dir == "runs/gpt");
+  CHECK(c.source_path == source_file("configs/gpt.yaml"));
+  CHECK_NOTHROW(validate(c, 1));
+  CHECK_NOTHROW(validate(c, 2));  // dp=2, micro_batch 8: one micro-batch per step
+  CHECK_THROWS_AS(validate(c, 4), InputError);  // 16 % (4*8) != 0
+}
+
+TEST_CASE("configs/tiny.yaml loads with the documented values") {
+  Config c = load_config(source_file("configs/tiny.yaml"), {});
+  CHECK(c.model.n_layer == 2);
+  CHECK(c.model.n_head == 2);
+  CHECK(c.model.d_model == 32);
+  CHECK(c.model.seq_len == 16);
+  CHECK(c.model.vocab_size == 64);
+  CHECK(c.train.global_batch == 4);
+  CHECK(c.train.micro_batch == 2);
+  CHECK(c.train.steps == 20);
+  CHECK(c.run.dir == "runs/tiny");
+  CHECK_NOTHROW(validate(c, 1));
+  CHECK_NOTHROW(validate(c, 2));
+}
+
+TEST_CASE("nested, dotted and empty sections all parse") {
+  std::string path = write_yaml("shapes.yaml",
+                                "model.n_layer: 6\n"
+                                "comm:\n  emulate: {latency_us: 5, bandwidth_gbps: 12.5}\n"
+                                "comm.emulate.ranks_per_node: 2\n"
+                                "run:\n"
+                                "data: {path: 'a b: c.bin', source: tokens}\n");
+  Config c = load_config(path, {});
+  CHECK(c.model.n_layer == 6);
+  CHECK(c.comm.emulate.latency_us == 5);
+  CHECK(c.comm.emulate.bandwidth_gbps == 12.5);
+  CHECK(c.comm.emulate.ranks_per_node == 2);
+  CHECK(c.data.path == "a b: c.bin");
+  CHECK(c.run.dir == "runs/shapes");
+}
+
+TEST_CASE("scalar rules: integers, numbers, booleans, strings") {
+  std::string path = write_yaml("scalars.yaml",
+                                "optim: {lr: 3e-4, min_lr: 0, warmup_steps: -0, eps: 1.5E-7}\n"
+                                "comm: {overlap: false, bucket_mb: 4}\n"
+                                "run: {profile: yes}\n"
+                                "train: {seed: 18446744073709551615}\n"
+                                "data: {synthetic_tokens: 5000000000}\n");
+  Config c = load_config(path, {});
+  CHECK(c.optim.lr == 3e-4);
+  CHECK(c.optim.min_lr == 0.0);
+  CHECK(c.optim.eps == 1.5e-7);
+  CHECK(c.comm.overlap == false);
+  CHECK(c.comm.bucket_mb == 4.0);
+  CHECK(c.run.profile == true);
+  CHECK(c.train.seed == 18446744073709551615ull);
+  CHECK(c.data.synthetic_tokens == 5000000000ll);
+}
+
+TEST_CASE("unknown keys name the full key, the file and the nearest known key") {
+  std::string msg = load_error("model:\n  n_layers: 4\n");
+  CHECK_THAT(msg, Contains("unknown key 'model.n_layers'"));
+  CHECK_THAT(msg, Contains("bad.yaml"));
+  CHECK_THAT(msg, Contains("did you mean 'model.n_layer'?"));
+
+  msg = load_error("comm:\n  emulate:\n    latency: 4\n");
+  CHECK_THAT(msg, Contains("'comm.emulate.latency'"));
+  CHECK_THAT(msg, Contains("did you mean 'comm.emulate.latency_us'?"));
+
+  msg = load_error("modle:\n  n_layer: 4\n");
+  CHECK_THAT(msg, Contains("unknown key 'modle'"));
+  CHECK_THAT(msg, Contains("did you mean 'model'?"));
+
+  msg = load_error("devise: cpu\n");
+  CHECK_THAT(msg, Contains("did you mean 'device'?"));
+
+  msg = load_error("model: {n_layer: 4}\n", {"optim.learning_rate=1"});
+  CHECK_THAT(msg, Contains("unknown key 'optim.learning_rate'"));
+  CHECK_THAT(msg, Contains("--set optim.learning_rate=1"));
+  CHECK_THAT(msg, Contains("did you mean"));
+}
+
+TEST_CASE("a section where a scalar is expected, and the reverse, are errors") {
+  std::string msg = load_error("model: 4\n");
+  CHECK_THAT(msg, Contains("model is a section"));
+  CHECK_THAT(msg, Contains("n_layer"));
+
+  msg = load_error("model:\n  n_layer: {a: 1}\n");
+  CHECK_THAT(msg, Contains("model.n_layer: expected an integer, got a section"));
+
+  msg = load_error("data:\n  path: [a, b]\n");
+  CHECK_THAT(msg, Contains("data.path: expected a string, got a list"));
+
+  msg = input_error_of([] {
+    Config c;
+    apply_override(c, "comm.emulate=3");
+  });
+  CHECK_THAT(msg, Contains("'comm.emulate' is a section"));
+}
+
+TEST_CASE("wrong types name the key, the value and the expected type") {
+  std::string msg = load_error("model:\n  n_layer: four\n");
+  CHECK_THAT(msg, Contains("model.n_layer: expected an integer, got 'four'"));
+  CHECK_THAT(msg, Contains("line 2"));
+
+  CHECK_THAT(load_error("model: {n_layer: 3.5}\n"), Contains("model.n_layer: expected an integer, got '3.5'"));
+  CHECK_THAT(load_error("model: {n_layer: 1e3}\n"), Contains("got '1e3'"));
+  CHECK_THAT(load_error("model: {n_layer: 3000000000}\n"), Contains("out of the 32-bit integer range"));
+  CHECK_THAT(load_error("model: {n_layer: -3000000000}\n"), Contains("model.n_layer"));
+  CHECK_THAT(load_error("model: {n_layer: }\n"), Contains("model.n_layer: expected an integer, got nothing"));
+  CHECK_THAT(load_error("train: {seed: -1}\n"), Contains("train.seed"));
+  CHECK_THAT(load_error("optim: {lr: fast}\n"), Contains("optim.lr: expected a number, got 'fast'"));
+  CHECK_THAT(load_error("optim: {lr: .inf}\n"), Contains("optim.lr"));
+  CHECK_THAT(load_error("comm: {overlap: maybe}\n"), Contains("comm.overlap: expected a boolean"));
+  CHECK_THAT(load_error("comm: {overlap: 1}\n"), Contains("got '1'"));
+}
+
+TEST_CASE("file problems name the file") {
+  std::string missing = (temp_dir() / "nope.yaml").string();
+  CHECK_THAT(input_error_of([&] { load_config(missing, {}); }), Contains(missing));
+  CHECK_THAT(input_error_of([&] { load_config(temp_dir().string(), {}); }), Contains("is a directory"));
+
+  std::string msg = load_error("model:\n  n_layer: [4\n");
+  CHECK_THAT(msg, Contains("bad.yaml"));
+  CHECK_THAT(msg, Contains("not valid YAML"));
+  CHECK_THAT(msg, Contains("line"));
+  CHECK_THAT(msg, Contains("column"));
+
+  CHECK_THAT(load_error("- a\n- b\n"), Contains("the top level must be a map"));
+  CHECK_THAT(load_error("just a string\n"), Contains("the top level must be a map"));
+  CHECK_THAT(load_error("# only a comment\n"), Contains("bad.yaml"));
+
+  if (::geteuid() != 0) {  // root reads anything, so the permission check cannot fail there
+    std::string path = write_yaml("unreadable.yaml", "model: {n_layer: 2}\n");
+    fs::permissions(path, fs::perms::none);
+    CHECK_THAT(input_error_of([&] { load_config(path, {}); }), Contains("cannot read config file"));
+    fs::permissions(path, fs::perms::owner_all);
+  }
+}
+
+TEST_CASE("overrides apply after the file, in order, with YAML scalar rules") {
+  std::string path = write_yaml("over.yaml", "optim: {lr: 1e-3, min_lr: 1e-5}\ncomm: {overlap: true}\n");
+  Config c = load_config(path, {"optim.lr=3e-4", "comm.overlap=false", "parallel.tp=2", "parallel.tp=4",
+                                "run.dir='my runs/x'", "data.val_path=", "precision.loss_scale=1024"});
+  CHECK(c.optim.lr == 3e-4);
+  CHECK(c.optim.min_lr == 1e-5);
+  CHECK(c.comm.overlap == false);
+  CHECK(c.parallel.tp == 4);  // the last one wins
+  CHECK(c.run.dir == "my runs/x");
+  CHECK(c.data.val_path.empty());
+  CHECK(c.precision.loss_scale == "1024");
+
+  CHECK_THAT(load_error("model: {}\n", {"model.n_layer=four"}),
+             Contains("model.n_layer: expected an integer, got 'four'"));
+  CHECK_THAT(load_error("model: {}\n", {"model.n_layer"}), Contains("--set expects KEY=VALUE"));
+  CHECK_THAT(load_error("model: {}\n", {"=3"}), Contains("--set expects KEY=VALUE"));
+  CHECK_THAT(load_error("model: {}\n", {"model.n_layer=[1"}), Contains("model.n_layer"));
+  // Overrides are validated with the file: a bad value from --set is caught by load_config.
+  CHECK_THAT(load_error("model: {}\n", {"optim.lr=0"}), Contains("optim.lr must be > 0"));
+}
+
+TEST_CASE("run.dir defaults to runs/<config stem> unless given") {
+  CHECK(load_config(write_yaml("my_exp.v2.yaml", "model: {}\n"), {}).run.dir == "runs/my_exp.v2");
+  CHECK(load_config(write_yaml("d.yaml", "run: {dir: out/here}\n"), {}).run.dir == "out/here");
+  CHECK(load_config(write_yaml("d.yaml", "model: {}\n"), {"run.dir=elsewhere"}).run.dir == "elsewhere");
+}
+
+TEST_CASE("dp=0 resolves to world/(tp*pp)") {
+  Config c;
+  c.parallel.tp = 2;
+  c.parallel.pp = 2;
+  CHECK(resolved_dp(c, 4) == 1);
+  CHECK(resolved_dp(c, 8) == 2);
+  CHECK_THAT(input_error_of([&] { resolved_dp(c, 6); }), Contains("tp*pp=2*2=4 does not divide the 6 ranks"));
+  c.parallel.dp = 3;
+  CHECK(resolved_dp(c, 8) == 3);  // explicit dp is returned as given; validate checks the product
+  CHECK_THAT(input_error_of([&] { validate(c, 8); }), Contains("dp*tp*pp=3*2*2=12"));
+  CHECK_THAT(input_error_of([&] { validate(c, 8); }), Contains("(8)"));
+
+  Config d;
+  d.train.global_batch = 16;
+  d.train.micro_batch = 2;
+  CHECK_NOTHROW(validate(d, 8));  // dp=8: one micro-batch of 2 per rank
+  CHECK_THROWS_AS(validate(d, 3), InputError);
+}
+
+TEST_CASE("validate names the numbers that disagree") {
+  for (const char* k : {"train.steps", "model.seq_len", "model.n_layer", "model.n_head", "model.d_model",
+                        "model.vocab_size", "train.global_batch", "train.micro_batch"}) {
+    CHECK_THAT(validate_error({std::string(k) + "=0"}), Contains(std::string(k) + " must be > 0, got 0"));
+    CHECK_THAT(validate_error({std::string(k) + "=-3"}), Contains(k));
+  }
+  CHECK_THAT(validate_error({"optim.lr=0"}), Contains("optim.lr must be > 0"));
+  CHECK_THAT(validate_error({"optim.min_lr=-1e-5"}), Contains("optim.min_lr must be >= 0"));
+  CHECK_THAT(validate_error({"optim.lr=1e-3", "optim.min_lr=1e-2"}), Contains("optim.min_lr=0.01 is larger than optim.lr=0.001"));
+  CHECK_THAT(validate_error({"optim.warmup_steps=-1"}), Contains("optim.warmup_steps"));
+  CHECK_THAT(validate_error({"model.d_model=100", "model.n_head=3"}),
+             Contains("model.d_model=100 is not divisible by model.n_head=3"));
+  CHECK_THAT(validate_error({"train.global_batch=10", "train.micro_batch=1"}, 4),
+             Contains("train.global_batch=10 is not divisible by dp*micro_batch=4*1=4"));
+  CHECK_THAT(validate_error({"parallel.dp=2"}, 3), Contains("dp*tp*pp=2*1*1=2 does not equal the number of ranks (3)"));
+  CHECK_THAT(validate_error({"parallel.tp=3", "model.n_head=4", "model.d_model=128"}, 3),
+             Contains("model.n_head=4 is not divisible by parallel.tp=3"));
+  CHECK_THAT(validate_error({"parallel.pp=3", "model.n_layer=4"}, 3),
+             Contains("model.n_layer=4 is not divisible by parallel.pp*virtual_stages=3*1=3"));
+  CHECK_THAT(validate_error({"parallel.pp=2", "parallel.virtual_stages=3", "parallel.schedule=interleaved",
+                             "model.n_layer=4"}, 2),
+             Contains("parallel.pp*virtual_stages=2*3=6"));
+  CHECK_THAT(validate_error({"parallel.virtual_stages=2"}), Contains("needs parallel.schedule=interleaved"));
+
+  CHECK_THAT(validate_error({"precision.compute=fp8"}), Contains("precision.compute='fp8' is not one of: fp32, bf16, fp16"));
+  CHECK_THAT(validate_error({"precision.grad_reduce=fp16"}), Contains("fp32, bf16"));
+  CHECK_THAT(validate_error({"precision.loss_scale=big"}), Contains("precision.loss_scale='big'"));
+  CHECK_THAT(validate_error({"precision.loss_scale=-4"}), Contains("positive number"));
+  CHECK_THAT(validate_error({"device=tpu"}), Contains("device='tpu' is not one of: cpu, cuda"));
+  CHECK_THAT(validate_error({"parallel.schedule=1f2b"}), Contains("1f1b, gpipe, interleaved, zb1"));
+  CHECK_THAT(validate_error({"optim.schedule=step"}), Contains("cosine, linear, constant"));
+  CHECK_THAT(validate_error({"data.source=web"}), Contains("synthetic, tokens, text"));
+  CHECK_THAT(validate_error({"data.order=random"}), Contains("sequential, shuffle"));
+  CHECK_THAT(validate_error({"comm.backend=gloo"}), Contains("auto, mpi, nccl"));
+  CHECK_THAT(validate_error({"comm.backend=nccl"}), Contains("needs device=cuda"));
+  for (const char* order : {"tp-dp", "tp-dp-dp", "tp-dp-pp-", "tp,dp,pp", "dp-pp-xx"})
+    CHECK_THAT(validate_error({std::string("parallel.order=") + order}), Contains("parallel.order"));
+  for (const char* order : {"tp-dp-pp", "pp-dp-tp", "dp-tp-pp"}) {
+    Config c;
+    c.parallel.order = order;
+    CHECK_NOTHROW(validate(c, 1));
+  }
+  CHECK_THAT(validate_error({"data.source=tokens"}), Contains("data.source=tokens needs data.path"));
+  CHECK_THAT(validate_error({"data.source=text"}), Contains("data.path"));
+  CHECK_THAT(validate_error({"optim.beta1=1"}), Contains("optim.beta1 must be in [0, 1)"));
+  CHECK_THAT(validate_error({"optim.beta2=-0.1"}), Contains("optim.beta2"));
+  CHECK_THAT(validate_error({"optim.eps=0"}), Contains("optim.eps must be > 0"));
+  CHECK_THAT(validate_error({"optim.weight_decay=-1"}), Contains("optim.weight_decay"));
+  CHECK_THAT(validate_error({"train.grad_clip=-1"}), Contains("train.grad_clip"));
+  CHECK_THAT(validate_error({"run.log_every=0"}), Contains("run.log_every must be >= 1"));
+  CHECK_THAT(validate_error({"comm.bucket_mb=0"}), Contains("comm.bucket_mb must be > 0"));
+  CHECK_THAT(validate_error({"model.init_std=0"}), Contains("model.init_std must be > 0"));
+  CHECK_THAT(validate_error({"optim.zero=2"}), Contains("optim.zero must be 0 or 1"));
+  CHECK_THAT(validate_error({"train.threads=-1"}), Contains("train.threads"));
+  CHECK_THAT(validate_error({"data.val_fraction=1"}), Contains("data.val_fraction must be in [0, 1)"));
+  CHECK_THAT(validate_error({"parallel.tp=0"}), Contains("parallel.tp must be >= 1"));
+
+  // Accepted values.
+  for (const char* ok : {"run.resume=none", "run.resume=auto", "run.resume=runs/x/checkpoints/step_00000010",
+                         "precision.loss_scale=65536", "precision.loss_scale=dynamic", "precision.compute=bf16",
+                         "data.val_fraction=0", "optim.zero=1", "optim.min_lr=0", "train.grad_clip=0"}) {
+    Config c;
+    apply_override(c, ok);
+    CHECK_NOTHROW(validate(c, 1));
+  }
+}
+
+TEST_CASE("to_yaml round-trips every key") {
+  Config c;
+  // A non-default value for every kind of field, including strings that need quoting.
+  const std::vector<std::string> changes = {
+      "model.n_layer=6", "model.n_head=6", "model.d_model=96", "model.seq_len=32", "model.vocab_size=50257",
+      "model.init_std=0.0123456789012345", "model.init_from='w: #1.safetensors'", "parallel.dp=2", "parallel.tp=3",
+      "parallel.pp=2", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
+      "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
+      "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "optim.lr=3e-4",
+      "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
+      "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "precision.compute=bf16",
+      "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
+      "data.val_path='123'", "data.order=shuffle", "data.synthetic_tokens=9000000000", "data.val_fraction=0.25",
+      "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.timeout_s=12.5",
+      "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
+      "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5", "run.dir=\" lead space\"",
+      "run.log_every=3", "run.checkpoint_every=100", "run.resume=none", "run.profile=true",
+      "run.dump_grads=g.safetensors", "device=cuda"};
+  for (const auto& a : changes) apply_override(c, a);
+  // Every key is changed from its default, so the round trip below is not passing by accident.
+  Config defaults;
+  for (const std::string& k : config_keys()) CHECK_FALSE(config_value(c, k) == config_value(defaults, k));
+  CHECK(c.data.path == "true");
+  CHECK(c.run.dir == " lead space");
+
+  const std::string yaml = to_yaml(c);
+  Config back = load_config(write_yaml("round.yaml", yaml), {});
+  for (const std::string& k : config_keys()) {
+    INFO(k);
+    CHECK(config_value(back, k) == config_value(c, k));
+  }
+  CHECK(back.optim.lr == c.optim.lr);  // bit-exact doubles
+  CHECK(back.model.init_std == c.model.init_std);
+  CHECK(back.optim.min_lr == c.optim.min_lr);
+  CHECK(back.model.init_from == "w: #1.safetensors");
+  CHECK(back.data.val_path == "123");
+  CHECK(back.train.seed == 18446744073709551615ull);
+  CHECK(to_yaml(back) == yaml);
+
+  // to_yaml writes every key exactly once.
+  std::vector<std::string> emitted;
+  collect_keys(YAML::Load(yaml), "", emitted);
+  CHECK(emitted == config_keys());
+}
+
+TEST_CASE("help_text lists every key to_yaml writes, with its default") {
+  std::vector<std::string> emitted;
+  collect_keys(YAML::Load(to_yaml(Config{})), "", emitted);
+  REQUIRE(emitted.size() >= 50);
+  const std::string help = help_text();
+  for (const std::string& k : emitted) {
+    INFO(k);
+    CHECK_THAT(help, Contains("  " + k + " "));
+  }
+  CHECK_THAT(help, Contains("model:"));
+  CHECK_THAT(help, Contains("comm:"));
+  CHECK_THAT(help, Contains("\"tp-dp-pp\""));
+  CHECK_THAT(help, Contains("1e-08"));
+}
+
+TEST_CASE("command line: --config, --set, --help") {
+  CliArgs a = parse_cli({"--config", "c.yaml", "--set", "optim.lr=3e-4", "--set=parallel.tp=2", "--set", "a.b=x=y"});
+  CHECK(a.config_path == "c.yaml");
+  CHECK(a.overrides == std::vector<std::string>{"optim.lr=3e-4", "parallel.tp=2", "a.b=x=y"});
+  CHECK_FALSE(a.help);
+
+  CHECK(parse_cli({"--config=c.yaml"}).config_path == "c.yaml");
+  CHECK(parse_cli({"--help"}).help);
+  CHECK(parse_cli({"-h"}).help);
+  CHECK(parse_cli({"--config", "c.yaml", "--help"}).help);
+
+  const char* argv[] = {"trainer", "--config", "x.yaml", "--set", "train.steps=3"};
+  CliArgs b = parse_cli(5, argv);
+  CHECK(b.config_path == "x.yaml");
+  CHECK(b.overrides == std::vector<std::string>{"train.steps=3"});
+
+  CHECK_THAT(input_error_of([] { parse_cli(std::vector<std::string>{}); }), Contains("missing --config"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config"}); }), Contains("--config needs a value"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "--set", "a=1"}); }), Contains("--config needs a value"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "--set"}); }), Contains("--set needs a value"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "--set", "optim.lr"}); }),
+             Contains("--set expects KEY=VALUE"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "--verbose"}); }), Contains("unknown flag '--verbose'"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "extra"}); }), Contains("unexpected argument 'extra'"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "a.yaml", "--config", "b.yaml"}); }), Contains("twice"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config="}); }), Contains("--config needs a FILE"));
+  CHECK_THAT(cli_usage(), Contains("--set KEY=VALUE"));
+}
