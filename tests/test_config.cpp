@@ -355,10 +355,12 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"train.threads=-1"}), Contains("train.threads"));
   CHECK_THAT(validate_error({"data.val_fraction=1"}), Contains("data.val_fraction must be in [0, 1)"));
   CHECK_THAT(validate_error({"parallel.tp=0"}), Contains("parallel.tp must be >= 1"));
+  CHECK_THAT(validate_error({"run.resume="}), Contains("run.resume"));
+  CHECK_THAT(validate_error({"data.synthetic_tokens=10"}), Contains("data.synthetic_tokens=10"));
 
   // Accepted values.
   for (const char* ok : {"run.resume=none", "run.resume=auto", "run.resume=runs/x/checkpoints/step_00000010",
-                         "precision.loss_scale=65536", "precision.loss_scale=dynamic", "precision.compute=bf16",
+                         "precision.loss_scale=65536", "precision.loss_scale=2.5e4", "precision.loss_scale=dynamic", "precision.compute=bf16",
                          "data.val_fraction=0", "optim.zero=1", "optim.min_lr=0", "train.grad_clip=0"}) {
     Config c;
     apply_override(c, ok);

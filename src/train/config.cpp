@@ -270,7 +270,11 @@ std::string format_value(const FieldPtr& f) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return *p;
-        else return fmt::format("{}", *p);
+        else if constexpr (std::is_same_v<T, double>) {
+          std::string s = fmt::format("{}", *p);  // shortest text that reads back to the same double
+          if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 1.0, not 1: a float to any YAML reader
+          return s;
+        } else return fmt::format("{}", *p);
       },
       f);
 }
@@ -403,7 +407,7 @@ std::string help_text() {
     FieldPtr f = k.field(defaults);
     std::string def = format_value(f);
     if (std::holds_alternative<std::string*>(f)) def = "\"" + def + "\"";
-    out += fmt::format("  {:<34} {:<10} {}\n", name, def, k.meaning);
+    out += fmt::format("  {:<34} {:<12} {}\n", name, def, k.meaning);
   }
   return out;
 }
@@ -506,6 +510,7 @@ void validate_values(const Config& c) {
 
   const RunConfig& r = c.run;
   require(r.log_every >= 1, "run.log_every must be >= 1, got {}", r.log_every);
+  require(!r.resume.empty(), "run.resume must be auto, none or a checkpoint path, got an empty string");
   require(r.checkpoint_every >= 0, "run.checkpoint_every must be >= 0 (0 = off), got {}", r.checkpoint_every);
 
   require_one_of("device", c.device, {"cpu", "cuda"});
