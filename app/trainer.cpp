@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   try {
     mt::CliArgs args = mt::parse_cli(argc, argv);
     if (args.help) {
-      if (rank == 0) std::fputs(mt::help_text().c_str(), stdout);
+      if (rank == 0) std::fputs((mt::cli_usage(argv[0]) + "\n" + mt::help_text()).c_str(), stdout);
     } else {
       mt::Config cfg = mt::load_config(args.config_path, args.overrides);
       mt::validate(cfg, world);

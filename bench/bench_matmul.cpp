@@ -30,18 +30,21 @@ using Map = Eigen::Map<RowMat>;
 
 double g_seconds = 0.15;
 
-// Median-free but warm: one untimed call, then as many calls as fit in g_seconds; returns seconds per call.
+// Warm-up call, then batches of calls of ~10 ms each until g_seconds have passed; returns the best batch's
+// seconds per call. The machine is shared: the best batch is the one least disturbed by other processes.
 double time_call(const std::function<void()>& f) {
   f();
-  int iters = 0;
-  auto t0 = Clock::now();
-  double el = 0;
-  do {
-    f();
-    ++iters;
-    el = std::chrono::duration<double>(Clock::now() - t0).count();
-  } while (el < g_seconds);
-  return el / iters;
+  double best = 1e30, total = 0;
+  int per_batch = 1;
+  while (total < g_seconds) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < per_batch; ++i) f();
+    double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    total += el;
+    best = std::min(best, el / per_batch);
+    if (el < 0.01) per_batch *= 2;
+  }
+  return best;
 }
 
 void fill(std::vector<float>& v, unsigned seed) {
@@ -95,6 +98,62 @@ void omp_elementwise(float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] * 0.999f + b[i];
 }
 
+// Peak sgemm throughput (GFLOP/s) at 2048^3 with backend 0 = Eigen, 1 = OpenBLAS.
+double peak(int backend) {
+  const int S = 2048;
+  std::vector<float> a(size_t(S) * S), b(size_t(S) * S), c(size_t(S) * S);
+  fill(a, 4), fill(b, 5);
+  double saved = g_seconds;
+  g_seconds = 1.5;
+  double t = time_call([&] {
+    if (backend == 1)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.f, a.data(), S, b.data(), S, 0.f, c.data(), S);
+    else
+      Map(c.data(), S, S).noalias() = Map(a.data(), S, S) * Map(b.data(), S, S);
+  });
+  g_seconds = saved;
+  return 2.0 * S * S * S / t * 1e-9;
+}
+
+// The trainer's kernels::matmul_forward/backward (bias included) at config B's shapes, both layouts.
+void trainer_kernels(const std::vector<Case>& cases) {
+  std::printf("\nmt::kernels::matmul (bias included), config B shapes:\n");
+  for (int k = 5; k < 10; ++k) {
+    const Case& cs = cases[k];
+    for (int outin = 0; outin < 2; ++outin) {
+      auto layout = outin ? mt::kernels::WeightLayout::OutIn : mt::kernels::WeightLayout::InOut;
+      using mt::Tensor;
+      using mt::DType;
+      Tensor inp = Tensor::empty({cs.n, cs.c}, DType::F32), out = Tensor::empty({cs.n, cs.oc}, DType::F32);
+      Tensor w = outin ? Tensor::empty({cs.oc, cs.c}, DType::F32) : Tensor::empty({cs.c, cs.oc}, DType::F32);
+      Tensor dw = Tensor::empty(w.shape(), DType::F32), bias = Tensor::empty({cs.oc}, DType::F32);
+      Tensor dbias = Tensor::empty({cs.oc}, DType::F32), dinp = Tensor::empty({cs.n, cs.c}, DType::F32);
+      double flops = 2.0 * cs.n * cs.c * cs.oc;
+      double tf = time_call([&] { mt::kernels::matmul_forward(out, inp, w, bias, layout); });
+      double tbw = time_call([&] { mt::kernels::matmul_backward(dinp, dw, dbias, out, inp, w, layout); });
+      std::printf("  N=%d C=%d OC=%d %-5s forward %.1f GFLOP/s, backward %.1f GFLOP/s\n", cs.n, cs.c, cs.oc,
+                  outin ? "OutIn" : "InOut", flops / tf * 1e-9, 2 * flops / tbw * 1e-9);
+    }
+  }
+}
+
+// Thread-pool interference: an OpenMP elementwise kernel, then a GEMM, repeated (config B's MLP-up shape),
+// against the two timed alone. backend 0 = Eigen (same OpenMP pool), 1 = OpenBLAS.
+void interference(int backend) {
+  const int n = 1024, c = 384, oc = 1536;
+  std::vector<float> inp(size_t(n) * c), w(size_t(c) * oc), out(size_t(n) * oc), buf(size_t(n) * oc);
+  fill(inp, 6), fill(w, 7), fill(buf, 8);
+  auto gemm = [&] {
+    (backend ? blas_op : eigen_op)(Op::Fwd, false, n, c, oc, inp.data(), w.data(), out.data(), nullptr, nullptr);
+  };
+  auto elem = [&] { omp_elementwise(out.data(), buf.data(), int64_t(n) * oc); };
+  double t_e = time_call(elem), t_g = time_call(gemm), t_seq = time_call([&] { elem(); gemm(); });
+  std::printf("interference %-8s (N=%d C=%d OC=%d): elementwise alone %.3f ms, gemm alone %.3f ms, "
+              "elementwise then gemm %.3f ms: %+.1f%% vs the sum\n",
+              backend ? "OpenBLAS" : "Eigen", n, c, oc, t_e * 1e3, t_g * 1e3, t_seq * 1e3,
+              (t_seq / (t_g + t_e) - 1) * 100);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,84 +172,59 @@ int main(int argc, char** argv) {
   for (auto& s : shapesB) cases.push_back({"B", 1024, s[0], s[1]});
   for (auto& s : shapesD) cases.push_back({"default", 512, s[0], s[1]});
 
+  // Each backend runs all its cases in one pass, Eigen first: OpenBLAS's pthread pool keeps its workers spinning
+  // for a while after every call, which would slow whatever OpenMP code ran next (see the interference test).
+  struct Row {
+    const Case* cs;
+    int outin;
+    Op op;
+    double t[2];
+  };
+  std::vector<Row> rows;
+  for (const Case& cs : cases)
+    for (int outin = 0; outin < 2; ++outin)
+      for (Op op : {Op::Fwd, Op::BwdInp, Op::BwdW}) rows.push_back({&cs, outin, op, {0, 0}});
+  auto run_pass = [&](int backend) {
+    for (Row& r : rows) {
+      const Case& cs = *r.cs;
+      std::vector<float> inp(size_t(cs.n) * cs.c), w(size_t(cs.c) * cs.oc), out(size_t(cs.n) * cs.oc),
+          dinp(size_t(cs.n) * cs.c), dw(size_t(cs.c) * cs.oc);
+      fill(inp, 1), fill(w, 2), fill(out, 3);
+      r.t[backend] = time_call([&] {
+        (backend == 0 ? eigen_op : blas_op)(r.op, r.outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
+                                            dinp.data(), dw.data());
+      });
+    }
+  };
+  run_pass(0);
+  trainer_kernels(cases);
+  interference(0);
+  double peak_eigen = peak(0);
+  run_pass(1);
+  double peak_blas = peak(1);
+
   std::printf("\n%-8s %5s %5s %5s %-6s %-5s %10s %10s %8s\n", "config", "N", "C", "OC", "layout", "op",
               "Eigen", "OpenBLAS", "OB/Eigen");
   double log_sum = 0;
-  int count = 0;
-  for (const Case& cs : cases) {
-    std::vector<float> inp(size_t(cs.n) * cs.c), w(size_t(cs.c) * cs.oc), out(size_t(cs.n) * cs.oc),
-        dinp(size_t(cs.n) * cs.c), dw(size_t(cs.c) * cs.oc);
-    fill(inp, 1), fill(w, 2), fill(out, 3);
-    const double flops = 2.0 * cs.n * cs.c * cs.oc;
-    for (int outin = 0; outin < 2; ++outin) {
-      for (Op op : {Op::Fwd, Op::BwdInp, Op::BwdW}) {
-        double te = time_call([&] { eigen_op(op, outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
-                                             dinp.data(), dw.data()); });
-        double tb = time_call([&] { blas_op(op, outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
-                                            dinp.data(), dw.data()); });
-        std::printf("%-8s %5d %5d %5d %-6s %-5s %10.1f %10.1f %8.2f\n", cs.config, cs.n, cs.c, cs.oc,
-                    outin ? "OutIn" : "InOut", op_name(op), flops / te * 1e-9, flops / tb * 1e-9, te / tb);
-        log_sum += std::log(te / tb);
-        ++count;
-      }
-    }
+  for (const Row& r : rows) {
+    const double flops = 2.0 * r.cs->n * r.cs->c * r.cs->oc;
+    std::printf("%-8s %5d %5d %5d %-6s %-5s %10.1f %10.1f %8.2f\n", r.cs->config, r.cs->n, r.cs->c, r.cs->oc,
+                r.outin ? "OutIn" : "InOut", op_name(r.op), flops / r.t[0] * 1e-9, flops / r.t[1] * 1e-9,
+                r.t[0] / r.t[1]);
+    log_sum += std::log(r.t[0] / r.t[1]);
   }
-  std::printf("geometric mean OpenBLAS/Eigen speed ratio over %d cases: %.2f\n", count, std::exp(log_sum / count));
+  for (const char* c : {"A", "B", "default"}) {
+    double ls = 0;
+    int n = 0;
+    for (const Row& r : rows)
+      if (std::string(r.cs->config) == c) ls += std::log(r.t[0] / r.t[1]), ++n;
+    std::printf("geometric mean OpenBLAS/Eigen speed ratio, config %s: %.2f\n", c, std::exp(ls / n));
+  }
+  std::printf("geometric mean OpenBLAS/Eigen speed ratio over all %zu cases: %.2f\n", rows.size(),
+              std::exp(log_sum / rows.size()));
+  std::printf("\nmeasured sgemm throughput (2048^3, %d threads): Eigen %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s\n",
+              threads, peak_eigen, peak_blas);
 
-  {  // Peak sgemm at a large square size.
-    const int S = 2048;
-    std::vector<float> a(size_t(S) * S), b(size_t(S) * S), c(size_t(S) * S);
-    fill(a, 4), fill(b, 5);
-    double flops = 2.0 * S * S * S;
-    double saved = g_seconds;
-    g_seconds = 1.0;
-    double tb = time_call([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.f, a.data(), S, b.data(), S, 0.f, c.data(), S);
-    });
-    double te = time_call([&] {
-      Map(c.data(), S, S).noalias() = Map(a.data(), S, S) * Map(b.data(), S, S);
-    });
-    g_seconds = saved;
-    std::printf("\npeak sgemm 2048^3, %d threads: OpenBLAS %.1f GFLOP/s, Eigen %.1f GFLOP/s\n", threads,
-                flops / tb * 1e-9, flops / te * 1e-9);
-  }
-
-  {  // Thread-pool interference: OpenMP elementwise kernel, then a GEMM, repeated (config B MLP-up shape).
-    const int n = 1024, c = 384, oc = 1536;
-    std::vector<float> inp(size_t(n) * c), w(size_t(c) * oc), out(size_t(n) * oc), buf(size_t(n) * oc);
-    fill(inp, 6), fill(w, 7), fill(buf, 8);
-    auto gemm = [&] { blas_op(Op::Fwd, false, n, c, oc, inp.data(), w.data(), out.data(), nullptr, nullptr); };
-    auto eigen_gemm = [&] { eigen_op(Op::Fwd, false, n, c, oc, inp.data(), w.data(), out.data(), nullptr, nullptr); };
-    auto elem = [&] { omp_elementwise(out.data(), buf.data(), int64_t(n) * oc); };
-    double t_g = time_call(gemm), t_e = time_call(elem), t_ge = time_call(eigen_gemm);
-    double t_seq = time_call([&] { elem(); gemm(); });
-    double t_seq_e = time_call([&] { elem(); eigen_gemm(); });
-    std::printf("\ninterference (N=%d C=%d OC=%d): elementwise %.3f ms\n", n, c, oc, t_e * 1e3);
-    std::printf("  OpenBLAS gemm alone %.3f ms; elementwise+gemm %.3f ms; overhead vs sum %+.1f%%\n", t_g * 1e3,
-                t_seq * 1e3, (t_seq / (t_g + t_e) - 1) * 100);
-    std::printf("  Eigen    gemm alone %.3f ms; elementwise+gemm %.3f ms; overhead vs sum %+.1f%%\n", t_ge * 1e3,
-                t_seq_e * 1e3, (t_seq_e / (t_ge + t_e) - 1) * 100);
-  }
-
-  {  // The trainer's kernels (bias included) at config B's shapes, both layouts.
-    std::printf("\nmt::kernels::matmul (bias included), config B shapes:\n");
-    for (int k = 5; k < 10; ++k) {
-      const Case& cs = cases[k];
-      for (int outin = 0; outin < 2; ++outin) {
-        auto layout = outin ? mt::kernels::WeightLayout::OutIn : mt::kernels::WeightLayout::InOut;
-        using mt::Tensor;
-        using mt::DType;
-        Tensor inp = Tensor::empty({cs.n, cs.c}, DType::F32), out = Tensor::empty({cs.n, cs.oc}, DType::F32);
-        Tensor w = outin ? Tensor::empty({cs.oc, cs.c}, DType::F32) : Tensor::empty({cs.c, cs.oc}, DType::F32);
-        Tensor dw = Tensor::empty(w.shape(), DType::F32), bias = Tensor::empty({cs.oc}, DType::F32);
-        Tensor dbias = Tensor::empty({cs.oc}, DType::F32), dinp = Tensor::empty({cs.n, cs.c}, DType::F32);
-        double flops = 2.0 * cs.n * cs.c * cs.oc;
-        double tf = time_call([&] { mt::kernels::matmul_forward(out, inp, w, bias, layout); });
-        double tbw = time_call([&] { mt::kernels::matmul_backward(dinp, dw, dbias, out, inp, w, layout); });
-        std::printf("  N=%d C=%d OC=%d %-5s forward %.1f GFLOP/s, backward %.1f GFLOP/s\n", cs.n, cs.c, cs.oc,
-                    outin ? "OutIn" : "InOut", flops / tf * 1e-9, 2 * flops / tbw * 1e-9);
-      }
-    }
-  }
+  interference(1);
   return 0;
 }

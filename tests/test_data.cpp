@@ -308,13 +308,20 @@ TEST_CASE("batcher: shuffle visits every window exactly once per epoch") {
   CHECK(epoch0 != identity);
 }
 
-TEST_CASE("batcher: refuses streams that are too short and bad orders") {
+TEST_CASE("batcher: refuses streams too short to read and bad orders") {
   std::vector<int32_t> toks(17, 1);
-  require_input_error([&] { Batcher(&toks, 16, 4, "sequential", 1); }, {"17 tokens", "seq_len 16"});
+  Batcher short_seq(&toks, 16, 4, "sequential", 1);  // built fine (an unused stream may be short) ...
+  std::vector<int32_t> in(4 * 16), tg(4 * 16);
+  require_input_error([&] { short_seq.fill(0, 0, 4, in.data(), tg.data()); }, {"17 tokens", "seq_len 16"});
+  require_input_error([&] { short_seq.window_offset(0, 0); }, {"17 tokens", "seq_len 16"});  // ... but never read
+  std::vector<int32_t> none;
+  Batcher empty(&none, 16, 4, "sequential", 1);
+  require_input_error([&] { empty.window_offset(0, 0); }, {"0 tokens"});
   std::vector<int32_t> ok(18, 1);
   Batcher b(&ok, 16, 4, "sequential", 1);
   CHECK(b.window_offset(5, 3) == 0);  // N - T - 1 = 1: the only window
-  require_input_error([&] { Batcher(&ok, 16, 4, "shuffle", 1); }, {"shuffle", "18 tokens"});
+  Batcher short_shuffle(&ok, 16, 4, "shuffle", 1);
+  require_input_error([&] { short_shuffle.window_offset(0, 0); }, {"shuffle", "18 tokens"});
   std::vector<int32_t> ok2(33, 1);
   Batcher s(&ok2, 16, 4, "shuffle", 1);
   CHECK(s.window_offset(7, 1) == 0);

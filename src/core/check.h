@@ -9,10 +9,16 @@ namespace mt {
 int world_rank_or_zero();  // the MPI world rank when MPI is initialised, else 0 (for messages only)
 }  // namespace mt
 
-#define CHECK(cond, ...)                                                                  \
-  do {                                                                                    \
+#define MT_CHECK(cond, ...)                                                                 \
+  do {                                                                                      \
     if (!(cond)) ::mt::check_failed(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
+
+// CHECK is the short name for .cpp files. Headers use MT_CHECK, so they also compile inside unit tests, where
+// Catch2's own CHECK (included first) keeps its meaning.
+#ifndef CHECK
+#define CHECK(cond, ...) MT_CHECK(cond, __VA_ARGS__)
+#endif
 
 #define MPI_CHECK(call)                                                                    \
   do {                                                                                     \

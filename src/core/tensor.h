@@ -23,7 +23,7 @@ struct Shape {
   int n = 0;
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims) {
-    CHECK(dims.size() <= kMaxDims, "at most {} dims", kMaxDims);
+    MT_CHECK(dims.size() <= kMaxDims, "at most {} dims", kMaxDims);
     for (int64_t x : dims) d[n++] = x;
   }
   int64_t operator[](int i) const { return d[i]; }
@@ -61,7 +61,7 @@ class Tensor {
   bool defined() const { return data_ != nullptr; }
   void* data() const { return data_; }
   template <typename T> T* data_as() const {
-    CHECK(dtype_ == dtype_of<T>(), "tensor is {}, accessed as {}", dtype_name(dtype_), dtype_name(dtype_of<T>()));
+    MT_CHECK(dtype_ == dtype_of<T>(), "tensor is {}, accessed as {}", dtype_name(dtype_), dtype_name(dtype_of<T>()));
     return static_cast<T*>(data_);
   }
   const Shape& shape() const { return shape_; }
@@ -74,14 +74,14 @@ class Tensor {
 
   // Same memory, another shape with the same number of elements.
   Tensor view(Shape shape) const {
-    CHECK(shape.numel() == numel(), "view {} of tensor {}", shape.str(), shape_.str());
+    MT_CHECK(shape.numel() == numel(), "view {} of tensor {}", shape.str(), shape_.str());
     Tensor t = *this;
     t.shape_ = shape;
     return t;
   }
   // A contiguous sub-range of the flattened elements [offset, offset + shape.numel()).
   Tensor slice(int64_t offset, Shape shape) const {
-    CHECK(offset >= 0 && offset + shape.numel() <= numel(), "slice [{}, +{}) of {} elements", offset,
+    MT_CHECK(offset >= 0 && offset + shape.numel() <= numel(), "slice [{}, +{}) of {} elements", offset,
           shape.numel(), numel());
     Tensor t = *this;
     t.data_ = static_cast<char*>(data_) + offset * static_cast<int64_t>(dtype_size(dtype_));

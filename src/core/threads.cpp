@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <Eigen/Core>
 #include <algorithm>
 
 #include "core/check.h"
@@ -20,6 +21,8 @@ int default_compute_threads(int ranks_on_node) {
 void set_compute_threads(int n) {
   CHECK(n >= 1, "compute threads must be >= 1, got {}", n);
   omp_set_num_threads(n);
+  Eigen::setNbThreads(n);  // the matmul backend (Eigen's GEMM runs on OpenMP threads)
+  // OpenBLAS is still linked (CMake); its pthread pool must not add threads of its own if anything calls it.
   openblas_set_num_threads(n);
 }
 

@@ -7,7 +7,7 @@ namespace mt {
 // Hardware cores usable by this process / ranks on this node, at least 1.
 int default_compute_threads(int ranks_on_node);
 
-// Sets the thread count of OpenMP and of OpenBLAS (both run the step loop's compute; n >= 1).
+// Sets the thread count of OpenMP, Eigen (the matmul backend, on OpenMP threads) and OpenBLAS (n >= 1).
 void set_compute_threads(int n);
 
 // The thread count last set (or OpenMP's default before any call).

@@ -28,6 +28,11 @@ Batcher::Batcher(const std::vector<int32_t>* tokens, int seq_len, int global_bat
   if (global_batch_ <= 0) input_error("train.global_batch must be positive (got {})", global_batch_);
   if (order_ != "sequential" && order_ != "shuffle")
     input_error("data.order must be sequential or shuffle (got '{}')", order_);
+}
+
+// The stream's length is checked when a window is first asked for, not at construction, so a batcher over an
+// unused stream (an empty validation tail with evaluation off) can still be built.
+void Batcher::check_length() const {
   const int64_t N = static_cast<int64_t>(tokens_->size());
   if (N < static_cast<int64_t>(seq_len_) + 2)
     input_error("the token stream has {} tokens, too short for model.seq_len {} (needs at least seq_len + 2 = {})",
@@ -39,6 +44,7 @@ Batcher::Batcher(const std::vector<int32_t>* tokens, int seq_len, int global_bat
 }
 
 int64_t Batcher::window_offset(int64_t step, int64_t g) {
+  check_length();
   if (step < 0 || g < 0 || g >= global_batch_)
     throw std::out_of_range("Batcher::window_offset: step " + std::to_string(step) + ", sequence " +
                             std::to_string(g) + " of a global batch of " + std::to_string(global_batch_));

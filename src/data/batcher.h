@@ -4,6 +4,9 @@
 //   shuffle:    window w = step * global_batch + g is taken in epochs of K = (N - T - 1) / T windows; epoch
 //               e = w / K visits the non-overlapping windows k*T in a Fisher-Yates order seeded by (seed, e).
 // inputs = tokens[o .. o+T-1], targets = tokens[o+1 .. o+T].
+// The constructor refuses a bad seq_len, global_batch or order; a stream too short for one window (N < T + 2;
+// shuffle: N < 2T + 1) is refused with InputError by the first window_offset/fill call, so a batcher over an
+// unused stream (an empty validation tail with evaluation off) can still be constructed.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,6 +25,8 @@ class Batcher {
   void fill(int64_t step, int64_t first, int64_t count, int32_t* inputs, int32_t* targets);
 
  private:
+  void check_length() const;  // throws InputError when the stream is too short for one window
+
   const std::vector<int32_t>* tokens_;
   int seq_len_, global_batch_;
   std::string order_;

@@ -7,30 +7,30 @@
 namespace mt::kernels::detail {
 
 inline void check_defined(const Tensor& t, const char* op, const char* name) {
-  CHECK(t.defined(), "{}: {} is undefined", op, name);
+  MT_CHECK(t.defined(), "{}: {} is undefined", op, name);
 }
 
 inline void check_float(const Tensor& t, const char* op, const char* name) {
-  CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, "{}: {} must be fp32 or fp64, is {}", op, name,
+  MT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, "{}: {} must be fp32 or fp64, is {}", op, name,
         dtype_name(t.dtype()));
 }
 
 inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* na, const char* nb) {
-  CHECK(a.dtype() == b.dtype(), "{}: {} is {} but {} is {}", op, na, dtype_name(a.dtype()), nb,
+  MT_CHECK(a.dtype() == b.dtype(), "{}: {} is {} but {} is {}", op, na, dtype_name(a.dtype()), nb,
         dtype_name(b.dtype()));
 }
 
 inline void check_same_device(const Tensor& a, const Tensor& b, const char* op, const char* na, const char* nb) {
-  CHECK(a.device() == b.device(), "{}: {} is on {} but {} is on {}", op, na, device_name(a.device()), nb,
+  MT_CHECK(a.device() == b.device(), "{}: {} is on {} but {} is on {}", op, na, device_name(a.device()), nb,
         device_name(b.device()));
 }
 
 inline void check_shape(const Tensor& t, const Shape& s, const char* op, const char* name) {
-  CHECK(t.shape() == s, "{}: {} has shape {}, expected {}", op, name, t.shape().str(), s.str());
+  MT_CHECK(t.shape() == s, "{}: {} has shape {}, expected {}", op, name, t.shape().str(), s.str());
 }
 
 [[noreturn]] inline void no_cuda(const char* op) {
-  CHECK(false, "{}: tensor is on cuda, but meshtrain was built without the CUDA backend", op);
+  MT_CHECK(false, "{}: tensor is on cuda, but meshtrain was built without the CUDA backend", op);
   __builtin_unreachable();
 }
 

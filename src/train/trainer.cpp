@@ -80,6 +80,11 @@ double evaluate(const GPT& model, Activations& acts, Batcher& val, const Config&
 }  // namespace
 
 void run_training(const Config& cfg) {
+  // Valid names that later versions implement: refuse them up front rather than train something else.
+  if (cfg.precision.compute != "fp32")
+    input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
+                cfg.precision.compute);
+  if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(ranks_on_this_node());
   set_compute_threads(threads);
   spdlog::info("mesh: dp=1 x tp=1 x pp=1 (1 rank), device {}, {} compute threads", cfg.device, threads);

@@ -20,8 +20,8 @@ class GPT2(torch.nn.Module):
             return torch.nn.Parameter(torch.zeros(*shape, dtype=dtype))
 
         self.params = torch.nn.ParameterDict()
-        self.params["wte.weight"] = p(vocab_size, C)
-        self.params["wpe.weight"] = p(seq_len, C)
+        self.params[key("wte.weight")] = p(vocab_size, C)
+        self.params[key("wpe.weight")] = p(seq_len, C)
         for l in range(n_layer):
             for name, shape in [("ln_1.weight", (C,)), ("ln_1.bias", (C,)),
                                 ("attn.c_attn.weight", (C, 3 * C)), ("attn.c_attn.bias", (3 * C,)),

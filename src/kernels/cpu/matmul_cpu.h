@@ -1,4 +1,4 @@
-// CPU matmul (OpenBLAS GEMM + an OpenMP bias pass); see kernels/matmul.h for the contract.
+// CPU matmul (Eigen GEMM + an OpenMP bias pass); see kernels/matmul.h for the contract.
 #pragma once
 #include <cstdint>
 

@@ -1,0 +1,49 @@
+// CPU reductions in double. Each thread sums a fixed contiguous chunk and the partial sums are added in thread
+// order, so for a given thread count the result is bitwise reproducible.
+#include "kernels/cpu/reduce_cpu.h"
+
+#include "kernels/cpu/parallel.h"
+
+namespace mt::kernels::cpu {
+namespace {
+template <bool kSquare, typename T>
+double reduce(const T* x, int64_t n) {
+  constexpr int kMaxThreads = 256;
+  double part[kMaxThreads] = {};
+  int used = 1;
+  auto chunk = [&](int64_t b, int64_t e) {
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = b; i < e; ++i) s += kSquare ? double(x[i]) * double(x[i]) : double(x[i]);
+    return s;
+  };
+  if (n <= kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) return chunk(0, n);
+#pragma omp parallel num_threads(std::min(omp_get_max_threads(), kMaxThreads))
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (n + nt - 1) / nt, b = std::min(n, t * per), e = std::min(n, b + per);
+    part[t] = chunk(b, e);
+#pragma omp single
+    used = int(nt);
+  }
+  double s = 0;
+  for (int t = 0; t < used; ++t) s += part[t];
+  return s;
+}
+}  // namespace
+
+template <typename T>
+double sum(const T* x, int64_t n) {
+  return reduce<false>(x, n);
+}
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  return reduce<true>(x, n);
+}
+
+template double sum<float>(const float*, int64_t);
+template double sum<double>(const double*, int64_t);
+template double sum_squares<float>(const float*, int64_t);
+template double sum_squares<double>(const double*, int64_t);
+
+}  // namespace mt::kernels::cpu

@@ -1,0 +1,69 @@
+// embedding_forward / embedding_backward: argument checks and device dispatch (kernels/embedding.h).
+#include "kernels/embedding.h"
+
+#include "kernels/cpu/embedding_cpu.h"
+#include "kernels/kernel_checks.h"
+
+namespace mt::kernels {
+using namespace detail;
+
+namespace {
+void check_tokens(const char* op, const Tensor& tokens, const Tensor& table, int64_t& B, int64_t& T) {
+  check_defined(tokens, op, "tokens");
+  CHECK(tokens.dtype() == DType::I32, "{}: tokens must be int32, is {}", op, dtype_name(tokens.dtype()));
+  CHECK(tokens.ndim() == 2, "{}: tokens must be [B, T], has shape {}", op, tokens.shape().str());
+  check_same_device(tokens, table, op, "tokens", "wte");
+  B = tokens.dim(0), T = tokens.dim(1);
+  // Token ids index memory: an id out of range is a data error that must stop here, not corrupt the heap.
+  if (tokens.device() == Device::CPU) {
+    const int32_t* t = tokens.data_as<int32_t>();
+    for (int64_t i = 0; i < B * T; ++i)
+      CHECK(t[i] >= 0 && t[i] < table.dim(0), "{}: token id {} at position {} is outside [0, {})", op, t[i], i,
+            table.dim(0));
+  }
+}
+void check_tables(const char* op, const Tensor& wte, const Tensor& wpe, int64_t T, int64_t& C) {
+  check_defined(wte, op, "wte"), check_defined(wpe, op, "wpe"), check_float(wte, op, "wte");
+  check_same_dtype(wpe, wte, op, "wpe", "wte"), check_same_device(wpe, wte, op, "wpe", "wte");
+  CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1), "{}: wte {} and wpe {} must be [*, C]", op,
+        wte.shape().str(), wpe.shape().str());
+  C = wte.dim(1);
+  CHECK(wpe.dim(0) >= T, "{}: sequence length {} exceeds the {} positions of wpe", op, T, wpe.dim(0));
+}
+}  // namespace
+
+void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  const char* op = "embedding_forward";
+  int64_t B, T, C;
+  check_defined(wte, op, "wte");
+  check_tokens(op, tokens, wte, B, T);
+  check_tables(op, wte, wpe, T, C);
+  check_defined(out, op, "out"), check_same_dtype(out, wte, op, "out", "wte");
+  check_same_device(out, wte, op, "out", "wte"), check_shape(out, Shape{B, T, C}, op, "out");
+  if (wte.device() == Device::CUDA) no_cuda(op);
+  if (wte.dtype() == DType::F32)
+    cpu::embedding_forward<float>(out.data_as<float>(), tokens.data_as<int32_t>(), wte.data_as<float>(),
+                                  wpe.data_as<float>(), B, T, C);
+  else
+    cpu::embedding_forward<double>(out.data_as<double>(), tokens.data_as<int32_t>(), wte.data_as<double>(),
+                                   wpe.data_as<double>(), B, T, C);
+}
+
+void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  const char* op = "embedding_backward";
+  int64_t B, T, C;
+  check_defined(dwte, op, "dwte");
+  check_tokens(op, tokens, dwte, B, T);
+  check_tables(op, dwte, dwpe, T, C);
+  check_defined(dout, op, "dout"), check_same_dtype(dout, dwte, op, "dout", "dwte");
+  check_same_device(dout, dwte, op, "dout", "dwte"), check_shape(dout, Shape{B, T, C}, op, "dout");
+  if (dwte.device() == Device::CUDA) no_cuda(op);
+  if (dwte.dtype() == DType::F32)
+    cpu::embedding_backward<float>(dwte.data_as<float>(), dwpe.data_as<float>(), dout.data_as<float>(),
+                                   tokens.data_as<int32_t>(), B, T, C);
+  else
+    cpu::embedding_backward<double>(dwte.data_as<double>(), dwpe.data_as<double>(), dout.data_as<double>(),
+                                    tokens.data_as<int32_t>(), B, T, C);
+}
+
+}  // namespace mt::kernels
