@@ -49,6 +49,13 @@ void decode_uint16(const std::string& path, const unsigned char* p, size_t count
   }
 }
 
+// Header words 3..255 of an llm.c shard are zero; raw token data essentially never has 253 zero words there.
+bool looks_like_llmc_header(const unsigned char* p) {
+  for (size_t w = 3; w < kLlmcHeaderBytes / 4; ++w)
+    if (le_i32(p + 4 * w) != 0) return false;
+  return true;
+}
+
 void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) input_error("cannot open '{}' for writing", path);
@@ -91,6 +98,11 @@ TokenStream load_token_file(const std::string& path, int vocab_size) {
                   kLlmcHeaderBytes, ts.tokens);
     ts.description = "llm.c shard " + path + ": " + std::to_string(count) + " tokens";
   } else {
+    // A file laid out like an llm.c shard (a 1024-byte header whose unused words are zero) but without the
+    // magic number is a corrupt or foreign shard, not raw tokens: say so rather than report odd token ids.
+    if (bytes.size() >= kLlmcHeaderBytes && looks_like_llmc_header(bytes.data()))
+      input_error("token file '{}': the layout is an llm.c shard's but the magic number is {} (expected {})",
+                  path, le_i32(bytes.data()), kLlmcMagic);
     if (bytes.size() % 2 != 0)
       input_error("token file '{}': raw uint16 token file of odd length {} bytes (truncated?)", path,
                   bytes.size());

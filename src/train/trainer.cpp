@@ -85,6 +85,11 @@ void run_training(const Config& cfg) {
     input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
                 cfg.precision.compute);
   if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
+  if (cfg.optim.zero != 0) input_error("optim.zero=1: ZeRO-1 needs data parallelism, which this version lacks");
+  if (cfg.run.profile) input_error("run.profile=true: the profiler is not built yet");
+  if (cfg.run.checkpoint_every != 0) input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);
+  if (cfg.run.resume != "auto" && cfg.run.resume != "none")
+    input_error("run.resume={}: checkpoints are not built yet; use auto or none", cfg.run.resume);
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(ranks_on_this_node());
   set_compute_threads(threads);
   spdlog::info("mesh: dp=1 x tp=1 x pp=1 (1 rank), device {}, {} compute threads", cfg.device, threads);

@@ -31,7 +31,7 @@ tokens_file = path("good.bin", llmc(good_tokens))
 CASES = [
     # (name, config file or None for tiny, --set overrides, words the message must contain)
     ("unknown key in the file", path("unknown.yaml", "model:\n  n_layers: 2\n"), [], ["model.n_layers", "model.n_layer"]),
-    ("unknown key in --set", None, ["optim.learning_rate=1"], ["optim.learning_rate", "optim.lr"]),
+    ("unknown key in --set", None, ["optim.l_r=1"], ["optim.l_r", "did you mean 'optim.lr'"]),
     ("wrong type", None, ["model.n_layer=four"], ["model.n_layer", "four"]),
     ("fractional integer", None, ["train.steps=2.5"], ["train.steps", "2.5"]),
     ("missing config file", path("does_not_exist.yaml"), [], ["does_not_exist.yaml"]),
@@ -39,7 +39,7 @@ CASES = [
     ("config not a map", path("scalar.yaml", "42\n"), [], ["scalar.yaml"]),
     ("missing data file", None, ["data.source=tokens", f"data.path={path('nope.bin')}"], ["nope.bin"]),
     ("token file with a wrong magic number", None,
-     ["data.source=tokens", "data.path=" + path("magic.bin", llmc(good_tokens, magic=20240521))], ["magic.bin", "magic"]),
+     ["data.source=tokens", "data.path=" + path("magic.bin", llmc(good_tokens, magic=20240521))], ["magic.bin", "magic number", "20240521"]),
     ("llm.c shard with a wrong version", None,
      ["data.source=tokens", "data.path=" + path("version.bin", llmc(good_tokens, version=7))], ["version.bin", "version"]),
     ("llm.c shard shorter than its header says", None,
@@ -54,9 +54,10 @@ CASES = [
     ("safetensors header not JSON", None,
      ["model.init_from=" + path("json.safetensors", struct.pack("<Q", 8) + b"notjson!")], ["json.safetensors"]),
     ("safetensors offsets out of range", None,
-     ["model.init_from=" + path("range.safetensors", struct.pack("<Q", 64) +
-                                b'{"wte.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8000]}}'.ljust(64))],
-     ["range.safetensors"]),
+     ["model.init_from=" + path("range.safetensors", struct.pack("<Q", 72) +
+                                b'{"wte.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'.ljust(72) +
+                                b"\0" * 4)],
+     ["range.safetensors", "wte.weight"]),
     ("global_batch not divisible by micro_batch", None, ["train.global_batch=6", "train.micro_batch=4"],
      ["global_batch", "6", "4"]),
     ("d_model not divisible by n_head", None, ["model.d_model=30", "model.n_head=4"], ["d_model", "30", "4"]),
