@@ -156,11 +156,22 @@ void interference(int backend) {
 
 }  // namespace
 
+// Usage: bench_matmul [THREADS [SECONDS_PER_CASE]] [--peak-only]
 int main(int argc, char** argv) {
-  int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  if (argc > 2) g_seconds = std::atof(argv[2]);
+  bool peak_only = false;
+  std::vector<const char*> pos;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--peak-only") peak_only = true;
+    else pos.push_back(argv[i]);
+  }
+  int threads = pos.size() > 0 ? std::atoi(pos[0]) : 2;
+  if (pos.size() > 1) g_seconds = std::atof(pos[1]);
   mt::set_compute_threads(threads);
-  Eigen::setNbThreads(threads);
+  openblas_set_num_threads(threads);
+  if (peak_only) {  // the machine's sgemm throughput with the trainer's backend, for other benchmarks to quote
+    std::printf("peak sgemm (Eigen, 2048^3, %d threads): %.1f GFLOP/s\n", threads, peak(0));
+    return 0;
+  }
   std::printf("bench_matmul: threads=%d (omp %d, openblas %d, eigen %d), %s\n", threads, omp_get_max_threads(),
               openblas_get_num_threads(), Eigen::nbThreads(), openblas_get_config());
 

@@ -95,8 +95,13 @@ print(json.dumps({"ms": statistics.median(times[5:]), "rss": resource.getrusage(
 '''
 
 
-def run_torch(c, threads, steps):
+OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+
+def run_torch(c, threads, steps, openmp_blas=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if openmp_blas:  # PyTorch's BLAS calls on the OpenMP build of OpenBLAS: no fight with PyTorch's OpenMP pool
+        env["LD_LIBRARY_PATH"] = OPENMP_OPENBLAS
     r = subprocess.run(["/usr/bin/python3", "-c", TORCH_CHILD, json.dumps(c), str(threads), str(steps)],
                        capture_output=True, text=True, check=True, env=env)
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -107,8 +112,8 @@ def peak_sgemm(threads):
     exe = os.path.join(ROOT, "build", "bench", "bench_matmul")
     if not os.path.exists(exe):
         return None
-    r = subprocess.run([exe, "--peak-only", "--threads", str(threads)], capture_output=True, text=True)
-    m = re.search(r"peak sgemm[^0-9]*([0-9.]+) GFLOP/s", r.stdout)
+    r = subprocess.run([exe, str(threads), "--peak-only"], capture_output=True, text=True)
+    m = re.search(r"peak sgemm.*: ([0-9.]+) GFLOP/s", r.stdout)
     return float(m.group(1)) if m else None
 
 
@@ -121,18 +126,27 @@ def main():
     peak = peak_sgemm(args.threads)
     print(f"machine: {os.cpu_count()} cores; threads per process {args.threads}; "
           f"peak sgemm {peak if peak else 'n/a'} GFLOP/s (build/bench/bench_matmul)")
-    print(f"{'config':6} {'meshtrain tok/s':>16} {'PyTorch tok/s':>14} {'ratio':>6} {'meshtrain MiB':>14} "
-          f"{'PyTorch MiB':>12} {'GFLOP/s':>8} {'of sgemm':>8}")
+    have_omp = os.path.exists(os.path.join(OPENMP_OPENBLAS, "libblas.so.3"))
+    print("PyTorch: Debian's python3-torch as installed (its BLAS is the system libblas.so.3, OpenBLAS's pthread "
+          "build by default)" + ("; 'omp' = the same with OpenBLAS's OpenMP build (libopenblas0-openmp), the "
+                                  "faster PyTorch on this machine" if have_omp else ""))
+    print(f"{'config':6} {'meshtrain tok/s':>16} {'PyTorch tok/s':>14} {'ratio':>6} "
+          + (f"{'PyTorch omp':>12} {'ratio':>6} " if have_omp else "")
+          + f"{'meshtrain MiB':>14} {'PyTorch MiB':>12} {'GFLOP/s':>8} {'of sgemm':>8}")
     for name in args.configs.split(","):
         c = CONFIGS[name]
         tokens = c["batch"] * c["seq_len"]
         with tempfile.TemporaryDirectory() as work:
             mt_ms, mt_rss = run_meshtrain(c, args.threads, args.steps, work)
         pt_ms, pt_rss = run_torch(c, args.threads, args.steps)
+        omp = ""
+        if have_omp:
+            po_ms, _ = run_torch(c, args.threads, args.steps, openmp_blas=True)
+            omp = f"{tokens / po_ms * 1000:12.0f} {po_ms / mt_ms:6.2f} "
         gflops = flops_per_token(c) * tokens / (mt_ms / 1000) / 1e9
         share = f"{100 * gflops / peak:.0f}%" if peak else "n/a"
-        print(f"{name:6} {tokens / mt_ms * 1000:16.0f} {tokens / pt_ms * 1000:14.0f} {pt_ms / mt_ms:6.2f} "
-              f"{mt_rss:14.1f} {pt_rss:12.1f} {gflops:8.1f} {share:>8}")
+        print(f"{name:6} {tokens / mt_ms * 1000:16.0f} {tokens / pt_ms * 1000:14.0f} {pt_ms / mt_ms:6.2f} " + omp
+              + f"{mt_rss:14.1f} {pt_rss:12.1f} {gflops:8.1f} {share:>8}")
 
 
 if __name__ == "__main__":

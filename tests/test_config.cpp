@@ -105,7 +105,7 @@ TEST_CASE("configs/gpt.yaml loads with the documented values") {
   CHECK(c.model.vocab_size == 256);
   CHECK(c.train.global_batch == 16);
   CHECK(c.train.micro_batch == 8);
-  CHECK(c.train.steps == 300);
+  CHECK(c.train.steps == 500);
   CHECK(c.train.seed == 1234);
   CHECK(c.train.grad_clip == 1.0);
   CHECK(c.optim.lr == 3e-3);

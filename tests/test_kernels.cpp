@@ -4,6 +4,8 @@
 // clip_grad_norm_ rules).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <functional>
 #include <random>
 #include <vector>
@@ -98,8 +100,15 @@ void gradcheck(const std::function<double()>& loss, const std::vector<Param>& pa
 }  // namespace
 
 TEST_CASE("threads: defaults and setting", "[threads]") {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = env ? env : "";
+  unsetenv("OMP_NUM_THREADS");
   REQUIRE(default_compute_threads(1) >= 1);
   REQUIRE(default_compute_threads(1000) == 1);
+  setenv("OMP_NUM_THREADS", "3", 1);  // an explicit setting wins over the per-node split
+  REQUIRE(default_compute_threads(1000) == 3);
+  if (env) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  else unsetenv("OMP_NUM_THREADS");
   set_compute_threads(2);
   REQUIRE(compute_threads() == 2);
 }

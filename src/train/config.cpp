@@ -56,7 +56,7 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(train.grad_clip, "clip the global gradient norm to this; 0 = off"),
       MT_KEY(train.eval_every, "evaluate every this many steps; 0 = off"),
       MT_KEY(train.eval_batches, "global batches per evaluation"),
-      MT_KEY(train.threads, "compute threads per rank; 0 = cores on the node / ranks on the node"),
+      MT_KEY(train.threads, "compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node"),
       MT_KEY(optim.lr, "peak learning rate"),
       MT_KEY(optim.min_lr, "learning rate at the end of the decay"),
       MT_KEY(optim.warmup_steps, "linear warm-up steps from 0 to lr"),

@@ -25,7 +25,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   double grad_clip = 1.0;  // 0 = off
   int eval_every = 0, eval_batches = 4;
-  int threads = 0;  // compute threads per rank; 0 = cores on the node / ranks on the node
+  int threads = 0;  // compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node
 };
 
 struct OptimConfig {
