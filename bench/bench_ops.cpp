@@ -1,0 +1,263 @@
+// bench_ops: where a training step's time goes. For configs A and B (bench_vs_pytorch.py's) it times every
+// kernel the GPT calls, forward and backward, at the shapes and call counts of one step (one micro-batch),
+// and a whole step (zero grads, GPT forward + backward, Optimizer::step) through mt::GPT and mt::Optimizer.
+// It prints ms/step per op, its share of the measured step, and the share outside the GEMMs; for the GEMMs the
+// GFLOP/s, for every other op the bytes it must move (each input read once, each output written once) and the
+// implied GB/s, so the ops far from memory bandwidth stand out.
+//
+//   build-perf/bench/bench_ops [threads=2] [seconds_per_case=0.2] [configs=AB]
+//
+// Each time is the best of ~10 ms batches (after a warm-up call) within seconds_per_case: the machine is
+// shared, and the best batch is the least disturbed one. Run it on an otherwise idle machine.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "core/threads.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+#include "model/gpt.h"
+#include "optim/optimizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using mt::DType;
+using mt::Tensor;
+using mt::kernels::WeightLayout;
+
+double g_seconds = 0.2;
+
+double time_call(const std::function<void()>& f) {
+  f();
+  double best = 1e30, total = 0;
+  int per_batch = 1;
+  while (total < g_seconds) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < per_batch; ++i) f();
+    double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    total += el;
+    best = std::min(best, el / per_batch);
+    if (el < 0.01) per_batch *= 2;
+  }
+  return best;
+}
+
+// Random values in [-0.5, 0.5) * scale (an LCG: reproducible, no denormals).
+Tensor randt(mt::Shape s, unsigned seed, float scale = 1.0f) {
+  Tensor t = Tensor::empty(s, DType::F32);
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = scale * (static_cast<float>((seed >> 8) & 0xffff) / 65536.0f - 0.5f);
+  }
+  return t;
+}
+
+struct Config {
+  const char* name;
+  int L, NH, C, T, V, B;
+};
+
+struct Row {
+  std::string op;
+  int calls;         // per step
+  double ms;         // per step (all calls)
+  bool gemm;
+  double flops;      // per step, GEMMs (and attention's products)
+  double bytes;      // per step, minimum traffic
+};
+
+void run_config(const Config& cfg) {
+  const int64_t L = cfg.L, NH = cfg.NH, C = cfg.C, T = cfg.T, B = cfg.B, N = B * T;
+  const int64_t Vp = mt::padded_vocab(cfg.V), HS = C / NH;
+  std::vector<Row> rows;
+  auto add = [&](std::string op, int calls, bool gemm, double flops_per_call, double bytes_per_call,
+                 const std::function<void()>& f) {
+    const double s = time_call(f);
+    rows.push_back({op, calls, 1e3 * s * calls, gemm, flops_per_call * calls, bytes_per_call * calls});
+  };
+  const double f4 = 4.0;  // bytes per fp32
+
+  // ---- GEMMs (bias included), per layer and the LM head ----
+  struct MM {
+    const char* name;
+    int64_t c, oc;
+    int calls;
+    WeightLayout layout;
+    bool bias;
+  };
+  const MM mms[] = {{"qkv", C, 3 * C, int(L), WeightLayout::InOut, true},
+                    {"attn_proj", C, C, int(L), WeightLayout::InOut, true},
+                    {"fc", C, 4 * C, int(L), WeightLayout::InOut, true},
+                    {"fc_proj", 4 * C, C, int(L), WeightLayout::InOut, true},
+                    {"lm_head", C, Vp, 1, WeightLayout::OutIn, false}};
+  for (const MM& m : mms) {
+    Tensor inp = randt({N, m.c}, 1), out = randt({N, m.oc}, 2), dout = randt({N, m.oc}, 3, 1e-2f);
+    Tensor w = m.layout == WeightLayout::InOut ? randt({m.c, m.oc}, 4, 0.04f) : randt({m.oc, m.c}, 4, 0.04f);
+    Tensor bias = m.bias ? randt({m.oc}, 5) : Tensor();
+    Tensor dinp = randt({N, m.c}, 6), dw = randt(w.shape(), 7), db = m.bias ? randt({m.oc}, 8) : Tensor();
+    const double fl = 2.0 * N * m.c * m.oc;
+    add(std::string("matmul_fwd ") + m.name, m.calls, true, fl, 0,
+        [&] { mt::kernels::matmul_forward(out, inp, w, bias, m.layout); });
+    add(std::string("matmul_bwd ") + m.name, m.calls, true, 2 * fl, 0,
+        [&] { mt::kernels::matmul_backward(dinp, dw, db, dout, inp, w, m.layout); });
+  }
+
+  // ---- attention ----
+  {
+    Tensor qkv = randt({B, T, 3 * C}, 11), out = randt({B, T, C}, 12), att = randt({B, NH, T, T}, 13);
+    Tensor dout = randt({B, T, C}, 14, 1e-2f), dqkv = randt({B, T, 3 * C}, 15), datt = randt({B, NH, T, T}, 16);
+    // Causal useful FLOPs: QK^T and PV over the lower triangle, 2 * T(T+1)/2 * HS each, per (b, h).
+    const double tri = double(T) * (T + 1) / 2, fl = 2.0 * 2 * tri * HS * B * NH;
+    const double att_bytes = f4 * B * NH * tri;
+    add("attention_fwd", int(L), false, fl, f4 * 3 * N * C + f4 * N * C + att_bytes,
+        [&] { mt::kernels::attention_forward(out, att, qkv, int(NH)); });
+    mt::kernels::attention_forward(out, att, qkv, int(NH));
+    add("attention_bwd", int(L), false, 2 * fl, f4 * N * C + f4 * 3 * N * C + att_bytes + f4 * 3 * N * C,
+        [&] { mt::kernels::attention_backward(dqkv, datt, dout, qkv, att, int(NH)); });
+  }
+
+  // ---- layernorm, gelu, residual adds ----
+  {
+    Tensor x = randt({N, C}, 21), y = randt({N, C}, 22), mean = randt({N}, 23), rstd = randt({N}, 24);
+    Tensor w = randt({C}, 25), b = randt({C}, 26), dy = randt({N, C}, 27, 1e-2f), dx = randt({N, C}, 28);
+    Tensor dw = randt({C}, 29), db = randt({C}, 30);
+    add("layernorm_fwd", int(2 * L + 1), false, 0, f4 * 2 * N * C,
+        [&] { mt::kernels::layernorm_forward(y, mean, rstd, x, w, b); });
+    mt::kernels::layernorm_forward(y, mean, rstd, x, w, b);
+    add("layernorm_bwd", int(2 * L + 1), false, 0, f4 * 4 * N * C,
+        [&] { mt::kernels::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd); });
+    Tensor r = randt({N, C}, 31);
+    add("accumulate (residual)", int(2 * L), false, 0, f4 * 3 * N * C, [&] { mt::kernels::accumulate(y, r); });
+  }
+  {
+    Tensor h = randt({N, 4 * C}, 41, 6.0f), g = randt({N, 4 * C}, 42), dg = randt({N, 4 * C}, 43, 1e-2f);
+    Tensor dh = randt({N, 4 * C}, 44);
+    add("gelu_fwd", int(L), false, 0, f4 * 2 * N * 4 * C, [&] { mt::kernels::gelu_forward(g, h); });
+    add("gelu_bwd", int(L), false, 0, f4 * 3 * N * 4 * C, [&] { mt::kernels::gelu_backward(dh, h, dg); });
+  }
+
+  // ---- embedding, loss ----
+  {
+    Tensor tok = Tensor::empty({B, T}, DType::I32);
+    for (int64_t i = 0; i < N; ++i) tok.data_as<int32_t>()[i] = int32_t((i * 2654435761u) % cfg.V);
+    Tensor wte = randt({Vp, C}, 51), wpe = randt({T, C}, 52), out = randt({B, T, C}, 53);
+    Tensor dwte = randt({Vp, C}, 54), dwpe = randt({T, C}, 55), dout = randt({B, T, C}, 56, 1e-2f);
+    add("embedding_fwd", 1, false, 0, f4 * 2 * N * C + f4 * T * C,
+        [&] { mt::kernels::embedding_forward(out, tok, wte, wpe); });
+    add("embedding_bwd", 1, false, 0, f4 * N * C + f4 * 2 * N * C + f4 * 2 * T * C,
+        [&] { mt::kernels::embedding_backward(dwte, dwpe, dout, tok); });
+    Tensor logits = randt({N, Vp}, 57, 4.0f), dl = randt({N, Vp}, 58), losses = randt({N}, 59);
+    add("softmax_xent", 1, false, 0, f4 * 2 * N * Vp, [&] {
+      mt::kernels::softmax_xent_forward_backward(losses, dl, logits, tok.view({N}), cfg.V, 1.0 / N);
+    });
+  }
+
+  // ---- the whole model and optimizer (their buffers give the parameter count) ----
+  mt::GPTConfig gc;
+  gc.n_layer = cfg.L, gc.n_head = cfg.NH, gc.d_model = cfg.C, gc.seq_len = cfg.T, gc.vocab_size = cfg.V;
+  mt::GPT model(gc, DType::F32);
+  model.init(1234, 0.02);
+  mt::OptimizerSettings os;
+  mt::Optimizer opt(model.table(), DType::F32, mt::Device::CPU, os);
+  const int64_t P = model.params().numel();
+  {
+    Tensor acc = Tensor::zeros({1}, DType::F32), gscale = randt({1}, 61);
+    gscale.data_as<float>()[0] = 1.0f;
+    Tensor g = randt({P}, 62, 1e-3f), m = randt({P}, 63, 1e-3f), v = randt({P}, 64, 1e-6f);
+    v = Tensor::zeros({P}, DType::F32);
+    Tensor params = randt({P}, 65, 0.04f);
+    add("zero_ grads", 1, false, 0, f4 * P, [&] { mt::zero_(model.grads()); });
+    add("sum_squares grads", 1, false, 0, f4 * P, [&] { mt::kernels::sum_squares_accumulate(acc, g); });
+    mt::kernels::AdamWHyper h;
+    h.weight_decay = 0.1;
+    add("adamw (per param)", 1, false, 0, f4 * 7 * P, [&] {
+      for (const mt::ParamSpec& p : model.table().specs()) {
+        const mt::Shape flat{p.numel()};
+        mt::kernels::adamw_update(params.slice(p.offset, flat), g.slice(p.offset, flat), m.slice(p.offset, flat),
+                                  v.slice(p.offset, flat), gscale, h);
+      }
+    });
+  }
+
+  mt::Arena act_arena, scratch_arena;
+  mt::Activations acts = model.alloc_activations(act_arena, int(B), int(T));
+  for (int64_t i = 0; i < N; ++i) {
+    acts.tokens.data_as<int32_t>()[i] = int32_t((i * 2654435761u) % cfg.V);
+    acts.targets.data_as<int32_t>()[i] = int32_t((i * 40503u + 7) % cfg.V);
+  }
+  Tensor loss_sum = Tensor::zeros({1}, DType::F32);
+  double lr = 1e-4;  // small: the step is timed many times
+  auto step = [&] {
+    mt::zero_(model.grads());
+    mt::zero_(loss_sum);
+    model.forward(acts, 1.0 / N, loss_sum);
+    scratch_arena.reset();
+    model.backward(acts, scratch_arena);
+    opt.step(model.params(), model.grads(), lr);
+  };
+  const double step_ms = 1e3 * time_call(step);
+  const double fb_ms = 1e3 * time_call([&] {
+    model.forward(acts, 1.0 / N, loss_sum);
+    scratch_arena.reset();
+    model.backward(acts, scratch_arena);
+  });
+
+  double sum_ms = 0, gemm_ms = 0, gemm_flops = 0;
+  for (const Row& r : rows) {
+    sum_ms += r.ms;
+    if (r.gemm) gemm_ms += r.ms, gemm_flops += r.flops;
+  }
+  std::printf("\n=== config %s: L%d NH%d C%d T%d V%d (Vp %lld) B%d, N=%lld, %lld params ===\n", cfg.name, cfg.L,
+              cfg.NH, cfg.C, cfg.T, cfg.V, (long long)Vp, cfg.B, (long long)N, (long long)P);
+  std::printf("%-24s %5s %9s %7s %9s %9s %8s\n", "op", "calls", "ms/step", "share", "GFLOP/s", "MB/step", "GB/s");
+  for (const Row& r : rows) {
+    const double s = r.ms * 1e-3;
+    char gf[16] = "", mb[16] = "", gbs[16] = "";
+    if (r.flops > 0) std::snprintf(gf, sizeof gf, "%.1f", r.flops / s * 1e-9);
+    if (r.bytes > 0) {
+      std::snprintf(mb, sizeof mb, "%.2f", r.bytes * 1e-6);
+      std::snprintf(gbs, sizeof gbs, "%.1f", r.bytes / s * 1e-9);
+    }
+    std::printf("%-24s %5d %9.3f %6.1f%% %9s %9s %8s\n", r.op.c_str(), r.calls, r.ms, 100 * r.ms / step_ms, gf, mb,
+                gbs);
+  }
+  std::printf("%-24s %5s %9.3f %6.1f%%   (%.1f GFLOP/s over %.2f GFLOP)\n", "sum of GEMMs", "", gemm_ms,
+              100 * gemm_ms / step_ms, gemm_flops / (gemm_ms * 1e-3) * 1e-9, gemm_flops * 1e-9);
+  std::printf("%-24s %5s %9.3f %6.1f%%\n", "sum of non-GEMM ops", "", sum_ms - gemm_ms,
+              100 * (sum_ms - gemm_ms) / step_ms);
+  std::printf("%-24s %5s %9.3f %6.1f%%\n", "sum of all ops", "", sum_ms, 100 * sum_ms / step_ms);
+  std::printf("%-24s %5s %9.3f %6.1f%%   (%.0f tok/s; forward+backward alone %.3f ms)\n", "measured step", "",
+              step_ms, 100.0, N / (step_ms * 1e-3), fb_ms);
+  std::printf("outside GEMMs (measured step - GEMMs): %.3f ms = %.1f%% of the step\n", step_ms - gemm_ms,
+              100 * (step_ms - gemm_ms) / step_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  if (argc > 2) g_seconds = std::atof(argv[2]);
+  const std::string which = argc > 3 ? argv[3] : "AB";
+  mt::set_compute_threads(threads);
+  std::printf("bench_ops: %d threads, best ~10 ms batch within %.2f s per case\n", threads, g_seconds);
+  const Config configs[] = {{"A", 4, 4, 256, 64, 512, 4}, {"B", 4, 8, 384, 128, 2048, 8}};
+  for (const Config& c : configs)
+    if (which.find(c.name) != std::string::npos) run_config(c);
+  return 0;
+}

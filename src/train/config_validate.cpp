@@ -1,0 +1,148 @@
+// Config validation: single values and their combinations, each failure an InputError that names the keys and
+// the numbers that disagree (exit status 2).
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "train/config.h"
+
+namespace mt {
+namespace {
+
+template <typename... Args>
+void require(bool ok, fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok) throw InputError(fmt::format(f, std::forward<Args>(args)...));
+}
+
+void require_one_of(const std::string& key, const std::string& v, const std::vector<std::string>& names) {
+  if (std::find(names.begin(), names.end(), v) != names.end()) return;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  input_error("{}='{}' is not one of: {}", key, v, list);
+}
+
+}  // namespace
+
+int resolved_dp(const Config& cfg, int world) {
+  const ParallelConfig& p = cfg.parallel;
+  require(p.tp >= 1 && p.pp >= 1, "parallel.tp={} and parallel.pp={} must be >= 1", p.tp, p.pp);
+  require(world >= 1, "the number of ranks must be >= 1, got {}", world);
+  if (p.dp > 0) return p.dp;
+  const long long tp_pp = static_cast<long long>(p.tp) * p.pp;
+  require(world % tp_pp == 0,
+          "parallel.tp*pp={}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp))", p.tp,
+          p.pp, tp_pp, world);
+  return static_cast<int>(world / tp_pp);
+}
+
+void validate_values(const Config& c) {
+  const ModelConfig& m = c.model;
+  require(m.n_layer > 0, "model.n_layer must be > 0, got {}", m.n_layer);
+  require(m.n_head > 0, "model.n_head must be > 0, got {}", m.n_head);
+  require(m.d_model > 0, "model.d_model must be > 0, got {}", m.d_model);
+  require(m.seq_len > 0, "model.seq_len must be > 0, got {}", m.seq_len);
+  require(m.vocab_size > 0, "model.vocab_size must be > 0, got {}", m.vocab_size);
+  require(m.init_std > 0, "model.init_std must be > 0, got {}", m.init_std);
+  require(m.d_model % m.n_head == 0, "model.d_model={} is not divisible by model.n_head={}", m.d_model, m.n_head);
+
+  const ParallelConfig& p = c.parallel;
+  require(p.dp >= 0, "parallel.dp must be >= 0 (0 = ranks / (tp*pp)), got {}", p.dp);
+  require(p.tp >= 1, "parallel.tp must be >= 1, got {}", p.tp);
+  require(p.pp >= 1, "parallel.pp must be >= 1, got {}", p.pp);
+  require(p.virtual_stages >= 1, "parallel.virtual_stages must be >= 1, got {}", p.virtual_stages);
+  {
+    std::vector<std::string> axes;
+    std::stringstream ss(p.order);
+    for (std::string a; std::getline(ss, a, '-');) axes.push_back(a);
+    std::vector<std::string> sorted = axes;
+    std::sort(sorted.begin(), sorted.end());
+    require(sorted == std::vector<std::string>{"dp", "pp", "tp"} && p.order.back() != '-',
+            "parallel.order='{}' must be a permutation of tp, dp, pp joined by '-' (e.g. tp-dp-pp)", p.order);
+  }
+  require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe", "interleaved", "zb1"});
+  require(p.virtual_stages == 1 || p.schedule == "interleaved",
+          "parallel.virtual_stages={} needs parallel.schedule=interleaved, got '{}'", p.virtual_stages, p.schedule);
+  require(m.n_head % p.tp == 0, "model.n_head={} is not divisible by parallel.tp={}", m.n_head, p.tp);
+  require(m.n_layer % (static_cast<long long>(p.pp) * p.virtual_stages) == 0,
+          "model.n_layer={} is not divisible by parallel.pp*virtual_stages={}*{}={}", m.n_layer, p.pp,
+          p.virtual_stages, static_cast<long long>(p.pp) * p.virtual_stages);
+
+  const TrainConfig& t = c.train;
+  require(t.global_batch > 0, "train.global_batch must be > 0, got {}", t.global_batch);
+  require(t.micro_batch > 0, "train.micro_batch must be > 0, got {}", t.micro_batch);
+  require(t.steps > 0, "train.steps must be > 0, got {}", t.steps);
+  require(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off), got {}", t.grad_clip);
+  require(t.eval_every >= 0, "train.eval_every must be >= 0 (0 = off), got {}", t.eval_every);
+  require(t.eval_batches >= 1, "train.eval_batches must be >= 1, got {}", t.eval_batches);
+  require(t.threads >= 0, "train.threads must be >= 0 (0 = automatic), got {}", t.threads);
+
+  const OptimConfig& o = c.optim;
+  require(o.lr > 0, "optim.lr must be > 0, got {}", o.lr);
+  require(o.min_lr >= 0, "optim.min_lr must be >= 0, got {}", o.min_lr);
+  require(o.min_lr <= o.lr, "optim.min_lr={} is larger than optim.lr={}", o.min_lr, o.lr);
+  require(o.warmup_steps >= 0, "optim.warmup_steps must be >= 0, got {}", o.warmup_steps);
+  require_one_of("optim.schedule", o.schedule, {"cosine", "linear", "constant"});
+  require(o.weight_decay >= 0, "optim.weight_decay must be >= 0, got {}", o.weight_decay);
+  require(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1 must be in [0, 1), got {}", o.beta1);
+  require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2 must be in [0, 1), got {}", o.beta2);
+  require(o.eps > 0, "optim.eps must be > 0, got {}", o.eps);
+  require(o.zero == 0 || o.zero == 1, "optim.zero must be 0 or 1, got {}", o.zero);
+
+  const PrecisionConfig& pr = c.precision;
+  require_one_of("precision.compute", pr.compute, {"fp32", "bf16", "fp16"});
+  require_one_of("precision.grad_reduce", pr.grad_reduce, {"fp32", "bf16"});
+  if (pr.loss_scale != "dynamic") {
+    char* end = nullptr;
+    double s = std::strtod(pr.loss_scale.c_str(), &end);
+    require(!pr.loss_scale.empty() && end == pr.loss_scale.c_str() + pr.loss_scale.size() && std::isfinite(s) && s > 0,
+            "precision.loss_scale='{}' must be 'dynamic' or a positive number", pr.loss_scale);
+  }
+
+  const DataConfig& d = c.data;
+  require_one_of("data.source", d.source, {"synthetic", "tokens", "text"});
+  require_one_of("data.order", d.order, {"sequential", "shuffle"});
+  require(d.source == "synthetic" || !d.path.empty(), "data.source={} needs data.path (a file), but it is empty",
+          d.source);
+  require(d.val_fraction >= 0 && d.val_fraction < 1, "data.val_fraction must be in [0, 1), got {}", d.val_fraction);
+  require(d.source != "synthetic" || d.synthetic_tokens > static_cast<int64_t>(m.seq_len) + 1,
+          "data.synthetic_tokens={} must be larger than model.seq_len+1={}", d.synthetic_tokens, m.seq_len + 1);
+
+  const CommConfig& cm = c.comm;
+  require_one_of("comm.backend", cm.backend, {"auto", "mpi", "nccl"});
+  require(cm.bucket_mb > 0, "comm.bucket_mb must be > 0, got {}", cm.bucket_mb);
+  require(cm.timeout_s > 0, "comm.timeout_s must be > 0, got {}", cm.timeout_s);
+  const EmulateConfig& e = cm.emulate;
+  require(e.latency_us >= 0, "comm.emulate.latency_us must be >= 0, got {}", e.latency_us);
+  require(e.bandwidth_gbps >= 0, "comm.emulate.bandwidth_gbps must be >= 0 (0 = unlimited), got {}", e.bandwidth_gbps);
+  require(e.ranks_per_node >= 0, "comm.emulate.ranks_per_node must be >= 0, got {}", e.ranks_per_node);
+  require(e.inter_latency_us >= 0, "comm.emulate.inter_latency_us must be >= 0, got {}", e.inter_latency_us);
+  require(e.inter_bandwidth_gbps >= 0, "comm.emulate.inter_bandwidth_gbps must be >= 0 (0 = unlimited), got {}",
+          e.inter_bandwidth_gbps);
+
+  const RunConfig& r = c.run;
+  require(r.log_every >= 1, "run.log_every must be >= 1, got {}", r.log_every);
+  require(!r.resume.empty(), "run.resume must be auto, none or a checkpoint path, got an empty string");
+  require(r.checkpoint_every >= 0, "run.checkpoint_every must be >= 0 (0 = off), got {}", r.checkpoint_every);
+
+  require_one_of("device", c.device, {"cpu", "cuda"});
+  require(cm.backend != "nccl" || c.device == "cuda", "comm.backend=nccl needs device=cuda, got device={}",
+          c.device);
+}
+
+void validate(const Config& c, int world_size) {
+  validate_values(c);
+  const ParallelConfig& p = c.parallel;
+  const int dp = resolved_dp(c, world_size);
+  const long long mesh = static_cast<long long>(dp) * p.tp * p.pp;
+  require(mesh == world_size, "parallel.dp*tp*pp={}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
+          p.pp, mesh, world_size);
+  const long long per_step = static_cast<long long>(dp) * c.train.micro_batch;
+  require(c.train.global_batch % per_step == 0,
+          "train.global_batch={} is not divisible by dp*micro_batch={}*{}={} (micro-batches per step = "
+          "global_batch / (dp*micro_batch) must be whole)",
+          c.train.global_batch, dp, c.train.micro_batch, per_step);
+}
+
+}  // namespace mt
