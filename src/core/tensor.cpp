@@ -1,6 +1,9 @@
 // Tensor allocation, zeroing and dtype-converting copies (host memory; the CUDA backend adds its own paths).
 #include "core/tensor.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,7 +29,21 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 
 void zero_(const Tensor& t) {
   CHECK(t.device() == Device::CPU, "zero_ on cpu only");
-  std::memset(t.data(), 0, t.nbytes());
+  // The step zeroes the whole gradient buffer (tens of MB): one memset per thread, as one thread alone does
+  // not reach the memory bandwidth.
+  const size_t bytes = t.nbytes(), kGrain = size_t(1) << 20;
+  char* p = static_cast<char*>(t.data());
+  if (bytes < 2 * kGrain || omp_in_parallel() || omp_get_max_threads() == 1) {
+    std::memset(p, 0, bytes);
+    return;
+  }
+#pragma omp parallel
+  {
+    const size_t nt = size_t(omp_get_num_threads()), i = size_t(omp_get_thread_num());
+    const size_t per = (bytes / nt + 63) / 64 * 64, b = std::min(bytes, i * per);
+    const size_t e = i + 1 == nt ? bytes : std::min(bytes, b + per);
+    std::memset(p + b, 0, e - b);
+  }
 }
 
 namespace {

@@ -6,17 +6,27 @@
 
 namespace mt::kernels::cpu {
 namespace {
+// A plain function over a restrict pointer: inside the OpenMP lambda (x captured by reference) GCC compiled
+// the loop to gathers, at ~12 GB/s.
+template <bool kSquare, typename T>
+double chunk_sum(const T* __restrict x, int64_t n) {
+  double s = 0;
+  if constexpr (kSquare) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+  }
+  return s;
+}
+
 template <bool kSquare, typename T>
 double reduce(const T* x, int64_t n) {
   constexpr int kMaxThreads = 256;
   double part[kMaxThreads] = {};
   int used = 1;
-  auto chunk = [&](int64_t b, int64_t e) {
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = b; i < e; ++i) s += kSquare ? double(x[i]) * double(x[i]) : double(x[i]);
-    return s;
-  };
+  auto chunk = [x](int64_t b, int64_t e) { return chunk_sum<kSquare>(x + b, e - b); };
   if (n <= kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) return chunk(0, n);
 #pragma omp parallel num_threads(std::min(omp_get_max_threads(), kMaxThreads))
   {
