@@ -228,3 +228,34 @@ TEST_CASE("a steady-state step allocates no arena memory", "[model][arena]") {
   for (int i = 0; i < 3; ++i) step();
   CHECK(arena.block_allocations() + scratch.block_allocations() == blocks);
 }
+
+TEST_CASE("init_from accepts BF16 and F16 files", "[model][io]") {
+  // Each value must load as exactly the float the 16-bit value denotes (conversion is exact widening).
+  GPT a(tiny(), DType::F32);
+  a.init(9, 0.02);
+  for (DType half : {DType::BF16, DType::F16}) {
+    std::vector<std::vector<uint16_t>> keep;
+    std::vector<SafetensorOut> outs;
+    for (const ParamSpec& s : a.table().specs()) {
+      const int64_t n = s.full_shape.numel();
+      keep.emplace_back(n);
+      Tensor dst(keep.back().data(), {n}, half);
+      copy_convert(dst, a.params().slice(s.offset, {n}));
+      outs.push_back({s.name, half, std::vector<int64_t>(s.full_shape.d.begin(), s.full_shape.d.begin() + s.full_shape.n),
+                      keep.back().data()});
+    }
+    const std::string path = temp_path("half.safetensors");
+    write_safetensors(path, outs);
+    GPT b(tiny(), DType::F32);
+    b.load_safetensors(path);
+    for (int p = 0; p < a.table().size(); ++p) {
+      const ParamSpec& s = a.table()[p];
+      for (int64_t i = 0; i < s.full_shape.numel(); ++i) {
+        const uint16_t h = keep[p][i];
+        const float want = half == DType::BF16 ? bf16_to_float(h) : fp16_to_float(h);
+        REQUIRE(b.param(p).data_as<float>()[i] == want);
+      }
+    }
+    std::remove(path.c_str());
+  }
+}
