@@ -15,3 +15,13 @@ add_test(NAME trainer_help COMMAND $<TARGET_FILE:trainer> --help)
 set_tests_properties(trainer_help PROPERTIES PASS_REGULAR_EXPRESSION "model.n_layer.*optim.lr")
 set_tests_properties(pytorch_parity bad_inputs default_config_converges PROPERTIES
                      ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 1500)
+
+# Byte-level text with a separate validation file, end to end: evaluation rows carry val_loss.
+add_test(NAME text_data_with_val_path
+         COMMAND $<TARGET_FILE:trainer> --config ${CMAKE_SOURCE_DIR}/configs/tiny.yaml --set data.source=text
+                 --set data.path=${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt
+                 --set data.val_path=${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt --set model.vocab_size=256
+                 --set train.eval_every=5 --set train.steps=10 --set run.log_every=5
+                 --set run.dir=${MT_WORK}/text_data)
+set_tests_properties(text_data_with_val_path PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1"
+                     PASS_REGULAR_EXPRESSION "step +10/10 [|] loss [0-9.]+ [|] val [0-9.]+")

@@ -15,16 +15,13 @@
 #include "data/batcher.h"
 #include "data/synthetic.h"
 #include "data/tokens.h"
+#include "test_support.h"
 
 using namespace mt;
+using mt::test::require_input_error;
 
 namespace {
-
-std::string tmp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("meshtrain_test_data_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
+std::string tmp_path(const std::string& name) { return mt::test::tmp_path("data", name); }
 
 void write_file(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -38,20 +35,6 @@ std::vector<unsigned char> read_file(const std::string& path) {
 
 void put_i32(std::vector<unsigned char>& b, size_t at, int32_t v) {
   for (int i = 0; i < 4; ++i) b[at + static_cast<size_t>(i)] = static_cast<unsigned char>((static_cast<uint32_t>(v) >> (8 * i)) & 0xff);
-}
-
-// Runs f, which must throw InputError whose message contains every one of `parts`.
-template <typename F>
-void require_input_error(F f, std::vector<std::string> parts) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    std::string msg = e.what();
-    INFO("message: " << msg);
-    for (const auto& p : parts) CHECK(msg.find(p) != std::string::npos);
-    return;
-  }
-  FAIL("expected InputError mentioning " << parts.at(0));
 }
 
 }  // namespace

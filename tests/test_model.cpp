@@ -11,6 +11,7 @@
 #include "core/philox.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
+#include "test_support.h"
 
 using namespace mt;
 
@@ -41,9 +42,7 @@ double mean_loss(const GPT& m, Activations& a) {
   return sum.data_as<double>()[0] / double(a.tokens.numel());
 }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("meshtrain_test_model_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return mt::test::tmp_path("model", name); }
 
 }  // namespace
 

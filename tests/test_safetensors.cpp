@@ -15,16 +15,13 @@
 #include "core/json.h"
 #include "core/philox.h"
 #include "model/safetensors.h"
+#include "test_support.h"
 
 using namespace mt;
+using mt::test::require_input_error;
 
 namespace {
-
-std::string tmp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("meshtrain_test_st_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
+std::string tmp_path(const std::string& name) { return mt::test::tmp_path("st", name); }
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -44,19 +41,6 @@ std::string u64le(uint64_t v) {
 
 // A file from a header text and a data section, with the true header length.
 std::string make_file(const std::string& header, const std::string& data) { return u64le(header.size()) + header + data; }
-
-template <typename F>
-void require_input_error(F f, std::vector<std::string> parts) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    std::string msg = e.what();
-    INFO("message: " << msg);
-    for (const auto& p : parts) CHECK(msg.find(p) != std::string::npos);
-    return;
-  }
-  FAIL("expected InputError mentioning " << parts.at(0));
-}
 
 std::string valid_file_bytes() {
   std::vector<float> w = {1.5f, -2.25f, 3.0f, 0.125f, 1e-3f, -7.0f};
