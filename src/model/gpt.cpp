@@ -153,7 +153,7 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
   if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
 }
 
-void GPT::backward(Activations& a, Arena& arena) {
+void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready) {
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
   const Tensor none;
   // dres holds d(loss)/d(residual stream), updated in place from the top layer down: each LayerNorm backward
@@ -168,6 +168,10 @@ void GPT::backward(Activations& a, Arena& arena) {
   zero_(dres);
   kernels::layernorm_backward(dres, grad(lnf_w_), grad(lnf_b_), dln, a.residual[cfg_.n_layer], param(lnf_w_),
                               a.lnf_mean, a.lnf_rstd);
+  auto ready_through = [&](int p) {
+    if (grads_ready) grads_ready(table_[p].offset + table_[p].numel());
+  };
+  ready_through(lnf_b_);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     LayerActivations& la = a.layers[l];
     auto P = [&](Slot s) { return param(layer_param(l, s)); };
@@ -183,8 +187,10 @@ void GPT::backward(Activations& a, Arena& arena) {
                                 la.qkv.view({a.B, a.T, 3 * C}), la.att, cfg_.n_head);
     kernels::matmul_backward(dln, G(QKV_W), G(QKV_B), dqkv, la.ln1, P(QKV_W), WeightLayout::InOut);
     kernels::layernorm_backward(dres, G(LN1_W), G(LN1_B), dln, a.residual[l], P(LN1_W), la.ln1_mean, la.ln1_rstd);
+    ready_through(layer_param(l, LN1_B));  // the block's last parameter in the flat layout
   }
   kernels::embedding_backward(grad(wte_), grad(wpe_), dres.view({a.B, a.T, C}), a.tokens);
+  if (grads_ready) grads_ready(table_.total_numel());
 }
 
 }  // namespace mt

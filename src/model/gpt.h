@@ -4,6 +4,7 @@
 // (Vp: padded to a multiple of kVocabAlign), N = B*T rows.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,10 @@ class GPT {
   // the accumulated gradients those of the global batch's mean loss.
   void forward(Activations& acts, double dloss, const Tensor& loss_sum) const;
   // Backward pass: ACCUMULATES parameter gradients into grads() (+=), so micro-batches accumulate for free.
-  // Scratch comes from `arena`.
-  void backward(Activations& acts, Arena& arena);
+  // Scratch comes from `arena`. When given, grads_ready(end) is called each time the gradients of the flat
+  // buffer's elements [0, end) stop changing for this micro-batch (end grows: after the final LayerNorm, after
+  // every block, and once more at the very end), so data parallelism can start reducing them.
+  void backward(Activations& acts, Arena& arena, const std::function<void(int64_t)>& grads_ready = {});
 
  private:
   enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,

@@ -1,14 +1,24 @@
-// Optimizer step: clip by global norm (computed on the device), then AdamW per parameter.
+// Optimizer step: clip by global norm (computed on the device), then AdamW per segment.
 #include "optim/optimizer.h"
 
 #include "kernels/reduce.h"
 
 namespace mt {
 
-Optimizer::Optimizer(const ParamTable& table, DType dtype, Device device, const OptimizerSettings& s)
-    : table_(table), s_(s) {
-  m_ = Tensor::zeros({table.total_numel()}, dtype, device);
-  v_ = Tensor::zeros({table.total_numel()}, dtype, device);
+std::vector<OptimSegment> param_segments(const ParamTable& table) {
+  std::vector<OptimSegment> out;
+  for (const ParamSpec& p : table.specs()) out.push_back({p.offset, p.numel(), p.decay});
+  return out;
+}
+
+Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
+                     const OptimizerSettings& s, Communicator* norm_group)
+    : segments_(std::move(segments)), s_(s), norm_group_(norm_group) {
+  for (const OptimSegment& g : segments_)
+    CHECK(g.offset >= 0 && g.offset + g.numel <= state_numel, "segment [{}, +{}) outside {} elements", g.offset,
+          g.numel, state_numel);
+  m_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
+  v_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   norm_sq_ = Tensor::zeros({1}, dtype, device);
   norm_ = Tensor::zeros({1}, dtype, device);
   scale_ = Tensor::zeros({1}, dtype, device);
@@ -17,7 +27,8 @@ Optimizer::Optimizer(const ParamTable& table, DType dtype, Device device, const 
 void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
   ++t_;
   zero_(norm_sq_);
-  kernels::sum_squares_accumulate(norm_sq_, grads);  // alignment gaps in the flat buffer are zero
+  kernels::sum_squares_accumulate(norm_sq_, grads);  // alignment gaps in the flat buffers are zero
+  if (norm_group_) norm_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip);
   kernels::AdamWHyper h;
   h.lr = lr;
@@ -25,11 +36,12 @@ void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
   h.beta2 = s_.beta2;
   h.eps = s_.eps;
   h.step = t_;
-  for (const ParamSpec& p : table_.specs()) {
-    h.weight_decay = p.decay ? s_.weight_decay : 0.0;
-    const Shape flat{p.numel()};
-    kernels::adamw_update(params.slice(p.offset, flat), grads.slice(p.offset, flat), m_.slice(p.offset, flat),
-                          v_.slice(p.offset, flat), scale_, h);
+  for (const OptimSegment& g : segments_) {
+    if (g.numel == 0) continue;
+    h.weight_decay = g.decay ? s_.weight_decay : 0.0;
+    const Shape flat{g.numel};
+    kernels::adamw_update(params.slice(g.offset, flat), grads.slice(g.offset, flat), m_.slice(g.offset, flat),
+                          v_.slice(g.offset, flat), scale_, h);
   }
 }
 

@@ -1,8 +1,11 @@
-// The optimizer step over a model's flat buffers: global gradient-norm clipping, then AdamW per parameter
-// (decay on matrices and embeddings only, as the parameter table says). fp32 moments live here.
+// The optimizer step over flat buffers: global gradient-norm clipping, then AdamW segment by segment (decay on
+// matrices and embeddings only). Segments index the params, grads and moment buffers alike: one per parameter
+// for a full optimizer, or the pieces of this rank's shards under ZeRO-1. fp32 moments live here.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/adamw.h"
 #include "model/param_table.h"
@@ -14,20 +17,32 @@ struct OptimizerSettings {
   double grad_clip = 1.0;  // 0 = off
 };
 
+struct OptimSegment {
+  int64_t offset = 0, numel = 0;  // into the params, grads and moment buffers
+  bool decay = false;
+};
+
+// One segment per parameter of the table, at its offset in the flat buffers.
+std::vector<OptimSegment> param_segments(const ParamTable& table);
+
 class Optimizer {
  public:
-  Optimizer(const ParamTable& table, DType dtype, Device device, const OptimizerSettings& s);
+  // state_numel: length of the moment buffers (>= every segment's end). norm_group: when the gradients are
+  // sharded (ZeRO-1), the group whose sum of squares makes the global norm; nullptr when grads are whole.
+  Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
+            const OptimizerSettings& s, Communicator* norm_group = nullptr);
 
-  // One update with learning rate `lr`. Leaves the gradient's global norm (before clipping) in grad_norm()[0]
-  // on the device; nothing is read back to the host.
+  // One update with learning rate `lr` of `params` from `grads` (both laid out as the segments say). Leaves
+  // the gradient's global norm (before clipping) in grad_norm()[0] on the device; nothing is read back.
   void step(const Tensor& params, const Tensor& grads, double lr);
   const Tensor& grad_norm() const { return norm_; }
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.nbytes() + v_.nbytes(); }
 
  private:
-  const ParamTable& table_;
+  std::vector<OptimSegment> segments_;
   OptimizerSettings s_;
+  Communicator* norm_group_;
   Tensor m_, v_;
   Tensor norm_sq_, norm_, scale_;  // 1-element device scalars
   int64_t t_ = 0;

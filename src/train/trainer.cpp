@@ -122,7 +122,7 @@ void run_training(const Config& cfg) {
   os.eps = cfg.optim.eps;
   os.weight_decay = cfg.optim.weight_decay;
   os.grad_clip = cfg.train.grad_clip;
-  Optimizer opt(model.table(), DType::F32, Device::CPU, os);
+  Optimizer opt(param_segments(model.table()), model.table().total_numel(), DType::F32, Device::CPU, os);
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
   Arena act_arena, scratch_arena;

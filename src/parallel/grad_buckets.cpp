@@ -1,0 +1,68 @@
+// Bucketed, overlapped data-parallel gradient reduction (see grad_buckets.h).
+#include "parallel/grad_buckets.h"
+
+namespace mt {
+
+std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
+                                 double bucket_bytes) {
+  CHECK(bucket_bytes > 0, "bucket size must be positive");
+  std::vector<Bucket> out;
+  Bucket cur;
+  for (const ParamSpec& p : table.specs()) {
+    const int64_t end = p.offset + p.numel();
+    // Close the current bucket before a parameter that would overflow it (never leaving it empty).
+    if (cur.end > cur.begin && double(end - cur.begin) * double(elem_bytes) > bucket_bytes) {
+      cur.end = p.offset;
+      out.push_back(cur);
+      cur.begin = p.offset;
+    }
+    cur.end = end;
+  }
+  cur.end = total_numel;
+  if (cur.end > cur.begin) out.push_back(cur);
+  return out;
+}
+
+GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero)
+    : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero) {
+  shard_offsets_.push_back(0);
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    shard_offsets_.push_back(shard_offsets_.back() + (zero_ ? shard(b).size() : 0));
+  if (zero_) shard_grads_ = Tensor::zeros({std::max<int64_t>(1, shard_numel())}, grads.dtype(), grads.device());
+}
+
+void GradReducer::launch(int b) {
+  const Bucket& k = buckets_[b];
+  Tensor full = grads_.slice(k.begin, {k.numel()});
+  if (zero_)
+    work_.push_back(dp_.reduce_scatter_async(full, shard_grads_.slice(shard_offset(b), {shard(b).size()}),
+                                             ReduceOp::Avg));
+  else
+    work_.push_back(dp_.all_reduce_async(full, ReduceOp::Avg));
+}
+
+void GradReducer::grads_ready(int64_t end) {
+  if (!armed_) return;
+  while (next_ < static_cast<int>(buckets_.size()) && buckets_[next_].end <= end) launch(next_++);
+}
+
+void GradReducer::finish() {
+  while (next_ < static_cast<int>(buckets_.size())) launch(next_++);
+  for (auto& w : work_) w->wait();
+  work_.clear();
+  next_ = 0;
+  armed_ = false;
+}
+
+void GradReducer::all_gather_params(const Tensor& shards, const Tensor& params) {
+  CHECK(zero_, "all_gather_params is for ZeRO-1");
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    const Bucket& k = buckets_[b];
+    work_.push_back(dp_.all_gather_async(shards.slice(shard_offset(b), {shard(b).size()}),
+                                         params.slice(k.begin, {k.numel()})));
+  }
+  for (auto& w : work_) w->wait();
+  work_.clear();
+}
+
+}  // namespace mt

@@ -1,0 +1,61 @@
+// Data-parallel gradient reduction. The flat gradient buffer is laid out in reverse order of use, so it is cut
+// into buckets of about comm.bucket_mb in layout order; during the last micro-batch's backward pass a bucket's
+// reduction is launched as soon as every gradient in it is final, and it overlaps the rest of the pass.
+//   zero = false: all_reduce(Avg) of each bucket in place: every rank ends with the averaged gradients.
+//   zero = true (ZeRO-1): reduce_scatter(Avg) of each bucket: this rank ends with its shard (shard_range over
+//   the bucket) of the averaged gradients, packed bucket after bucket in shard_grads().
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "model/param_table.h"
+
+namespace mt {
+
+struct Bucket {
+  int64_t begin = 0, end = 0;  // elements of the flat buffer
+  int64_t numel() const { return end - begin; }
+};
+
+// Cuts [0, total_numel) at parameter boundaries, in layout order, into buckets of at most bucket_bytes (a
+// parameter larger than that is a bucket on its own; the last bucket runs to total_numel).
+std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
+                                 double bucket_bytes);
+
+class GradReducer {
+ public:
+  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero);
+
+  // Arms the reducer for the coming backward pass: only the step's last micro-batch communicates.
+  void begin_micro_batch(bool last) { armed_ = last; }
+  // The backward pass's hook: launches every bucket that lies inside [0, end) and is not launched yet.
+  void grads_ready(int64_t end);
+  // Launches what is left (all of it when overlap is off) and waits for every bucket.
+  void finish();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  bool zero() const { return zero_; }
+  // ZeRO-1 layout: bucket b's shard of this rank is shard_grads()[shard_offset(b) .. + shard(b).size()).
+  ShardRange shard(int b) const { return shard_range(buckets_[b].numel(), dp_.size(), dp_.rank()); }
+  int64_t shard_offset(int b) const { return shard_offsets_[b]; }
+  int64_t shard_numel() const { return shard_offsets_.back(); }
+  const Tensor& shard_grads() const { return shard_grads_; }
+
+  // ZeRO-1: every rank's updated shards (packed as shard_grads) gathered back into the full flat `params`.
+  void all_gather_params(const Tensor& shards, const Tensor& params);
+
+ private:
+  void launch(int b);
+  Communicator& dp_;
+  Tensor grads_;
+  std::vector<Bucket> buckets_;
+  bool zero_, armed_ = false;
+  int next_ = 0;  // buckets [0, next_) are launched this step
+  std::vector<WorkPtr> work_;
+  std::vector<int64_t> shard_offsets_;  // size buckets + 1
+  Tensor shard_grads_;
+};
+
+}  // namespace mt
