@@ -6,13 +6,14 @@
 #include <cstdio>
 #include <exception>
 
+#include "comm/mpi_init.h"
 #include "core/errors.h"
 #include "train/cli.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);  // initialised even for one rank: the same code path as a mesh
+  mt::init_mpi(&argc, &argv);  // even for one rank: the same code path as a mesh
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -27,8 +28,6 @@ int main(int argc, char** argv) {
     } else {
       mt::Config cfg = mt::load_config(args.config_path, args.overrides);
       mt::validate(cfg, world);
-      if (world > 1)
-        mt::input_error("parallel: this version trains on one rank (dp=tp=pp=1); got {} ranks", world);
       mt::run_training(cfg);
     }
   } catch (const mt::InputError& e) {

@@ -25,3 +25,9 @@ add_test(NAME text_data_with_val_path
                  --set run.dir=${MT_WORK}/text_data)
 set_tests_properties(text_data_with_val_path PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1"
                      PASS_REGULAR_EXPRESSION "done: 10 steps, final loss [0-9.]+, val loss [0-9.]+.*wrote")
+
+# Data parallelism through mpirun: every layout reproduces the single-rank losses.
+add_test(NAME dp_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_dp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/dp_parity)
+set_tests_properties(dp_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)

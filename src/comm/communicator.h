@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/comm_options.h"
 #include "core/tensor.h"
 
 namespace mt {

@@ -1,7 +1,9 @@
-// The step loop. Per step: zero gradients; for each micro-batch, forward (the loss's gradient scaled by
-// 1 / tokens in the global batch) and backward (gradients accumulate); clip and AdamW; then the single read
-// of device scalars (loss and gradient norm) for the log. Activations and scratch come from arenas sized
-// by the first step, so steady-state steps allocate nothing.
+// The step loop. Per step: zero gradients; for each of this data-parallel rank's micro-batches, forward (the
+// loss's gradient scaled by 1 / tokens on this rank) and backward (gradients accumulate; during the last
+// micro-batch, finished gradient buckets start their all-reduce (average over dp) or, under ZeRO-1, their
+// reduce-scatter); wait for the buckets; clip and AdamW (under ZeRO-1 on this rank's shard, then all-gather);
+// then the single read of device scalars (loss and gradient norm) for the log. Activations and scratch come
+// from arenas sized by the first step, so steady-state steps allocate nothing.
 #include "train/trainer.h"
 
 #include <mpi.h>
@@ -16,13 +18,18 @@
 
 #include "core/arena.h"
 #include "core/errors.h"
+#include "comm/mpi_communicator.h"
 #include "core/threads.h"
 #include "data/batcher.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/mesh.h"
+#include "train/comm_timeline.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
+#include "train/zero_shards.h"
 
 namespace mt {
 
@@ -65,37 +72,54 @@ GPTConfig gpt_config(const ModelConfig& m) {
   return g;
 }
 
-// Mean loss over `batches` global batches of the validation stream (the same windows at every evaluation).
-double evaluate(const GPT& model, Activations& acts, Batcher& val, const Config& cfg, const Tensor& loss_sum) {
+// Mean loss over `batches` global batches of the validation stream (the same windows at every evaluation);
+// each data-parallel rank evaluates its share of every batch.
+double evaluate(const GPT& model, Activations& acts, Batcher& val, const Config& cfg, const Tensor& loss_sum,
+                Communicator& dp) {
   zero_(loss_sum);
-  const int mb = cfg.train.micro_batch, gb = cfg.train.global_batch;
+  const int mb = cfg.train.micro_batch, gb = cfg.train.global_batch, local = gb / dp.size();
   for (int b = 0; b < cfg.train.eval_batches; ++b)
-    for (int first = 0; first < gb; first += mb) {
-      val.fill(b, first, mb, acts.tokens.data_as<int32_t>(), acts.targets.data_as<int32_t>());
+    for (int first = 0; first < local; first += mb) {
+      val.fill(b, int64_t(dp.rank()) * local + first, mb, acts.tokens.data_as<int32_t>(),
+               acts.targets.data_as<int32_t>());
       model.forward(acts, 0.0, loss_sum);
     }
+  dp.all_reduce(loss_sum, ReduceOp::Sum);
   return read_scalar(loss_sum) / (double(cfg.train.eval_batches) * gb * cfg.model.seq_len);
+}
+
+CommOptions comm_options(const CommConfig& c) {
+  CommOptions o;
+  o.latency_us = c.emulate.latency_us;
+  o.bandwidth_gbps = c.emulate.bandwidth_gbps;
+  o.ranks_per_node = c.emulate.ranks_per_node;
+  o.inter_latency_us = c.emulate.inter_latency_us;
+  o.inter_bandwidth_gbps = c.emulate.inter_bandwidth_gbps;
+  o.timeout_s = c.timeout_s;
+  return o;
 }
 
 }  // namespace
 
-void run_training(const Config& cfg) {
-  // Valid names that later versions implement: refuse them up front rather than train something else.
-  if (cfg.precision.compute != "fp32")
-    input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
-                cfg.precision.compute);
-  if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
-  if (cfg.optim.zero != 0) input_error("optim.zero=1: ZeRO-1 needs data parallelism, which this version lacks");
-  if (cfg.run.profile) input_error("run.profile=true: the profiler is not built yet");
-  if (cfg.run.checkpoint_every != 0) input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);
-  if (cfg.run.resume != "auto" && cfg.run.resume != "none")
-    input_error("run.resume={}: checkpoints are not built yet; use auto or none", cfg.run.resume);
+namespace {
+
+// The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
+// until every rank has been told to stop (see run_training).
+void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, CommTimeline& timeline) {
+  const int world = mesh.world_size();
+  const bool rank0 = mesh.rank() == 0;
+  const CommOptions copts = comm_options(cfg.comm);
+  Communicator& dp = *comms.dp;
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(ranks_on_this_node());
   set_compute_threads(threads);
-  spdlog::info("mesh: dp=1 x tp=1 x pp=1 (1 rank), device {}, {} compute threads", cfg.device, threads);
+  spdlog::info("{}, device {}, {} compute threads per rank{}", mesh.describe(), cfg.device, threads,
+               copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
+                                               copts.bandwidth_gbps)
+                                 : "");
+  if (rank0 && world > 1) spdlog::info("mesh ranks:\n{}", mesh.table());
 
-  std::filesystem::create_directories(cfg.run.dir);
-  {
+  if (rank0) {
+    std::filesystem::create_directories(cfg.run.dir);
     std::ofstream f(cfg.run.dir + "/config.yaml");
     if (!f) input_error("run.dir: cannot write {}/config.yaml", cfg.run.dir);
     f << to_yaml(cfg);
@@ -108,7 +132,7 @@ void run_training(const Config& cfg) {
                  data.entropy_rate_nats, std::log(double(cfg.model.vocab_size)));
 
   const int T = cfg.model.seq_len, mb = cfg.train.micro_batch, gb = cfg.train.global_batch;
-  const int n_micro = gb / mb;
+  const int local_batch = gb / mesh.dp(), n_micro = local_batch / mb;
   GPT model(gpt_config(cfg.model), DType::F32, Device::CPU);
   if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std);
   else model.load_safetensors(cfg.model.init_from);
@@ -116,13 +140,32 @@ void run_training(const Config& cfg) {
                cfg.model.n_head, cfg.model.d_model, T, cfg.model.vocab_size, model.vocab_padded(),
                model.num_parameters() / 1e6, cfg.model.init_from.empty() ? "" : ", from " + cfg.model.init_from);
 
+  // Data parallelism: buckets over the flat gradient buffer; ZeRO-1 keeps only this rank's shards of the fp32
+  // masters and moments.
+  const bool zero = cfg.optim.zero == 1;
+  std::unique_ptr<GradReducer> reducer;
+  if (mesh.dp() > 1 || zero)
+    reducer = std::make_unique<GradReducer>(
+        dp, model.grads(),
+        make_buckets(model.table(), model.table().total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0),
+        zero);
   OptimizerSettings os;
   os.beta1 = cfg.optim.beta1;
   os.beta2 = cfg.optim.beta2;
   os.eps = cfg.optim.eps;
   os.weight_decay = cfg.optim.weight_decay;
   os.grad_clip = cfg.train.grad_clip;
-  Optimizer opt(param_segments(model.table()), model.table().total_numel(), DType::F32, Device::CPU, os);
+  Tensor master_shards;
+  std::unique_ptr<Optimizer> opt;
+  if (zero) {
+    master_shards = Tensor::zeros({std::max<int64_t>(1, reducer->shard_numel())}, DType::F32);
+    copy_own_shards(*reducer, model.params(), master_shards);
+    opt = std::make_unique<Optimizer>(zero_segments(model.table(), *reducer), reducer->shard_numel(), DType::F32,
+                                      Device::CPU, os, &dp);
+  } else {
+    opt = std::make_unique<Optimizer>(param_segments(model.table()), model.table().total_numel(), DType::F32,
+                                      Device::CPU, os);
+  }
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
   Arena act_arena, scratch_arena;
@@ -130,67 +173,150 @@ void run_training(const Config& cfg) {
   Tensor loss_sum = Tensor::zeros({1}, DType::F32);
   Batcher train_batches(&data.train.tokens, T, gb, cfg.data.order, cfg.train.seed);
   Batcher val_batches(&data.val.tokens, T, gb, "sequential", cfg.train.seed);
-  spdlog::info("memory: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB, activations "
-               "{:.1f} MiB per micro-batch ({} micro-batches of {} x {} tokens per step)",
+  spdlog::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB{}, "
+               "activations {:.1f} MiB per micro-batch ({} micro-batches of {} x {} tokens per step per rank)",
                model.params().nbytes() / 1048576.0, model.grads().nbytes() / 1048576.0,
-               opt.state_bytes() / 1048576.0, act_arena.bytes_in_use() / 1048576.0, n_micro, mb, T);
+               (opt->state_bytes() + (zero ? master_shards.nbytes() + reducer->shard_grads().nbytes() : 0)) / 1048576.0,
+               zero ? fmt::format(" (ZeRO-1: moments, fp32 master and gradient shards, 1/{} of the model)", mesh.dp()) : "",
+               act_arena.bytes_in_use() / 1048576.0, n_micro, mb, T);
+  if (reducer)
+    spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}", reducer->buckets().size(),
+                 cfg.comm.bucket_mb, zero ? "reduce-scatter + all-gather (ZeRO-1)" : "all-reduce",
+                 cfg.comm.overlap ? "on" : "off");
 
-  MetricsWriter metrics(cfg.run.dir + "/metrics.jsonl");
-  const double dloss = 1.0 / (double(gb) * T);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl");
+  // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); dp averages them.
+  const double dloss = 1.0 / (double(local_batch) * T);
   const int64_t tokens_per_step = int64_t(gb) * T;
+  const std::function<void(int64_t)> on_grads_ready = [&](int64_t end) { reducer->grads_ready(end); };
+  auto wait_us = [&] {
+    double w = 0;
+    for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get()}) w += c->total_wait_us();
+    return w;
+  };
+  Tensor times = Tensor::zeros({3}, DType::F32);  // step_ms, comm_ms, exposed_comm_ms: maximum over ranks
   double total_ms = 0, last_loss = 0, last_val = -1;
   const auto run_start = Clock::now();
   for (int step = 1; step <= cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
+    const double t0_us = trace_clock_us(), wait0 = wait_us();
     zero_(model.grads());
     zero_(loss_sum);
     for (int m = 0; m < n_micro; ++m) {
-      train_batches.fill(step - 1, int64_t(m) * mb, mb, acts.tokens.data_as<int32_t>(), acts.targets.data_as<int32_t>());
+      train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb,
+                         acts.tokens.data_as<int32_t>(), acts.targets.data_as<int32_t>());
       model.forward(acts, dloss, loss_sum);
       scratch_arena.reset();
-      model.backward(acts, scratch_arena);
+      if (reducer) reducer->begin_micro_batch(m == n_micro - 1);
+      model.backward(acts, scratch_arena, reducer && cfg.comm.overlap ? on_grads_ready : nullptr);
     }
-    if (step == 1 && !cfg.run.dump_grads.empty()) model.export_grads(cfg.run.dump_grads);
+    if (reducer) reducer->finish();
+    if (step == 1 && !cfg.run.dump_grads.empty() && rank0) {
+      if (zero) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
+      else model.export_grads(cfg.run.dump_grads);
+    }
     const double lr = sched.at(step);
-    opt.step(model.params(), model.grads(), lr);
+    if (zero) {
+      opt->step(master_shards, reducer->shard_grads(), lr);
+      reducer->all_gather_params(master_shards, model.params());
+    } else {
+      opt->step(model.params(), model.grads(), lr);
+    }
+    const double step_ms = ms_since(t0);
+    const double comm_ms = timeline.busy_ms(t0_us, trace_clock_us());
+    const double exposed_ms = (wait_us() - wait0) / 1000.0;
 
+    // Metrics: the loss over the whole global batch, and each time the maximum over ranks.
+    if (mesh.dp() > 1) dp.all_reduce(loss_sum, ReduceOp::Sum);
+    times.data_as<float>()[0] = float(step_ms);
+    times.data_as<float>()[1] = float(comm_ms);
+    times.data_as<float>()[2] = float(exposed_ms);
+    if (world > 1) comms.world->all_reduce(times, ReduceOp::Max);
     StepMetrics row;
     row.step = step;
-    row.loss = read_scalar(loss_sum) * dloss;
-    row.grad_norm = read_scalar(opt.grad_norm());
+    row.loss = read_scalar(loss_sum) / double(tokens_per_step);
+    row.grad_norm = read_scalar(opt->grad_norm());
     row.lr = lr;
     row.tokens = tokens_per_step * step;
-    row.step_ms = ms_since(t0);
-    row.compute_ms = row.step_ms;
+    row.step_ms = times.data_as<float>()[0];
+    row.comm_ms = times.data_as<float>()[1];
+    row.exposed_comm_ms = times.data_as<float>()[2];
+    row.compute_ms = row.step_ms - row.exposed_comm_ms;
     row.tokens_per_s = tokens_per_step / (row.step_ms / 1000.0);
     if (!std::isfinite(row.loss)) {
-      metrics.write(row);
+      if (metrics) metrics->write(row);
       throw std::runtime_error(fmt::format("the loss became non-finite ({}) at step {}", row.loss, step));
     }
     if (cfg.train.eval_every > 0 && (step % cfg.train.eval_every == 0 || step == cfg.train.steps)) {
-      row.val_loss = evaluate(model, acts, val_batches, cfg, loss_sum);
+      row.val_loss = evaluate(model, acts, val_batches, cfg, loss_sum, dp);
       last_val = row.val_loss;
     }
-    metrics.write(row);
+    if (metrics) metrics->write(row);
     total_ms += row.step_ms;
     last_loss = row.loss;
     if (step % cfg.run.log_every == 0 || step == cfg.train.steps || step == 1) {
       const double eta_s = (cfg.train.steps - step) * (ms_since(run_start) / step) / 1000.0;
-      spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms/step | "
+      spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms/step{} | "
                    "ETA {}",
                    step, cfg.train.steps, row.loss, row.val_loss >= 0 ? fmt::format(" | val {:.4f}", row.val_loss) : "",
-                   lr, row.grad_norm, row.tokens_per_s, row.step_ms, format_duration(eta_s));
+                   lr, row.grad_norm, row.tokens_per_s, row.step_ms,
+                   world > 1 ? fmt::format(" (comm {:.1f}, exposed {:.1f})", row.comm_ms, row.exposed_comm_ms) : "",
+                   format_duration(eta_s));
     }
   }
 
-  model.export_safetensors(cfg.run.dir + "/model.safetensors");
-  model.export_hf_config(cfg.run.dir + "/config.json");
+  if (rank0) {
+    model.export_safetensors(cfg.run.dir + "/model.safetensors");
+    model.export_hf_config(cfg.run.dir + "/config.json");
+  }
   spdlog::info("done: {} steps, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB, activation "
                "arena {:.1f} MiB ({} block allocations); wrote {}/model.safetensors and config.json",
                cfg.train.steps, last_loss, last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
                tokens_per_step * cfg.train.steps / (total_ms / 1000.0), peak_rss_mib(),
                (act_arena.bytes_reserved() + scratch_arena.bytes_reserved()) / 1048576.0,
                act_arena.block_allocations() + scratch_arena.block_allocations(), cfg.run.dir);
+}
+
+}  // namespace
+
+void run_training(const Config& cfg) {
+  // Valid names that later versions implement: refuse them up front rather than train something else.
+  if (cfg.precision.compute != "fp32")
+    input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
+                cfg.precision.compute);
+  if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
+  if (cfg.parallel.tp != 1 || cfg.parallel.pp != 1)
+    input_error("parallel.tp={} parallel.pp={}: tensor and pipeline parallelism are not built yet; use dp only",
+                cfg.parallel.tp, cfg.parallel.pp);
+  if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
+  if (cfg.run.profile) input_error("run.profile=true: the profiler is not built yet");
+  if (cfg.run.checkpoint_every != 0)
+    input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);
+  if (cfg.run.resume != "auto" && cfg.run.resume != "none")
+    input_error("run.resume={}: checkpoints are not built yet; use auto or none", cfg.run.resume);
+
+  int world = 1, rank = 0;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
+  const CommOptions copts = comm_options(cfg.comm);
+  CommTimeline timeline;  // declared first: the communicators' threads report into it until they are destroyed
+  MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
+    return make_mpi_communicator(c, name, copts);
+  });
+  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get()}) timeline.attach(*c);
+  try {
+    train_on_mesh(cfg, mesh, comms, timeline);
+  } catch (const std::exception& e) {
+    // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
+    // destroy communicators whose peers never finish their operations.
+    if (world > 1) {
+      spdlog::error("[rank {}] {}", rank, e.what());
+      MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    }
+    throw;
+  }
 }
 
 }  // namespace mt

@@ -1,0 +1,18 @@
+// The MPI backend of Communicator (host memory). Each communicator duplicates its MPI communicator and runs its
+// operations, in issue order, on one communication thread of its own, so collectives progress while compute
+// runs. Requires MPI_THREAD_MULTIPLE (mt::init_mpi). Destroy every communicator before MPI_Finalize.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace mt {
+
+// `comm` is duplicated (MPI_Comm_dup, collective over comm); the caller keeps ownership of its own handle.
+// `name` names the communicator in events, traces and watchdog messages ("dp", "tp", "pp", "world").
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name, const CommOptions& opts);
+
+}  // namespace mt

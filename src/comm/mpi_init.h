@@ -1,0 +1,11 @@
+// MPI start-up for every meshtrain program (the trainer, the tests, the benchmarks). Each communicator runs its
+// operations on its own thread, and several communicators (dp, tp, pp) call MPI at the same time, so MPI must be
+// initialised with MPI_THREAD_MULTIPLE.
+#pragma once
+
+namespace mt {
+
+// MPI_Init_thread(MPI_THREAD_MULTIPLE); CHECK-fails when the library provides less. Returns the provided level.
+int init_mpi(int* argc, char*** argv);
+
+}  // namespace mt

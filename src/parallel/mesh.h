@@ -1,0 +1,121 @@
+// DeviceMesh: the dp x tp x pp grid of ranks and each rank's place in it (pure arithmetic, no MPI), and
+// MeshComms: the world, dp, tp and pp communicators of one rank, split from a base MPI communicator.
+// Order semantics (CONTRACT.md, parallel.order): the first axis of the order string varies fastest. With
+// "tp-dp-pp", global rank = tp_rank + tp * (dp_rank + dp * pp_rank), so a tp group is a run of consecutive
+// ranks (same node, fastest links) and pipeline stages are furthest apart. See docs/mesh.md.
+// The mesh and its communicators are built once at start-up and passed in; there is no global mesh.
+#pragma once
+#include <mpi.h>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mt {
+
+enum class MeshAxis : int { DP = 0, TP = 1, PP = 2 };
+const char* mesh_axis_name(MeshAxis a);  // "dp", "tp", "pp"
+
+struct MeshCoord {
+  int dp = 0, tp = 0, pp = 0;
+  int operator[](MeshAxis a) const { return a == MeshAxis::DP ? dp : a == MeshAxis::TP ? tp : pp; }
+  bool operator==(const MeshCoord& o) const { return dp == o.dp && tp == o.tp && pp == o.pp; }
+};
+
+class DeviceMesh {
+ public:
+  // dp = 0 means world_size / (tp * pp). CHECKs (an internal invariant: config validation already reported bad
+  // user input with exit 2) that dp*tp*pp == world_size, that order is a permutation of dp, tp, pp joined by
+  // '-', and that 0 <= world_rank < world_size.
+  DeviceMesh(int dp, int tp, int pp, const std::string& order, int world_size, int world_rank);
+
+  int dp() const { return size_[0]; }
+  int tp() const { return size_[1]; }
+  int pp() const { return size_[2]; }
+  int size(MeshAxis a) const { return size_[static_cast<int>(a)]; }
+  int world_size() const { return world_size_; }
+  int rank() const { return rank_; }  // this rank's global (world) rank
+  const std::string& order() const { return order_; }
+  // The axes fastest-varying first, as the order string names them.
+  const std::array<MeshAxis, 3>& axes() const { return axes_; }
+
+  // This rank's coordinates.
+  const MeshCoord& coord() const { return coord_; }
+  int dp_rank() const { return coord_.dp; }
+  int tp_rank() const { return coord_.tp; }
+  int pp_rank() const { return coord_.pp; }
+
+  // Any rank's coordinates, and the global rank at given coordinates (inverse of each other).
+  MeshCoord coord_of(int global_rank) const;
+  int rank_of(const MeshCoord& c) const;
+
+  // The global ranks of the group along `axis` that contains `global_rank` (default: this rank), in group-rank
+  // order: element i is the rank whose coordinate on `axis` is i, the others being equal. So a communicator
+  // split from these members has group rank == the mesh coordinate on that axis.
+  std::vector<int> group_members(MeshAxis axis, int global_rank) const;
+  std::vector<int> group_members(MeshAxis axis) const { return group_members(axis, rank_); }
+  // A number that is the same for exactly the ranks of one group along `axis` (0 .. world/size(axis)-1): the
+  // colour of the MPI_Comm_split for that group.
+  int group_index(MeshAxis axis, int global_rank) const;
+
+  // Pipeline neighbours of this rank (same dp and tp coordinates, stage -1 / +1), as global ranks; -1 at the
+  // first / last stage. In the pp communicator the neighbours are group ranks pp_rank()-1 and pp_rank()+1.
+  int pp_prev() const { return pp_prev_; }
+  int pp_next() const { return pp_next_; }
+  bool is_first_stage() const { return coord_.pp == 0; }
+  bool is_last_stage() const { return coord_.pp == pp() - 1; }
+
+  // One line for the start-up log:
+  // "mesh dp=2 x tp=2 x pp=2 (order tp-dp-pp): rank 5 = (dp 0, tp 1, pp 1)".
+  std::string describe() const;
+  // Every rank with its coordinates, one per line (for rank 0 to print at start-up).
+  std::string table() const;
+
+ private:
+  std::array<int, 3> size_{};    // indexed by MeshAxis
+  std::array<int, 3> stride_{};  // indexed by MeshAxis: global rank = sum coord[a] * stride[a]
+  std::array<MeshAxis, 3> axes_{};
+  std::string order_;
+  int world_size_ = 1, rank_ = 0;
+  MeshCoord coord_;
+  int pp_prev_ = -1, pp_next_ = -1;
+};
+
+// Builds a Communicator over an MPI communicator; the backend is the caller's choice (MPI, NCCL). `comm` is
+// borrowed: MeshComms frees it after destroying the Communicator, so a backend that needs it longer (or wants
+// its own context) must MPI_Comm_dup it.
+using CommFactory = std::function<std::unique_ptr<Communicator>(MPI_Comm comm, const std::string& name)>;
+
+// The communicators of one rank. Group ranks equal mesh coordinates: dp->rank() == mesh.dp_rank(), etc.
+// Destroy it before MPI_Finalize (it frees its split MPI communicators).
+struct MeshComms {
+  std::unique_ptr<Communicator> world, dp, tp, pp;
+
+  MeshComms() = default;
+  MeshComms(MeshComms&&) noexcept;
+  MeshComms& operator=(MeshComms&&) noexcept;
+  MeshComms(const MeshComms&) = delete;
+  MeshComms& operator=(const MeshComms&) = delete;
+  ~MeshComms();
+
+  // The split MPI communicators the Communicators above were built on (owned; freed by the destructor).
+  MPI_Comm world_mpi = MPI_COMM_NULL, dp_mpi = MPI_COMM_NULL, tp_mpi = MPI_COMM_NULL, pp_mpi = MPI_COMM_NULL;
+
+ private:
+  void release();
+};
+
+// Splits `base` (whose size and rank must match the mesh's world; usually MPI_COMM_WORLD) into this rank's dp,
+// tp and pp groups, and duplicates it for the world communicator. Collective over `base`: every rank calls it
+// once, in the same order relative to other collectives on `base`.
+MeshComms make_mesh_comms(const DeviceMesh& mesh, MPI_Comm base, const CommFactory& factory);
+
+// The raw MPI part of make_mesh_comms: the communicator of this rank's group along `axis` (group rank = mesh
+// coordinate). The caller owns the result (MPI_Comm_free).
+MPI_Comm split_mesh_axis(const DeviceMesh& mesh, MPI_Comm base, MeshAxis axis);
+
+}  // namespace mt

@@ -1,0 +1,41 @@
+// Union of communication intervals per step (see comm_timeline.h).
+#include "train/comm_timeline.h"
+
+#include <algorithm>
+
+namespace mt {
+
+void CommTimeline::attach(Communicator& c) {
+  c.set_event_sink([this](const CommEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+  });
+}
+
+double CommTimeline::busy_ms(double begin_us, double end_us) {
+  std::vector<std::pair<double, double>> spans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const CommEvent& e : events_) {
+      const double s = std::max(e.start_us, begin_us), t = std::min(e.end_us, end_us);
+      if (s < t) spans.emplace_back(s, t);
+    }
+    events_.erase(std::remove_if(events_.begin(), events_.end(), [&](const CommEvent& e) { return e.end_us < end_us; }),
+                  events_.end());
+  }
+  std::sort(spans.begin(), spans.end());
+  double total = 0, cur_s = 0, cur_t = -1;
+  for (const auto& [s, t] : spans) {
+    if (s > cur_t) {
+      if (cur_t > cur_s) total += cur_t - cur_s;
+      cur_s = s;
+      cur_t = t;
+    } else {
+      cur_t = std::max(cur_t, t);
+    }
+  }
+  if (cur_t > cur_s) total += cur_t - cur_s;
+  return total / 1000.0;
+}
+
+}  // namespace mt

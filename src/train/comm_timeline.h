@@ -1,0 +1,25 @@
+// The communication timeline of one rank: every completed operation's [start, end) from the communicators'
+// event sinks (called on their communication threads), so the step loop can report comm_ms, the time at least
+// one collective was in flight during a step (overlapping operations counted once).
+#pragma once
+#include <mutex>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mt {
+
+class CommTimeline {
+ public:
+  // Hooks this timeline to `c` (call before the communicator issues operations).
+  void attach(Communicator& c);
+  // Milliseconds within [begin_us, end_us) covered by at least one operation; forgets operations that ended
+  // before end_us.
+  double busy_ms(double begin_us, double end_us);
+
+ private:
+  std::mutex mu_;
+  std::vector<CommEvent> events_;
+};
+
+}  // namespace mt
