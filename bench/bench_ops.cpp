@@ -192,7 +192,7 @@ void run_config(const Config& cfg) {
   mt::GPT model(gc, DType::F32);
   model.init(1234, 0.02);
   mt::OptimizerSettings os;
-  mt::Optimizer opt(model.table(), DType::F32, mt::Device::CPU, os);
+  mt::Optimizer opt(mt::param_segments(model.table()), model.table().total_numel(), DType::F32, mt::Device::CPU, os);
   const int64_t P = model.params().numel();
   {
     Tensor acc = Tensor::zeros({1}, DType::F32), gscale = randt({1}, 61);
