@@ -7,7 +7,7 @@ add_test(NAME pytorch_parity
                  ${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt ${MT_WORK}/parity)
 add_test(NAME bad_inputs
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bad_inputs.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
-                 ${MT_WORK}/bad_inputs)
+                 ${MT_WORK}/bad_inputs ${MPIEXEC_EXECUTABLE})
 add_test(NAME default_config_converges
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_convergence.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
                  ${MT_WORK}/convergence)

@@ -1,12 +1,13 @@
 """Every bad input of issue #2 is answered with exit status 2 and a message naming the problem, never a crash
 or a hang (each run has a 60 s timeout). Standard library only.
-Usage: test_bad_inputs.py TRAINER SOURCE_DIR WORK_DIR"""
+Usage: test_bad_inputs.py TRAINER SOURCE_DIR WORK_DIR [MPIEXEC]"""
 import os
 import struct
 import subprocess
 import sys
 
 trainer, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
+mpiexec = sys.argv[4] if len(sys.argv) > 4 else None
 os.makedirs(work, exist_ok=True)
 tiny = os.path.join(src, "configs", "tiny.yaml")
 
@@ -70,16 +71,29 @@ CASES = [
     ("unknown schedule", None, ["parallel.schedule=zigzag"], ["parallel.schedule", "zigzag"]),
     ("unknown lr schedule", None, ["optim.schedule=step"], ["optim.schedule", "step"]),
     ("unknown flag", None, ["--bogus"], ["--bogus"]),
+    ("bucket_mb not positive", None, ["comm.bucket_mb=0"], ["comm.bucket_mb"]),
+    ("negative emulation value", None, ["comm.emulate.latency_us=-5"], ["comm.emulate.latency_us"]),
+    ("negative emulated bandwidth", None, ["comm.emulate.inter_bandwidth_gbps=-1"], ["comm.emulate.inter_bandwidth_gbps"]),
+    ("dp*tp*pp differs from the number of ranks", None, ["parallel.dp=3"], ["parallel.dp", "3", "ranks (1)"]),
+]
+# (name, ranks, --set overrides, words): run through mpiexec with several ranks.
+MPI_CASES = [
+    ("global_batch not divisible by dp*micro_batch on 2 ranks", 2,
+     ["train.global_batch=6", "train.micro_batch=2"], ["train.global_batch=6", "dp*micro_batch=2*2=4"]),
+    ("dp*tp*pp differs from the number of ranks on 2 ranks", 2, ["parallel.dp=4"], ["parallel.dp", "ranks (2)"]),
 ]
 
 failures = 0
-for name, cfg, sets, words in CASES:
-    cmd = [trainer, "--config", cfg or tiny]
+runs = [(name, cfg, sets, words, 1) for name, cfg, sets, words in CASES]
+if mpiexec:
+    runs += [(name, None, sets, words, ranks) for name, ranks, sets, words in MPI_CASES]
+for name, cfg, sets, words, ranks in runs:
+    cmd = ([mpiexec, "-n", str(ranks)] if ranks > 1 else []) + [trainer, "--config", cfg or tiny]
     for s in sets:
         cmd += [s] if s.startswith("--") else ["--set", s]
     cmd += ["--set", "run.dir=" + os.path.join(work, "run")]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
         out, rc = r.stdout + r.stderr, r.returncode
     except subprocess.TimeoutExpired:
         out, rc = "(timed out)", None
@@ -88,5 +102,5 @@ for name, cfg, sets, words in CASES:
     failures += not ok
     last = out.strip().splitlines()[-1] if out.strip() else ""
     print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {rc}: {last}" + (f"  (missing {missing})" if missing else ""))
-print(f"{len(CASES) - failures}/{len(CASES)} bad inputs answered with exit 2 and a message naming the problem")
+print(f"{len(runs) - failures}/{len(runs)} bad inputs answered with exit 2 and a message naming the problem")
 sys.exit(1 if failures else 0)
