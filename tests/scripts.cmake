@@ -31,3 +31,7 @@ add_test(NAME dp_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_dp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/dp_parity)
 set_tests_properties(dp_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
+add_test(NAME profile_trace
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_profile_trace.py ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/profile_trace)
+set_tests_properties(profile_trace PROPERTIES TIMEOUT 300 PROCESSORS 2)

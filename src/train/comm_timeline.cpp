@@ -5,11 +5,9 @@
 
 namespace mt {
 
-void CommTimeline::attach(Communicator& c) {
-  c.set_event_sink([this](const CommEvent& e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(e);
-  });
+void CommTimeline::record(const CommEvent& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(e);
 }
 
 double CommTimeline::busy_ms(double begin_us, double end_us) {

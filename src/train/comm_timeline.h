@@ -11,8 +11,8 @@ namespace mt {
 
 class CommTimeline {
  public:
-  // Hooks this timeline to `c` (call before the communicator issues operations).
-  void attach(Communicator& c);
+  // Records one completed operation (thread-safe: communicators' event sinks call it).
+  void record(const CommEvent& e);
   // Milliseconds within [begin_us, end_us) covered by at least one operation; forgets operations that ended
   // before end_us.
   double busy_ms(double begin_us, double end_us);

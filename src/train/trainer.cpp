@@ -29,6 +29,7 @@
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
+#include "train/profiler.h"
 #include "train/zero_shards.h"
 
 namespace mt {
@@ -105,7 +106,8 @@ namespace {
 
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
-void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, CommTimeline& timeline) {
+void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, CommTimeline& timeline,
+                   Profiler& prof) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
   const CommOptions copts = comm_options(cfg.comm);
@@ -206,22 +208,35 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     for (int m = 0; m < n_micro; ++m) {
       train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb,
                          acts.tokens.data_as<int32_t>(), acts.targets.data_as<int32_t>());
+      const double f0 = trace_clock_us();
       model.forward(acts, dloss, loss_sum);
+      const double b0 = trace_clock_us();
+      prof.compute("forward", f0, b0);
       scratch_arena.reset();
       if (reducer) reducer->begin_micro_batch(m == n_micro - 1);
       model.backward(acts, scratch_arena, reducer && cfg.comm.overlap ? on_grads_ready : nullptr);
+      prof.compute("backward", b0, trace_clock_us());
     }
-    if (reducer) reducer->finish();
+    if (reducer) {
+      const double w0 = trace_clock_us();
+      reducer->finish();
+      prof.wait("gradient buckets", w0, trace_clock_us());
+    }
     if (step == 1 && !cfg.run.dump_grads.empty() && rank0) {
       if (zero) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
       else model.export_grads(cfg.run.dump_grads);
     }
     const double lr = sched.at(step);
+    const double o0 = trace_clock_us();
     if (zero) {
       opt->step(master_shards, reducer->shard_grads(), lr);
+      const double g0 = trace_clock_us();
+      prof.compute("optimizer (shard)", o0, g0);
       reducer->all_gather_params(master_shards, model.params());
+      prof.wait("all-gather parameters", g0, trace_clock_us());
     } else {
       opt->step(model.params(), model.grads(), lr);
+      prof.compute("optimizer", o0, trace_clock_us());
     }
     const double step_ms = ms_since(t0);
     const double comm_ms = timeline.busy_ms(t0_us, trace_clock_us());
@@ -270,6 +285,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     model.export_safetensors(cfg.run.dir + "/model.safetensors");
     model.export_hf_config(cfg.run.dir + "/config.json");
   }
+  if (prof.enabled()) {
+    prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
+    spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);
+  }
   spdlog::info("done: {} steps, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB, activation "
                "arena {:.1f} MiB ({} block allocations); wrote {}/model.safetensors and config.json",
                cfg.train.steps, last_loss, last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
@@ -290,7 +309,6 @@ void run_training(const Config& cfg) {
     input_error("parallel.tp={} parallel.pp={}: tensor and pipeline parallelism are not built yet; use dp only",
                 cfg.parallel.tp, cfg.parallel.pp);
   if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
-  if (cfg.run.profile) input_error("run.profile=true: the profiler is not built yet");
   if (cfg.run.checkpoint_every != 0)
     input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);
   if (cfg.run.resume != "auto" && cfg.run.resume != "none")
@@ -301,13 +319,19 @@ void run_training(const Config& cfg) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
   const CommOptions copts = comm_options(cfg.comm);
-  CommTimeline timeline;  // declared first: the communicators' threads report into it until they are destroyed
+  // Declared before the communicators: their threads report into these until they are destroyed.
+  CommTimeline timeline;
+  Profiler prof(cfg.run.profile);
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
     return make_mpi_communicator(c, name, copts);
   });
-  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get()}) timeline.attach(*c);
+  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get()})
+    c->set_event_sink([&](const CommEvent& e) {
+      timeline.record(e);
+      prof.comm(e);
+    });
   try {
-    train_on_mesh(cfg, mesh, comms, timeline);
+    train_on_mesh(cfg, mesh, comms, timeline, prof);
   } catch (const std::exception& e) {
     // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
     // destroy communicators whose peers never finish their operations.

@@ -1,0 +1,17 @@
+# Multi-rank runs of the communication tests and the watchdog test. Included from tests/CMakeLists.txt.
+# (catch_discover_tests already registers each test_comm case for one rank.)
+foreach(np 2 4)
+  add_test(NAME test_comm_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_comm>)
+  # More ranks than cores: MPICH busy-polls, so keep each rank single-threaded.
+  set_tests_properties(test_comm_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120 PROCESSORS ${np})
+endforeach()
+
+# The watchdog: in a 4-rank job rank 3 stops itself (SIGSTOP) before a collective; the job must end within
+# timeout_s plus a few seconds, with the watchdog's message and a non-zero status.
+add_executable(watchdog_probe ${CMAKE_CURRENT_SOURCE_DIR}/watchdog_probe.cpp)
+target_link_libraries(watchdog_probe PRIVATE meshtrain)
+add_test(NAME comm_watchdog
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/py/test_watchdog.py ${MPIEXEC_EXECUTABLE}
+                 ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:watchdog_probe>)
+set_tests_properties(comm_watchdog PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 60 PROCESSORS 4)

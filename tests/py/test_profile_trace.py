@@ -1,0 +1,32 @@
+"""run.profile=true writes run.dir/trace.json: valid Chrome-trace JSON with, for every rank (pid), compute
+spans, each collective, and the waits on communication; metrics.jsonl's comm_ms is consistent with the trace
+(each step's comm_ms is at most its step_ms). Standard library only.
+Usage: test_profile_trace.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
+import collections
+import json
+import os
+import subprocess
+import sys
+
+mpiexec, trainer, src, work = sys.argv[1:5]
+run_dir = os.path.join(work, "run")
+cmd = [mpiexec, "-n", "2", trainer, "--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "parallel.dp=2",
+       "--set", "run.profile=true", "--set", "train.steps=4", "--set", "comm.bucket_mb=0.01",
+       "--set", f"run.dir={run_dir}"]
+subprocess.run(cmd, check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+trace = json.load(open(os.path.join(run_dir, "trace.json")))
+events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+kinds = collections.Counter((e["pid"], e["cat"]) for e in events)
+print(dict(kinds))
+for pid in (0, 1):
+    for cat in ("compute", "comm", "wait"):
+        assert kinds[(pid, cat)] > 0, f"rank {pid} has no {cat} events"
+assert all(e["dur"] >= 0 for e in events)
+names = {e["name"] for e in events}
+assert {"forward", "backward", "optimizer", "dp all_reduce"} <= names, names
+# Both ranks issue the same collectives in the same order: equal counts per communicator operation.
+per_rank = [collections.Counter(e["name"] for e in events if e["pid"] == p and e["cat"] == "comm") for p in (0, 1)]
+assert per_rank[0] == per_rank[1], per_rank
+for row in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl"))):
+    assert 0 < row["comm_ms"] <= row["step_ms"] and 0 <= row["exposed_comm_ms"] <= row["step_ms"], row
+print("ok")

@@ -1,0 +1,376 @@
+// The communication layer: exact collectives at any world size (run with mpiexec -n 1, 2, 3 or 4), ordering,
+// events, network emulation and the alpha-beta model. Every rank runs every case in the same order.
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+using namespace mt;
+
+namespace {
+
+CommOptions test_opts() {
+  CommOptions o;
+  o.timeout_s = 60;  // a mismatched rank aborts the job instead of hanging CI
+  return o;
+}
+
+std::unique_ptr<Communicator> world(const CommOptions& o = test_opts(), const char* name = "world") {
+  return make_mpi_communicator(MPI_COMM_WORLD, name, o);
+}
+
+// Element i as fp32, whatever the tensor's type.
+float get(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::F32: return static_cast<const float*>(t.data())[i];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(t.data())[i]);
+    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(t.data())[i]);
+    default: FAIL("unexpected dtype"); return 0;
+  }
+}
+void set(const Tensor& t, int64_t i, float v) {
+  switch (t.dtype()) {
+    case DType::F32: static_cast<float*>(t.data())[i] = v; break;
+    case DType::BF16: static_cast<uint16_t*>(t.data())[i] = float_to_bf16(v); break;
+    case DType::F16: static_cast<uint16_t*>(t.data())[i] = float_to_fp16(v); break;
+    default: FAIL("unexpected dtype");
+  }
+}
+
+// Rank r's input: r + 1 + i % 7 (exact in every type; sums over 4 ranks stay exact integers below 64).
+float input(int r, int64_t i) { return static_cast<float>(r + 1 + i % 7); }
+float expected(ReduceOp op, int p, int64_t i) {
+  const float sum = static_cast<float>(p * (p + 1) / 2 + p * (i % 7));
+  if (op == ReduceOp::Sum) return sum;
+  if (op == ReduceOp::Avg) return sum / static_cast<float>(p);  // (p+1)/2 + i%7: exact
+  return static_cast<float>(p + i % 7);
+}
+
+const std::vector<int64_t> kSizes = {0, 1, 2, 3, 5, 7, 13, 1000, 4099};
+const std::vector<DType> kTypes = {DType::F32, DType::BF16, DType::F16};
+const std::vector<ReduceOp> kOps = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max};
+
+double now_us() { return trace_clock_us(); }
+
+}  // namespace
+
+TEST_CASE("shard_range splits n into size contiguous shards, last ones short") {
+  CHECK(shard_range(10, 4, 0).begin == 0);
+  CHECK(shard_range(10, 4, 0).end == 3);
+  CHECK(shard_range(10, 4, 2).begin == 6);
+  CHECK(shard_range(10, 4, 3).begin == 9);
+  CHECK(shard_range(10, 4, 3).end == 10);
+  CHECK(shard_range(2, 4, 1).size() == 1);
+  CHECK(shard_range(2, 4, 2).size() == 0);
+  CHECK(shard_range(2, 4, 3).begin == 2);
+  CHECK(shard_range(0, 3, 1).size() == 0);
+  for (int64_t n : {0, 1, 7, 100, 101}) {
+    for (int p : {1, 2, 3, 4, 8}) {
+      int64_t covered = 0;
+      for (int r = 0; r < p; ++r) {
+        ShardRange s = shard_range(n, p, r);
+        CHECK(s.begin == covered);
+        covered = s.end;
+      }
+      CHECK(covered == n);
+    }
+  }
+}
+
+TEST_CASE("alpha-beta predictions") {
+  CommOptions o;
+  o.latency_us = 10;
+  o.bandwidth_gbps = 1;  // 1e-3 us per byte
+  o.inter_latency_us = 100;
+  o.inter_bandwidth_gbps = 0.5;
+  LinkModel intra = link_model(o, false), inter = link_model(o, true);
+  CHECK(intra.alpha_us == 10);
+  CHECK(intra.beta_us_per_byte == Approx(1e-3));
+  CHECK(inter.alpha_us == 100);
+  CHECK(inter.beta_us_per_byte == Approx(2e-3));
+  CHECK(predict_us(CommKind::AllReduce, 4000, 4, intra) == Approx(2 * 3 * (10 + 1000 * 1e-3)));
+  CHECK(predict_us(CommKind::ReduceScatter, 4000, 4, intra) == Approx(3 * (10 + 1.0)));
+  CHECK(predict_us(CommKind::AllGather, 4000, 4, inter) == Approx(3 * (100 + 2.0)));
+  CHECK(predict_us(CommKind::Broadcast, 4000, 4, intra) == Approx(2 * (10 + 4.0)));
+  CHECK(predict_us(CommKind::Broadcast, 4000, 5, intra) == Approx(3 * (10 + 4.0)));
+  CHECK(predict_us(CommKind::Send, 4000, 4, inter) == Approx(100 + 8.0));
+  CHECK(predict_us(CommKind::Recv, 4000, 2, intra) == Approx(10 + 4.0));
+  CHECK(predict_us(CommKind::Barrier, 0, 4, intra) == Approx(2 * 2 * 10));
+  CHECK(predict_us(CommKind::AllReduce, 4000, 1, intra) == 0);
+  CHECK(predict_us(CommKind::Barrier, 0, 1, intra) == 0);
+  CommOptions unlimited;
+  unlimited.latency_us = 5;
+  CHECK(link_model(unlimited, false).beta_us_per_byte == 0);
+  CHECK(!CommOptions{}.emulating());
+  CHECK(o.emulating());
+}
+
+TEST_CASE("all_reduce: exact sums, averages and maxima for fp32, bf16, fp16 at uneven and zero sizes") {
+  auto c = world();
+  const int p = c->size(), r = c->rank();
+  for (DType dt : kTypes)
+    for (ReduceOp op : kOps)
+      for (int64_t n : kSizes) {
+        Tensor t = Tensor::empty({n}, dt);
+        for (int64_t i = 0; i < n; ++i) set(t, i, input(r, i));
+        c->all_reduce(t, op);
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) bad += get(t, i) != expected(op, p, i);
+        INFO("dtype " << dtype_name(dt) << " op " << int(op) << " n " << n);
+        CHECK(bad == 0);
+      }
+}
+
+TEST_CASE("reduce_scatter gives each rank its shard; all_gather of the shards equals all_reduce") {
+  auto c = world();
+  const int p = c->size(), r = c->rank();
+  for (DType dt : kTypes)
+    for (ReduceOp op : kOps)
+      for (int64_t n : kSizes) {
+        INFO("dtype " << dtype_name(dt) << " op " << int(op) << " n " << n);
+        Tensor in = Tensor::empty({n}, dt);
+        for (int64_t i = 0; i < n; ++i) set(in, i, input(r, i));
+        const ShardRange s = shard_range(n, p, r);
+        Tensor shard = Tensor::empty({s.size()}, dt);
+        c->reduce_scatter(in, shard, op);
+        int bad = 0;
+        for (int64_t j = 0; j < s.size(); ++j) bad += get(shard, j) != expected(op, p, s.begin + j);
+        CHECK(bad == 0);
+        Tensor full = Tensor::empty({n}, dt);
+        c->all_gather(shard, full);
+        bad = 0;
+        for (int64_t i = 0; i < n; ++i) bad += get(full, i) != expected(op, p, i);
+        CHECK(bad == 0);
+      }
+}
+
+TEST_CASE("reduce_scatter into its own shard of the input and all_gather in place (the ZeRO layout)") {
+  auto c = world();
+  const int p = c->size(), r = c->rank();
+  for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{1001}}) {
+    Tensor buf = Tensor::empty({n}, DType::F32);
+    for (int64_t i = 0; i < n; ++i) set(buf, i, input(r, i));
+    const ShardRange s = shard_range(n, p, r);
+    Tensor mine = buf.slice(s.begin, {s.size()});
+    c->reduce_scatter(buf, mine, ReduceOp::Sum);
+    c->all_gather(mine, buf);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += get(buf, i) != expected(ReduceOp::Sum, p, i);
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("all_gather concatenates shards in rank order") {
+  auto c = world();
+  const int p = c->size(), r = c->rank();
+  for (DType dt : kTypes)
+    for (int64_t n : kSizes) {
+      const ShardRange s = shard_range(n, p, r);
+      Tensor in = Tensor::empty({s.size()}, dt);
+      for (int64_t j = 0; j < s.size(); ++j) set(in, j, static_cast<float>((s.begin + j) % 200));
+      Tensor out = Tensor::empty({n}, dt);
+      c->all_gather(in, out);
+      int bad = 0;
+      for (int64_t i = 0; i < n; ++i) bad += get(out, i) != static_cast<float>(i % 200);
+      INFO("dtype " << dtype_name(dt) << " n " << n);
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("broadcast from the last rank") {
+  auto c = world();
+  const int p = c->size(), r = c->rank(), root = p - 1;
+  for (DType dt : kTypes)
+    for (int64_t n : kSizes) {
+      Tensor t = Tensor::empty({n}, dt);
+      for (int64_t i = 0; i < n; ++i) set(t, i, r == root ? static_cast<float>(i % 100) : -1.0f);
+      c->broadcast(t, root);
+      int bad = 0;
+      for (int64_t i = 0; i < n; ++i) bad += get(t, i) != static_cast<float>(i % 100);
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("send/recv around a ring, every rank sending before receiving (large messages do not deadlock)") {
+  auto c = world();
+  const int p = c->size(), r = c->rank();
+  for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{1} << 20}) {
+    Tensor out = Tensor::empty({n}, DType::F32), in = Tensor::empty({n}, DType::F32);
+    for (int64_t i = 0; i < n; ++i) set(out, i, static_cast<float>(r * 1000 + i % 1000));
+    WorkPtr s = c->send_async(out, (r + 1) % p, 7);
+    WorkPtr q = c->recv_async(in, (r + p - 1) % p, 7);
+    q->wait();
+    s->wait();
+    const int from = (r + p - 1) % p;
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += get(in, i) != static_cast<float>(from * 1000 + i % 1000);
+    CHECK(bad == 0);
+  }
+  // Tags keep messages apart: two messages to the same peer received in the opposite order.
+  Tensor a = Tensor::empty({4}, DType::F32), b = Tensor::empty({4}, DType::F32);
+  Tensor ra = Tensor::empty({4}, DType::F32), rb = Tensor::empty({4}, DType::F32);
+  for (int i = 0; i < 4; ++i) set(a, i, 1), set(b, i, 2);
+  auto s1 = c->send_async(a, (r + 1) % p, 1);
+  auto s2 = c->send_async(b, (r + 1) % p, 2);
+  auto q2 = c->recv_async(rb, (r + p - 1) % p, 2);
+  auto q1 = c->recv_async(ra, (r + p - 1) % p, 1);
+  q1->wait(), q2->wait(), s1->wait(), s2->wait();
+  CHECK(get(ra, 3) == 1);
+  CHECK(get(rb, 3) == 2);
+}
+
+TEST_CASE("barrier") {
+  auto c = world();
+  for (int i = 0; i < 5; ++i) c->barrier();
+  CHECK(c->barrier_async() != nullptr);
+}
+
+TEST_CASE("many async operations issued back to back complete in order with the right results") {
+  auto c = world();
+  const int p = c->size(), r = c->rank();
+  std::vector<CommEvent> events;
+  std::mutex m;
+  c->set_event_sink([&](const CommEvent& e) {
+    std::lock_guard<std::mutex> lk(m);
+    events.push_back(e);
+  });
+  const int kOpsN = 60;
+  std::vector<Tensor> bufs;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < kOpsN; ++k) {
+    const int64_t n = 1 + 97 * k;
+    Tensor t = Tensor::empty({n}, k % 3 == 0 ? DType::BF16 : DType::F32);
+    for (int64_t i = 0; i < n; ++i) set(t, i, input(r, i));
+    bufs.push_back(t);
+    works.push_back(k % 5 == 4 ? c->broadcast_async(t, k % p) : c->all_reduce_async(t, ReduceOp::Sum));
+  }
+  // Waiting on the last handle implies every earlier one is done.
+  works.back()->wait();
+  for (auto& w : works) CHECK(w->done());
+  for (int k = 0; k < kOpsN; ++k) {
+    int bad = 0;
+    for (int64_t i = 0; i < bufs[k].numel(); ++i) {
+      const float want = k % 5 == 4 ? input(k % p, i) : expected(ReduceOp::Sum, p, i);
+      bad += get(bufs[k], i) != want;
+    }
+    INFO("op " << k);
+    CHECK(bad == 0);
+  }
+  std::lock_guard<std::mutex> lk(m);
+  REQUIRE(events.size() == static_cast<size_t>(kOpsN));
+  for (int k = 0; k < kOpsN; ++k) {
+    CHECK(events[k].seq == static_cast<uint64_t>(k + 1));
+    CHECK(events[k].comm == "world");
+    CHECK(events[k].op == (k % 5 == 4 ? "broadcast" : "all_reduce"));
+    CHECK(events[k].bytes == static_cast<int64_t>(bufs[k].nbytes()));
+    CHECK(events[k].issue_us <= events[k].start_us);
+    CHECK(events[k].start_us <= events[k].end_us);
+    if (k > 0) CHECK(events[k - 1].end_us <= events[k].start_us);
+  }
+}
+
+TEST_CASE("two communicators (world and a split) run concurrently") {
+  int wr = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half);
+  auto a = world(test_opts(), "a");
+  auto b = make_mpi_communicator(half, "b", test_opts());
+  MPI_Comm_free(&half);
+  std::vector<Tensor> ta, tb;
+  std::vector<WorkPtr> w;
+  for (int k = 0; k < 20; ++k) {
+    ta.push_back(Tensor::empty({4096}, DType::F32));
+    tb.push_back(Tensor::empty({333}, DType::F16));
+    for (int64_t i = 0; i < 4096; ++i) set(ta.back(), i, input(a->rank(), i));
+    for (int64_t i = 0; i < 333; ++i) set(tb.back(), i, input(b->rank(), i));
+    w.push_back(a->all_reduce_async(ta.back(), ReduceOp::Sum));
+    w.push_back(b->all_reduce_async(tb.back(), ReduceOp::Max));
+  }
+  for (auto& x : w) x->wait();
+  int bad = 0;
+  for (int k = 0; k < 20; ++k) {
+    for (int64_t i = 0; i < 4096; ++i) bad += get(ta[k], i) != expected(ReduceOp::Sum, a->size(), i);
+    for (int64_t i = 0; i < 333; ++i) bad += get(tb[k], i) != expected(ReduceOp::Max, b->size(), i);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("emulation: operations take at least the predicted time, off the caller's thread") {
+  CommOptions o = test_opts();
+  o.latency_us = 3000;
+  o.bandwidth_gbps = 0.5;  // 4 MB: 8 ms per full transfer
+  auto c = world(o);
+  const int p = c->size(), r = c->rank();
+  const LinkModel link = link_model(o, false);
+  const int64_t n = 1 << 20;  // 4 MB of fp32
+  Tensor t = Tensor::empty({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) set(t, i, input(r, i));
+  c->barrier();
+  const double wait0 = c->total_wait_us();
+  double t0 = now_us();
+  WorkPtr w = c->all_reduce_async(t, ReduceOp::Sum);
+  const double issue_cost = now_us() - t0;
+  w->wait();
+  const double took = now_us() - t0;
+  const double want = predict_us(CommKind::AllReduce, n * 4, p, link);
+  CHECK(took >= want);
+  CHECK(get(t, 5) == expected(ReduceOp::Sum, p, 5));
+  if (want > 0) {
+    CHECK(issue_cost < 0.2 * want);                         // the caller was not delayed at issue
+    CHECK(c->total_wait_us() - wait0 >= 0.5 * want);        // but blocked in wait()
+  }
+
+  // Point-to-point: alpha + n beta, at any size (p = 1 sends to itself).
+  Tensor in = Tensor::empty({n}, DType::F32);
+  t0 = now_us();
+  auto s = c->send_async(t, (r + 1) % p, 3);
+  auto q = c->recv_async(in, (r + p - 1) % p, 3);
+  q->wait();
+  s->wait();
+  CHECK(now_us() - t0 >= predict_us(CommKind::Recv, n * 4, p, link));
+
+  t0 = now_us();
+  c->barrier();
+  CHECK(now_us() - t0 >= predict_us(CommKind::Barrier, 0, p, link));
+
+  // Compute overlaps the emulated delay: sleeping on the caller while the op is in flight costs no extra time.
+  t0 = now_us();
+  w = c->all_reduce_async(t, ReduceOp::Sum);
+  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(want)));
+  w->wait();
+  const double overlapped = now_us() - t0;
+  CHECK(overlapped >= want);
+  if (want > 0) CHECK(overlapped < 1.6 * want + 20000);
+}
+
+TEST_CASE("emulation: a group spanning emulated nodes uses the inter-node link") {
+  CommOptions o = test_opts();
+  o.latency_us = 100;
+  o.inter_latency_us = 5000;
+  o.ranks_per_node = 1;  // every rank its own node
+  auto c = world(o);
+  const int p = c->size();
+  Tensor t = Tensor::empty({64}, DType::F32);
+  c->barrier();
+  double t0 = now_us();
+  c->all_reduce(t, ReduceOp::Sum);
+  CHECK(now_us() - t0 >= predict_us(CommKind::AllReduce, 256, p, link_model(o, p > 1)));
+
+  o.ranks_per_node = 64;  // one node: intra links only
+  auto d = world(o);
+  d->barrier();
+  t0 = now_us();
+  d->all_reduce(t, ReduceOp::Sum);
+  const double took = now_us() - t0;
+  CHECK(took >= predict_us(CommKind::AllReduce, 256, p, link_model(o, false)));
+  if (p > 1) CHECK(took < predict_us(CommKind::AllReduce, 256, p, link_model(o, true)));
+}
