@@ -260,3 +260,106 @@ TEST_CASE("mesh MPI split: each communicator holds exactly the computed members 
       CHECK(prev_world == mesh.pp_prev());
     }
 }
+
+#if MESHTRAIN_WITH_CUDA
+// The NCCL backend over MPI_COMM_WORLD, one GPU per rank; skipped (passes) where there are fewer GPUs than ranks,
+// as on the CPU-only CI machine. Rank-valued inputs make every result exact in fp32 and bf16 (small integers).
+#include <cuda_runtime.h>  // cudaMalloc's typed overloads
+
+#include "comm/nccl_communicator.h"
+#include "core/cuda_check.h"
+
+namespace {
+std::vector<float> from_device(const void* p, int64_t n) {
+  std::vector<float> v(n);
+  if (n) CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return v;
+}
+}  // namespace
+
+TEST_CASE("nccl collectives give exact rank-valued results, even and uneven shards", "[nccl]") {
+  int world = 0, rank = 0, gpus = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  int enough = gpus >= world ? 1 : 0, all = 0;
+  MPI_Allreduce(&enough, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) {
+    WARN("skipped: " << gpus << " GPUs for " << world << " ranks");
+    return;
+  }
+  CUDA_CHECK(cudaSetDevice(rank));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  CommOptions opts;
+  opts.timeout_s = 60;
+  auto comm = make_nccl_communicator(MPI_COMM_WORLD, "world", opts, stream);
+  REQUIRE(comm->size() == world);
+  REQUIRE(comm->rank() == rank);
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(world * 5), int64_t(1000003)}) {
+    INFO("n = " << n);
+    float* buf = nullptr;
+    float* shard = nullptr;
+    CUDA_CHECK(cudaMalloc(&buf, (n + 1) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&shard, (n + 1) * sizeof(float)));
+    std::vector<float> host(n);
+    for (int64_t i = 0; i < n; ++i) host[i] = float((rank + 1) * (i % 13));
+    auto upload = [&] {
+      if (n) CUDA_CHECK(cudaMemcpy(buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    };
+    const float ranks_sum = world * (world + 1) / 2.0f;
+    Tensor t(buf, Shape{n}, DType::F32, Device::CUDA);
+
+    upload();
+    comm->all_reduce(t, ReduceOp::Sum);  // orders `stream` after it
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    auto got = from_device(buf, n);
+    for (int64_t i = 0; i < n; ++i) REQUIRE(got[i] == ranks_sum * float(i % 13));
+
+    upload();
+    const ShardRange sr = shard_range(n, world, rank);
+    Tensor out(shard, Shape{sr.size()}, DType::F32, Device::CUDA);
+    comm->reduce_scatter(t, out, ReduceOp::Max);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    got = from_device(shard, sr.size());
+    for (int64_t i = 0; i < sr.size(); ++i) REQUIRE(got[i] == float(world * ((sr.begin + i) % 13)));
+
+    // all_gather of each rank's shard of the rank-valued buffer reassembles it.
+    if (sr.size())
+      CUDA_CHECK(cudaMemcpy(shard, host.data() + sr.begin, sr.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(buf, 0, (n + 1) * sizeof(float)));
+    comm->all_gather(out, t);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    got = from_device(buf, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int owner = static_cast<int>(i / ((n + world - 1) / world));
+      REQUIRE(got[i] == float((owner + 1) * (i % 13)));
+    }
+
+    upload();
+    comm->broadcast(t, world - 1);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    got = from_device(buf, n);
+    for (int64_t i = 0; i < n; ++i) REQUIRE(got[i] == float(world * (i % 13)));
+    CUDA_CHECK(cudaFree(buf));
+    CUDA_CHECK(cudaFree(shard));
+  }
+  // bf16: small integers are exact.
+  {
+    const int64_t n = 33;
+    uint16_t* b = nullptr;
+    CUDA_CHECK(cudaMalloc(&b, n * 2));
+    std::vector<uint16_t> h(n);
+    for (int64_t i = 0; i < n; ++i) h[i] = float_to_bf16(float(rank + i % 5));
+    CUDA_CHECK(cudaMemcpy(b, h.data(), n * 2, cudaMemcpyHostToDevice));
+    comm->all_reduce(Tensor(b, Shape{n}, DType::BF16, Device::CUDA), ReduceOp::Sum);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), b, n * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; ++i) REQUIRE(bf16_to_float(h[i]) == float(world * (world - 1) / 2 + world * (i % 5)));
+    CUDA_CHECK(cudaFree(b));
+  }
+  comm->barrier();
+  comm.reset();
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+#endif

@@ -7,12 +7,15 @@
 // start plus the alpha-beta prediction; the thread sleeps meanwhile, so callers' compute overlaps the delay.
 #include "comm/mpi_communicator.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -45,10 +48,24 @@ struct MpiTypes {
   MPI_Datatype t16 = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum = MPI_OP_NULL, bf16_max = MPI_OP_NULL, fp16_sum = MPI_OP_NULL, fp16_max = MPI_OP_NULL;
 };
+MpiTypes g_types;
+// Frees the 16-bit datatype and operations at the start of MPI_Finalize (an attribute of MPI_COMM_SELF).
+int free_types(MPI_Comm, int, void*, void*) {
+  MPI_Type_free(&g_types.t16);
+  MPI_Op_free(&g_types.bf16_sum);
+  MPI_Op_free(&g_types.bf16_max);
+  MPI_Op_free(&g_types.fp16_sum);
+  MPI_Op_free(&g_types.fp16_max);
+  return MPI_SUCCESS;
+}
 const MpiTypes& mpi_types() {
-  static MpiTypes t;
+  MpiTypes& t = g_types;
   static std::once_flag once;
   std::call_once(once, [] {
+    MpiTypes& t = g_types;
+    int key = MPI_KEYVAL_INVALID;
+    MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_types, &key, nullptr));
+    MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr));
     MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t.t16));
     MPI_CHECK(MPI_Type_commit(&t.t16));
     MPI_CHECK(MPI_Op_create(&sum16<bf16_to_float, float_to_bf16>, 1, &t.bf16_sum));
@@ -211,7 +228,12 @@ class MpiCommunicator : public Communicator {
     for (int i = 0; i < size_; ++i) node_[i] = opts.ranks_per_node > 0 ? world[i] / opts.ranks_per_node : 0;
     spans_nodes_ = std::any_of(node_.begin(), node_.end(), [&](int n) { return n != node_[0]; });
 
-    thread_ = std::thread([this] { run(); });
+    const char* mode = std::getenv("MESHTRAIN_COMM_WAIT");
+    blocking_ = mode && std::string(mode) == "block";
+    thread_ = std::thread([this] {
+      prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // short back-off sleeps must not be rounded up to 50 us
+      run();
+    });
   }
 
   ~MpiCommunicator() override {
@@ -448,15 +470,44 @@ class MpiCommunicator : public Communicator {
     return scratch_.data();
   }
 
+  // Completes the collective just started: a blocking call (rc only) is done; a nonblocking one (req_) is
+  // polled with MPI_Test: spinning for the first kSpinUs, then sleeping with a doubling back-off (from 1 us) capped at
+  // kMaxSleepUs, so a rank waiting for a late peer leaves the cores to compute (MPICH's blocking calls spin).
+  void complete_request(int rc) {
+    MPI_CHECK(rc);
+    if (blocking_) return;
+    // Spin (yielding) for 1 ms plus the time the payload takes at 1 GB/s: MPICH advances a nonblocking
+    // collective only inside MPI calls, so sleeping while data still moves would cost bandwidth.
+    constexpr double kMaxSleepUs = 200;
+    const double spin_us = 1000 + static_cast<double>(op_bytes_) * 1e-3;
+    const double t0 = trace_clock_us();
+    double sleep_us = 1;
+    for (;;) {
+      int flag = 0;
+      MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+      if (flag) return;
+      if (!pending_.empty()) poll_pending();
+      if (trace_clock_us() - t0 < spin_us) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(sleep_us));
+      sleep_us = std::min(kMaxSleepUs, 2 * sleep_us);
+    }
+  }
+
   void execute(Op& op) {
     const double start = trace_clock_us();
+    op_bytes_ = std::max<int64_t>(op.bytes, static_cast<int64_t>(op.b.nbytes()));
     const Tensor& a = op.a;
     const Tensor& b = op.b;
     switch (op.kind) {
       case CommKind::AllReduce: {
         if (size_ > 1 && a.numel() > 0)
-          MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(a.numel()), mpi_type(a.dtype()),
-                                  mpi_op(a.dtype(), op.rop), comm_));
+          complete_request(blocking_ ? MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(a.numel()), mpi_type(a.dtype()),
+                                               mpi_op(a.dtype(), op.rop), comm_)
+                                 : MPI_Iallreduce(MPI_IN_PLACE, a.data(), static_cast<int>(a.numel()),
+                                                  mpi_type(a.dtype()), mpi_op(a.dtype(), op.rop), comm_, &req_));
         if (op.rop == ReduceOp::Avg && size_ > 1) divide_(a, size_);
         break;
       }
@@ -471,8 +522,10 @@ class MpiCommunicator : public Communicator {
           // MPI forbids aliasing send and receive buffers: an output inside the input goes through scratch.
           const bool alias = overlaps(a, b);
           void* dst = alias ? scratch(b.nbytes()) : b.data();
-          MPI_CHECK(MPI_Reduce_scatter(a.data(), dst, counts.data(), mpi_type(a.dtype()), mpi_op(a.dtype(), op.rop),
-                                       comm_));
+          complete_request(blocking_ ? MPI_Reduce_scatter(a.data(), dst, counts.data(), mpi_type(a.dtype()),
+                                                          mpi_op(a.dtype(), op.rop), comm_)
+                                      : MPI_Ireduce_scatter(a.data(), dst, counts.data(), mpi_type(a.dtype()),
+                                                            mpi_op(a.dtype(), op.rop), comm_, &req_));
           if (alias) std::memcpy(b.data(), dst, b.nbytes());
         }
         if (op.rop == ReduceOp::Avg && size_ > 1) divide_(b, size_);
@@ -498,17 +551,22 @@ class MpiCommunicator : public Communicator {
           } else if (overlaps(a, b)) {
             src = std::memcpy(scratch(a.nbytes()), a.data(), a.nbytes());
           }
-          MPI_CHECK(MPI_Allgatherv(src, static_cast<int>(a.numel()), mpi_type(a.dtype()), b.data(), counts_.data(),
-                                   displs_.data(), mpi_type(b.dtype()), comm_));
+          complete_request(blocking_ ? MPI_Allgatherv(src, static_cast<int>(a.numel()), mpi_type(a.dtype()), b.data(),
+                                                     counts_.data(), displs_.data(), mpi_type(b.dtype()), comm_)
+                                      : MPI_Iallgatherv(src, static_cast<int>(a.numel()), mpi_type(a.dtype()), b.data(),
+                                                       counts_.data(), displs_.data(), mpi_type(b.dtype()), comm_,
+                                                       &req_));
         }
         break;
       }
       case CommKind::Broadcast:
         if (size_ > 1 && a.numel() > 0)
-          MPI_CHECK(MPI_Bcast(a.data(), static_cast<int>(a.numel()), mpi_type(a.dtype()), op.peer, comm_));
+          complete_request(blocking_ ? MPI_Bcast(a.data(), static_cast<int>(a.numel()), mpi_type(a.dtype()), op.peer, comm_)
+                                     : MPI_Ibcast(a.data(), static_cast<int>(a.numel()), mpi_type(a.dtype()), op.peer,
+                                                  comm_, &req_));
         break;
       case CommKind::Barrier:
-        if (size_ > 1) MPI_CHECK(MPI_Barrier(comm_));
+        if (size_ > 1) complete_request(blocking_ ? MPI_Barrier(comm_) : MPI_Ibarrier(comm_, &req_));
         break;
       case CommKind::Send:
       case CommKind::Recv: {
@@ -548,6 +606,9 @@ class MpiCommunicator : public Communicator {
   std::vector<Pending> pending_;
   std::vector<char> scratch_;
   std::vector<int> counts_, displs_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  int64_t op_bytes_ = 0;  // bytes of the collective in flight (sets the spin window)
+  bool blocking_ = false;  // MESHTRAIN_COMM_WAIT=block: blocking MPI collectives (they spin while waiting)
 };
 
 }  // namespace
