@@ -31,13 +31,15 @@ int main(int argc, char** argv) {
       mt::run_training(cfg);
     }
   } catch (const mt::InputError& e) {
-    spdlog::error("{}", e.what());
+    // Bad input reaches here on every rank together (the config is the same everywhere; set-up errors are
+    // agreed on by all ranks), so the ranks finalize in step: rank 0 says what is wrong.
+    if (rank == 0) spdlog::error("{}", e.what());
     status = 2;
   } catch (const std::exception& e) {
     spdlog::error("failed: {}", e.what());
     status = 1;
   }
-  if (status != 0 && world > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  if (status == 1 && world > 1) MPI_Abort(MPI_COMM_WORLD, status);
   MPI_Finalize();
   return status;
 }

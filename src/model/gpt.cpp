@@ -181,6 +181,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     kernels::gelu_backward(dfch, la.fch, dfch);
     kernels::matmul_backward(dln, G(FC_W), G(FC_B), dfch, la.ln2, P(FC_W), WeightLayout::InOut);
     kernels::layernorm_backward(dres, G(LN2_W), G(LN2_B), dln, la.res_attn, P(LN2_W), la.ln2_mean, la.ln2_rstd);
+    ready_through(layer_param(l, LN2_B));  // the MLP half of the block: its buckets can start now
     // Attention branch: dres is now d/d(res_attn).
     kernels::matmul_backward(dln, G(ATTPROJ_W), G(ATTPROJ_B), dres, la.atty, P(ATTPROJ_W), WeightLayout::InOut);
     kernels::attention_backward(dqkv.view({a.B, a.T, 3 * C}), datt, dln.view({a.B, a.T, C}),

@@ -85,7 +85,7 @@ class GPT {
   // Backward pass: ACCUMULATES parameter gradients into grads() (+=), so micro-batches accumulate for free.
   // Scratch comes from `arena`. When given, grads_ready(end) is called each time the gradients of the flat
   // buffer's elements [0, end) stop changing for this micro-batch (end grows: after the final LayerNorm, after
-  // every block, and once more at the very end), so data parallelism can start reducing them.
+  // each half of every block, and once more at the very end), so data parallelism can start reducing them.
   void backward(Activations& acts, Arena& arena, const std::function<void(int64_t)>& grads_ready = {});
 
  private:

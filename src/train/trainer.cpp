@@ -36,6 +36,11 @@ namespace mt {
 
 namespace {
 
+// Bad input found by every rank together (see agree_on_setup): the ranks exit with status 2 in step.
+struct SetupError : InputError {
+  using InputError::InputError;
+};
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -104,6 +109,17 @@ CommOptions comm_options(const CommConfig& c) {
 
 namespace {
 
+// Throws SetupError on every rank when any rank's set-up failed (`error` non-empty on that rank).
+void agree_on_setup(const std::string& error, MPI_Comm world) {
+  int failed = error.empty() ? 0 : 1, any = failed;
+  MPI_CHECK(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world));
+  if (!any) return;
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  if (failed && rank != 0) spdlog::error("[rank {}] {}", rank, error);  // main prints rank 0's message
+  throw SetupError(failed ? error : "stopped: another rank's set-up failed (its message says why)");
+}
+
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
 void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, CommTimeline& timeline,
@@ -120,24 +136,31 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                                  : "");
   if (rank0 && world > 1) spdlog::info("mesh ranks:\n{}", mesh.table());
 
-  if (rank0) {
-    std::filesystem::create_directories(cfg.run.dir);
-    std::ofstream f(cfg.run.dir + "/config.yaml");
-    if (!f) input_error("run.dir: cannot write {}/config.yaml", cfg.run.dir);
-    f << to_yaml(cfg);
+  // Set-up reads files and may fail with bad input on some ranks only: every rank learns whether any failed
+  // before the first collective of the run, so they all stop with exit status 2 instead of leaving peers waiting.
+  const int T = cfg.model.seq_len, mb = cfg.train.micro_batch, gb = cfg.train.global_batch;
+  const int local_batch = gb / mesh.dp(), n_micro = local_batch / mb;
+  GPT model(gpt_config(cfg.model), DType::F32, Device::CPU);
+  Dataset data;
+  std::string setup_error;
+  try {
+    if (rank0) {
+      std::filesystem::create_directories(cfg.run.dir);
+      std::ofstream f(cfg.run.dir + "/config.yaml");
+      if (!f) input_error("run.dir: cannot write {}/config.yaml", cfg.run.dir);
+      f << to_yaml(cfg);
+    }
+    data = load_dataset(cfg);
+    if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std);
+    else model.load_safetensors(cfg.model.init_from);
+  } catch (const InputError& e) {
+    setup_error = e.what();
   }
-
-  Dataset data = load_dataset(cfg);
+  agree_on_setup(setup_error, MPI_COMM_WORLD);
   spdlog::info("data: {}", data.train.description);
   if (data.entropy_rate_nats >= 0)
     spdlog::info("data: best achievable loss (entropy rate) {:.4f} nats; uniform guess ln(V) = {:.4f}",
                  data.entropy_rate_nats, std::log(double(cfg.model.vocab_size)));
-
-  const int T = cfg.model.seq_len, mb = cfg.train.micro_batch, gb = cfg.train.global_batch;
-  const int local_batch = gb / mesh.dp(), n_micro = local_batch / mb;
-  GPT model(gpt_config(cfg.model), DType::F32, Device::CPU);
-  if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std);
-  else model.load_safetensors(cfg.model.init_from);
   spdlog::info("model: GPT-2 L={} NH={} C={} T={} V={} (padded {}): {:.3f}M parameters{}", cfg.model.n_layer,
                cfg.model.n_head, cfg.model.d_model, T, cfg.model.vocab_size, model.vocab_padded(),
                model.num_parameters() / 1e6, cfg.model.init_from.empty() ? "" : ", from " + cfg.model.init_from);
@@ -332,6 +355,8 @@ void run_training(const Config& cfg) {
     });
   try {
     train_on_mesh(cfg, mesh, comms, timeline, prof);
+  } catch (const SetupError&) {
+    throw;  // every rank is here together: communicators shut down cleanly, main exits with status 2
   } catch (const std::exception& e) {
     // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
     // destroy communicators whose peers never finish their operations.

@@ -81,6 +81,7 @@ MPI_CASES = [
     ("global_batch not divisible by dp*micro_batch on 2 ranks", 2,
      ["train.global_batch=6", "train.micro_batch=2"], ["train.global_batch=6", "dp*micro_batch=2*2=4"]),
     ("dp*tp*pp differs from the number of ranks on 2 ranks", 2, ["parallel.dp=4"], ["parallel.dp", "ranks (2)"]),
+    ("missing data file on 2 ranks", 2, ["data.source=tokens", f"data.path={path('nope.bin')}"], ["nope.bin"]),
 ]
 
 failures = 0
