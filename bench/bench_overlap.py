@@ -7,7 +7,7 @@ comm.bucket_mb, it prints the median step_ms, comm_ms and exposed_comm_ms of ste
 the exposed share (exposed / comm) and the step time against the non-overlapped run measured in the same
 session; with matplotlib available it also draws the sweep into a PNG.
 
-Usage: /usr/bin/python3 bench/bench_overlap.py [--bandwidth-gbps 0.08] [--latency-us 20] [--steps 25]
+Usage: /usr/bin/python3 bench/bench_overlap.py [--bandwidth-gbps 0.16] [--latency-us 20] [--steps 25]
                                                 [--plot docs/figures/bucket_sweep.png]
 """
 import argparse
@@ -37,10 +37,10 @@ def run(bucket_mb, overlap, args, work):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bandwidth-gbps", type=float, default=0.08)
+    ap.add_argument("--bandwidth-gbps", type=float, default=0.16)
     ap.add_argument("--latency-us", type=float, default=20)
     ap.add_argument("--steps", type=int, default=25)
-    ap.add_argument("--buckets", default="0.05,0.1,0.25,0.5,1,25")
+    ap.add_argument("--buckets", default="0.1,0.25,0.5,1,2,25")
     ap.add_argument("--plot", default="")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
