@@ -1,6 +1,8 @@
 """run.profile=true writes run.dir/trace.json: valid Chrome-trace JSON with, for every rank (pid), compute
 spans, each collective, and the waits on communication; metrics.jsonl's comm_ms is consistent with the trace
-(each step's comm_ms is at most its step_ms). Standard library only.
+(each step's comm_ms is at most its step_ms). The trace also shows data parallelism's overlap: with
+comm.overlap=true gradient buckets are issued while the backward pass runs; with false, only after it.
+Standard library only.
 Usage: test_profile_trace.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import collections
 import json
@@ -9,13 +11,26 @@ import subprocess
 import sys
 
 mpiexec, trainer, src, work = sys.argv[1:5]
-run_dir = os.path.join(work, "run")
-cmd = [mpiexec, "-n", "2", trainer, "--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "parallel.dp=2",
-       "--set", "run.profile=true", "--set", "train.steps=4", "--set", "comm.bucket_mb=0.01",
-       "--set", f"run.dir={run_dir}"]
-subprocess.run(cmd, check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
-trace = json.load(open(os.path.join(run_dir, "trace.json")))
-events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def traced_run(name, overlap):
+    run_dir = os.path.join(work, name)
+    cmd = [mpiexec, "-n", "2", trainer, "--config", os.path.join(src, "configs", "tiny.yaml"), "--set",
+           "parallel.dp=2", "--set", "run.profile=true", "--set", "train.steps=4", "--set", "comm.bucket_mb=0.01",
+           "--set", f"comm.overlap={'true' if overlap else 'false'}", "--set", f"run.dir={run_dir}"]
+    subprocess.run(cmd, check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    trace = json.load(open(os.path.join(run_dir, "trace.json")))
+    return run_dir, [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def buckets_issued_during_backward(events, pid):
+    """dp all-reduces issued (ts - queued_us) strictly inside one of this rank's backward spans."""
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["pid"] == pid and e["name"] == "backward"]
+    issued = [e["ts"] - e["args"]["queued_us"] for e in events if e["pid"] == pid and e["name"] == "dp all_reduce"]
+    return sum(any(b < t < end for b, end in spans) for t in issued)
+
+
+run_dir, events = traced_run("overlap_on", True)
 kinds = collections.Counter((e["pid"], e["cat"]) for e in events)
 print(dict(kinds))
 for pid in (0, 1):
@@ -29,4 +44,11 @@ per_rank = [collections.Counter(e["name"] for e in events if e["pid"] == p and e
 assert per_rank[0] == per_rank[1], per_rank
 for row in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl"))):
     assert 0 < row["comm_ms"] <= row["step_ms"] and 0 <= row["exposed_comm_ms"] <= row["step_ms"], row
+during = [buckets_issued_during_backward(events, p) for p in (0, 1)]
+print(f"overlap on: buckets issued during the backward pass per rank: {during}")
+assert all(n > 0 for n in during), "overlap on, but no bucket was issued during a backward pass"
+_, events_off = traced_run("overlap_off", False)
+during_off = [buckets_issued_during_backward(events_off, p) for p in (0, 1)]
+print(f"overlap off: buckets issued during the backward pass per rank: {during_off}")
+assert during_off == [0, 0], "overlap off, yet buckets were issued during a backward pass"
 print("ok")
