@@ -8,7 +8,7 @@ the exposed share (exposed / comm) and the step time against the non-overlapped 
 session; with matplotlib available it also draws the sweep into a PNG.
 
 Usage: /usr/bin/python3 bench/bench_overlap.py [--bandwidth-gbps 0.16] [--latency-us 20] [--steps 25]
-                                                [--plot docs/figures/bucket_sweep.png] [--comm-wait block]
+                                                [--plot docs/figures/bucket_sweep.png] [--comm-wait auto|poll|block]
 """
 import argparse
 import json
@@ -29,10 +29,8 @@ def run(bucket_mb, overlap, args, work):
            "--set", f"comm.emulate.bandwidth_gbps={args.bandwidth_gbps}",
            "--set", f"comm.emulate.latency_us={args.latency_us}", "--set", "run.log_every=1000",
            "--set", f"run.dir={run_dir}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    if args.comm_wait:
-        env["MESHTRAIN_COMM_WAIT"] = args.comm_wait  # docs/comm.md: poll (default) or block
-    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    cmd += ["--set", f"comm.wait={args.comm_wait}"]
+    subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))][5:]
     med = lambda k: statistics.median(r[k] for r in rows)
     return med("step_ms"), med("comm_ms"), med("exposed_comm_ms")
@@ -45,12 +43,12 @@ def main():
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--buckets", default="0.1,0.25,0.5,1,2,25")
     ap.add_argument("--plot", default="")
-    ap.add_argument("--comm-wait", default="", help="MESHTRAIN_COMM_WAIT for the runs: poll (default) or block")
+    ap.add_argument("--comm-wait", default="auto", help="comm.wait for the runs: auto | poll | block")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
         base_step, base_comm, base_exp = run(25, False, args, work)
         print(f"emulated link: {args.latency_us} us, {args.bandwidth_gbps} GB/s; 2 ranks, 1 thread each; "
-              f"communication threads wait by {args.comm_wait or 'poll'}")
+              f"comm.wait={args.comm_wait}")
         print(f"{'bucket_mb':>9} {'overlap':>7} {'step_ms':>8} {'comm_ms':>8} {'exposed':>8} {'exposed/comm':>12} "
               f"{'step vs no overlap':>18}")
         print(f"{25:>9} {'off':>7} {base_step:8.1f} {base_comm:8.1f} {base_exp:8.1f} {base_exp / base_comm:12.2f} "

@@ -381,7 +381,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "precision.compute=bf16",
       "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
       "data.val_path='123'", "data.order=shuffle", "data.synthetic_tokens=9000000000", "data.val_fraction=0.25",
-      "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.timeout_s=12.5",
+      "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.wait=block", "comm.timeout_s=12.5",
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5", "run.dir=\" lead space\"",
       "run.log_every=3", "run.checkpoint_every=100", "run.resume=none", "run.profile=true",

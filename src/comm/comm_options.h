@@ -13,6 +13,10 @@ struct CommOptions {
   double inter_latency_us = 0;      // alpha of links between nodes
   double inter_bandwidth_gbps = 0;  // bandwidth between nodes, GB/s (0 = unlimited)
   double timeout_s = 300;           // watchdog: a wait() longer than this aborts the job (0 = wait forever)
+  // true: collectives are blocking MPI calls, which spin while a peer is late (fastest when every thread has a
+  // core); false: nonblocking calls polled with back-off, which leave the cores to compute (for nodes with more
+  // threads than cores). MESHTRAIN_COMM_WAIT=poll|block overrides it.
+  bool blocking_waits = false;
 
   bool emulating() const {
     return latency_us > 0 || bandwidth_gbps > 0 || inter_latency_us > 0 || inter_bandwidth_gbps > 0;

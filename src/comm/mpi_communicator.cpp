@@ -229,7 +229,7 @@ class MpiCommunicator : public Communicator {
     spans_nodes_ = std::any_of(node_.begin(), node_.end(), [&](int n) { return n != node_[0]; });
 
     const char* mode = std::getenv("MESHTRAIN_COMM_WAIT");
-    blocking_ = mode && std::string(mode) == "block";
+    blocking_ = mode ? std::string(mode) == "block" : opts.blocking_waits;
     thread_ = std::thread([this] {
       prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // short back-off sleeps must not be rounded up to 50 us
       run();
@@ -608,7 +608,7 @@ class MpiCommunicator : public Communicator {
   std::vector<int> counts_, displs_;
   MPI_Request req_ = MPI_REQUEST_NULL;
   int64_t op_bytes_ = 0;  // bytes of the collective in flight (sets the spin window)
-  bool blocking_ = false;  // MESHTRAIN_COMM_WAIT=block: blocking MPI collectives (they spin while waiting)
+  bool blocking_ = false;  // CommOptions::blocking_waits: blocking MPI collectives (they spin while waiting)
 };
 
 }  // namespace

@@ -78,6 +78,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(comm.backend, "communication backend: auto | mpi | nccl"),
       MT_KEY(comm.bucket_mb, "size of a data-parallel gradient bucket in MiB"),
       MT_KEY(comm.overlap, "overlap gradient reduction with the backward pass"),
+      MT_KEY(comm.wait, "how communication threads wait for peers: auto (block when the node has a core per "
+                        "compute thread, else poll) | poll | block"),
       MT_KEY(comm.timeout_s, "watchdog: abort a communication wait that lasts longer than this (seconds)"),
       MT_KEY(comm.emulate.latency_us, "emulated per-message latency within a node (us); 0 = no emulation"),
       MT_KEY(comm.emulate.bandwidth_gbps, "emulated link bandwidth within a node (GB/s); 0 = unlimited"),

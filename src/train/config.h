@@ -60,6 +60,7 @@ struct CommConfig {
   std::string backend = "auto";  // auto | mpi | nccl
   double bucket_mb = 25;
   bool overlap = true;
+  std::string wait = "auto";  // auto | poll | block: how communication threads wait for peers (docs/comm.md)
   double timeout_s = 300;
   EmulateConfig emulate;
 };

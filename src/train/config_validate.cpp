@@ -111,6 +111,7 @@ void validate_values(const Config& c) {
 
   const CommConfig& cm = c.comm;
   require_one_of("comm.backend", cm.backend, {"auto", "mpi", "nccl"});
+  require_one_of("comm.wait", cm.wait, {"auto", "poll", "block"});
   require(cm.bucket_mb > 0, "comm.bucket_mb must be > 0, got {}", cm.bucket_mb);
   require(cm.timeout_s > 0, "comm.timeout_s must be > 0, got {}", cm.timeout_s);
   const EmulateConfig& e = cm.emulate;

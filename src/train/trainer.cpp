@@ -7,6 +7,7 @@
 #include "train/trainer.h"
 
 #include <mpi.h>
+#include <omp.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
@@ -94,8 +95,15 @@ double evaluate(const GPT& model, Activations& acts, Batcher& val, const Config&
   return read_scalar(loss_sum) / (double(cfg.train.eval_batches) * gb * cfg.model.seq_len);
 }
 
-CommOptions comm_options(const CommConfig& c) {
+// comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
+bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
+  if (c.wait != "auto") return c.wait == "block";
+  return ranks_on_node * threads_per_rank <= omp_get_num_procs();
+}
+
+CommOptions comm_options(const CommConfig& c, bool blocking) {
   CommOptions o;
+  o.blocking_waits = blocking;
   o.latency_us = c.emulate.latency_us;
   o.bandwidth_gbps = c.emulate.bandwidth_gbps;
   o.ranks_per_node = c.emulate.ranks_per_node;
@@ -123,14 +131,12 @@ void agree_on_setup(const std::string& error, MPI_Comm world) {
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
 void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, CommTimeline& timeline,
-                   Profiler& prof) {
+                   Profiler& prof, const CommOptions& copts, int threads) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
-  const CommOptions copts = comm_options(cfg.comm);
   Communicator& dp = *comms.dp;
-  const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(ranks_on_this_node());
-  set_compute_threads(threads);
-  spdlog::info("{}, device {}, {} compute threads per rank{}", mesh.describe(), cfg.device, threads,
+  spdlog::info("{}, device {}, {} compute threads per rank, communication waits {}{}", mesh.describe(), cfg.device,
+               threads, copts.blocking_waits ? "block" : "poll",
                copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
                                                copts.bandwidth_gbps)
                                  : "");
@@ -341,7 +347,10 @@ void run_training(const Config& cfg) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
-  const CommOptions copts = comm_options(cfg.comm);
+  const int node_ranks = ranks_on_this_node();
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(node_ranks);
+  set_compute_threads(threads);
+  const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, node_ranks, threads));
   // Declared before the communicators: their threads report into these until they are destroyed.
   CommTimeline timeline;
   Profiler prof(cfg.run.profile);
@@ -354,7 +363,7 @@ void run_training(const Config& cfg) {
       prof.comm(e);
     });
   try {
-    train_on_mesh(cfg, mesh, comms, timeline, prof);
+    train_on_mesh(cfg, mesh, comms, timeline, prof, copts, threads);
   } catch (const SetupError&) {
     throw;  // every rank is here together: communicators shut down cleanly, main exits with status 2
   } catch (const std::exception& e) {

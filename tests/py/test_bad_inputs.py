@@ -72,6 +72,7 @@ CASES = [
     ("unknown lr schedule", None, ["optim.schedule=step"], ["optim.schedule", "step"]),
     ("unknown flag", None, ["--bogus"], ["--bogus"]),
     ("bucket_mb not positive", None, ["comm.bucket_mb=0"], ["comm.bucket_mb"]),
+    ("unknown comm.wait", None, ["comm.wait=spin"], ["comm.wait", "spin", "poll"]),
     ("negative emulation value", None, ["comm.emulate.latency_us=-5"], ["comm.emulate.latency_us"]),
     ("negative emulated bandwidth", None, ["comm.emulate.inter_bandwidth_gbps=-1"], ["comm.emulate.inter_bandwidth_gbps"]),
     ("dp*tp*pp differs from the number of ranks", None, ["parallel.dp=3"], ["parallel.dp", "3", "ranks (1)"]),
