@@ -7,7 +7,7 @@ namespace mt {
 
 std::vector<OptimSegment> param_segments(const ParamTable& table) {
   std::vector<OptimSegment> out;
-  for (const ParamSpec& p : table.specs()) out.push_back({p.offset, p.numel(), p.decay});
+  for (const ParamSpec& p : table.specs()) out.push_back({p.offset, p.offset, p.numel(), p.decay});
   return out;
 }
 
@@ -15,8 +15,8 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
                      const OptimizerSettings& s, Communicator* norm_group)
     : segments_(std::move(segments)), s_(s), norm_group_(norm_group) {
   for (const OptimSegment& g : segments_)
-    CHECK(g.offset >= 0 && g.offset + g.numel <= state_numel, "segment [{}, +{}) outside {} elements", g.offset,
-          g.numel, state_numel);
+    CHECK(g.state_offset >= 0 && g.state_offset + g.numel <= state_numel, "segment state [{}, +{}) outside {} elements",
+          g.state_offset, g.numel, state_numel);
   m_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   v_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   norm_sq_ = Tensor::zeros({1}, dtype, device);
@@ -27,7 +27,8 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
 void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
   ++t_;
   zero_(norm_sq_);
-  kernels::sum_squares_accumulate(norm_sq_, grads);  // alignment gaps in the flat buffers are zero
+  for (const OptimSegment& g : segments_)
+    if (g.numel > 0) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
   if (norm_group_) norm_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip);
   kernels::AdamWHyper h;
@@ -40,8 +41,8 @@ void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
     if (g.numel == 0) continue;
     h.weight_decay = g.decay ? s_.weight_decay : 0.0;
     const Shape flat{g.numel};
-    kernels::adamw_update(params.slice(g.offset, flat), grads.slice(g.offset, flat), m_.slice(g.offset, flat),
-                          v_.slice(g.offset, flat), scale_, h);
+    kernels::adamw_update(params.slice(g.offset, flat), grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
+                          v_.slice(g.state_offset, flat), scale_, h);
   }
 }
 

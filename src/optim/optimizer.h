@@ -1,6 +1,7 @@
 // The optimizer step over flat buffers: global gradient-norm clipping, then AdamW segment by segment (decay on
-// matrices and embeddings only). Segments index the params, grads and moment buffers alike: one per parameter
-// for a full optimizer, or the pieces of this rank's shards under ZeRO-1. fp32 moments live here.
+// matrices and embeddings only). A segment is a range of the params and grads buffers and a range of the moment
+// buffers: one per parameter for a full optimizer, or the pieces of this rank's shards under ZeRO-1 (moments
+// packed, so they take 1/dp of the memory). fp32 moments live here.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,7 +19,9 @@ struct OptimizerSettings {
 };
 
 struct OptimSegment {
-  int64_t offset = 0, numel = 0;  // into the params, grads and moment buffers
+  int64_t offset = 0;        // into the params and grads buffers
+  int64_t state_offset = 0;  // into the moment buffers
+  int64_t numel = 0;
   bool decay = false;
 };
 
@@ -27,12 +30,13 @@ std::vector<OptimSegment> param_segments(const ParamTable& table);
 
 class Optimizer {
  public:
-  // state_numel: length of the moment buffers (>= every segment's end). norm_group: when the gradients are
-  // sharded (ZeRO-1), the group whose sum of squares makes the global norm; nullptr when grads are whole.
+  // state_numel: length of the moment buffers (>= every segment's state end). norm_group: when the segments
+  // cover only this rank's shard (ZeRO-1), the group whose sums of squares make the global norm; nullptr when
+  // they cover every parameter.
   Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
             const OptimizerSettings& s, Communicator* norm_group = nullptr);
 
-  // One update with learning rate `lr` of `params` from `grads` (both laid out as the segments say). Leaves
+  // One update with learning rate `lr` of the segments of `params` from the same segments of `grads`. Leaves
   // the gradient's global norm (before clipping) in grad_norm()[0] on the device; nothing is read back.
   void step(const Tensor& params, const Tensor& grads, double lr);
   const Tensor& grad_norm() const { return norm_; }

@@ -28,14 +28,13 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
   shard_offsets_.push_back(0);
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     shard_offsets_.push_back(shard_offsets_.back() + (zero_ ? shard(b).size() : 0));
-  if (zero_) shard_grads_ = Tensor::zeros({std::max<int64_t>(1, shard_numel())}, grads.dtype(), grads.device());
 }
 
 void GradReducer::launch(int b) {
   const Bucket& k = buckets_[b];
   Tensor full = grads_.slice(k.begin, {k.numel()});
-  if (zero_)
-    work_.push_back(dp_.reduce_scatter_async(full, shard_grads_.slice(shard_offset(b), {shard(b).size()}),
+  if (zero_)  // in place: the output is this rank's own slice of the input (the backend allows that)
+    work_.push_back(dp_.reduce_scatter_async(full, grads_.slice(k.begin + shard(b).begin, {shard(b).size()}),
                                              ReduceOp::Avg));
   else
     work_.push_back(dp_.all_reduce_async(full, ReduceOp::Avg));
@@ -54,11 +53,11 @@ void GradReducer::finish() {
   armed_ = false;
 }
 
-void GradReducer::all_gather_params(const Tensor& shards, const Tensor& params) {
+void GradReducer::all_gather_params(const Tensor& params) {
   CHECK(zero_, "all_gather_params is for ZeRO-1");
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     const Bucket& k = buckets_[b];
-    work_.push_back(dp_.all_gather_async(shards.slice(shard_offset(b), {shard(b).size()}),
+    work_.push_back(dp_.all_gather_async(params.slice(k.begin + shard(b).begin, {shard(b).size()}),
                                          params.slice(k.begin, {k.numel()})));
   }
   for (auto& w : work_) w->wait();

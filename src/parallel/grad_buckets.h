@@ -2,8 +2,9 @@
 // into buckets of about comm.bucket_mb in layout order; during the last micro-batch's backward pass a bucket's
 // reduction is launched as soon as every gradient in it is final, and it overlaps the rest of the pass.
 //   zero = false: all_reduce(Avg) of each bucket in place: every rank ends with the averaged gradients.
-//   zero = true (ZeRO-1): reduce_scatter(Avg) of each bucket: this rank ends with its shard (shard_range over
-//   the bucket) of the averaged gradients, packed bucket after bucket in shard_grads().
+//   zero = true (ZeRO-1): reduce_scatter(Avg) of each bucket in place: this rank ends with the averaged
+//   gradients of its shard of every bucket (shard_range over the bucket), in their place in the flat buffer;
+//   the rest of the buffer is left unreduced and must not be read.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -37,14 +38,14 @@ class GradReducer {
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool zero() const { return zero_; }
-  // ZeRO-1 layout: bucket b's shard of this rank is shard_grads()[shard_offset(b) .. + shard(b).size()).
+  // ZeRO-1: this rank's shard of bucket b, relative to the bucket's begin; and where that shard sits when this
+  // rank's shards are packed bucket after bucket (the optimizer's moments are laid out that way).
   ShardRange shard(int b) const { return shard_range(buckets_[b].numel(), dp_.size(), dp_.rank()); }
   int64_t shard_offset(int b) const { return shard_offsets_[b]; }
   int64_t shard_numel() const { return shard_offsets_.back(); }
-  const Tensor& shard_grads() const { return shard_grads_; }
 
-  // ZeRO-1: every rank's updated shards (packed as shard_grads) gathered back into the full flat `params`.
-  void all_gather_params(const Tensor& shards, const Tensor& params);
+  // ZeRO-1: every rank's updated shards of the flat `params` gathered in place, so all ranks hold all of it.
+  void all_gather_params(const Tensor& params);
 
  private:
   void launch(int b);
@@ -55,7 +56,6 @@ class GradReducer {
   int next_ = 0;  // buckets [0, next_) are launched this step
   std::vector<WorkPtr> work_;
   std::vector<int64_t> shard_offsets_;  // size buckets + 1
-  Tensor shard_grads_;
 };
 
 }  // namespace mt

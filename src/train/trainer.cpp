@@ -186,11 +186,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   os.eps = cfg.optim.eps;
   os.weight_decay = cfg.optim.weight_decay;
   os.grad_clip = cfg.train.grad_clip;
-  Tensor master_shards;
+  // In fp32 the parameters are the master weights: under ZeRO-1 each rank updates its shards of them in place
+  // and all-gathers the rest; only the moments are sharded (packed, 1/dp of the full optimizer's).
   std::unique_ptr<Optimizer> opt;
   if (zero) {
-    master_shards = Tensor::zeros({std::max<int64_t>(1, reducer->shard_numel())}, DType::F32);
-    copy_own_shards(*reducer, model.params(), master_shards);
     opt = std::make_unique<Optimizer>(zero_segments(model.table(), *reducer), reducer->shard_numel(), DType::F32,
                                       Device::CPU, os, &dp);
   } else {
@@ -204,11 +203,11 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   Tensor loss_sum = Tensor::zeros({1}, DType::F32);
   Batcher train_batches(&data.train.tokens, T, gb, cfg.data.order, cfg.train.seed);
   Batcher val_batches(&data.val.tokens, T, gb, "sequential", cfg.train.seed);
-  spdlog::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB{}, "
+  spdlog::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} bytes){}, "
                "activations {:.1f} MiB per micro-batch ({} micro-batches of {} x {} tokens per step per rank)",
                model.params().nbytes() / 1048576.0, model.grads().nbytes() / 1048576.0,
-               (opt->state_bytes() + (zero ? master_shards.nbytes() + reducer->shard_grads().nbytes() : 0)) / 1048576.0,
-               zero ? fmt::format(" (ZeRO-1: moments, fp32 master and gradient shards, 1/{} of the model)", mesh.dp()) : "",
+               opt->state_bytes() / 1048576.0, opt->state_bytes(),
+               zero ? fmt::format(" (ZeRO-1: this rank's 1/{} shard of the AdamW moments)", mesh.dp()) : "",
                act_arena.bytes_in_use() / 1048576.0, n_micro, mb, T);
   if (reducer)
     spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}", reducer->buckets().size(),
@@ -258,10 +257,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const double lr = sched.at(step);
     const double o0 = trace_clock_us();
     if (zero) {
-      opt->step(master_shards, reducer->shard_grads(), lr);
+      opt->step(model.params(), model.grads(), lr);  // the segments are this rank's shards
       const double g0 = trace_clock_us();
       prof.compute("optimizer (shard)", o0, g0);
-      reducer->all_gather_params(master_shards, model.params());
+      reducer->all_gather_params(model.params());
       prof.wait("all-gather parameters", g0, trace_clock_us());
     } else {
       opt->step(model.params(), model.grads(), lr);

@@ -1,4 +1,4 @@
-// ZeRO-1 shard bookkeeping (see zero_shards.h).
+// ZeRO-1 shard segments (see zero_shards.h).
 #include "train/zero_shards.h"
 
 #include <algorithm>
@@ -12,18 +12,10 @@ std::vector<OptimSegment> zero_segments(const ParamTable& table, const GradReduc
     const int64_t hi = reducer.buckets()[b].begin + reducer.shard(b).end;
     for (const ParamSpec& p : table.specs()) {
       const int64_t s = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel());
-      if (s < e) out.push_back({reducer.shard_offset(b) + (s - lo), e - s, p.decay});
+      if (s < e) out.push_back({s, reducer.shard_offset(b) + (s - lo), e - s, p.decay});
     }
   }
   return out;
-}
-
-void copy_own_shards(const GradReducer& reducer, const Tensor& params, const Tensor& shards) {
-  for (int b = 0; b < static_cast<int>(reducer.buckets().size()); ++b) {
-    const ShardRange r = reducer.shard(b);
-    copy_convert(shards.slice(reducer.shard_offset(b), {r.size()}),
-                 params.slice(reducer.buckets()[b].begin + r.begin, {r.size()}));
-  }
 }
 
 }  // namespace mt

@@ -1,5 +1,5 @@
-// ZeRO-1 glue between the gradient buckets and the optimizer: which pieces of the packed shard buffers belong
-// to which parameter (for weight decay), and the initial fp32 master shards.
+// ZeRO-1 glue between the gradient buckets and the optimizer: the optimizer segments of this rank's shards,
+// split at parameter boundaries (for weight decay), with their moments packed.
 #pragma once
 #include <vector>
 
@@ -9,10 +9,8 @@
 
 namespace mt {
 
-// One segment per (bucket, parameter) overlap of this rank's shards, at its offset in the packed layout.
+// One segment per (bucket, parameter) overlap of this rank's shards: offset into the flat params/grads, state
+// offset into the packed moments.
 std::vector<OptimSegment> zero_segments(const ParamTable& table, const GradReducer& reducer);
-
-// Copies this rank's shards of the full flat `params` into the packed buffer `shards`.
-void copy_own_shards(const GradReducer& reducer, const Tensor& params, const Tensor& shards);
 
 }  // namespace mt
