@@ -17,9 +17,9 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "comm/mpi_communicator.h"
 #include "core/arena.h"
 #include "core/errors.h"
-#include "comm/mpi_communicator.h"
 #include "core/threads.h"
 #include "data/batcher.h"
 #include "model/gpt.h"
@@ -256,15 +256,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
     const double lr = sched.at(step);
     const double o0 = trace_clock_us();
+    opt->step(model.params(), model.grads(), lr);  // under ZeRO-1 its segments are this rank's shards
+    prof.compute("optimizer", o0, trace_clock_us());
     if (zero) {
-      opt->step(model.params(), model.grads(), lr);  // the segments are this rank's shards
       const double g0 = trace_clock_us();
-      prof.compute("optimizer (shard)", o0, g0);
       reducer->all_gather_params(model.params());
       prof.wait("all-gather parameters", g0, trace_clock_us());
-    } else {
-      opt->step(model.params(), model.grads(), lr);
-      prof.compute("optimizer", o0, trace_clock_us());
     }
     const double step_ms = ms_since(t0);
     const double comm_ms = timeline.busy_ms(t0_us, trace_clock_us());
