@@ -17,35 +17,58 @@ namespace mt {
 
 using kernels::WeightLayout;
 
-int padded_vocab(int vocab_size) { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
+int padded_vocab(int vocab_size, int tp) {
+  const int align = kVocabAlign * tp;
+  return (vocab_size + align - 1) / align * align;
+}
+
+namespace {
+
+GPTConfig checked(const GPTConfig& cfg) {
+  CHECK(cfg.tp >= 1 && cfg.tp_rank >= 0 && cfg.tp_rank < cfg.tp, "tp_rank {} out of range for tp {}", cfg.tp_rank,
+        cfg.tp);
+  CHECK(cfg.n_head % cfg.tp == 0, "n_head {} is not divisible by tp {}", cfg.n_head, cfg.tp);
+  CHECK(4 * cfg.d_model % cfg.tp == 0, "the MLP width 4*d_model = {} is not divisible by tp {}", 4 * cfg.d_model,
+        cfg.tp);
+  return cfg;
+}
+
+}  // namespace
 
 GPT::GPT(const GPTConfig& cfg, DType dtype, Device device)
-    : cfg_(cfg), vp_(padded_vocab(cfg.vocab_size)), dtype_(dtype), device_(device) {
+    : cfg_(checked(cfg)), vp_(padded_vocab(cfg.vocab_size, cfg.tp)), dtype_(dtype), device_(device) {
   const int64_t C = cfg.d_model, L = cfg.n_layer;
+  // Megatron's shard layouts (table in model/param_table.h): column-parallel splits a weight's outputs (dim 1 of
+  // the [in, out] weight, dim 0 of its bias), row-parallel its inputs (dim 0); c_attn's outputs are q|k|v, three
+  // groups each split over the tp ranks by heads.
+  const int tp = cfg.tp, r = cfg.tp_rank;
+  const Shard replicated{-1, tp, r, 1}, column{1, tp, r, 1}, column_bias{0, tp, r, 1}, row{0, tp, r, 1},
+      qkv{1, tp, r, 3}, qkv_bias{0, tp, r, 3};
   // Reverse order of use: the final LayerNorm's gradient is ready first, the token embedding's (also the
   // LM head) last.
-  lnf_w_ = table_.add("ln_f.weight", {C}, {C}, false);
-  lnf_b_ = table_.add("ln_f.bias", {C}, {C}, false);
+  lnf_w_ = table_.add("ln_f.weight", {C}, {C}, false, replicated);
+  lnf_b_ = table_.add("ln_f.bias", {C}, {C}, false, replicated);
   layer_params_.assign(L * kSlotsPerLayer, -1);
   for (int64_t l = L - 1; l >= 0; --l) {
-    auto add = [&](Slot s, const char* suffix, Shape shape, bool decay) {
-      layer_params_[l * kSlotsPerLayer + s] = table_.add("h." + std::to_string(l) + "." + suffix, shape, shape, decay);
+    auto add = [&](Slot s, const char* suffix, Shape shape, bool decay, const Shard& shard) {
+      layer_params_[l * kSlotsPerLayer + s] =
+          table_.add("h." + std::to_string(l) + "." + suffix, shape, shape, decay, shard);
     };
-    add(FCPROJ_W, "mlp.c_proj.weight", {4 * C, C}, true);
-    add(FCPROJ_B, "mlp.c_proj.bias", {C}, false);
-    add(FC_W, "mlp.c_fc.weight", {C, 4 * C}, true);
-    add(FC_B, "mlp.c_fc.bias", {4 * C}, false);
-    add(LN2_W, "ln_2.weight", {C}, false);
-    add(LN2_B, "ln_2.bias", {C}, false);
-    add(ATTPROJ_W, "attn.c_proj.weight", {C, C}, true);
-    add(ATTPROJ_B, "attn.c_proj.bias", {C}, false);
-    add(QKV_W, "attn.c_attn.weight", {C, 3 * C}, true);
-    add(QKV_B, "attn.c_attn.bias", {3 * C}, false);
-    add(LN1_W, "ln_1.weight", {C}, false);
-    add(LN1_B, "ln_1.bias", {C}, false);
+    add(FCPROJ_W, "mlp.c_proj.weight", {4 * C, C}, true, row);
+    add(FCPROJ_B, "mlp.c_proj.bias", {C}, false, replicated);
+    add(FC_W, "mlp.c_fc.weight", {C, 4 * C}, true, column);
+    add(FC_B, "mlp.c_fc.bias", {4 * C}, false, column_bias);
+    add(LN2_W, "ln_2.weight", {C}, false, replicated);
+    add(LN2_B, "ln_2.bias", {C}, false, replicated);
+    add(ATTPROJ_W, "attn.c_proj.weight", {C, C}, true, row);
+    add(ATTPROJ_B, "attn.c_proj.bias", {C}, false, replicated);
+    add(QKV_W, "attn.c_attn.weight", {C, 3 * C}, true, qkv);
+    add(QKV_B, "attn.c_attn.bias", {3 * C}, false, qkv_bias);
+    add(LN1_W, "ln_1.weight", {C}, false, replicated);
+    add(LN1_B, "ln_1.bias", {C}, false, replicated);
   }
-  wpe_ = table_.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true);
-  wte_ = table_.add("wte.weight", {vp_, C}, {cfg.vocab_size, C}, true);
+  wpe_ = table_.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true, replicated);
+  wte_ = table_.add("wte.weight", {vp_, C}, {cfg.vocab_size, C}, true, row);  // vocab-parallel
   params_ = Tensor::zeros({table_.total_numel()}, dtype, device);
   grads_ = Tensor::zeros({table_.total_numel()}, dtype, device);
 }
@@ -76,12 +99,16 @@ void GPT::init(uint64_t seed, double std) {
     const bool is_proj = s.name.find("c_proj.weight") != std::string::npos;
     const double sd = is_proj ? proj_std : std;
     const uint64_t stream = fnv1a64(s.name);
-    const int64_t n = s.full_shape.numel();  // padding rows stay zero
     Tensor t = param(p);
-    for (int64_t i = 0; i < n; ++i) {
-      double v = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(i));
-      if (dtype_ == DType::F64) t.data_as<double>()[i] = v;
-      else t.data_as<float>()[i] = static_cast<float>(v);
+    // Walk this rank's shard run by run; global indices past the full tensor are vocabulary padding (stay 0).
+    const int64_t len = s.run_length(), full = s.full_numel();
+    for (int64_t q = 0; q < s.num_runs(); ++q) {
+      const int64_t g0 = s.run_global_begin(q), l0 = q * len;
+      for (int64_t i = 0; i < len && g0 + i < full; ++i) {
+        const double v = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(g0 + i));
+        if (dtype_ == DType::F64) t.data_as<double>()[l0 + i] = v;
+        else t.data_as<float>()[l0 + i] = static_cast<float>(v);
+      }
     }
   }
 }
@@ -119,6 +146,7 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T) const {
 }
 
 void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
+  CHECK(cfg_.tp == 1, "the tensor-parallel layers are not built yet (tp = {})", cfg_.tp);
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
   const Tensor none;
   kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), param(wpe_));
@@ -154,6 +182,7 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
 }
 
 void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready) {
+  CHECK(cfg_.tp == 1, "the tensor-parallel layers are not built yet (tp = {})", cfg_.tp);
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
   const Tensor none;
   // dres holds d(loss)/d(residual stream), updated in place from the top layer down: each LayerNorm backward

@@ -1,7 +1,9 @@
 // The GPT-2 model on one rank: the parameter table over flat parameter/gradient buffers, mesh-independent
 // initialisation, and the forward and backward passes of one micro-batch.
 // Shapes use one vocabulary: B batch, T sequence, C channels, NH heads, HS head size, L layers, V vocab
-// (Vp: padded to a multiple of kVocabAlign), N = B*T rows.
+// (Vp: padded to a multiple of kVocabAlign * tp), N = B*T rows.
+// Tensor parallelism: a GPT object is one tp rank's shard of the model (cfg.tp ranks, this one cfg.tp_rank); the
+// parameter table says which slice of every parameter it holds (layout table in model/param_table.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,12 +18,14 @@ namespace mt {
 
 struct GPTConfig {
   int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
+  int tp = 1, tp_rank = 0;  // tensor-parallel degree and this rank's place in its tp group
 };
 
-// Vocabulary padding: the LM head and embedding use Vp rows; the padding is masked in the loss and never
-// indexed by tokens, so it never changes the loss or any gradient.
+// Vocabulary padding: the LM head and embedding use Vp rows, a multiple of kVocabAlign * tp so every tp rank's
+// vocabulary shard (Vp / tp rows) is kVocabAlign-aligned; tp = 1 gives a multiple of kVocabAlign. The padding is
+// masked in the loss and never indexed by tokens, so it never changes the loss or any gradient.
 constexpr int kVocabAlign = 64;
-int padded_vocab(int vocab_size);
+int padded_vocab(int vocab_size, int tp = 1);
 
 // Everything one micro-batch's backward pass needs, allocated from an Arena (one record per micro-batch in
 // flight). Layer l reads residual[l] and writes residual[l+1].
@@ -48,10 +52,14 @@ struct Activations {
 class GPT {
  public:
   // dtype: F32 for training, F64 for gradient checks. Buffers are zero until init() or load_safetensors().
+  // CHECKs that n_head and 4 * d_model divide by cfg.tp (the config validation reports these as input errors
+  // first) and 0 <= tp_rank < tp.
   GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU);
 
   const GPTConfig& config() const { return cfg_; }
-  int vocab_padded() const { return vp_; }
+  int vocab_padded() const { return vp_; }                        // Vp, over all tp ranks
+  int vocab_shard() const { return vp_ / cfg_.tp; }               // Vp / tp rows of wte on this rank
+  int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
   const ParamTable& table() const { return table_; }
   Tensor params() const { return params_; }  // flat, table().total_numel() elements
   Tensor grads() const { return grads_; }    // flat, same layout
@@ -61,17 +69,21 @@ class GPT {
   int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
 
   // GPT-2 initialisation: weights ~ N(0, std^2) (c_proj weights scaled by 1/sqrt(2L)), biases 0, LayerNorm
-  // weight 1. Element i of parameter p is drawn from Philox keyed by (seed, p's name, i), so the result
-  // does not depend on how parameters are laid out or sharded.
+  // weight 1, vocabulary padding 0. Element g (its global index, ParamSpec::global_index) of parameter p is
+  // std * philox_normal(seed, fnv1a64(p's name), g), so each tp rank draws exactly its shard and the full
+  // weights do not depend on how parameters are laid out or sharded.
   void init(uint64_t seed, double std);
 
   // Loads GPT-2 Hugging Face weights (F32/BF16/F16; "transformer." prefix optional; attention-mask buffers
-  // and a tied lm_head ignored). Throws InputError for a malformed file or missing/unknown/mis-shaped tensors.
+  // and a tied lm_head ignored): the file holds full tensors, and this rank decodes only its shard of each.
+  // Throws InputError for a malformed file or missing/unknown/mis-shaped tensors.
   void load_safetensors(const std::string& path);
-  // Writes every parameter (unpadded, F32) under its GPT-2 name, and a Hugging Face config.json beside it.
+  // Writes every parameter (unpadded, F32) under its GPT-2 name (tp = 1 only: with tp > 1 gather the shards with
+  // assemble_full and write them with write_full_safetensors, model/tp_shard.h).
   void export_safetensors(const std::string& path) const;
+  // Writes a Hugging Face config.json describing the full model.
   void export_hf_config(const std::string& path) const;
-  // Writes the gradient buffer (unpadded, F32) under the parameter names.
+  // Writes the gradient buffer (unpadded, F32) under the parameter names (tp = 1 only, as export_safetensors).
   void export_grads(const std::string& path) const;
 
   // Allocates one micro-batch's activation record from `arena`.

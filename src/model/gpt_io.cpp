@@ -1,4 +1,6 @@
 // GPT weights in and out: Hugging Face GPT-2 safetensors import/export and config.json.
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -39,6 +41,34 @@ std::vector<SafetensorOut> unpadded_views(const GPT& m, const Tensor& flat, std:
   return out;
 }
 
+void check_float_dtype(const SafetensorsFile& f, const SafetensorInfo& info) {
+  if (info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16" && info.dtype != "F64")
+    input_error("safetensors file '{}': tensor '{}' has dtype {}, not a float type (F32, BF16, F16, F64)", f.path(),
+                info.name, info.dtype);
+}
+
+// Decodes elements [begin, begin + n) of a float tensor (F32, F64, BF16, F16) in the file into `out`.
+void decode_range(const SafetensorsFile& f, const SafetensorInfo& info, int64_t begin, int64_t n, double* out) {
+  check_float_dtype(f, info);
+  const unsigned char* base = f.data(info);
+  if (info.dtype == "F32") {
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, base + 4 * (begin + i), 4);
+      out[i] = v;
+    }
+  } else if (info.dtype == "F64") {
+    std::memcpy(out, base + 8 * begin, 8 * n);
+  } else {  // BF16 or F16
+    const bool bf = info.dtype == "BF16";
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, base + 2 * (begin + i), 2);
+      out[i] = bf ? bf16_to_float(h) : fp16_to_float(h);
+    }
+  }
+}
+
 }  // namespace
 
 void GPT::load_safetensors(const std::string& path) {
@@ -63,22 +93,33 @@ void GPT::load_safetensors(const std::string& path) {
       for (size_t i = 0; i < info.shape.size(); ++i) got += (i ? ", " : "") + std::to_string(info.shape[i]);
       input_error("{}: tensor '{}' has shape [{}], the model expects {}", path, info.name, got, want.str());
     }
-    int64_t file_numel = 1;
-    for (int64_t d : info.shape) file_numel *= d;
-    std::vector<double> buf(file_numel);
-    f.read_as_double(info, buf.data(), file_numel);
-    copy_convert(param(p).slice(0, {want.numel()}), Tensor(buf.data(), {want.numel()}, DType::F64));
+    // The file holds the full tensor; decode only this rank's shard, run by run. Global indices below
+    // full_numel() index the file's tensor directly (wpe: its first seq_len rows); the rest is vocabulary
+    // padding and stays zero.
+    check_float_dtype(f, info);  // even when this rank's shard is all padding
+    std::vector<double> buf(s.numel(), 0.0);
+    const int64_t len = s.run_length(), full = s.full_numel();
+    for (int64_t q = 0; q < s.num_runs(); ++q) {
+      const int64_t g0 = s.run_global_begin(q);
+      const int64_t n = std::max<int64_t>(0, std::min(len, full - g0));
+      if (n > 0) decode_range(f, info, g0, n, buf.data() + q * len);
+    }
+    copy_convert(param(p), Tensor(buf.data(), s.shape, DType::F64));
   }
   for (const ParamSpec& s : table_.specs())
     if (!loaded.count(s.name)) input_error("{}: tensor '{}' is missing", path, s.name);
 }
 
 void GPT::export_safetensors(const std::string& path) const {
+  CHECK(cfg_.tp == 1, "export_safetensors writes a tp = 1 model; gather the {} shards with assemble_full and "
+        "write_full_safetensors (model/tp_shard.h)", cfg_.tp);
   std::vector<std::vector<float>> keep;
   write_safetensors(path, unpadded_views(*this, params_, keep), {{"format", "pt"}});
 }
 
 void GPT::export_grads(const std::string& path) const {
+  CHECK(cfg_.tp == 1, "export_grads writes a tp = 1 model; gather the {} shards with assemble_full and "
+        "write_full_safetensors (model/tp_shard.h)", cfg_.tp);
   std::vector<std::vector<float>> keep;
   write_safetensors(path, unpadded_views(*this, grads_, keep), {{"format", "pt"}});
 }
