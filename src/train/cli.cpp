@@ -60,7 +60,7 @@ std::string cli_usage(const std::string& program) {
       "usage: [mpirun -np N] {} --config FILE [--set KEY=VALUE]...\n"
       "       {} --help\n"
       "  --config FILE      YAML config (see configs/gpt.yaml)\n"
-      "  --set KEY=VALUE    override one dotted key (e.g. --set parallel.tp=2); repeatable, the last one wins\n"
+      "  --set KEY=VALUE    override one dotted key (e.g. --set optim.lr=1e-3); repeatable, the last one wins\n"
       "  --help, -h         print this and every config key with its default and meaning\n",
       program, program);
 }
