@@ -384,6 +384,73 @@ TEST_CASE("embedding: gradients with repeated token ids, accumulation", "[embedd
   REQUIRE(max_err(o32, out, 2e-7, 1e-7) <= 1);
 }
 
+TEST_CASE("embedding: vocabulary shards (v0) and no position table, as tensor parallelism uses them", "[embedding]") {
+  // Two shards of a 6-row table (rows [0, 3) and [3, 6)): each adds only its own rows; the sum of the shards'
+  // outputs plus the position rows is the full embedding, and each shard's gradient is its rows of the full one.
+  const int64_t B = 2, T = 5, C = 7, V = 6, maxT = 8, R = 3;
+  Tensor tokens = Tensor::empty({B, T}, DType::I32);
+  const int32_t ids[B * T] = {3, 1, 3, 3, 0, 5, 1, 1, 3, 2};
+  for (int i = 0; i < B * T; ++i) tokens.data_as<int32_t>()[i] = ids[i];
+  Tensor wte = f64({V, C}), wpe = f64({maxT, C}), full = f64({B, T, C}), proj = f64({B, T, C});
+  fill_normal(wte, 1), fill_normal(wpe, 2), fill_normal(proj, 3);
+  embedding_forward(full, tokens, wte, wpe);
+  Tensor dwte = f64({V, C}), dwpe = f64({maxT, C});
+  zero_(dwte), zero_(dwpe);
+  embedding_backward(dwte, dwpe, proj, tokens);
+  Tensor sum = f64({B, T, C});
+  zero_(sum);
+  for (int part = 0; part < 2; ++part) {
+    const int64_t v0 = part * R;
+    Tensor shard = clone(wte.slice(v0 * C, {R, C})), out = f64({B, T, C});
+    const Tensor none;
+    auto loss = [&] {
+      embedding_forward(out, tokens, shard, none, v0, V);
+      return dot(out, proj);
+    };
+    loss();
+    accumulate(sum, out);
+    Tensor dshard = f64({R, C});
+    zero_(dshard);
+    embedding_backward(dshard, none, proj, tokens, v0, V);
+    gradcheck(loss, {{"wte shard", shard, dshard}});
+    REQUIRE(max_err(dshard, dwte.slice(v0 * C, {R, C}), 0, 1e-300) == 0);
+    // With a position table the shard's dwpe is the full dwpe (every token's row of dout, owned or not).
+    Tensor dwpe2 = f64({maxT, C});
+    zero_(dwpe2), zero_(dshard);
+    embedding_backward(dshard, dwpe2, proj, tokens, v0, V);
+    REQUIRE(max_err(dwpe2, dwpe, 0, 1e-300) == 0);
+  }
+  for (int64_t b = 0; b < B; ++b) accumulate(sum.slice(b * T * C, {T * C}), wpe.slice(0, {T * C}));
+  REQUIRE(max_err(sum, full, 1e-15, 1e-15) <= 1);
+}
+
+TEST_CASE("bias_add: semantics and gradient", "[elementwise]") {
+  const int64_t N = 5, OC = 7;
+  Tensor x = f64({N, OC}), bias = f64({OC}), w = f64({N, OC}), out = f64({N, OC});
+  fill_normal(x, 1), fill_normal(bias, 2), fill_normal(w, 3);
+  auto loss = [&] {
+    copy_convert(out, x);
+    bias_add(out, bias);
+    return dot(out, w);
+  };
+  loss();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < OC; ++c)
+      REQUIRE(out.data_as<double>()[n * OC + c] == x.data_as<double>()[n * OC + c] + bias.data_as<double>()[c]);
+  // dL/dbias = sum_n w[n, :], dL/dx = w.
+  Tensor dbias = f64({OC});
+  for (int64_t c = 0; c < OC; ++c) {
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n) s += w.data_as<double>()[n * OC + c];
+    dbias.data_as<double>()[c] = s;
+  }
+  gradcheck(loss, {{"bias", bias, dbias}, {"x", x, w}});
+  Tensor o32 = to32(x);
+  bias_add(o32, to32(bias));
+  loss();
+  REQUIRE(max_err(o32, out, 2e-7, 1e-7) <= 1);
+}
+
 TEST_CASE("softmax_xent: gradient, padding, aliasing, fp32", "[crossentropy]") {
   const int64_t N = 6, V = 7, Vp = 10;  // 3 padding columns
   Tensor logits = f64({2, 3, Vp}), targets = Tensor::empty({2, 3}, DType::I32);

@@ -33,4 +33,18 @@ void accumulate(const Tensor& dst, const Tensor& src) {
     cpu::accumulate<double>(dst.data_as<double>(), src.data_as<double>(), dst.numel());
 }
 
+void bias_add(const Tensor& out, const Tensor& bias) {
+  const char* op = "bias_add";
+  check_defined(out, op, "out"), check_defined(bias, op, "bias"), check_float(out, op, "out");
+  check_same_dtype(bias, out, op, "bias", "out"), check_same_device(bias, out, op, "bias", "out");
+  const int64_t OC = bias.numel();
+  CHECK(OC >= 1 && out.numel() % OC == 0 && out.dim(-1) == OC,
+        "{}: out {} does not end in the bias's {} elements", op, out.shape().str(), OC);
+  if (out.device() == Device::CUDA) no_cuda(op);
+  if (out.dtype() == DType::F32)
+    cpu::bias_add<float>(out.data_as<float>(), bias.data_as<float>(), out.numel() / OC, OC);
+  else
+    cpu::bias_add<double>(out.data_as<double>(), bias.data_as<double>(), out.numel() / OC, OC);
+}
+
 }  // namespace mt::kernels

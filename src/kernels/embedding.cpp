@@ -8,7 +8,10 @@ namespace mt::kernels {
 using namespace detail;
 
 namespace {
-void check_tokens(const char* op, const Tensor& tokens, const Tensor& table, int64_t& B, int64_t& T) {
+void check_tokens(const char* op, const Tensor& tokens, const Tensor& table, int64_t v0, int64_t bound, int64_t& B,
+                  int64_t& T) {
+  CHECK(v0 >= 0, "{}: v0 = {} is negative", op, v0);
+  if (bound < 0) bound = v0 + table.dim(0);
   check_defined(tokens, op, "tokens");
   CHECK(tokens.dtype() == DType::I32, "{}: tokens must be int32, is {}", op, dtype_name(tokens.dtype()));
   CHECK(tokens.ndim() == 2, "{}: tokens must be [B, T], has shape {}", op, tokens.shape().str());
@@ -18,52 +21,57 @@ void check_tokens(const char* op, const Tensor& tokens, const Tensor& table, int
   if (tokens.device() == Device::CPU) {
     const int32_t* t = tokens.data_as<int32_t>();
     for (int64_t i = 0; i < B * T; ++i)
-      CHECK(t[i] >= 0 && t[i] < table.dim(0), "{}: token id {} at position {} is outside [0, {})", op, t[i], i,
-            table.dim(0));
+      CHECK(t[i] >= 0 && t[i] < bound, "{}: token id {} at position {} is outside [0, {})", op, t[i], i, bound);
   }
 }
 void check_tables(const char* op, const Tensor& wte, const Tensor& wpe, int64_t T, int64_t& C) {
-  check_defined(wte, op, "wte"), check_defined(wpe, op, "wpe"), check_float(wte, op, "wte");
-  check_same_dtype(wpe, wte, op, "wpe", "wte"), check_same_device(wpe, wte, op, "wpe", "wte");
-  CHECK(wte.ndim() == 2 && wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1), "{}: wte {} and wpe {} must be [*, C]", op,
-        wte.shape().str(), wpe.shape().str());
+  check_defined(wte, op, "wte"), check_float(wte, op, "wte");
+  CHECK(wte.ndim() == 2, "{}: wte {} must be [*, C]", op, wte.shape().str());
   C = wte.dim(1);
+  if (!wpe.defined()) return;
+  check_same_dtype(wpe, wte, op, "wpe", "wte"), check_same_device(wpe, wte, op, "wpe", "wte");
+  CHECK(wpe.ndim() == 2 && wte.dim(1) == wpe.dim(1), "{}: wte {} and wpe {} must be [*, C]", op,
+        wte.shape().str(), wpe.shape().str());
   CHECK(wpe.dim(0) >= T, "{}: sequence length {} exceeds the {} positions of wpe", op, T, wpe.dim(0));
 }
 }  // namespace
 
-void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, int64_t v0,
+                       int64_t vocab_bound) {
   const char* op = "embedding_forward";
   int64_t B, T, C;
   check_defined(wte, op, "wte");
-  check_tokens(op, tokens, wte, B, T);
+  check_tokens(op, tokens, wte, v0, vocab_bound, B, T);
   check_tables(op, wte, wpe, T, C);
   check_defined(out, op, "out"), check_same_dtype(out, wte, op, "out", "wte");
   check_same_device(out, wte, op, "out", "wte"), check_shape(out, Shape{B, T, C}, op, "out");
   if (wte.device() == Device::CUDA) no_cuda(op);
   if (wte.dtype() == DType::F32)
     cpu::embedding_forward<float>(out.data_as<float>(), tokens.data_as<int32_t>(), wte.data_as<float>(),
-                                  wpe.data_as<float>(), B, T, C);
+                                  wpe.defined() ? wpe.data_as<float>() : nullptr, B, T, C, v0,
+                                  wte.dim(0));
   else
     cpu::embedding_forward<double>(out.data_as<double>(), tokens.data_as<int32_t>(), wte.data_as<double>(),
-                                   wpe.data_as<double>(), B, T, C);
+                                   wpe.defined() ? wpe.data_as<double>() : nullptr, B, T, C, v0,
+                                   wte.dim(0));
 }
 
-void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, int64_t v0,
+                        int64_t vocab_bound) {
   const char* op = "embedding_backward";
   int64_t B, T, C;
   check_defined(dwte, op, "dwte");
-  check_tokens(op, tokens, dwte, B, T);
+  check_tokens(op, tokens, dwte, v0, vocab_bound, B, T);
   check_tables(op, dwte, dwpe, T, C);
   check_defined(dout, op, "dout"), check_same_dtype(dout, dwte, op, "dout", "dwte");
   check_same_device(dout, dwte, op, "dout", "dwte"), check_shape(dout, Shape{B, T, C}, op, "dout");
   if (dwte.device() == Device::CUDA) no_cuda(op);
   if (dwte.dtype() == DType::F32)
-    cpu::embedding_backward<float>(dwte.data_as<float>(), dwpe.data_as<float>(), dout.data_as<float>(),
-                                   tokens.data_as<int32_t>(), B, T, C);
+    cpu::embedding_backward<float>(dwte.data_as<float>(), dwpe.defined() ? dwpe.data_as<float>() : nullptr,
+                                   dout.data_as<float>(), tokens.data_as<int32_t>(), B, T, C, v0, dwte.dim(0));
   else
-    cpu::embedding_backward<double>(dwte.data_as<double>(), dwpe.data_as<double>(), dout.data_as<double>(),
-                                    tokens.data_as<int32_t>(), B, T, C);
+    cpu::embedding_backward<double>(dwte.data_as<double>(), dwpe.defined() ? dwpe.data_as<double>() : nullptr,
+                                    dout.data_as<double>(), tokens.data_as<int32_t>(), B, T, C, v0, dwte.dim(0));
 }
 
 }  // namespace mt::kernels

@@ -12,6 +12,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
+#include "kernels/vocab_parallel.h"
 
 namespace mt {
 
@@ -115,41 +116,64 @@ void GPT::init(uint64_t seed, double std) {
 
 Activations GPT::alloc_activations(Arena& arena, int B, int T) const {
   CHECK(T <= cfg_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, cfg_.seq_len);
-  const int64_t N = int64_t(B) * T, C = cfg_.d_model, NH = cfg_.n_head;
+  const int64_t N = int64_t(B) * T, C = cfg_.d_model / cfg_.tp, NH = cfg_.n_head / cfg_.tp, Cf = cfg_.d_model;
   Activations a;
   a.B = B;
   a.T = T;
   a.tokens = arena.alloc({B, T}, DType::I32);
   a.targets = arena.alloc({B, T}, DType::I32);
-  for (int l = 0; l <= cfg_.n_layer; ++l) a.residual.push_back(arena.alloc({N, C}, dtype_));
+  for (int l = 0; l <= cfg_.n_layer; ++l) a.residual.push_back(arena.alloc({N, Cf}, dtype_));
   a.layers.resize(cfg_.n_layer);
   for (auto& la : a.layers) {
-    la.ln1 = arena.alloc({N, C}, dtype_);
+    la.ln1 = arena.alloc({N, Cf}, dtype_);
     la.ln1_mean = arena.alloc({N}, dtype_);
     la.ln1_rstd = arena.alloc({N}, dtype_);
     la.qkv = arena.alloc({N, 3 * C}, dtype_);
     la.att = arena.alloc({B, NH, T, T}, dtype_);
     la.atty = arena.alloc({N, C}, dtype_);
-    la.res_attn = arena.alloc({N, C}, dtype_);
-    la.ln2 = arena.alloc({N, C}, dtype_);
+    la.res_attn = arena.alloc({N, Cf}, dtype_);
+    la.ln2 = arena.alloc({N, Cf}, dtype_);
     la.ln2_mean = arena.alloc({N}, dtype_);
     la.ln2_rstd = arena.alloc({N}, dtype_);
     la.fch = arena.alloc({N, 4 * C}, dtype_);
     la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
   }
-  a.lnf = arena.alloc({N, C}, dtype_);
+  a.lnf = arena.alloc({N, Cf}, dtype_);
   a.lnf_mean = arena.alloc({N}, dtype_);
   a.lnf_rstd = arena.alloc({N}, dtype_);
-  a.logits = arena.alloc({N, vp_}, dtype_);
+  a.logits = arena.alloc({N, vocab_shard()}, dtype_);
   a.losses = arena.alloc({N}, dtype_);
+  if (cfg_.tp > 1) {
+    a.xent_max = arena.alloc({N}, dtype_);
+    a.xent_stats = arena.alloc({2, N}, dtype_);
+  }
   return a;
 }
 
 void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
-  CHECK(cfg_.tp == 1, "the tensor-parallel layers are not built yet (tp = {})", cfg_.tp);
-  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
+  const bool tp = cfg_.tp > 1;
+  CHECK(!tp || (tp_ && tp_->size() == cfg_.tp && tp_->rank() == cfg_.tp_rank),
+        "tp = {}: set_tp_comm() needs the tp group of {} ranks (this one rank {})", cfg_.tp, cfg_.tp, cfg_.tp_rank);
+  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
   const Tensor none;
-  kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), param(wpe_));
+  // Row-parallel layers (c_proj): the local matmul makes a partial sum, all-reduced over tp (Megatron's g), then
+  // the replicated bias is added once. With tp = 1 the bias goes into the matmul as before.
+  auto row_parallel = [&](const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) {
+    if (!tp) return kernels::matmul_forward(out, inp, w, bias, WeightLayout::InOut);
+    kernels::matmul_forward(out, inp, w, none, WeightLayout::InOut);
+    tp_->all_reduce(out, ReduceOp::Sum);
+    kernels::bias_add(out, bias);
+  };
+  if (!tp) {
+    kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), param(wpe_));
+  } else {
+    // Vocabulary-parallel embedding: each rank adds the rows it holds, the sum over tp has every token's row,
+    // then the (replicated) position embedding is added once.
+    kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), none, vocab_begin(), vp_);
+    tp_->all_reduce(a.residual[0], ReduceOp::Sum);
+    const Tensor pos = param(wpe_).slice(0, {int64_t(a.T) * C});
+    for (int b = 0; b < a.B; ++b) kernels::accumulate(a.residual[0].slice(int64_t(b) * a.T * C, {int64_t(a.T) * C}), pos);
+  }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& x = a.residual[l];
@@ -158,42 +182,61 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
                                param(layer_param(l, LN1_B)));
     kernels::matmul_forward(la.qkv, la.ln1, param(layer_param(l, QKV_W)), param(layer_param(l, QKV_B)),
                             WeightLayout::InOut);
-    kernels::attention_forward(la.atty.view({a.B, a.T, C}), la.att, la.qkv.view({a.B, a.T, 3 * C}), cfg_.n_head);
+    kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), NHl);
     // c_proj writes into res_attn, then the skip connection is added in place.
-    kernels::matmul_forward(la.res_attn, la.atty, param(layer_param(l, ATTPROJ_W)),
-                            param(layer_param(l, ATTPROJ_B)), WeightLayout::InOut);
+    row_parallel(la.res_attn, la.atty, param(layer_param(l, ATTPROJ_W)), param(layer_param(l, ATTPROJ_B)));
     kernels::accumulate(la.res_attn, x);
     kernels::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, param(layer_param(l, LN2_W)),
                                param(layer_param(l, LN2_B)));
     kernels::matmul_forward(la.fch, la.ln2, param(layer_param(l, FC_W)), param(layer_param(l, FC_B)),
                             WeightLayout::InOut);
     kernels::gelu_forward(la.fch_gelu, la.fch);
-    kernels::matmul_forward(out, la.fch_gelu, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)),
-                            WeightLayout::InOut);
+    row_parallel(out, la.fch_gelu, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
     kernels::accumulate(out, la.res_attn);
   }
   kernels::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[cfg_.n_layer], param(lnf_w_),
                              param(lnf_b_));
   // The tied LM head reads wte [Vp, C] as an [out, in] weight.
   kernels::matmul_forward(a.logits, a.lnf, param(wte_), none, WeightLayout::OutIn);
-  kernels::softmax_xent_forward_backward(a.losses, dloss != 0 ? a.logits : none, a.logits,
-                                         a.targets.view({N}), cfg_.vocab_size, dloss);
+  if (!tp) {
+    kernels::softmax_xent_forward_backward(a.losses, dloss != 0 ? a.logits : none, a.logits,
+                                           a.targets.view({N}), cfg_.vocab_size, dloss);
+  } else {
+    // Vocabulary-parallel cross-entropy: the full logits are never gathered (kernels/vocab_parallel.h).
+    const Tensor& row_max = a.xent_max;
+    const Tensor& stats = a.xent_stats;
+    const Tensor targets = a.targets.view({N});
+    kernels::vocab_parallel_xent_local_max(row_max, a.logits, vocab_begin(), cfg_.vocab_size);
+    tp_->all_reduce(row_max, ReduceOp::Max);
+    kernels::vocab_parallel_xent_local_sums(stats, a.logits, targets, row_max, vocab_begin(), cfg_.vocab_size);
+    tp_->all_reduce(stats, ReduceOp::Sum);
+    kernels::vocab_parallel_xent_finish(a.losses, dloss != 0 ? a.logits : none, a.logits, targets, row_max, stats,
+                                        vocab_begin(), cfg_.vocab_size, dloss);
+  }
   if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
 }
 
 void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready) {
-  CHECK(cfg_.tp == 1, "the tensor-parallel layers are not built yet (tp = {})", cfg_.tp);
-  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
+  const bool tp = cfg_.tp > 1;
+  CHECK(!tp || tp_, "tp = {}: set_tp_comm() first", cfg_.tp);
+  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
   const Tensor none;
+  // Column-parallel layers (and the vocab-parallel head) give a partial input gradient: all-reduced over tp
+  // (the backward of Megatron's f) before the replicated LayerNorm backward. Nothing to do with tp = 1.
+  auto reduce_partial = [&](const Tensor& t) {
+    if (tp) tp_->all_reduce(t, ReduceOp::Sum);
+  };
   // dres holds d(loss)/d(residual stream), updated in place from the top layer down: each LayerNorm backward
   // accumulates into it, which adds the block's branch to the skip connection's share.
   Tensor dres = arena.alloc({N, C}, dtype_);
   Tensor dln = arena.alloc({N, C}, dtype_);
-  Tensor dqkv = arena.alloc({N, 3 * C}, dtype_);
-  Tensor dfch = arena.alloc({N, 4 * C}, dtype_);
+  Tensor datty = tp ? arena.alloc({N, Cl}, dtype_) : dln;  // c_proj's input gradient (local heads)
+  Tensor dqkv = arena.alloc({N, 3 * Cl}, dtype_);
+  Tensor dfch = arena.alloc({N, 4 * Cl}, dtype_);
   Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), dtype_);
 
   kernels::matmul_backward(dln, grad(wte_), none, a.logits, a.lnf, param(wte_), WeightLayout::OutIn);
+  reduce_partial(dln);
   zero_(dres);
   kernels::layernorm_backward(dres, grad(lnf_w_), grad(lnf_b_), dln, a.residual[cfg_.n_layer], param(lnf_w_),
                               a.lnf_mean, a.lnf_rstd);
@@ -209,17 +252,21 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     kernels::matmul_backward(dfch, G(FCPROJ_W), G(FCPROJ_B), dres, la.fch_gelu, P(FCPROJ_W), WeightLayout::InOut);
     kernels::gelu_backward(dfch, la.fch, dfch);
     kernels::matmul_backward(dln, G(FC_W), G(FC_B), dfch, la.ln2, P(FC_W), WeightLayout::InOut);
+    reduce_partial(dln);
     kernels::layernorm_backward(dres, G(LN2_W), G(LN2_B), dln, la.res_attn, P(LN2_W), la.ln2_mean, la.ln2_rstd);
     ready_through(layer_param(l, LN2_B));  // the MLP half of the block: its buckets can start now
     // Attention branch: dres is now d/d(res_attn).
-    kernels::matmul_backward(dln, G(ATTPROJ_W), G(ATTPROJ_B), dres, la.atty, P(ATTPROJ_W), WeightLayout::InOut);
-    kernels::attention_backward(dqkv.view({a.B, a.T, 3 * C}), datt, dln.view({a.B, a.T, C}),
-                                la.qkv.view({a.B, a.T, 3 * C}), la.att, cfg_.n_head);
+    // Row-parallel c_proj: dbias from the full (replicated) dres on every rank, the input gradient local.
+    kernels::matmul_backward(datty, G(ATTPROJ_W), G(ATTPROJ_B), dres, la.atty, P(ATTPROJ_W), WeightLayout::InOut);
+    kernels::attention_backward(dqkv.view({a.B, a.T, 3 * Cl}), datt, datty.view({a.B, a.T, Cl}),
+                                la.qkv.view({a.B, a.T, 3 * Cl}), la.att, NHl);
     kernels::matmul_backward(dln, G(QKV_W), G(QKV_B), dqkv, la.ln1, P(QKV_W), WeightLayout::InOut);
+    reduce_partial(dln);
     kernels::layernorm_backward(dres, G(LN1_W), G(LN1_B), dln, a.residual[l], P(LN1_W), la.ln1_mean, la.ln1_rstd);
     ready_through(layer_param(l, LN1_B));  // the block's last parameter in the flat layout
   }
-  kernels::embedding_backward(grad(wte_), grad(wpe_), dres.view({a.B, a.T, C}), a.tokens);
+  if (!tp) kernels::embedding_backward(grad(wte_), grad(wpe_), dres.view({a.B, a.T, C}), a.tokens);
+  else kernels::embedding_backward(grad(wte_), grad(wpe_), dres.view({a.B, a.T, C}), a.tokens, vocab_begin(), vp_);
   if (grads_ready) grads_ready(table_.total_numel());
 }
 

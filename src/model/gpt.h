@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "model/param_table.h"
@@ -31,12 +32,12 @@ int padded_vocab(int vocab_size, int tp = 1);
 // flight). Layer l reads residual[l] and writes residual[l+1].
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
-  Tensor qkv;                      // [N, 3C]
-  Tensor att;                      // [B, NH, T, T] softmax probabilities
-  Tensor atty;                     // [N, C] attention output before c_proj
+  Tensor qkv;                      // [N, 3C/tp]: this rank's heads of q | k | v
+  Tensor att;                      // [B, NH/tp, T, T] softmax probabilities
+  Tensor atty;                     // [N, C/tp] attention output before c_proj
   Tensor res_attn;                 // [N, C] residual after attention: input of ln_2
   Tensor ln2, ln2_mean, ln2_rstd;  // [N, C], [N], [N]
-  Tensor fch, fch_gelu;            // [N, 4C]
+  Tensor fch, fch_gelu;            // [N, 4C/tp]
 };
 
 struct Activations {
@@ -45,8 +46,9 @@ struct Activations {
   std::vector<Tensor> residual;  // L + 1 tensors [N, C]: residual[0] is the embedding output
   std::vector<LayerActivations> layers;
   Tensor lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
-  Tensor logits;                   // [N, Vp]; replaced in place by d(loss)/d(logits) when targets are given
+  Tensor logits;                   // [N, Vp/tp] (this rank's vocabulary slice); replaced in place by d(loss)/d(logits) when targets are given
   Tensor losses;                   // [N] per-token cross-entropy
+  Tensor xent_max, xent_stats;     // tp > 1: [N] and [2, N], the vocab-parallel cross-entropy's reduced rows
 };
 
 class GPT {
@@ -57,6 +59,9 @@ class GPT {
   GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU);
 
   const GPTConfig& config() const { return cfg_; }
+  // The tensor-parallel group (cfg.tp ranks, this one at cfg.tp_rank); required before forward/backward when
+  // cfg.tp > 1, unused (and never called) when cfg.tp == 1. The model communicates only through it.
+  void set_tp_comm(Communicator* tp) { tp_ = tp; }
   int vocab_padded() const { return vp_; }                        // Vp, over all tp ranks
   int vocab_shard() const { return vp_ / cfg_.tp; }               // Vp / tp rows of wte on this rank
   int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
@@ -106,6 +111,7 @@ class GPT {
   int layer_param(int l, Slot s) const { return layer_params_[l * kSlotsPerLayer + s]; }
 
   GPTConfig cfg_;
+  Communicator* tp_ = nullptr;
   int vp_;
   DType dtype_;
   Device device_;

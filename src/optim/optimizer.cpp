@@ -1,19 +1,21 @@
 // Optimizer step: clip by global norm (computed on the device), then AdamW per segment.
 #include "optim/optimizer.h"
 
+#include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
 namespace mt {
 
 std::vector<OptimSegment> param_segments(const ParamTable& table) {
   std::vector<OptimSegment> out;
-  for (const ParamSpec& p : table.specs()) out.push_back({p.offset, p.offset, p.numel(), p.decay});
+  for (const ParamSpec& p : table.specs()) out.push_back({p.offset, p.offset, p.numel(), p.decay, !p.shard.whole()});
   return out;
 }
 
 Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
-                     const OptimizerSettings& s, Communicator* norm_group)
-    : segments_(std::move(segments)), s_(s), norm_group_(norm_group) {
+                     const OptimizerSettings& s, Communicator* norm_group, Communicator* tp_group)
+    : segments_(std::move(segments)), s_(s), norm_group_(norm_group),
+      tp_group_(tp_group && tp_group->size() > 1 ? tp_group : nullptr) {
   for (const OptimSegment& g : segments_)
     CHECK(g.state_offset >= 0 && g.state_offset + g.numel <= state_numel, "segment state [{}, +{}) outside {} elements",
           g.state_offset, g.numel, state_numel);
@@ -22,13 +24,25 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
   norm_sq_ = Tensor::zeros({1}, dtype, device);
   norm_ = Tensor::zeros({1}, dtype, device);
   scale_ = Tensor::zeros({1}, dtype, device);
+  rep_sq_ = Tensor::zeros({1}, dtype, device);
 }
 
 void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
   ++t_;
   zero_(norm_sq_);
-  for (const OptimSegment& g : segments_)
-    if (g.numel > 0) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
+  if (!tp_group_) {
+    for (const OptimSegment& g : segments_)
+      if (g.numel > 0) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
+  } else {
+    // Sharded segments: each tp rank holds different elements, so their sums of squares add over tp; replicated
+    // segments are the same on every tp rank and count once.
+    zero_(rep_sq_);
+    for (const OptimSegment& g : segments_)
+      if (g.numel > 0)
+        kernels::sum_squares_accumulate(g.tp_sharded ? norm_sq_ : rep_sq_, grads.slice(g.offset, {g.numel}));
+    tp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
+    kernels::accumulate(norm_sq_, rep_sq_);
+  }
   if (norm_group_) norm_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip);
   kernels::AdamWHyper h;

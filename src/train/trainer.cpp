@@ -26,6 +26,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/grad_buckets.h"
+#include "model/tp_shard.h"
 #include "parallel/mesh.h"
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
@@ -146,7 +147,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   // before the first collective of the run, so they all stop with exit status 2 instead of leaving peers waiting.
   const int T = cfg.model.seq_len, mb = cfg.train.micro_batch, gb = cfg.train.global_batch;
   const int local_batch = gb / mesh.dp(), n_micro = local_batch / mb;
-  GPT model(gpt_config(cfg.model), DType::F32, Device::CPU);
+  GPTConfig gcfg = gpt_config(cfg.model);
+  gcfg.tp = mesh.tp();
+  gcfg.tp_rank = mesh.tp_rank();
+  GPT model(gcfg, DType::F32, Device::CPU);
+  if (mesh.tp() > 1) model.set_tp_comm(comms.tp.get());
+  Communicator* tp_norm = mesh.tp() > 1 ? comms.tp.get() : nullptr;
   Dataset data;
   std::string setup_error;
   try {
@@ -191,10 +197,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   std::unique_ptr<Optimizer> opt;
   if (zero) {
     opt = std::make_unique<Optimizer>(zero_segments(model.table(), *reducer), reducer->shard_numel(), DType::F32,
-                                      Device::CPU, os, &dp);
+                                      Device::CPU, os, &dp, tp_norm);
   } else {
     opt = std::make_unique<Optimizer>(param_segments(model.table()), model.table().total_numel(), DType::F32,
-                                      Device::CPU, os);
+                                      Device::CPU, os, nullptr, tp_norm);
   }
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
@@ -251,7 +257,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       prof.wait("gradient buckets", w0, trace_clock_us());
     }
     if (step == 1 && !cfg.run.dump_grads.empty() && rank0) {
-      if (zero) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
+      if (mesh.tp() > 1) spdlog::warn("run.dump_grads: skipped with tensor parallelism (tp = {})", mesh.tp());
+      else if (zero) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
       else model.export_grads(cfg.run.dump_grads);
     }
     const double lr = sched.at(step);
@@ -306,10 +313,21 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
   }
 
-  if (rank0) {
-    model.export_safetensors(cfg.run.dir + "/model.safetensors");
-    model.export_hf_config(cfg.run.dir + "/config.json");
+  if (mesh.tp() == 1) {
+    if (rank0) model.export_safetensors(cfg.run.dir + "/model.safetensors");
+  } else if (mesh.dp_rank() == 0) {
+    // Gather every tp rank's flat parameter buffer (equal sizes) to the dp_rank 0 group and write the full tensors.
+    const int tp = mesh.tp();
+    const int64_t n = model.table().total_numel();
+    Tensor all = Tensor::zeros({n * tp}, DType::F32);
+    comms.tp->all_gather(model.params(), all);
+    if (mesh.tp_rank() == 0) {
+      std::vector<const float*> by_rank;
+      for (int r = 0; r < tp; ++r) by_rank.push_back(all.data_as<float>() + r * n);
+      write_full_safetensors(cfg.run.dir + "/model.safetensors", model.table(), assemble_full(model.table(), by_rank));
+    }
   }
+  if (rank0) model.export_hf_config(cfg.run.dir + "/config.json");
   if (prof.enabled()) {
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
     spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);
@@ -330,9 +348,8 @@ void run_training(const Config& cfg) {
     input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
                 cfg.precision.compute);
   if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
-  if (cfg.parallel.tp != 1 || cfg.parallel.pp != 1)
-    input_error("parallel.tp={} parallel.pp={}: tensor and pipeline parallelism are not built yet; use dp only",
-                cfg.parallel.tp, cfg.parallel.pp);
+  if (cfg.parallel.pp != 1)
+    input_error("parallel.pp={}: pipeline parallelism is not built yet; use dp and tp only", cfg.parallel.pp);
   if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
   if (cfg.run.checkpoint_every != 0)
     input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);

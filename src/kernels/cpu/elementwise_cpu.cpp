@@ -21,6 +21,18 @@ void accumulate(T* dst, const T* src, int64_t n) {
   });
 }
 
+template <typename T>
+void bias_add(T* out, const T* bias, int64_t N, int64_t OC) {
+#pragma omp parallel for schedule(static) if (N * OC > kParallelGrain)
+  for (int64_t n = 0; n < N; ++n) {
+    T* o = out + n * OC;
+#pragma omp simd
+    for (int64_t c = 0; c < OC; ++c) o[c] += bias[c];
+  }
+}
+
+template void bias_add<float>(float*, const float*, int64_t, int64_t);
+template void bias_add<double>(double*, const double*, int64_t, int64_t);
 template void add_forward<float>(float*, const float*, const float*, int64_t);
 template void add_forward<double>(double*, const double*, const double*, int64_t);
 template void accumulate<float>(float*, const float*, int64_t);
