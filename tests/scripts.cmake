@@ -36,7 +36,8 @@ add_test(NAME profile_trace
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/profile_trace)
 set_tests_properties(profile_trace PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
-# Tensor parallelism through mpirun: tp = 2 and dp = 2 x tp = 2 reproduce the single-rank losses and weights.
+# Tensor parallelism through mpirun: tp = 2, tp = 4 and dp = 2 x tp = 2 reproduce the single-rank losses, step-1
+# gradients and weights.
 add_test(NAME tp_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_tp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/tp_parity)

@@ -314,8 +314,11 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"train.global_batch=10", "train.micro_batch=1"}, 4),
              Contains("train.global_batch=10 is not divisible by dp*micro_batch=4*1=4"));
   CHECK_THAT(validate_error({"parallel.dp=2"}, 3), Contains("dp*tp*pp=2*1*1=2 does not equal the number of ranks (3)"));
-  CHECK_THAT(validate_error({"parallel.tp=3", "model.n_head=4", "model.d_model=128"}, 3),
+  CHECK_THAT(validate_error({"parallel.tp=3", "model.n_head=4", "model.d_model=96"}, 3),
              Contains("model.n_head=4 is not divisible by parallel.tp=3"));
+  // n_head % tp == 0 implies the MLP width divides, so the MLP check answers (first) only when both fail.
+  CHECK_THAT(validate_error({"parallel.tp=3", "model.n_head=4", "model.d_model=128"}, 3),
+             Contains("the MLP width 4*model.d_model=4*128=512 is not divisible by parallel.tp=3"));
   CHECK_THAT(validate_error({"parallel.pp=3", "model.n_layer=4"}, 3),
              Contains("model.n_layer=4 is not divisible by parallel.pp*virtual_stages=3*1=3"));
   CHECK_THAT(validate_error({"parallel.pp=2", "parallel.virtual_stages=3", "parallel.schedule=interleaved",

@@ -64,6 +64,10 @@ void validate_values(const Config& c) {
   require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe", "interleaved", "zb1"});
   require(p.virtual_stages == 1 || p.schedule == "interleaved",
           "parallel.virtual_stages={} needs parallel.schedule=interleaved, got '{}'", p.virtual_stages, p.schedule);
+  // Column-parallel c_fc / row-parallel c_proj split the MLP width over tp. (n_head % tp == 0 with
+  // d_model % n_head == 0 implies it, so this one answers first when both fail, naming the MLP.)
+  require(4LL * m.d_model % p.tp == 0, "the MLP width 4*model.d_model=4*{}={} is not divisible by parallel.tp={}",
+          m.d_model, 4LL * m.d_model, p.tp);
   require(m.n_head % p.tp == 0, "model.n_head={} is not divisible by parallel.tp={}", m.n_head, p.tp);
   require(m.n_layer % (static_cast<long long>(p.pp) * p.virtual_stages) == 0,
           "model.n_layer={} is not divisible by parallel.pp*virtual_stages={}*{}={}", m.n_layer, p.pp,

@@ -256,10 +256,24 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       reducer->finish();
       prof.wait("gradient buckets", w0, trace_clock_us());
     }
-    if (step == 1 && !cfg.run.dump_grads.empty() && rank0) {
-      if (mesh.tp() > 1) spdlog::warn("run.dump_grads: skipped with tensor parallelism (tp = {})", mesh.tp());
-      else if (zero) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
-      else model.export_grads(cfg.run.dump_grads);
+    if (step == 1 && !cfg.run.dump_grads.empty()) {
+      if (zero) {
+        if (rank0) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
+      } else if (mesh.tp() == 1) {
+        if (rank0) model.export_grads(cfg.run.dump_grads);
+      } else if (mesh.dp_rank() == 0) {
+        // The reduced step-1 gradients, gathered over tp exactly like the final parameter export: each shard's
+        // gradients at its slice of the full tensor, the replicated ones (equal on every tp rank) from tp rank 0.
+        const int tp = mesh.tp();
+        const int64_t n = model.table().total_numel();
+        Tensor all = Tensor::zeros({n * tp}, DType::F32);
+        comms.tp->all_gather(model.grads(), all);
+        if (mesh.tp_rank() == 0) {
+          std::vector<const float*> by_rank;
+          for (int r = 0; r < tp; ++r) by_rank.push_back(all.data_as<float>() + r * n);
+          write_full_safetensors(cfg.run.dump_grads, model.table(), assemble_full(model.table(), by_rank));
+        }
+      }
     }
     const double lr = sched.at(step);
     const double o0 = trace_clock_us();

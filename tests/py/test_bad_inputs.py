@@ -76,6 +76,10 @@ CASES = [
     ("negative emulation value", None, ["comm.emulate.latency_us=-5"], ["comm.emulate.latency_us"]),
     ("negative emulated bandwidth", None, ["comm.emulate.inter_bandwidth_gbps=-1"], ["comm.emulate.inter_bandwidth_gbps"]),
     ("dp*tp*pp differs from the number of ranks", None, ["parallel.dp=3"], ["parallel.dp", "3", "ranks (1)"]),
+    # Checked before the mesh, so one rank suffices: tiny.yaml has d_model 32 (MLP width 128), n_head 2. n_head %
+    # tp == 0 implies the MLP width divides, so the MLP check answers (first) only when n_head fails too.
+    ("MLP width 4*d_model not divisible by tp", None, ["parallel.tp=3"], ["4*model.d_model", "128", "parallel.tp=3"]),
+    ("n_head not divisible by tp", None, ["parallel.tp=4"], ["model.n_head=2", "parallel.tp=4"]),
 ]
 # (name, ranks, --set overrides, words): run through mpiexec with several ranks.
 MPI_CASES = [

@@ -1,6 +1,10 @@
 """Tensor parallelism (Megatron layers) reproduces the single-rank run: tp = 2 on 2 ranks, tp = 2 with a
-vocabulary (250) that does not fill the padded shards evenly, and dp = 2 x tp = 2 on 4 ranks (with and without
-ZeRO-1). Every step's loss must be within 1e-5 relative of the single-rank run over 20 steps, and the exported
+vocabulary (250) that does not fill the padded shards evenly, tp = 4 on 4 ranks (one head per rank), and
+dp = 2 x tp = 2 on 4 ranks (with and without ZeRO-1). Every step's loss must be within 1e-5 relative of the
+single-rank run over 20 steps; the step-1 gradients (run.dump_grads: each tp shard's reduced gradients gathered
+to their slice of the full tensor, as the model export gathers the weights) of tp = 2, tp = 4 and dp = 2 x
+tp = 2 must match the single-rank run's tensor by tensor within 1e-5 relative (||g - g_ref|| / ||g_ref||), so
+each shard's step-1 gradients equal the matching slice of the single-rank gradients; and the exported
 model.safetensors (gathered from the tp shards) must hold the same tensor names and shapes as the single-rank
 export; the values are compared on one-step runs with lr = 1e-30 (the initial weights, gathered).
 
@@ -8,7 +12,11 @@ Why 1e-5: the runs differ only in summation order (row-parallel matmuls and the 
 head and cross-entropy sum per-rank partial results over tp; the gradient norm sums per-shard squares), which
 moves fp32 results by ~1e-7 relative per step; AdamW over 20 steps amplifies that by at most ~10x. A real bug (a
 missing or doubled all-reduce, a bias added twice, a wrong shard, a replicated gradient counted twice in the
-norm) shows at the first step as an O(1e-2) or larger difference. Weights: after 20 steps AdamW's normalised
+norm) shows at the first step as an O(1e-2) or larger difference. Gradients: step 1 starts from identical weights, so only the summation order differs and each tensor's
+relative difference is ~1e-7 (no optimizer amplification); the norm-relative measure is used because
+individual elements near zero (e.g. rarely-seen embedding rows) have meaningless elementwise relative
+differences, while a wrong slice, a missing tp all-reduce before a replicated LayerNorm's backward or a
+gradient reduced twice moves the whole tensor by O(1e-1) or more. Weights: after 20 steps AdamW's normalised
 update turns rounding-level gradient differences of rarely-used rows into differences up to ~1e-4, too close to
 a useful bound, so the gather is checked on the initial weights instead: one step of lr = 1e-30 changes each
 weight by at most ~1e-30 (a zero bias may become +-1e-30 depending on rounding), so the gathered export must
@@ -28,9 +36,12 @@ BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "train.g
         "--set", "comm.timeout_s=60", "--set", "comm.bucket_mb=0.004"]
 
 
-def run(name, ranks, tp, vocab=None, zero=0, initial=False):
+def run(name, ranks, tp, vocab=None, zero=0, initial=False, grads=False):
     run_dir = os.path.join(work, name)
     extra = ["--set", f"model.vocab_size={vocab}"] if vocab else []
+    grads_path = os.path.join(run_dir, "grads.safetensors")
+    if grads:
+        extra += ["--set", f"run.dump_grads={grads_path}"]
     if initial:
         extra += ["--set", "train.steps=1", "--set", "optim.lr=1e-30", "--set", "optim.min_lr=0"]
     cmd = [mpiexec, "-n", str(ranks), trainer] + BASE + extra + [
@@ -41,7 +52,8 @@ def run(name, ranks, tp, vocab=None, zero=0, initial=False):
         print(r.stdout + r.stderr)
         raise SystemExit(f"FAIL: {name} exited with {r.returncode}")
     losses = [json.loads(line)["loss"] for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    return losses, read_safetensors(os.path.join(run_dir, "model.safetensors"))
+    weights = read_safetensors(os.path.join(run_dir, "model.safetensors"))
+    return losses, weights, (read_safetensors(grads_path) if grads else None)
 
 
 def read_safetensors(path):
@@ -77,17 +89,43 @@ def compare(name, losses, weights, ref_losses, ref_weights, check_values):
     return ok
 
 
+def compare_grads(name, grads, ref_grads):
+    """Every tensor's ||g - g_ref|| / ||g_ref|| must be <= RTOL, with the same names and shapes."""
+    if sorted(grads) != sorted(ref_grads):
+        print(f"FAIL {name}: dumped gradient names differ: {sorted(set(grads) ^ set(ref_grads))}")
+        return False
+    worst, worst_name, ok = 0.0, "", True
+    for k, (shape, vals) in grads.items():
+        rshape, rvals = ref_grads[k]
+        if shape != rshape:
+            print(f"FAIL {name}: gradient {k} has shape {shape}, the single-rank run {rshape}")
+            ok = False
+            continue
+        diff = sum((a - b) ** 2 for a, b in zip(vals, rvals)) ** 0.5
+        norm = sum(b * b for b in rvals) ** 0.5
+        rel = diff / norm if norm > 0 else diff
+        if rel > worst:
+            worst, worst_name = rel, k
+    ok &= worst <= RTOL
+    print(f"{'ok  ' if ok else 'FAIL'} {name} step-1 gradients: {len(grads)} tensors, worst relative difference "
+          f"{worst:.2e} ({worst_name})")
+    return ok
+
+
 failures = 0
-reference = run("tp1", 1, 1)
+reference = run("tp1", 1, 1, grads=True)
 ref250 = run("tp1_v250", 1, 1, vocab=250)
-for name, ranks, tp, vocab, zero in [("tp2", 2, 2, None, 0), ("tp2_v250", 2, 2, 250, 0),
-                                     ("dp2_tp2", 4, 2, None, 0), ("dp2_tp2_zero", 4, 2, None, 1)]:
+for name, ranks, tp, vocab, zero, grads in [("tp2", 2, 2, None, 0, True), ("tp2_v250", 2, 2, 250, 0, False),
+                                            ("tp4", 4, 4, None, 0, True), ("dp2_tp2", 4, 2, None, 0, True),
+                                            ("dp2_tp2_zero", 4, 2, None, 1, False)]:
     ref = ref250 if vocab else reference
-    losses, weights = run(name, ranks, tp, vocab, zero)
+    losses, weights, g = run(name, ranks, tp, vocab, zero, grads=grads)
     failures += not compare(name, losses, weights, ref[0], ref[1], False)
+    if grads:
+        failures += not compare_grads(name, g, reference[2])
 init_ref = run("tp1_v250_initial", 1, 1, vocab=250, initial=True)
 for name, ranks in [("tp2_v250_initial", 2), ("dp2_tp2_v250_initial", 4)]:
-    losses, weights = run(name, ranks, 2, vocab=250, initial=True)
+    losses, weights, _ = run(name, ranks, 2, vocab=250, initial=True)
     failures += not compare(name, losses, weights, init_ref[0], init_ref[1], True)
 print(f"reference loss: first {reference[0][0]:.6f}, last {reference[0][-1]:.6f}")
 assert reference[0][-1] < reference[0][0] - 0.3, "the reference did not train"
