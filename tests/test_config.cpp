@@ -375,9 +375,9 @@ TEST_CASE("to_yaml round-trips every key") {
   Config c;
   // A non-default value for every kind of field, including strings that need quoting.
   const std::vector<std::string> changes = {
-      "model.n_layer=6", "model.n_head=6", "model.d_model=96", "model.seq_len=32", "model.vocab_size=50257",
+      "model.n_layer=6", "model.n_head=6", "model.d_model=96", "model.seq_len=33", "model.vocab_size=50257",
       "model.init_std=0.0123456789012345", "model.init_from='w: #1.safetensors'", "parallel.dp=2", "parallel.tp=3",
-      "parallel.pp=2", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
+      "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
       "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",

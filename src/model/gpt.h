@@ -20,6 +20,11 @@ namespace mt {
 struct GPTConfig {
   int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
   int tp = 1, tp_rank = 0;  // tensor-parallel degree and this rank's place in its tp group
+  // Megatron sequence parallelism (only with tp > 1): each tp rank holds a contiguous block of N/tp rows of the
+  // residual stream and the LayerNorm regions, rows [tp_rank * N/tp, (tp_rank + 1) * N/tp) of the flattened
+  // [B*T] rows (row (b, t) at b*T + t). For micro-batch 1 that is exactly a split of the sequence; in general it
+  // shards the same per-row work. Needs N % tp == 0 (seq_len % tp == 0 makes every block whole (b, t) rows).
+  bool sequence_parallel = false;
 };
 
 // Vocabulary padding: the LM head and embedding use Vp rows, a multiple of kVocabAlign * tp so every tp rank's
@@ -30,25 +35,27 @@ int padded_vocab(int vocab_size, int tp = 1);
 
 // Everything one micro-batch's backward pass needs, allocated from an Arena (one record per micro-batch in
 // flight). Layer l reads residual[l] and writes residual[l+1].
+// With sequence parallelism (sp) the tensors marked "Ns" hold only this tp rank's N/tp rows (Ns = N/tp), else N.
 struct LayerActivations {
-  Tensor ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
+  Tensor ln1, ln1_mean, ln1_rstd;  // [Ns, C], [Ns], [Ns]
   Tensor qkv;                      // [N, 3C/tp]: this rank's heads of q | k | v
   Tensor att;                      // [B, NH/tp, T, T] softmax probabilities
   Tensor atty;                     // [N, C/tp] attention output before c_proj
-  Tensor res_attn;                 // [N, C] residual after attention: input of ln_2
-  Tensor ln2, ln2_mean, ln2_rstd;  // [N, C], [N], [N]
+  Tensor res_attn;                 // [Ns, C] residual after attention: input of ln_2
+  Tensor ln2, ln2_mean, ln2_rstd;  // [Ns, C], [Ns], [Ns]
   Tensor fch, fch_gelu;            // [N, 4C/tp]
 };
 
 struct Activations {
   int B = 0, T = 0;
   Tensor tokens, targets;        // [B, T] int32, written by the caller before forward()
-  std::vector<Tensor> residual;  // L + 1 tensors [N, C]: residual[0] is the embedding output
+  std::vector<Tensor> residual;  // L + 1 tensors [Ns, C]: residual[0] is the embedding output
   std::vector<LayerActivations> layers;
-  Tensor lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
+  Tensor lnf, lnf_mean, lnf_rstd;  // [Ns, C], [Ns], [Ns]
   Tensor logits;                   // [N, Vp/tp] (this rank's vocabulary slice); replaced in place by d(loss)/d(logits) when targets are given
   Tensor losses;                   // [N] per-token cross-entropy
   Tensor xent_max, xent_stats;     // tp > 1: [N] and [2, N], the vocab-parallel cross-entropy's reduced rows
+  Tensor sp_full;                  // sp: [N, C] scratch for all-gathered inputs and reduce-scattered outputs
 };
 
 class GPT {
@@ -59,6 +66,7 @@ class GPT {
   GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU);
 
   const GPTConfig& config() const { return cfg_; }
+  bool sequence_parallel() const { return cfg_.tp > 1 && cfg_.sequence_parallel; }
   // The tensor-parallel group (cfg.tp ranks, this one at cfg.tp_rank); required before forward/backward when
   // cfg.tp > 1, unused (and never called) when cfg.tp == 1. The model communicates only through it.
   void set_tp_comm(Communicator* tp) { tp_ = tp; }

@@ -45,6 +45,7 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(model.init_from, "\"\" or a safetensors file with GPT-2 Hugging Face names to start from"),
       MT_KEY(parallel.dp, "data-parallel ranks; 0 = world / (tp * pp)"),
       MT_KEY(parallel.tp, "tensor-parallel ranks (Megatron column/row split)"),
+      MT_KEY(parallel.sequence_parallel, "Megatron sequence parallelism: shard the residual stream and LayerNorms' rows over tp (needs seq_len % tp == 0)"),
       MT_KEY(parallel.pp, "pipeline stages"),
       MT_KEY(parallel.order, "mesh axis order, a permutation of tp, dp, pp joined by '-'; the first varies fastest"),
       MT_KEY(parallel.schedule, "pipeline schedule: 1f1b | gpipe | interleaved | zb1"),

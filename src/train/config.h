@@ -15,6 +15,7 @@ struct ModelConfig {
 
 struct ParallelConfig {
   int dp = 0, tp = 1, pp = 1;  // dp 0 = world / (tp * pp)
+  bool sequence_parallel = false;  // Megatron sequence parallelism over the tp ranks (tp > 1 only)
   std::string order = "tp-dp-pp";
   std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved | zb1
   int virtual_stages = 1;

@@ -69,6 +69,9 @@ void validate_values(const Config& c) {
   require(4LL * m.d_model % p.tp == 0, "the MLP width 4*model.d_model=4*{}={} is not divisible by parallel.tp={}",
           m.d_model, 4LL * m.d_model, p.tp);
   require(m.n_head % p.tp == 0, "model.n_head={} is not divisible by parallel.tp={}", m.n_head, p.tp);
+  // Sequence parallelism splits the flattened batch x sequence rows into tp contiguous blocks of whole rows.
+  require(!p.sequence_parallel || p.tp == 1 || m.seq_len % p.tp == 0,
+          "parallel.sequence_parallel: model.seq_len={} is not divisible by parallel.tp={}", m.seq_len, p.tp);
   require(m.n_layer % (static_cast<long long>(p.pp) * p.virtual_stages) == 0,
           "model.n_layer={} is not divisible by parallel.pp*virtual_stages={}*{}={}", m.n_layer, p.pp,
           p.virtual_stages, static_cast<long long>(p.pp) * p.virtual_stages);

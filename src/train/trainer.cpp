@@ -150,6 +150,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   GPTConfig gcfg = gpt_config(cfg.model);
   gcfg.tp = mesh.tp();
   gcfg.tp_rank = mesh.tp_rank();
+  gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
   GPT model(gcfg, DType::F32, Device::CPU);
   if (mesh.tp() > 1) model.set_tp_comm(comms.tp.get());
   Communicator* tp_norm = mesh.tp() > 1 ? comms.tp.get() : nullptr;

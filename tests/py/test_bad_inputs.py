@@ -86,6 +86,9 @@ MPI_CASES = [
     ("global_batch not divisible by dp*micro_batch on 2 ranks", 2,
      ["train.global_batch=6", "train.micro_batch=2"], ["train.global_batch=6", "dp*micro_batch=2*2=4"]),
     ("dp*tp*pp differs from the number of ranks on 2 ranks", 2, ["parallel.dp=4"], ["parallel.dp", "ranks (2)"]),
+    ("sequence_parallel with seq_len not divisible by tp on 2 ranks", 2,
+     ["parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=15"],
+     ["model.seq_len=15", "parallel.tp=2"]),
     ("missing data file on 2 ranks", 2, ["data.source=tokens", f"data.path={path('nope.bin')}"], ["nope.bin"]),
 ]
 

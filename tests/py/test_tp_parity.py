@@ -1,6 +1,7 @@
 """Tensor parallelism (Megatron layers) reproduces the single-rank run: tp = 2 on 2 ranks, tp = 2 with a
 vocabulary (250) that does not fill the padded shards evenly, tp = 4 on 4 ranks (one head per rank), and
-dp = 2 x tp = 2 on 4 ranks (with and without ZeRO-1). Every step's loss must be within 1e-5 relative of the
+dp = 2 x tp = 2 on 4 ranks (with and without ZeRO-1), and Megatron sequence parallelism (tp = 2 and
+dp = 2 x tp = 2 with parallel.sequence_parallel, losses and step-1 gradients as below). Every step's loss must be within 1e-5 relative of the
 single-rank run over 20 steps; the step-1 gradients (run.dump_grads: each tp shard's reduced gradients gathered
 to their slice of the full tensor, as the model export gathers the weights) of tp = 2, tp = 4 and dp = 2 x
 tp = 2 must match the single-rank run's tensor by tensor within 1e-5 relative (||g - g_ref|| / ||g_ref||), so
@@ -36,9 +37,13 @@ BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "train.g
         "--set", "comm.timeout_s=60", "--set", "comm.bucket_mb=0.004"]
 
 
-def run(name, ranks, tp, vocab=None, zero=0, initial=False, grads=False):
+def run(name, ranks, tp, vocab=None, zero=0, initial=False, grads=False, sp=False, sets=()):
     run_dir = os.path.join(work, name)
     extra = ["--set", f"model.vocab_size={vocab}"] if vocab else []
+    if sp:
+        extra += ["--set", "parallel.sequence_parallel=true"]
+    for s in sets:
+        extra += ["--set", s]
     grads_path = os.path.join(run_dir, "grads.safetensors")
     if grads:
         extra += ["--set", f"run.dump_grads={grads_path}"]
@@ -127,6 +132,18 @@ init_ref = run("tp1_v250_initial", 1, 1, vocab=250, initial=True)
 for name, ranks in [("tp2_v250_initial", 2), ("dp2_tp2_v250_initial", 4)]:
     losses, weights, _ = run(name, ranks, 2, vocab=250, initial=True)
     failures += not compare(name, losses, weights, init_ref[0], init_ref[1], True)
+# Sequence parallelism (parallel.sequence_parallel): the residual stream and LayerNorms sharded by rows over tp,
+# all-gathers / reduce-scatters in place of f / g, the LayerNorm weight gradients summed over tp. Same bounds.
+# tp2_sp: micro-batches of 2 sequences, one whole sequence per rank; dp2_tp2_sp: micro-batch 1, so each rank
+# holds half of a sequence (its positions offset into wpe).
+for name, ranks, sets in [("tp2_sp", 2, ()), ("dp2_tp2_sp", 4, ("train.micro_batch=1",))]:
+    losses, weights, g = run(name, ranks, 2, grads=True, sp=True, sets=sets)
+    failures += not compare(name, losses, weights, reference[0], reference[1], False)
+    failures += not compare_grads(name, g, reference[2])
+# tp4_v250_sp: 4 ranks of tensor parallelism with sequence parallelism and a vocabulary (250, padded to 256)
+# whose last shard holds the padding.
+losses, weights, _ = run("tp4_v250_sp", 4, 4, vocab=250, sp=True)
+failures += not compare("tp4_v250_sp", losses, weights, ref250[0], ref250[1], False)
 print(f"reference loss: first {reference[0][0]:.6f}, last {reference[0][-1]:.6f}")
 assert reference[0][-1] < reference[0][0] - 0.3, "the reference did not train"
 sys.exit(1 if failures else 0)
