@@ -13,11 +13,13 @@ import sys
 mpiexec, trainer, src, work = sys.argv[1:5]
 
 
-def traced_run(name, overlap):
+def traced_run(name, overlap, sets=("parallel.dp=2",)):
     run_dir = os.path.join(work, name)
     cmd = [mpiexec, "-n", "2", trainer, "--config", os.path.join(src, "configs", "tiny.yaml"), "--set",
-           "parallel.dp=2", "--set", "run.profile=true", "--set", "train.steps=4", "--set", "comm.bucket_mb=0.01",
+           "run.profile=true", "--set", "train.steps=4", "--set", "comm.bucket_mb=0.01",
            "--set", f"comm.overlap={'true' if overlap else 'false'}", "--set", f"run.dir={run_dir}"]
+    for s in sets:
+        cmd += ["--set", s]
     subprocess.run(cmd, check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     trace = json.load(open(os.path.join(run_dir, "trace.json")))
     return run_dir, [e for e in trace["traceEvents"] if e["ph"] == "X"]
@@ -51,4 +53,11 @@ _, events_off = traced_run("overlap_off", False)
 during_off = [buckets_issued_during_backward(events_off, p) for p in (0, 1)]
 print(f"overlap off: buckets issued during the backward pass per rank: {during_off}")
 assert during_off == [0, 0], "overlap off, yet buckets were issued during a backward pass"
+# Tensor parallelism's collectives are accounted too: they appear in the trace and in comm_ms / exposed_comm_ms.
+tp_dir, tp_events = traced_run("tp2", True, ("parallel.tp=2", "parallel.dp=1", "model.n_head=4"))
+tp_ops = collections.Counter(e["name"] for e in tp_events if e["cat"] == "comm")
+print(f"tp=2 collectives in the trace: {dict(tp_ops)}")
+assert tp_ops["tp all_reduce"] > 0, "no tensor-parallel all-reduce in the trace"
+rows = [json.loads(line) for line in open(os.path.join(tp_dir, "metrics.jsonl"))]
+assert all(r["comm_ms"] > 0 and r["exposed_comm_ms"] > 0 for r in rows), rows
 print("ok")
