@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "kernels/matmul.h"
@@ -30,22 +31,7 @@ using Map = Eigen::Map<RowMat>;
 
 double g_seconds = 0.15;
 
-// Warm-up call, then batches of calls of ~10 ms each until g_seconds have passed; returns the best batch's
-// seconds per call. The machine is shared: the best batch is the one least disturbed by other processes.
-double time_call(const std::function<void()>& f) {
-  f();
-  double best = 1e30, total = 0;
-  int per_batch = 1;
-  while (total < g_seconds) {
-    auto t0 = Clock::now();
-    for (int i = 0; i < per_batch; ++i) f();
-    double el = std::chrono::duration<double>(Clock::now() - t0).count();
-    total += el;
-    best = std::min(best, el / per_batch);
-    if (el < 0.01) per_batch *= 2;
-  }
-  return best;
-}
+double time_call(const std::function<void()>& f) { return mt::bench::time_best(f, g_seconds); }
 
 void fill(std::vector<float>& v, unsigned seed) {
   for (auto& x : v) {

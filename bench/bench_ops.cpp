@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "core/threads.h"
@@ -60,18 +61,7 @@ double time_call(const std::function<void()>& f) {
     }
     return best;
   }
-  f();
-  double best = 1e30, total = 0;
-  int per_batch = 1;
-  while (total < g_seconds) {
-    auto t0 = Clock::now();
-    for (int i = 0; i < per_batch; ++i) f();
-    double el = std::chrono::duration<double>(Clock::now() - t0).count();
-    total += el;
-    best = std::min(best, el / per_batch);
-    if (el < 0.01) per_batch *= 2;
-  }
-  return best;
+  return mt::bench::time_best(f, g_seconds);
 }
 
 // Random values in [-0.5, 0.5) * scale (an LCG: reproducible, no denormals).

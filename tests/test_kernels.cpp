@@ -21,6 +21,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
+#include "test_support.h"
 
 using namespace mt;
 using namespace mt::kernels;
@@ -71,31 +72,8 @@ double max_err(const Tensor& a, const Tensor& b, double rtol, double atol) {
   return worst;
 }
 
-// Central-difference check of analytic gradients. `loss` recomputes L = sum(w * out) from the current inputs.
-// Tolerance: with h = 1e-6 * max(1, |x|), the truncation error is O(h^2 |L'''|) ~ 1e-12 and the rounding error is
-// O(eps |L| / h) ~ 2e-16 * 10 / 1e-6 = 2e-9, so |numeric - analytic| <= 1e-6 * max(1, |analytic|) holds with a
-// margin of ~500x while any indexing or formula bug gives errors of order 1e-2 .. 1.
-struct Param {
-  const char* name;
-  Tensor x, grad;
-};
-void gradcheck(const std::function<double()>& loss, const std::vector<Param>& params) {
-  for (const Param& p : params) {
-    double* x = p.x.data_as<double>();
-    const double* g = p.grad.data_as<double>();
-    for (int64_t i = 0; i < p.x.numel(); ++i) {
-      const double x0 = x[i], h = 1e-6 * std::max(1.0, std::abs(x0));
-      x[i] = x0 + h;
-      const double lp = loss();
-      x[i] = x0 - h;
-      const double lm = loss();
-      x[i] = x0;
-      const double num = (lp - lm) / (2 * h);
-      INFO(p.name << "[" << i << "]: analytic " << g[i] << ", numeric " << num);
-      REQUIRE(std::abs(num - g[i]) <= 1e-6 * std::max(1.0, std::abs(g[i])));
-    }
-  }
-}
+using Param = mt::test::GradParam;
+using mt::test::gradcheck;
 
 }  // namespace
 

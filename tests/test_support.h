@@ -2,11 +2,15 @@
 #pragma once
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/errors.h"
+#include "core/tensor.h"
 
 namespace mt::test {
 
@@ -29,6 +33,34 @@ void require_input_error(F f, const std::vector<std::string>& parts) {
     return;
   }
   FAIL("expected InputError mentioning " << parts.at(0));
+}
+
+// An fp64 input of a finite-difference check and its analytic gradient.
+struct GradParam {
+  std::string name;
+  Tensor x, grad;
+};
+
+// Central-difference check of analytic gradients: `loss` recomputes the scalar loss from the current inputs.
+// Tolerance: with h = 1e-6 * max(1, |x|), the truncation error is O(h^2 |L'''|) ~ 1e-12 and the rounding error is
+// O(eps |L| / h) ~ 2e-16 * 20 / 1e-6 = 4e-9, so |numeric - analytic| <= 1e-6 * max(1, |analytic|) holds with a
+// margin of ~250x while any indexing or formula bug gives errors of order 1e-3 .. 1.
+inline void gradcheck(const std::function<double()>& loss, const std::vector<GradParam>& params) {
+  for (const GradParam& p : params) {
+    double* x = p.x.data_as<double>();
+    const double* g = p.grad.data_as<double>();
+    for (int64_t i = 0; i < p.x.numel(); ++i) {
+      const double x0 = x[i], h = 1e-6 * std::max(1.0, std::abs(x0));
+      x[i] = x0 + h;
+      const double lp = loss();
+      x[i] = x0 - h;
+      const double lm = loss();
+      x[i] = x0;
+      const double num = (lp - lm) / (2 * h);
+      INFO(p.name << "[" << i << "]: analytic " << g[i] << ", numeric " << num);
+      REQUIRE(std::abs(num - g[i]) <= 1e-6 * std::max(1.0, std::abs(g[i])));
+    }
+  }
 }
 
 }  // namespace mt::test

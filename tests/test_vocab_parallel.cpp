@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "kernels/crossentropy.h"
 #include "kernels/vocab_parallel.h"
+#include "test_support.h"
 
 using namespace mt;
 using namespace mt::kernels;
@@ -261,8 +262,8 @@ TEST_CASE("vocab_parallel_xent: each rank's partial buffers and a rank that owns
 }
 
 // Central differences of L = dloss * sum_n losses[n], computed through the whole sharded pipeline (forward only),
-// with respect to every element of every shard, padding included (its numeric gradient is 0). Tolerance as in
-// test_kernels.cpp: with h = 1e-6 * max(1, |x|) the truncation error is O(h^2 |L'''|) ~ 1e-12 and the rounding
+// with respect to every element of every shard, padding included (its numeric gradient is 0). Tolerance as in gradcheck
+// (tests/test_support.h): with h = 1e-6 * max(1, |x|) the truncation error is O(h^2 |L'''|) ~ 1e-12 and the rounding
 // error O(eps |L| / h) ~ 2e-16 * 20 / 1e-6 = 4e-9 (L ~ 4 rows * 0.5 * ~6), so |numeric - analytic| <=
 // 1e-6 * max(1, |analytic|) holds with a wide margin, while a wrong gradient is off by 1e-3 .. 1.
 TEST_CASE("vocab_parallel_xent: finite-difference gradient of the sharded loss (fp64, tp 4, vocab 250)",
@@ -281,21 +282,9 @@ TEST_CASE("vocab_parallel_xent: finite-difference gradient of the sharded loss (
     for (int64_t n = 0; n < N; ++n) s += dloss * r.losses.data_as<double>()[n];
     return s;
   };
-  for (int r = 0; r < tp; ++r) {
-    double* x = shards[r].data_as<double>();
-    const double* g = d[r].data_as<double>();
-    for (int64_t i = 0; i < shards[r].numel(); ++i) {
-      const double x0 = x[i], h = 1e-6 * std::max(1.0, std::abs(x0));
-      x[i] = x0 + h;
-      const double lp = loss();
-      x[i] = x0 - h;
-      const double lm = loss();
-      x[i] = x0;
-      const double num = (lp - lm) / (2 * h);
-      INFO("shard " << r << " [" << i << "]: analytic " << g[i] << ", numeric " << num);
-      REQUIRE(std::abs(num - g[i]) <= 1e-6 * std::max(1.0, std::abs(g[i])));
-    }
-  }
+  std::vector<mt::test::GradParam> params;
+  for (int r = 0; r < tp; ++r) params.push_back({"shard " + std::to_string(r), shards[r], d[r]});
+  mt::test::gradcheck(loss, params);
 }
 
 // fp32 sharded against the fp64 unsharded kernel, at a size that takes the multithreaded paths (N * Vl > 2^14).
