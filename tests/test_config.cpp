@@ -322,8 +322,8 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"parallel.pp=3", "model.n_layer=4"}, 3),
              Contains("model.n_layer=4 is not divisible by parallel.pp*virtual_stages=3*1=3"));
   CHECK_THAT(validate_error({"parallel.pp=2", "parallel.virtual_stages=3", "parallel.schedule=interleaved",
-                             "model.n_layer=4"}, 2),
-             Contains("parallel.pp*virtual_stages=2*3=6"));
+                             "model.n_layer=8"}, 2),
+             Contains("model.n_layer=8 is not divisible by parallel.pp*virtual_stages=2*3=6"));
   CHECK_THAT(validate_error({"parallel.virtual_stages=2"}), Contains("needs parallel.schedule=interleaved"));
 
   CHECK_THAT(validate_error({"precision.compute=fp8"}), Contains("precision.compute='fp8' is not one of: fp32, bf16, fp16"));
@@ -375,9 +375,10 @@ TEST_CASE("to_yaml round-trips every key") {
   Config c;
   // A non-default value for every kind of field, including strings that need quoting.
   const std::vector<std::string> changes = {
-      "model.n_layer=6", "model.n_head=6", "model.d_model=96", "model.seq_len=33", "model.vocab_size=50257",
+      "model.n_layer=12", "model.n_head=6", "model.d_model=96", "model.seq_len=33", "model.vocab_size=50257",
       "model.init_std=0.0123456789012345", "model.init_from='w: #1.safetensors'", "parallel.dp=2", "parallel.tp=3",
       "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
+      "parallel.stage_layers=[1, 2, 3, 1, 4, 1]",
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
       "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
@@ -408,12 +409,140 @@ TEST_CASE("to_yaml round-trips every key") {
   CHECK(back.model.init_from == "w: #1.safetensors");
   CHECK(back.data.val_path == "123");
   CHECK(back.train.seed == 18446744073709551615ull);
+  CHECK(back.parallel.stage_layers == std::vector<int>{1, 2, 3, 1, 4, 1});
+  CHECK_THAT(yaml, Contains("stage_layers: [1, 2, 3, 1, 4, 1]"));
   CHECK(to_yaml(back) == yaml);
 
   // to_yaml writes every key exactly once.
   std::vector<std::string> emitted;
   collect_keys(YAML::Load(yaml), "", emitted);
   CHECK(emitted == config_keys());
+}
+
+TEST_CASE("parallel.stage_layers: flow and block lists, --set, and [] or null for the even split") {
+  Config c = load_config(write_yaml("flow.yaml", "model: {n_layer: 5}\nparallel: {pp: 2, stage_layers: [3, 2]}\n"), {});
+  CHECK(c.parallel.stage_layers == std::vector<int>{3, 2});
+  CHECK(config_value(c, "parallel.stage_layers") == "[3, 2]");
+  CHECK(config_value(Config{}, "parallel.stage_layers") == "[]");
+
+  c = load_config(
+      write_yaml("block.yaml", "model: {n_layer: 5}\nparallel:\n  pp: 2\n  stage_layers:\n    - +2\n    - 3\n"), {});
+  CHECK(c.parallel.stage_layers == std::vector<int>{2, 3});
+
+  c = load_config(write_yaml("set.yaml", "parallel: {pp: 2}\n"), {"parallel.stage_layers=[1,3]"});
+  CHECK(c.parallel.stage_layers == std::vector<int>{1, 3});
+  for (const char* empty : {"parallel.stage_layers=[]", "parallel.stage_layers=", "parallel.stage_layers=null",
+                            "parallel.stage_layers=~"}) {
+    INFO(empty);
+    Config d = c;
+    apply_override(d, empty);
+    CHECK(d.parallel.stage_layers.empty());
+  }
+  // A rejected list leaves the previous value alone (no half-applied list).
+  CHECK_THROWS_AS(apply_override(c, "parallel.stage_layers=[2, x]"), InputError);
+  CHECK(c.parallel.stage_layers == std::vector<int>{1, 3});
+}
+
+TEST_CASE("parallel.stage_layers: a non-list or a non-integer entry names the key and the value") {
+  auto set_error = [](const std::string& value) {
+    return input_error_of([&] {
+      Config c;
+      apply_override(c, "parallel.stage_layers=" + value);
+    });
+  };
+  CHECK_THAT(set_error("2"), Contains("parallel.stage_layers: expected a list of integers (e.g. [2, 2]), got '2'"));
+  CHECK_THAT(set_error("{a: 1}"),
+             Contains("parallel.stage_layers: expected a list of integers (e.g. [2, 2]), got a section"));
+  CHECK_THAT(set_error("[2, two]"), Contains("got 'two' as entry 2 (--set parallel.stage_layers=[2, two])"));
+  CHECK_THAT(set_error("[2.5, 1]"), Contains("got '2.5' as entry 1"));
+  CHECK_THAT(set_error("[1e3]"), Contains("got '1e3' as entry 1"));
+  CHECK_THAT(set_error("[[1], 2]"), Contains("got a list as entry 1"));
+  CHECK_THAT(set_error("[1, ~]"), Contains("got nothing (null) as entry 2"));
+  CHECK_THAT(set_error("[3000000000]"), Contains("as entry 1 (out of the 32-bit integer range)"));
+  CHECK_THAT(set_error("[1, 2"), Contains("parallel.stage_layers: cannot parse '[1, 2'"));
+
+  std::string msg = load_error("parallel:\n  pp: 2\n  stage_layers:\n    - 2\n    - half\n");
+  CHECK_THAT(msg, Contains("parallel.stage_layers: expected a list of integers (e.g. [2, 2]), got 'half' as entry 2"));
+  CHECK_THAT(msg, Contains("bad.yaml line 4"));
+  CHECK_THAT(load_error("parallel: {stage_layers: 4}\n"),
+             Contains("parallel.stage_layers: expected a list of integers"));
+}
+
+TEST_CASE("layers_per_stage: even split, explicit split, interleaved chunks") {
+  Config c;  // n_layer 4, pp 1
+  CHECK(layers_per_stage(c) == std::vector<int>{4});
+  c.parallel.pp = 2;
+  CHECK(layers_per_stage(c) == std::vector<int>{2, 2});
+  c.parallel.stage_layers = {3, 1};
+  CHECK(layers_per_stage(c) == std::vector<int>{3, 1});
+
+  // Interleaved: virtual stage s = chunk*pp + rank, so rank 0 holds entries 0 and 2, rank 1 entries 1 and 3.
+  Config v;
+  v.model.n_layer = 8;
+  v.parallel.pp = 2;
+  v.parallel.virtual_stages = 2;
+  v.parallel.schedule = "interleaved";
+  CHECK(layers_per_stage(v) == std::vector<int>{2, 2, 2, 2});
+  v.model.n_layer = 6;
+  v.parallel.stage_layers = {2, 1, 1, 2};
+  CHECK(layers_per_stage(v) == std::vector<int>{2, 1, 1, 2});
+
+  // An invalid split throws the validation message instead of returning a wrong one.
+  Config bad;
+  bad.model.n_layer = 3;
+  bad.parallel.pp = 2;
+  CHECK_THAT(input_error_of([&] { layers_per_stage(bad); }), Contains("model.n_layer=3 is not divisible"));
+  bad.parallel.stage_layers = {2, 2};
+  CHECK_THAT(input_error_of([&] { layers_per_stage(bad); }), Contains("sums to 4 layers, but model.n_layer=3"));
+  bad.parallel.pp = 0;
+  CHECK_THROWS_AS(layers_per_stage(bad), InputError);  // never a division by zero
+}
+
+TEST_CASE("pipeline split and schedule refusals name the keys and the numbers") {
+  CHECK_THAT(validate_error({"parallel.pp=2", "model.n_layer=3"}, 2),
+             Contains("model.n_layer=3 is not divisible by parallel.pp*virtual_stages=2*1=2 (set "
+                      "parallel.stage_layers for an uneven split)"));
+  CHECK_THAT(validate_error({"parallel.pp=2", "model.n_layer=4", "parallel.stage_layers=[3, 2]"}, 2),
+             Contains("parallel.stage_layers=[3, 2] sums to 5 layers, but model.n_layer=4"));
+  CHECK_THAT(validate_error({"parallel.pp=2", "model.n_layer=4", "parallel.stage_layers=[2, 1, 1]"}, 2),
+             Contains("parallel.stage_layers=[2, 1, 1] needs one entry per virtual stage, "
+                      "parallel.pp*virtual_stages=2*1=2, but has 3"));
+  CHECK_THAT(validate_error({"parallel.pp=2", "model.n_layer=4", "parallel.stage_layers=[4, 0]"}, 2),
+             Contains("parallel.stage_layers=[4, 0]: entry 2 is 0, but every virtual stage needs at least one"));
+  CHECK_THAT(validate_error({"parallel.pp=2", "model.n_layer=4", "parallel.stage_layers=[5, -1]"}, 2),
+             Contains("entry 2 is -1"));  // sums to n_layer, so only the entry check can answer
+  // pp > n_layer answers before the divisibility and stage_layers checks, with or without stage_layers.
+  for (const char* extra : {"parallel.stage_layers=", "parallel.stage_layers=[1, 1, 1, 1, 1, 1, 1, 1]"})
+    CHECK_THAT(validate_error({"parallel.pp=8", "model.n_layer=4", extra}, 8),
+               Contains("parallel.pp=8 is larger than model.n_layer=4: every pipeline stage needs at least one "
+                        "transformer block"));
+  CHECK_THAT(validate_error({"parallel.pp=2", "parallel.virtual_stages=3", "parallel.schedule=interleaved",
+                             "model.n_layer=4"}, 2),
+             Contains("parallel.pp*virtual_stages=2*3=6 virtual stages are more than model.n_layer=4"));
+  CHECK_THAT(validate_error({"parallel.schedule=interleaved"}),
+             Contains("parallel.schedule=interleaved needs parallel.pp >= 2, got 1"));
+  CHECK_THAT(validate_error({"parallel.virtual_stages=2"}), Contains("needs parallel.schedule=interleaved"));
+
+  // Interleaved needs m = global_batch / (dp*micro_batch) to be a multiple of pp; m depends on the rank count.
+  const std::vector<std::string> interleaved = {"parallel.pp=2", "parallel.virtual_stages=2",
+                                                "parallel.schedule=interleaved", "model.n_layer=4",
+                                                "train.micro_batch=2"};
+  auto with = [&](std::vector<std::string> v, const std::string& more) { v.push_back(more); return v; };
+  CHECK_THAT(validate_error(with(interleaved, "train.global_batch=6"), 2),
+             Contains("parallel.schedule=interleaved needs the micro-batches per step, m = train.global_batch / "
+                      "(parallel.dp*train.micro_batch) = 6 / (1*2) = 3, to be a multiple of parallel.pp=2"));
+  CHECK_THAT(validate_error(with(interleaved, "train.global_batch=12"), 4), Contains("= 12 / (2*2) = 3"));
+
+  // Accepted splits.
+  for (const std::vector<std::string>& ok :
+       {with(interleaved, "train.global_batch=8"), with(interleaved, "parallel.stage_layers=[1, 1, 1, 1]"),
+        std::vector<std::string>{"parallel.pp=2", "model.n_layer=3", "parallel.stage_layers=[2, 1]"},
+        std::vector<std::string>{"parallel.pp=4", "model.n_layer=4", "parallel.schedule=gpipe"}}) {
+    Config c;
+    for (const auto& o : ok) apply_override(c, o);
+    INFO(c.parallel.pp);
+    CHECK_NOTHROW(validate(c, c.parallel.pp));
+  }
 }
 
 TEST_CASE("help_text lists every key to_yaml writes, with its default") {

@@ -32,47 +32,84 @@ GPTConfig checked(const GPTConfig& cfg) {
   CHECK(cfg.n_head % cfg.tp == 0, "n_head {} is not divisible by tp {}", cfg.n_head, cfg.tp);
   CHECK(4 * cfg.d_model % cfg.tp == 0, "the MLP width 4*d_model = {} is not divisible by tp {}", 4 * cfg.d_model,
         cfg.tp);
+  CHECK(cfg.layer_begin >= 0 && cfg.layer_begin < cfg.stage_end() && cfg.stage_end() <= cfg.n_layer,
+        "pipeline stage [{}, {}) is not a non-empty range of the {} blocks", cfg.layer_begin, cfg.stage_end(),
+        cfg.n_layer);
   return cfg;
 }
 
+// The layer slots' parameter-name suffixes (GPT-2 Hugging Face names), in GPT::Slot order.
+const char* const kSlotNames[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                  "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                  "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+std::string layer_name(int l, int slot) { return "h." + std::to_string(l) + "." + kSlotNames[slot]; }
+
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg, DType dtype, Device device)
-    : cfg_(checked(cfg)), vp_(padded_vocab(cfg.vocab_size, cfg.tp)), dtype_(dtype), device_(device) {
-  const int64_t C = cfg.d_model, L = cfg.n_layer;
+ParamTable gpt_param_table(const GPTConfig& cfg_in) {
+  const GPTConfig cfg = checked(cfg_in);
+  const int64_t C = cfg.d_model, vp = padded_vocab(cfg.vocab_size, cfg.tp);
   // Megatron's shard layouts (table in model/param_table.h): column-parallel splits a weight's outputs (dim 1 of
   // the [in, out] weight, dim 0 of its bias), row-parallel its inputs (dim 0); c_attn's outputs are q|k|v, three
   // groups each split over the tp ranks by heads.
   const int tp = cfg.tp, r = cfg.tp_rank;
   const Shard replicated{-1, tp, r, 1}, column{1, tp, r, 1}, column_bias{0, tp, r, 1}, row{0, tp, r, 1},
       qkv{1, tp, r, 3}, qkv_bias{0, tp, r, 3};
+  ParamTable t;
   // Reverse order of use: the final LayerNorm's gradient is ready first, the token embedding's (also the
   // LM head) last.
-  lnf_w_ = table_.add("ln_f.weight", {C}, {C}, false, replicated);
-  lnf_b_ = table_.add("ln_f.bias", {C}, {C}, false, replicated);
-  layer_params_.assign(L * kSlotsPerLayer, -1);
-  for (int64_t l = L - 1; l >= 0; --l) {
-    auto add = [&](Slot s, const char* suffix, Shape shape, bool decay, const Shard& shard) {
-      layer_params_[l * kSlotsPerLayer + s] =
-          table_.add("h." + std::to_string(l) + "." + suffix, shape, shape, decay, shard);
-    };
-    add(FCPROJ_W, "mlp.c_proj.weight", {4 * C, C}, true, row);
-    add(FCPROJ_B, "mlp.c_proj.bias", {C}, false, replicated);
-    add(FC_W, "mlp.c_fc.weight", {C, 4 * C}, true, column);
-    add(FC_B, "mlp.c_fc.bias", {4 * C}, false, column_bias);
-    add(LN2_W, "ln_2.weight", {C}, false, replicated);
-    add(LN2_B, "ln_2.bias", {C}, false, replicated);
-    add(ATTPROJ_W, "attn.c_proj.weight", {C, C}, true, row);
-    add(ATTPROJ_B, "attn.c_proj.bias", {C}, false, replicated);
-    add(QKV_W, "attn.c_attn.weight", {C, 3 * C}, true, qkv);
-    add(QKV_B, "attn.c_attn.bias", {3 * C}, false, qkv_bias);
-    add(LN1_W, "ln_1.weight", {C}, false, replicated);
-    add(LN1_B, "ln_1.bias", {C}, false, replicated);
+  if (cfg.last_stage()) {
+    t.add("ln_f.weight", {C}, {C}, false, replicated);
+    t.add("ln_f.bias", {C}, {C}, false, replicated);
   }
-  wpe_ = table_.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true, replicated);
-  wte_ = table_.add("wte.weight", {vp_, C}, {cfg.vocab_size, C}, true, row);  // vocab-parallel
-  params_ = Tensor::zeros({table_.total_numel()}, dtype, device);
-  grads_ = Tensor::zeros({table_.total_numel()}, dtype, device);
+  for (int l = cfg.stage_end() - 1; l >= cfg.layer_begin; --l) {
+    auto add = [&](int slot, Shape shape, bool decay, const Shard& shard) {
+      t.add(layer_name(l, slot), shape, shape, decay, shard);
+    };
+    add(10, {4 * C, C}, true, row);          // mlp.c_proj.weight
+    add(11, {C}, false, replicated);         // mlp.c_proj.bias
+    add(8, {C, 4 * C}, true, column);        // mlp.c_fc.weight
+    add(9, {4 * C}, false, column_bias);     // mlp.c_fc.bias
+    add(6, {C}, false, replicated);          // ln_2.weight
+    add(7, {C}, false, replicated);          // ln_2.bias
+    add(4, {C, C}, true, row);               // attn.c_proj.weight
+    add(5, {C}, false, replicated);          // attn.c_proj.bias
+    add(2, {C, 3 * C}, true, qkv);           // attn.c_attn.weight
+    add(3, {3 * C}, false, qkv_bias);        // attn.c_attn.bias
+    add(0, {C}, false, replicated);          // ln_1.weight
+    add(1, {C}, false, replicated);          // ln_1.bias
+  }
+  if (cfg.first_stage()) t.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true, replicated);
+  // The token embedding (vocab-parallel) on the first stage, and its tied copy as the head on the last.
+  if (cfg.first_stage() || cfg.last_stage()) t.add("wte.weight", {vp, C}, {cfg.vocab_size, C}, true, row);
+  return t;
+}
+
+GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor grads)
+    : cfg_(checked(cfg)), vp_(padded_vocab(cfg.vocab_size, cfg.tp)), dtype_(dtype), device_(device),
+      table_(gpt_param_table(cfg)) {
+  static_assert(sizeof(kSlotNames) / sizeof(kSlotNames[0]) == kSlotsPerLayer, "one name per slot");
+  wte_ = table_.index_of("wte.weight");
+  wpe_ = table_.index_of("wpe.weight");
+  lnf_w_ = table_.index_of("ln_f.weight");
+  lnf_b_ = table_.index_of("ln_f.bias");
+  layer_params_.assign(cfg_.stage_layers() * kSlotsPerLayer, -1);
+  for (int i = 0; i < cfg_.stage_layers(); ++i)
+    for (int s = 0; s < kSlotsPerLayer; ++s) layer_params_[i * kSlotsPerLayer + s] = table_.index_of(layer_name(cfg_.layer_begin + i, s));
+  const int64_t n = table_.total_numel();
+  if (params.defined() || grads.defined()) {
+    CHECK(params.numel() == n && grads.numel() == n && params.dtype() == dtype && grads.dtype() == dtype,
+          "GPT: given buffers of {} and {} elements, the stage needs {} of {}", params.numel(), grads.numel(), n,
+          dtype_name(dtype));
+    params_ = params;
+    grads_ = grads;
+    zero_(params_);
+    zero_(grads_);
+  } else {
+    params_ = Tensor::zeros({n}, dtype, device);
+    grads_ = Tensor::zeros({n}, dtype, device);
+  }
 }
 
 Tensor GPT::param(int i) const { return params_.slice(table_[i].offset, table_[i].shape); }
@@ -115,19 +152,20 @@ void GPT::init(uint64_t seed, double std) {
   }
 }
 
-Activations GPT::alloc_activations(Arena& arena, int B, int T) const {
+Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backward) const {
   CHECK(T <= cfg_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, cfg_.seq_len);
   const int64_t N = int64_t(B) * T, C = cfg_.d_model / cfg_.tp, NH = cfg_.n_head / cfg_.tp, Cf = cfg_.d_model;
-  const bool sp = sequence_parallel();
+  const bool sp = sequence_parallel(), first = cfg_.first_stage(), last = cfg_.last_stage();
   CHECK(!sp || N % cfg_.tp == 0, "sequence parallelism: {} rows (B*T) are not divisible by tp {}", N, cfg_.tp);
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream and LayerNorm regions on this rank
+  const int L = cfg_.stage_layers();
   Activations a;
   a.B = B;
   a.T = T;
   a.tokens = arena.alloc({B, T}, DType::I32);
   a.targets = arena.alloc({B, T}, DType::I32);
-  for (int l = 0; l <= cfg_.n_layer; ++l) a.residual.push_back(arena.alloc({Ns, Cf}, dtype_));
-  a.layers.resize(cfg_.n_layer);
+  for (int l = 0; l <= L; ++l) a.residual.push_back(arena.alloc({Ns, Cf}, dtype_));
+  a.layers.resize(L);
   for (auto& la : a.layers) {
     la.ln1 = arena.alloc({Ns, Cf}, dtype_);
     la.ln1_mean = arena.alloc({Ns}, dtype_);
@@ -142,16 +180,28 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T) const {
     la.fch = arena.alloc({N, 4 * C}, dtype_);
     la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
   }
-  a.lnf = arena.alloc({Ns, Cf}, dtype_);
-  a.lnf_mean = arena.alloc({Ns}, dtype_);
-  a.lnf_rstd = arena.alloc({Ns}, dtype_);
-  a.logits = arena.alloc({N, vocab_shard()}, dtype_);
-  a.losses = arena.alloc({N}, dtype_);
-  if (cfg_.tp > 1) {
-    a.xent_max = arena.alloc({N}, dtype_);
-    a.xent_stats = arena.alloc({2, N}, dtype_);
+  if (last) {
+    a.lnf = arena.alloc({Ns, Cf}, dtype_);
+    a.lnf_mean = arena.alloc({Ns}, dtype_);
+    a.lnf_rstd = arena.alloc({Ns}, dtype_);
+    a.logits = arena.alloc({N, vocab_shard()}, dtype_);
+    a.losses = arena.alloc({N}, dtype_);
+    if (cfg_.tp > 1) {
+      a.xent_max = arena.alloc({N}, dtype_);
+      a.xent_stats = arena.alloc({2, N}, dtype_);
+    }
   }
   if (sp) a.sp_full = arena.alloc({N, Cf}, dtype_);
+  if (split_backward) {
+    a.wgrad.resize(L);
+    for (auto& w : a.wgrad) {
+      w.d_fcproj = arena.alloc({N, Cf}, dtype_);
+      w.dfch = arena.alloc({N, 4 * C}, dtype_);
+      w.d_attproj = arena.alloc({N, Cf}, dtype_);
+      w.dqkv = arena.alloc({N, 3 * C}, dtype_);
+    }
+    if (first) a.demb = arena.alloc({N, Cf}, dtype_);
+  }
   return a;
 }
 
@@ -184,7 +234,9 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
     }
     kernels::bias_add(out, bias);
   };
-  if (!tp) {
+  if (!cfg_.first_stage()) {
+    // a later pipeline stage: the caller has put the previous stage's output into a.input()
+  } else if (!tp) {
     kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), param(wpe_));
   } else if (sp) {
     // Vocabulary-parallel embedding, reduce-scattered to this rank's rows; then each local row (b, t), flat row
@@ -205,7 +257,8 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
     const Tensor pos = param(wpe_).slice(0, {int64_t(a.T) * C});
     for (int b = 0; b < a.B; ++b) kernels::accumulate(a.residual[0].slice(int64_t(b) * a.T * C, {int64_t(a.T) * C}), pos);
   }
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  const int L = cfg_.stage_layers();
+  for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& x = a.residual[l];
     const Tensor& out = a.residual[l + 1];
@@ -225,8 +278,8 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
     row_parallel(out, la.fch_gelu, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
     kernels::accumulate(out, la.res_attn);
   }
-  kernels::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[cfg_.n_layer], param(lnf_w_),
-                             param(lnf_b_));
+  if (!cfg_.last_stage()) return;  // a.output() goes on to the next stage
+  kernels::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[L], param(lnf_w_), param(lnf_b_));
   // The tied LM head reads wte [Vp, C] as an [out, in] weight.
   kernels::matmul_forward(a.logits, gathered(a.lnf), param(wte_), none, WeightLayout::OutIn);
   if (!tp) {
@@ -247,9 +300,24 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
   if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
 }
 
-void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready) {
-  const bool tp = cfg_.tp > 1, sp = sequence_parallel();
+void GPT::ready_through(int p, const std::function<void(int64_t)>& grads_ready) const {
+  if (grads_ready && p >= 0) grads_ready(table_[p].offset + table_[p].numel());
+}
+
+void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, BackwardPart part,
+                   const Tensor& dout, const Tensor& dinput) {
+  const bool tp = cfg_.tp > 1, sp = sequence_parallel(), split = part == BackwardPart::InputOnly;
+  const bool first = cfg_.first_stage(), last = cfg_.last_stage();
+  const int L = cfg_.stage_layers();
   CHECK(!tp || tp_, "tp = {}: set_tp_comm() first", cfg_.tp);
+  CHECK(last || dout.defined(), "pipeline stage [{}, {}): backward needs the output gradient", cfg_.layer_begin,
+        cfg_.stage_end());
+  CHECK(first || dinput.defined(), "pipeline stage [{}, {}): backward needs a tensor for the input gradient",
+        cfg_.layer_begin, cfg_.stage_end());
+  CHECK(!split || static_cast<int>(a.wgrad.size()) == L, "split backward needs alloc_activations(..., true)");
+  // The split input pass leaves the matmul parameters unfinished: readiness is reported by backward_weights.
+  const std::function<void(int64_t)> no_hook;
+  const std::function<void(int64_t)>& ready = split ? no_hook : grads_ready;
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
   const Tensor none;
@@ -261,8 +329,8 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   Tensor dln_full = sp ? arena.alloc({N, C}, dtype_) : dln;    // column-parallel input gradient, all rows
   Tensor dres_full = sp ? arena.alloc({N, C}, dtype_) : dres;  // row-parallel output gradient, all rows
   Tensor datty = tp ? arena.alloc({N, Cl}, dtype_) : dln;  // c_proj's input gradient (local heads)
-  Tensor dqkv = arena.alloc({N, 3 * Cl}, dtype_);
-  Tensor dfch = arena.alloc({N, 4 * Cl}, dtype_);
+  Tensor dqkv = split ? Tensor() : arena.alloc({N, 3 * Cl}, dtype_);
+  Tensor dfch = split ? Tensor() : arena.alloc({N, 4 * Cl}, dtype_);
   Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), dtype_);
   Tensor ln_grads = sp ? arena.alloc({2, C}, dtype_) : Tensor();  // sp: one LayerNorm's partial dweight | dbias
 
@@ -299,43 +367,94 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     kernels::accumulate(grad(w), dw);
     kernels::accumulate(grad(b), db);
   };
-
-  kernels::matmul_backward(dln_full, grad(wte_), none, a.logits, gathered(a.lnf), param(wte_), WeightLayout::OutIn);
-  reduce_partial();
-  zero_(dres);
-  ln_backward(lnf_w_, lnf_b_, a.residual[cfg_.n_layer], a.lnf_mean, a.lnf_rstd);
-  auto ready_through = [&](int p) {
-    if (grads_ready) grads_ready(table_[p].offset + table_[p].numel());
+  // A block matmul's backward: in one pass, or (split) the input gradient only, the output gradient kept in
+  // `keep` for backward_weights (no copy when it was computed there).
+  auto matmul_bwd = [&](const Tensor& dinp, int w, int b, const Tensor& d_out, const Tensor& inp, const Tensor& keep) {
+    if (!split) return kernels::matmul_backward(dinp, grad(w), grad(b), d_out, inp, param(w), WeightLayout::InOut);
+    kernels::matmul_backward(dinp, none, none, d_out, inp, param(w), WeightLayout::InOut);
+    if (keep.defined() && keep.data() != d_out.data()) copy_convert(keep, d_out);
   };
-  ready_through(lnf_b_);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+
+  zero_(dres);
+  if (last) {
+    kernels::matmul_backward(dln_full, split ? none : grad(wte_), none, a.logits, gathered(a.lnf), param(wte_),
+                             WeightLayout::OutIn);
+    reduce_partial();
+    ln_backward(lnf_w_, lnf_b_, a.residual[L], a.lnf_mean, a.lnf_rstd);
+    ready_through(lnf_b_, ready);
+  } else {
+    kernels::accumulate(dres, dout);  // the next stage's d(loss)/d(output)
+  }
+  for (int l = L - 1; l >= 0; --l) {
     LayerActivations& la = a.layers[l];
-    auto P = [&](Slot s) { return param(layer_param(l, s)); };
-    auto G = [&](Slot s) { return grad(layer_param(l, s)); };
+    const LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
+    auto P = [&](Slot s) { return layer_param(l, s); };
     // MLP branch: dres is d/d(block output) here. The row-parallel c_proj's bias gradient comes from the full
     // (all rows, replicated) output gradient on every rank, so it is complete without a tp reduction.
-    kernels::matmul_backward(dfch, G(FCPROJ_W), G(FCPROJ_B), gathered_dres(), la.fch_gelu, P(FCPROJ_W),
-                             WeightLayout::InOut);
-    kernels::gelu_backward(dfch, la.fch, dfch);
-    kernels::matmul_backward(dln_full, G(FC_W), G(FC_B), dfch, gathered(la.ln2), P(FC_W), WeightLayout::InOut);
+    const Tensor dfch_l = split ? kept->dfch : dfch;
+    matmul_bwd(dfch_l, P(FCPROJ_W), P(FCPROJ_B), gathered_dres(), la.fch_gelu, split ? kept->d_fcproj : none);
+    kernels::gelu_backward(dfch_l, la.fch, dfch_l);
+    matmul_bwd(dln_full, P(FC_W), P(FC_B), dfch_l, gathered(la.ln2), none);
     reduce_partial();
-    ln_backward(layer_param(l, LN2_W), layer_param(l, LN2_B), la.res_attn, la.ln2_mean, la.ln2_rstd);
-    ready_through(layer_param(l, LN2_B));  // the MLP half of the block: its buckets can start now
+    ln_backward(P(LN2_W), P(LN2_B), la.res_attn, la.ln2_mean, la.ln2_rstd);
+    ready_through(P(LN2_B), ready);  // the MLP half of the block: its buckets can start now
     // Attention branch: dres is now d/d(res_attn).
     // Row-parallel c_proj: dbias from the full (replicated) dres on every rank, the input gradient local.
-    kernels::matmul_backward(datty, G(ATTPROJ_W), G(ATTPROJ_B), gathered_dres(), la.atty, P(ATTPROJ_W),
-                             WeightLayout::InOut);
-    kernels::attention_backward(dqkv.view({a.B, a.T, 3 * Cl}), datt, datty.view({a.B, a.T, Cl}),
+    matmul_bwd(datty, P(ATTPROJ_W), P(ATTPROJ_B), gathered_dres(), la.atty, split ? kept->d_attproj : none);
+    const Tensor dqkv_l = split ? kept->dqkv : dqkv;
+    kernels::attention_backward(dqkv_l.view({a.B, a.T, 3 * Cl}), datt, datty.view({a.B, a.T, Cl}),
                                 la.qkv.view({a.B, a.T, 3 * Cl}), la.att, NHl);
-    kernels::matmul_backward(dln_full, G(QKV_W), G(QKV_B), dqkv, gathered(la.ln1), P(QKV_W), WeightLayout::InOut);
+    matmul_bwd(dln_full, P(QKV_W), P(QKV_B), dqkv_l, gathered(la.ln1), none);
     reduce_partial();
-    ln_backward(layer_param(l, LN1_W), layer_param(l, LN1_B), a.residual[l], la.ln1_mean, la.ln1_rstd);
-    ready_through(layer_param(l, LN1_B));  // the block's last parameter in the flat layout
+    ln_backward(P(LN1_W), P(LN1_B), a.residual[l], la.ln1_mean, la.ln1_rstd);
+    ready_through(P(LN1_B), ready);  // the block's last parameter in the flat layout
   }
-  // The embedding backward reads every row (sequence parallelism gathers them), so wpe's gradient is complete.
-  const Tensor demb = gathered_dres();
-  if (!tp) kernels::embedding_backward(grad(wte_), grad(wpe_), demb.view({a.B, a.T, C}), a.tokens);
+  if (!first) {
+    copy_convert(dinput, dres);  // d(loss)/d(input), for the previous stage
+  } else {
+    // The embedding backward reads every row (sequence parallelism gathers them), so wpe's gradient is complete.
+    const Tensor demb = gathered_dres();
+    if (split) copy_convert(a.demb, demb);
+    else embedding_backward(demb, a);
+  }
+  if (ready) ready(table_.total_numel());
+}
+
+void GPT::embedding_backward(const Tensor& demb, const Activations& a) {
+  const int64_t C = cfg_.d_model;
+  if (cfg_.tp == 1) kernels::embedding_backward(grad(wte_), grad(wpe_), demb.view({a.B, a.T, C}), a.tokens);
   else kernels::embedding_backward(grad(wte_), grad(wpe_), demb.view({a.B, a.T, C}), a.tokens, vocab_begin(), vp_);
+}
+
+void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready) {
+  CHECK(static_cast<int>(a.wgrad.size()) == cfg_.stage_layers(), "backward_weights needs a split backward first");
+  const bool sp = sequence_parallel();
+  const Tensor none;
+  // Sequence parallelism: the column-parallel inputs are all-gathered again, as in backward().
+  auto gathered = [&](const Tensor& local) -> Tensor {
+    if (!sp) return local;
+    tp_->all_gather(local, a.sp_full);
+    return a.sp_full;
+  };
+  if (cfg_.last_stage()) {
+    kernels::matmul_backward(none, grad(wte_), none, a.logits, gathered(a.lnf), param(wte_), WeightLayout::OutIn);
+    ready_through(lnf_b_, grads_ready);
+  }
+  for (int l = cfg_.stage_layers() - 1; l >= 0; --l) {
+    const LayerActivations& la = a.layers[l];
+    const LayerOutputGrads& kept = a.wgrad[l];
+    auto wgrad = [&](Slot w, Slot b, const Tensor& d_out, const Tensor& inp) {
+      const int pw = layer_param(l, w), pb = layer_param(l, b);
+      kernels::matmul_backward(none, grad(pw), grad(pb), d_out, inp, param(pw), WeightLayout::InOut);
+    };
+    wgrad(FCPROJ_W, FCPROJ_B, kept.d_fcproj, la.fch_gelu);
+    wgrad(FC_W, FC_B, kept.dfch, gathered(la.ln2));
+    ready_through(layer_param(l, LN2_B), grads_ready);
+    wgrad(ATTPROJ_W, ATTPROJ_B, kept.d_attproj, la.atty);
+    wgrad(QKV_W, QKV_B, kept.dqkv, gathered(la.ln1));
+    ready_through(layer_param(l, LN1_B), grads_ready);
+  }
+  if (cfg_.first_stage()) embedding_backward(a.demb, a);
   if (grads_ready) grads_ready(table_.total_numel());
 }
 

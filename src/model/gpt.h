@@ -4,6 +4,9 @@
 // (Vp: padded to a multiple of kVocabAlign * tp), N = B*T rows.
 // Tensor parallelism: a GPT object is one tp rank's shard of the model (cfg.tp ranks, this one cfg.tp_rank); the
 // parameter table says which slice of every parameter it holds (layout table in model/param_table.h).
+// Pipeline parallelism: a GPT object may also be one pipeline stage, the contiguous blocks [layer_begin,
+// layer_end): the first stage holds the embeddings, the last the final LayerNorm and the (tied) head and loss; a
+// middle stage reads its input residual stream from Activations::input() and leaves its output in output().
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,6 +28,14 @@ struct GPTConfig {
   // [B*T] rows (row (b, t) at b*T + t). For micro-batch 1 that is exactly a split of the sequence; in general it
   // shards the same per-row work. Needs N % tp == 0 (seq_len % tp == 0 makes every block whole (b, t) rows).
   bool sequence_parallel = false;
+  // Pipeline stage: the transformer blocks [layer_begin, layer_end) of the n_layer (layer_end -1: n_layer).
+  // Parameter names, initialisation and the 1/sqrt(2 n_layer) projection scale stay those of the whole model.
+  int layer_begin = 0, layer_end = -1;
+
+  int stage_end() const { return layer_end < 0 ? n_layer : layer_end; }
+  int stage_layers() const { return stage_end() - layer_begin; }
+  bool first_stage() const { return layer_begin == 0; }          // holds wte (embedding) and wpe
+  bool last_stage() const { return stage_end() == n_layer; }      // holds ln_f and wte (the tied head)
 };
 
 // Vocabulary padding: the LM head and embedding use Vp rows, a multiple of kVocabAlign * tp so every tp rank's
@@ -33,8 +44,17 @@ struct GPTConfig {
 constexpr int kVocabAlign = 64;
 int padded_vocab(int vocab_size, int tp = 1);
 
+// What the zero-bubble weight pass (GPT::backward_weights) needs of one block, kept by the input pass: the
+// output gradients of its four matmuls (the inputs are in LayerActivations already).
+struct LayerOutputGrads {
+  Tensor d_fcproj;  // [N, C]: d/d(mlp.c_proj output), all rows
+  Tensor dfch;      // [N, 4C/tp]: d/d(mlp.c_fc output)
+  Tensor d_attproj; // [N, C]: d/d(attn.c_proj output), all rows
+  Tensor dqkv;      // [N, 3C/tp]: d/d(attn.c_attn output)
+};
+
 // Everything one micro-batch's backward pass needs, allocated from an Arena (one record per micro-batch in
-// flight). Layer l reads residual[l] and writes residual[l+1].
+// flight). Stage-local layer i (global block layer_begin + i) reads residual[i] and writes residual[i+1].
 // With sequence parallelism (sp) the tensors marked "Ns" hold only this tp rank's N/tp rows (Ns = N/tp), else N.
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [Ns, C], [Ns], [Ns]
@@ -56,14 +76,28 @@ struct Activations {
   Tensor losses;                   // [N] per-token cross-entropy
   Tensor xent_max, xent_stats;     // tp > 1: [N] and [2, N], the vocab-parallel cross-entropy's reduced rows
   Tensor sp_full;                  // sp: [N, C] scratch for all-gathered inputs and reduce-scattered outputs
+  std::vector<LayerOutputGrads> wgrad;  // split backward only (zero-bubble): kept from the input pass
+  Tensor demb;                          // split backward, first stage: [N, C] d/d(embedding output)
+
+  const Tensor& input() const { return residual.front(); }  // [Ns, C]: a later stage's input, written by the caller
+  const Tensor& output() const { return residual.back(); }  // [Ns, C]: an earlier stage's output, sent on
 };
+
+// backward() in one pass, or split for zero-bubble schedules: InputOnly computes the gradient of the stage's
+// input (and the LayerNorms' parameter gradients) and keeps what backward_weights() needs for the rest.
+enum class BackwardPart { All, InputOnly };
+
+// The parameter table of a model or pipeline stage (the GPT constructor's layout), without allocating buffers.
+ParamTable gpt_param_table(const GPTConfig& cfg);
 
 class GPT {
  public:
   // dtype: F32 for training, F64 for gradient checks. Buffers are zero until init() or load_safetensors().
   // CHECKs that n_head and 4 * d_model divide by cfg.tp (the config validation reports these as input errors
   // first) and 0 <= tp_rank < tp.
-  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU);
+  // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements, e.g. views into one
+  // rank-wide buffer holding several pipeline chunks) the model uses them instead of allocating its own.
+  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {});
 
   const GPTConfig& config() const { return cfg_; }
   bool sequence_parallel() const { return cfg_.tp > 1 && cfg_.sequence_parallel; }
@@ -99,24 +133,37 @@ class GPT {
   // Writes the gradient buffer (unpadded, F32) under the parameter names (tp = 1 only, as export_safetensors).
   void export_grads(const std::string& path) const;
 
-  // Allocates one micro-batch's activation record from `arena`.
-  Activations alloc_activations(Arena& arena, int B, int T) const;
+  // Allocates one micro-batch's activation record from `arena` (split_backward: also what the zero-bubble
+  // weight pass keeps).
+  Activations alloc_activations(Arena& arena, int B, int T, bool split_backward = false) const;
 
   // Forward pass of one micro-batch over acts.tokens / acts.targets: per-token losses in acts.losses, their
   // sum added to loss_sum[0] (when defined), and, when dloss != 0, acts.logits replaced by
   // dloss * d(sum of losses)/d(logits), ready for backward(). dloss = 1 / (tokens in the global batch) makes
-  // the accumulated gradients those of the global batch's mean loss.
+  // the accumulated gradients those of the global batch's mean loss. A stage after the first reads
+  // acts.input() instead of tokens; a stage before the last stops at acts.output() (no loss).
   void forward(Activations& acts, double dloss, const Tensor& loss_sum) const;
   // Backward pass: ACCUMULATES parameter gradients into grads() (+=), so micro-batches accumulate for free.
   // Scratch comes from `arena`. When given, grads_ready(end) is called each time the gradients of the flat
   // buffer's elements [0, end) stop changing for this micro-batch (end grows: after the final LayerNorm, after
   // each half of every block, and once more at the very end), so data parallelism can start reducing them.
-  void backward(Activations& acts, Arena& arena, const std::function<void(int64_t)>& grads_ready = {});
+  // Pipeline stages: a stage before the last starts from `dout` ([Ns, C], d(loss)/d(output) from the next
+  // stage) instead of the loss; a stage after the first writes d(loss)/d(input) into `dinput` ([Ns, C]) instead
+  // of running the embedding backward. part = InputOnly (zero-bubble B pass) leaves the matmul weight and bias
+  // gradients and the embedding's to backward_weights() and calls no grads_ready.
+  void backward(Activations& acts, Arena& arena, const std::function<void(int64_t)>& grads_ready = {},
+                BackwardPart part = BackwardPart::All, const Tensor& dout = {}, const Tensor& dinput = {});
+  // The zero-bubble W pass after backward(..., InputOnly): the weight and bias gradients of every matmul and the
+  // embedding, accumulated; grads_ready as in backward().
+  void backward_weights(Activations& acts, const std::function<void(int64_t)>& grads_ready = {});
 
  private:
   enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,
               kSlotsPerLayer };
-  int layer_param(int l, Slot s) const { return layer_params_[l * kSlotsPerLayer + s]; }
+  // Stage-local layer i (global block layer_begin + i).
+  int layer_param(int i, Slot s) const { return layer_params_[i * kSlotsPerLayer + s]; }
+  void ready_through(int p, const std::function<void(int64_t)>& grads_ready) const;
+  void embedding_backward(const Tensor& demb, const Activations& a);  // first stage: wte and wpe gradients
 
   GPTConfig cfg_;
   Communicator* tp_ = nullptr;

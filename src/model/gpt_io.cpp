@@ -74,11 +74,20 @@ void decode_range(const SafetensorsFile& f, const SafetensorInfo& info, int64_t 
 void GPT::load_safetensors(const std::string& path) {
   SafetensorsFile f = SafetensorsFile::open(path);
   std::set<std::string> loaded;
+  // A pipeline stage holds some of the model's tensors: the rest belong to other stages, not to no model.
+  GPTConfig whole = cfg_;
+  whole.layer_begin = 0;
+  whole.layer_end = -1;
+  const ParamTable all = gpt_param_table(whole);
   zero_(params_);
   for (const SafetensorInfo& info : f.tensors()) {
     if (ignorable(strip_prefix(info.name)) || ignorable(info.name)) continue;
     const std::string name = strip_prefix(info.name);
     const int p = table_.index_of(name);
+    if (p < 0 && all.index_of(name) >= 0) {
+      if (!loaded.insert(name).second) input_error("{}: tensor '{}' appears twice (with and without prefix)", path, name);
+      continue;
+    }
     if (p < 0) input_error("{}: unknown tensor '{}' for a GPT-2 with n_layer={}", path, info.name, cfg_.n_layer);
     if (!loaded.insert(name).second) input_error("{}: tensor '{}' appears twice (with and without prefix)", path, name);
     const ParamSpec& s = table_[p];

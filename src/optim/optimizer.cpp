@@ -13,9 +13,11 @@ std::vector<OptimSegment> param_segments(const ParamTable& table) {
 }
 
 Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
-                     const OptimizerSettings& s, Communicator* norm_group, Communicator* tp_group)
+                     const OptimizerSettings& s, Communicator* norm_group, Communicator* tp_group,
+                     Communicator* pp_group)
     : segments_(std::move(segments)), s_(s), norm_group_(norm_group),
-      tp_group_(tp_group && tp_group->size() > 1 ? tp_group : nullptr) {
+      tp_group_(tp_group && tp_group->size() > 1 ? tp_group : nullptr),
+      pp_group_(pp_group && pp_group->size() > 1 ? pp_group : nullptr) {
   for (const OptimSegment& g : segments_)
     CHECK(g.state_offset >= 0 && g.state_offset + g.numel <= state_numel, "segment state [{}, +{}) outside {} elements",
           g.state_offset, g.numel, state_numel);
@@ -32,18 +34,19 @@ void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
   zero_(norm_sq_);
   if (!tp_group_) {
     for (const OptimSegment& g : segments_)
-      if (g.numel > 0) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
+      if (g.numel > 0 && g.in_norm) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
   } else {
     // Sharded segments: each tp rank holds different elements, so their sums of squares add over tp; replicated
     // segments are the same on every tp rank and count once.
     zero_(rep_sq_);
     for (const OptimSegment& g : segments_)
-      if (g.numel > 0)
+      if (g.numel > 0 && g.in_norm)
         kernels::sum_squares_accumulate(g.tp_sharded ? norm_sq_ : rep_sq_, grads.slice(g.offset, {g.numel}));
     tp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
     kernels::accumulate(norm_sq_, rep_sq_);
   }
   if (norm_group_) norm_group_->all_reduce(norm_sq_, ReduceOp::Sum);
+  if (pp_group_) pp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip);
   kernels::AdamWHyper h;
   h.lr = lr;

@@ -24,6 +24,7 @@ struct OptimSegment {
   int64_t numel = 0;
   bool decay = false;
   bool tp_sharded = false;  // a tensor-parallel shard (tp ranks hold different elements), not a replicated tensor
+  bool in_norm = true;      // false for a copy counted elsewhere (the last pipeline stage's tied wte)
 };
 
 // One segment per parameter of the table, at its offset in the flat buffers.
@@ -35,9 +36,11 @@ class Optimizer {
   // cover only this rank's shard (ZeRO-1), the group whose sums of squares make the global norm; nullptr when
   // they cover every parameter. tp_group: with tensor parallelism, the tp group: the sums of squares of the
   // tp_sharded segments are all-reduced over it and the replicated ones counted locally, so every parameter is
-  // counted once over the mesh (nullptr, or a group of one rank: no tensor parallelism).
+  // counted once over the mesh (nullptr, or a group of one rank: no tensor parallelism). pp_group: with pipeline
+  // parallelism, the stages whose sums of squares add up to the whole model's.
   Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
-            const OptimizerSettings& s, Communicator* norm_group = nullptr, Communicator* tp_group = nullptr);
+            const OptimizerSettings& s, Communicator* norm_group = nullptr, Communicator* tp_group = nullptr,
+            Communicator* pp_group = nullptr);
 
   // One update with learning rate `lr` of the segments of `params` from the same segments of `grads`. Leaves
   // the gradient's global norm (before clipping) in grad_norm()[0] on the device; nothing is read back.
@@ -51,6 +54,7 @@ class Optimizer {
   OptimizerSettings s_;
   Communicator* norm_group_;
   Communicator* tp_group_;
+  Communicator* pp_group_;
   Tensor m_, v_;
   Tensor norm_sq_, norm_, scale_;  // 1-element device scalars
   Tensor rep_sq_;                  // replicated segments' sum of squares (tensor parallelism only)

@@ -156,12 +156,16 @@ MeshComms make_mesh_comms(const DeviceMesh& mesh, MPI_Comm base, const CommFacto
   mc.dp_mpi = split_mesh_axis(mesh, base, MeshAxis::DP);
   mc.tp_mpi = split_mesh_axis(mesh, base, MeshAxis::TP);
   mc.pp_mpi = split_mesh_axis(mesh, base, MeshAxis::PP);
+  const bool pipeline_end = mesh.pp() > 1 && (mesh.is_first_stage() || mesh.is_last_stage());
+  MPI_CHECK(MPI_Comm_split(base, pipeline_end ? mesh.group_index(MeshAxis::PP, mesh.rank()) : MPI_UNDEFINED,
+                           mesh.pp_rank(), &mc.emb_mpi));
   // Same order on every rank: backends may run collectives while constructing (the NCCL unique id broadcast).
   mc.world = factory(mc.world_mpi, "world");
   mc.dp = factory(mc.dp_mpi, "dp");
   mc.tp = factory(mc.tp_mpi, "tp");
   mc.pp = factory(mc.pp_mpi, "pp");
-  MT_CHECK(mc.world && mc.dp && mc.tp && mc.pp, "communicator factory returned null");
+  if (pipeline_end) mc.emb = factory(mc.emb_mpi, "emb");
+  MT_CHECK(mc.world && mc.dp && mc.tp && mc.pp && (mc.emb || !pipeline_end), "communicator factory returned null");
   MT_CHECK(mc.dp->size() == mesh.dp() && mc.dp->rank() == mesh.dp_rank(), "dp communicator rank {} of {}",
            mc.dp->rank(), mc.dp->size());
   MT_CHECK(mc.tp->size() == mesh.tp() && mc.tp->rank() == mesh.tp_rank(), "tp communicator rank {} of {}",
@@ -180,11 +184,13 @@ MeshComms& MeshComms::operator=(MeshComms&& o) noexcept {
     dp = std::move(o.dp);
     tp = std::move(o.tp);
     pp = std::move(o.pp);
+    emb = std::move(o.emb);
     world_mpi = o.world_mpi;
     dp_mpi = o.dp_mpi;
     tp_mpi = o.tp_mpi;
     pp_mpi = o.pp_mpi;
-    o.world_mpi = o.dp_mpi = o.tp_mpi = o.pp_mpi = MPI_COMM_NULL;
+    emb_mpi = o.emb_mpi;
+    o.world_mpi = o.dp_mpi = o.tp_mpi = o.pp_mpi = o.emb_mpi = MPI_COMM_NULL;
   }
   return *this;
 }
@@ -193,13 +199,14 @@ MeshComms::~MeshComms() { release(); }
 
 void MeshComms::release() {
   // Communicators first: a backend's thread may still be using its MPI communicator until it is joined.
+  emb.reset();
   pp.reset();
   tp.reset();
   dp.reset();
   world.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  for (MPI_Comm* c : {&pp_mpi, &tp_mpi, &dp_mpi, &world_mpi}) {
+  for (MPI_Comm* c : {&emb_mpi, &pp_mpi, &tp_mpi, &dp_mpi, &world_mpi}) {
     if (*c != MPI_COMM_NULL && !finalized) MPI_Comm_free(c);
     *c = MPI_COMM_NULL;
   }

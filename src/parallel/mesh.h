@@ -94,6 +94,9 @@ using CommFactory = std::function<std::unique_ptr<Communicator>(MPI_Comm comm, c
 // Destroy it before MPI_Finalize (it frees its split MPI communicators).
 struct MeshComms {
   std::unique_ptr<Communicator> world, dp, tp, pp;
+  // The tied-embedding group: with pp > 1, the first and the last stage of this rank's (dp, tp) pipeline, which
+  // both hold wte and sum its gradient (Megatron's embedding group). Null on middle stages and when pp == 1.
+  std::unique_ptr<Communicator> emb;
 
   MeshComms() = default;
   MeshComms(MeshComms&&) noexcept;
@@ -103,7 +106,8 @@ struct MeshComms {
   ~MeshComms();
 
   // The split MPI communicators the Communicators above were built on (owned; freed by the destructor).
-  MPI_Comm world_mpi = MPI_COMM_NULL, dp_mpi = MPI_COMM_NULL, tp_mpi = MPI_COMM_NULL, pp_mpi = MPI_COMM_NULL;
+  MPI_Comm world_mpi = MPI_COMM_NULL, dp_mpi = MPI_COMM_NULL, tp_mpi = MPI_COMM_NULL, pp_mpi = MPI_COMM_NULL,
+           emb_mpi = MPI_COMM_NULL;
 
  private:
   void release();

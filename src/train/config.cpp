@@ -21,7 +21,7 @@
 namespace mt {
 namespace {
 
-using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*>;
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int>*>;
 
 struct KeyDesc {
   const char* name;  // the dotted key, e.g. "comm.emulate.latency_us"
@@ -50,6 +50,9 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(parallel.order, "mesh axis order, a permutation of tp, dp, pp joined by '-'; the first varies fastest"),
       MT_KEY(parallel.schedule, "pipeline schedule: 1f1b | gpipe | interleaved | zb1"),
       MT_KEY(parallel.virtual_stages, "model chunks per pipeline rank (> 1 needs schedule interleaved)"),
+      MT_KEY(parallel.stage_layers, "transformer blocks of each virtual stage s = chunk*pp + rank, contiguous in s "
+                                    "(e.g. [3, 5]; pp*virtual_stages entries >= 1 summing to model.n_layer); "
+                                    "[] = n_layer / (pp*virtual_stages) each"),
       MT_KEY(train.global_batch, "sequences per optimizer step (over all dp ranks and micro-batches)"),
       MT_KEY(train.micro_batch, "sequences per micro-batch per dp rank"),
       MT_KEY(train.steps, "optimizer steps to run"),
@@ -171,7 +174,8 @@ const char* type_name(const FieldPtr& f) {
     case 2: return "a non-negative integer";
     case 3: return "a number";
     case 4: return "a boolean (true/false)";
-    default: return "a string";
+    case 5: return "a string";
+    default: return "a list of integers (e.g. [2, 2])";
   }
 }
 
@@ -199,7 +203,36 @@ bool parse_integer(const std::string& s, unsigned long long max_neg, unsigned lo
   return true;
 }
 
-// Sets the field of `key` from a YAML scalar node; `where` says where the value came from (file:line or --set).
+// An int key's text under the rules above, within the 32-bit range.
+bool parse_int(const std::string& v, int& out, bool& out_of_range) {
+  bool neg = false;
+  unsigned long long mag = 0;
+  if (!parse_integer(v, 1ULL << 31, INT_MAX, out_of_range, mag, neg)) return false;
+  out = static_cast<int>(neg ? -static_cast<long long>(mag) : static_cast<long long>(mag));
+  return true;
+}
+
+// A list-of-integers key: a YAML sequence (flow [2, 2] or a block list) whose entries follow the int rules; null
+// or [] is the empty list. Any other shape is an error naming the key and the offending value.
+void set_int_list(std::vector<int>& out, const KeyDesc& key, const YAML::Node& node, const std::string& where) {
+  const char* expected = "a list of integers (e.g. [2, 2])";
+  if (node.IsNull()) { out.clear(); return; }
+  if (!node.IsSequence()) input_error("{}: expected {}, got {} ({})", key.name, expected, describe(node), where);
+  std::vector<int> values;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node& e = node[i];
+    int x = 0;
+    bool oor = false;
+    if (!e.IsScalar() || !parse_int(e.Scalar(), x, oor))
+      input_error("{}: expected {}, got {} as entry {}{} ({})", key.name, expected, describe(e), i + 1,
+                  oor ? " (out of the 32-bit integer range)" : "", where);
+    values.push_back(x);
+  }
+  out = values;  // only a fully valid list replaces the old value
+}
+
+// Sets the field of `key` from a YAML scalar node (a sequence for list keys); `where` says where the value came
+// from (file:line or --set).
 void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const std::string& where) {
   FieldPtr f = key.field(cfg);
   auto bad = [&](const char* extra = "") {
@@ -211,6 +244,7 @@ void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const st
     **s = node.Scalar();
     return;
   }
+  if (auto* list = std::get_if<std::vector<int>*>(&f)) return set_int_list(**list, key, node, where);
   if (!node.IsScalar()) bad();
   const std::string v = node.Scalar();
   if (auto* b = std::get_if<bool*>(&f)) {
@@ -229,8 +263,7 @@ void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const st
   bool oor = false, neg = false;
   unsigned long long mag = 0;
   if (auto* i = std::get_if<int*>(&f)) {
-    if (!parse_integer(v, 1ULL << 31, INT_MAX, oor, mag, neg)) bad(oor ? " (out of the 32-bit integer range)" : "");
-    **i = static_cast<int>(neg ? -static_cast<long long>(mag) : static_cast<long long>(mag));
+    if (!parse_int(v, **i, oor)) bad(oor ? " (out of the 32-bit integer range)" : "");
   } else if (auto* l = std::get_if<int64_t*>(&f)) {
     if (!parse_integer(v, 1ULL << 63, INT64_MAX, oor, mag, neg)) bad(oor ? " (out of the 64-bit integer range)" : "");
     **l = neg ? static_cast<int64_t>(0 - mag) : static_cast<int64_t>(mag);  // two's complement, incl. INT64_MIN
@@ -273,6 +306,11 @@ std::string format_value(const FieldPtr& f) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return *p;
+        else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          std::string s = "[";  // YAML flow form, so --set accepts what to_yaml and --help show
+          for (size_t i = 0; i < p->size(); ++i) s += (i ? ", " : "") + std::to_string((*p)[i]);
+          return s + "]";
+        }
         else if constexpr (std::is_same_v<T, double>) {
           std::string s = fmt::format("{}", *p);  // shortest text that reads back to the same double
           if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 1.0, not 1: a float to any YAML reader
@@ -373,8 +411,15 @@ std::string to_yaml(const Config& cfg) {
     }
     out << YAML::Key << leaf << YAML::Value;
     FieldPtr f = k.field(c);
-    if (auto* s = std::get_if<std::string*>(&f)) out << YAML::DoubleQuoted << **s;
-    else out << format_value(f);
+    if (auto* s = std::get_if<std::string*>(&f)) {
+      out << YAML::DoubleQuoted << **s;
+    } else if (auto* list = std::get_if<std::vector<int>*>(&f)) {
+      out << YAML::Flow << YAML::BeginSeq;  // "[2, 2]": a plain string would be quoted and read back as text
+      for (int x : **list) out << x;
+      out << YAML::EndSeq;
+    } else {
+      out << format_value(f);
+    }
   }
   for (size_t i = open.size(); i > 0; --i) out << YAML::EndMap;
   out << YAML::EndMap;

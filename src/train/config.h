@@ -19,6 +19,9 @@ struct ParallelConfig {
   std::string order = "tp-dp-pp";
   std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved | zb1
   int virtual_stages = 1;
+  // Transformer blocks of each virtual stage s = c*pp + r (chunk c on pipeline rank r); empty = an even split.
+  // An uneven split balances stages whose extra work (embedding, head + loss) is not in the blocks.
+  std::vector<int> stage_layers;
 };
 
 struct TrainConfig {
@@ -109,6 +112,13 @@ std::string help_text();
 // Data-parallel size on `world` ranks: parallel.dp, or world / (tp*pp) when dp is 0 (throws InputError when that
 // does not divide exactly, or tp/pp < 1).
 int resolved_dp(const Config& cfg, int world);
+
+// Transformer blocks of each virtual pipeline stage s = 0 .. pp*virtual_stages-1, where virtual stage s is model
+// chunk c = s / pp on pipeline rank r = s % pp (s = c*pp + r). Blocks are assigned contiguously in virtual-stage
+// order, so stage s holds blocks [sum of the entries before s, that + entry s). The entries are
+// parallel.stage_layers when given, else n_layer / (pp*virtual_stages) each. Throws InputError when the split is
+// not valid (the same checks and messages as validate_values), so a caller never builds a wrong model.
+std::vector<int> layers_per_stage(const Config& cfg);
 
 // The checks of validate() that do not depend on the number of ranks (load_config runs these).
 void validate_values(const Config& cfg);

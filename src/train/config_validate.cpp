@@ -23,7 +23,53 @@ void require_one_of(const std::string& key, const std::string& v, const std::vec
   input_error("{}='{}' is not one of: {}", key, v, list);
 }
 
+// How the transformer blocks split over the virtual pipeline stages. Shared by validate_values and
+// layers_per_stage, so a split that validates is the split the model is built with. Needs pp, virtual_stages and
+// n_layer >= 1.
+void check_stage_split(const Config& c) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const long long stages = static_cast<long long>(p.pp) * p.virtual_stages;
+  // These two come before the divisibility check: "not divisible" would hide that no split can work at all.
+  require(p.pp <= m.n_layer,
+          "parallel.pp={} is larger than model.n_layer={}: every pipeline stage needs at least one transformer block",
+          p.pp, m.n_layer);
+  require(stages <= m.n_layer,
+          "parallel.pp*virtual_stages={}*{}={} virtual stages are more than model.n_layer={}: every virtual stage "
+          "needs at least one transformer block",
+          p.pp, p.virtual_stages, stages, m.n_layer);
+  if (p.stage_layers.empty()) {
+    require(m.n_layer % stages == 0,
+            "model.n_layer={} is not divisible by parallel.pp*virtual_stages={}*{}={} (set parallel.stage_layers "
+            "for an uneven split)",
+            m.n_layer, p.pp, p.virtual_stages, stages);
+    return;
+  }
+  const std::string given = "parallel.stage_layers=" + config_value(c, "parallel.stage_layers");
+  require(static_cast<long long>(p.stage_layers.size()) == stages,
+          "{} needs one entry per virtual stage, parallel.pp*virtual_stages={}*{}={}, but has {}", given, p.pp,
+          p.virtual_stages, stages, p.stage_layers.size());
+  long long sum = 0;
+  for (size_t s = 0; s < p.stage_layers.size(); ++s) {
+    require(p.stage_layers[s] >= 1, "{}: entry {} is {}, but every virtual stage needs at least one transformer block",
+            given, s + 1, p.stage_layers[s]);
+    sum += p.stage_layers[s];
+  }
+  require(sum == m.n_layer, "{} sums to {} layers, but model.n_layer={}", given, sum, m.n_layer);
+}
+
 }  // namespace
+
+std::vector<int> layers_per_stage(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  require(p.pp >= 1 && p.virtual_stages >= 1 && c.model.n_layer >= 1,
+          "parallel.pp={}, parallel.virtual_stages={} and model.n_layer={} must be >= 1", p.pp, p.virtual_stages,
+          c.model.n_layer);
+  check_stage_split(c);
+  if (!p.stage_layers.empty()) return p.stage_layers;
+  const int stages = p.pp * p.virtual_stages;  // <= n_layer, checked above
+  return std::vector<int>(stages, c.model.n_layer / stages);
+}
 
 int resolved_dp(const Config& cfg, int world) {
   const ParallelConfig& p = cfg.parallel;
@@ -64,6 +110,8 @@ void validate_values(const Config& c) {
   require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe", "interleaved", "zb1"});
   require(p.virtual_stages == 1 || p.schedule == "interleaved",
           "parallel.virtual_stages={} needs parallel.schedule=interleaved, got '{}'", p.virtual_stages, p.schedule);
+  require(p.schedule != "interleaved" || p.pp >= 2, "parallel.schedule=interleaved needs parallel.pp >= 2, got {}",
+          p.pp);
   // Column-parallel c_fc / row-parallel c_proj split the MLP width over tp. (n_head % tp == 0 with
   // d_model % n_head == 0 implies it, so this one answers first when both fail, naming the MLP.)
   require(4LL * m.d_model % p.tp == 0, "the MLP width 4*model.d_model=4*{}={} is not divisible by parallel.tp={}",
@@ -72,9 +120,7 @@ void validate_values(const Config& c) {
   // Sequence parallelism splits the flattened batch x sequence rows into tp contiguous blocks of whole rows.
   require(!p.sequence_parallel || p.tp == 1 || m.seq_len % p.tp == 0,
           "parallel.sequence_parallel: model.seq_len={} is not divisible by parallel.tp={}", m.seq_len, p.tp);
-  require(m.n_layer % (static_cast<long long>(p.pp) * p.virtual_stages) == 0,
-          "model.n_layer={} is not divisible by parallel.pp*virtual_stages={}*{}={}", m.n_layer, p.pp,
-          p.virtual_stages, static_cast<long long>(p.pp) * p.virtual_stages);
+  check_stage_split(c);
 
   const TrainConfig& t = c.train;
   require(t.global_batch > 0, "train.global_batch must be > 0, got {}", t.global_batch);
@@ -151,6 +197,12 @@ void validate(const Config& c, int world_size) {
           "train.global_batch={} is not divisible by dp*micro_batch={}*{}={} (micro-batches per step = "
           "global_batch / (dp*micro_batch) must be whole)",
           c.train.global_batch, dp, c.train.micro_batch, per_step);
+  // Interleaved 1F1B sends the micro-batches through the pp ranks in groups of pp (parallel/schedule.h).
+  const long long micro_batches = c.train.global_batch / per_step;
+  require(p.schedule != "interleaved" || micro_batches % p.pp == 0,
+          "parallel.schedule=interleaved needs the micro-batches per step, m = train.global_batch / "
+          "(parallel.dp*train.micro_batch) = {} / ({}*{}) = {}, to be a multiple of parallel.pp={}",
+          c.train.global_batch, dp, c.train.micro_batch, micro_batches, p.pp);
 }
 
 }  // namespace mt

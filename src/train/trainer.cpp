@@ -22,15 +22,16 @@
 #include "core/errors.h"
 #include "core/threads.h"
 #include "data/batcher.h"
-#include "model/gpt.h"
+#include "model/pipeline_chunks.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/grad_buckets.h"
-#include "model/tp_shard.h"
 #include "parallel/mesh.h"
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
+#include "train/model_gather.h"
+#include "train/pipeline_runner.h"
 #include "train/profiler.h"
 #include "train/zero_shards.h"
 
@@ -78,22 +79,6 @@ GPTConfig gpt_config(const ModelConfig& m) {
   g.seq_len = m.seq_len;
   g.vocab_size = m.vocab_size;
   return g;
-}
-
-// Mean loss over `batches` global batches of the validation stream (the same windows at every evaluation);
-// each data-parallel rank evaluates its share of every batch.
-double evaluate(const GPT& model, Activations& acts, Batcher& val, const Config& cfg, const Tensor& loss_sum,
-                Communicator& dp) {
-  zero_(loss_sum);
-  const int mb = cfg.train.micro_batch, gb = cfg.train.global_batch, local = gb / dp.size();
-  for (int b = 0; b < cfg.train.eval_batches; ++b)
-    for (int first = 0; first < local; first += mb) {
-      val.fill(b, int64_t(dp.rank()) * local + first, mb, acts.tokens.data_as<int32_t>(),
-               acts.targets.data_as<int32_t>());
-      model.forward(acts, 0.0, loss_sum);
-    }
-  dp.all_reduce(loss_sum, ReduceOp::Sum);
-  return read_scalar(loss_sum) / (double(cfg.train.eval_batches) * gb * cfg.model.seq_len);
 }
 
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
@@ -151,7 +136,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   gcfg.tp = mesh.tp();
   gcfg.tp_rank = mesh.tp_rank();
   gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
-  GPT model(gcfg, DType::F32, Device::CPU);
+  const std::vector<int> stage_layers = layers_per_stage(cfg);
+  PipelineChunks model(gcfg, stage_layers, mesh.pp(), mesh.pp_rank(), DType::F32);
   if (mesh.tp() > 1) model.set_tp_comm(comms.tp.get());
   Communicator* tp_norm = mesh.tp() > 1 ? comms.tp.get() : nullptr;
   Dataset data;
@@ -175,18 +161,34 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     spdlog::info("data: best achievable loss (entropy rate) {:.4f} nats; uniform guess ln(V) = {:.4f}",
                  data.entropy_rate_nats, std::log(double(cfg.model.vocab_size)));
   spdlog::info("model: GPT-2 L={} NH={} C={} T={} V={} (padded {}): {:.3f}M parameters{}", cfg.model.n_layer,
-               cfg.model.n_head, cfg.model.d_model, T, cfg.model.vocab_size, model.vocab_padded(),
+               cfg.model.n_head, cfg.model.d_model, T, cfg.model.vocab_size, padded_vocab(cfg.model.vocab_size, mesh.tp()),
                model.num_parameters() / 1e6, cfg.model.init_from.empty() ? "" : ", from " + cfg.model.init_from);
+  if (mesh.pp() > 1) {
+    std::string stages;
+    for (size_t s = 0; s < stage_layers.size(); ++s) stages += fmt::format("{}{}", s ? ", " : "", stage_layers[s]);
+    spdlog::info("pipeline: {} stages of [{}] blocks over {} ranks ({} chunk{} each), schedule {}, {} micro-batches",
+                 stage_layers.size(), stages, mesh.pp(), model.size(), model.size() > 1 ? "s" : "",
+                 cfg.parallel.schedule, n_micro);
+  }
 
-  // Data parallelism: buckets over the flat gradient buffer; ZeRO-1 keeps only this rank's shards of the fp32
-  // masters and moments.
+  // Data parallelism: per chunk, buckets over its part of the flat gradient buffer; ZeRO-1 keeps only this
+  // rank's shards of the fp32 masters' moments. The tied wte copy is held back from the backward pass's
+  // launches until it has been summed between the first and last stage.
   const bool zero = cfg.optim.zero == 1;
-  std::unique_ptr<GradReducer> reducer;
+  const int tied = model.tied_chunk();
+  std::vector<std::unique_ptr<GradReducer>> reducers(model.size());
+  std::vector<ChunkReduce> reduce(model.size());
   if (mesh.dp() > 1 || zero)
-    reducer = std::make_unique<GradReducer>(
-        dp, model.grads(),
-        make_buckets(model.table(), model.table().total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0),
-        zero);
+    for (int c = 0; c < model.size(); ++c) {
+      const GPT& chunk = model.chunk(c);
+      reducers[c] = std::make_unique<GradReducer>(
+          dp, chunk.grads(),
+          make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(DType::F32),
+                       cfg.comm.bucket_mb * 1048576.0),
+          zero);
+      reduce[c].reducer = reducers[c].get();
+      if (c == tied) reduce[c].ready_limit = chunk.table()[chunk.table().index_of("wte.weight")].offset;
+    }
   OptimizerSettings os;
   os.beta1 = cfg.optim.beta1;
   os.beta2 = cfg.optim.beta2;
@@ -195,29 +197,44 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   os.grad_clip = cfg.train.grad_clip;
   // In fp32 the parameters are the master weights: under ZeRO-1 each rank updates its shards of them in place
   // and all-gathers the rest; only the moments are sharded (packed, 1/dp of the full optimizer's).
-  std::unique_ptr<Optimizer> opt;
+  std::vector<OptimSegment> segments;
+  int64_t state_numel = model.table().total_numel();
   if (zero) {
-    opt = std::make_unique<Optimizer>(zero_segments(model.table(), *reducer), reducer->shard_numel(), DType::F32,
-                                      Device::CPU, os, &dp, tp_norm);
+    state_numel = 0;
+    for (int c = model.size() - 1; c >= 0; --c) {
+      for (OptimSegment g : zero_segments(model.chunk(c).table(), *reducers[c])) {
+        g.offset += model.base(c);
+        g.state_offset += state_numel;
+        segments.push_back(g);
+      }
+      state_numel += reducers[c]->shard_numel();
+    }
   } else {
-    opt = std::make_unique<Optimizer>(param_segments(model.table()), model.table().total_numel(), DType::F32,
-                                      Device::CPU, os, nullptr, tp_norm);
+    segments = param_segments(model.table());
   }
+  if (model.tied_copy_is_head()) {
+    // The gradient norm counts the tied embedding once: the first stage's copy.
+    const ParamSpec& wte = model.chunk(tied).table()[model.chunk(tied).table().index_of("wte.weight")];
+    const int64_t lo = model.base(tied) + wte.offset, hi = lo + wte.numel();
+    for (OptimSegment& g : segments)
+      if (g.offset >= lo && g.offset + g.numel <= hi) g.in_norm = false;
+  }
+  auto opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, Device::CPU, os, zero ? &dp : nullptr,
+                                         tp_norm, mesh.pp() > 1 ? comms.pp.get() : nullptr);
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
-  Arena act_arena, scratch_arena;
-  Activations acts = model.alloc_activations(act_arena, mb, T);
+  PipelineRunner runner(model, comms.pp.get(), cfg.parallel.schedule, n_micro, mb, T, prof);
   Tensor loss_sum = Tensor::zeros({1}, DType::F32);
   Batcher train_batches(&data.train.tokens, T, gb, cfg.data.order, cfg.train.seed);
   Batcher val_batches(&data.val.tokens, T, gb, "sequential", cfg.train.seed);
-  spdlog::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} bytes){}, "
-               "activations {:.1f} MiB per micro-batch ({} micro-batches of {} x {} tokens per step per rank)",
+  spdlog::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} bytes){} "
+               "({} micro-batches of {} x {} tokens per step per rank)",
                model.params().nbytes() / 1048576.0, model.grads().nbytes() / 1048576.0,
                opt->state_bytes() / 1048576.0, opt->state_bytes(),
                zero ? fmt::format(" (ZeRO-1: this rank's 1/{} shard of the AdamW moments)", mesh.dp()) : "",
-               act_arena.bytes_in_use() / 1048576.0, n_micro, mb, T);
-  if (reducer)
-    spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}", reducer->buckets().size(),
+               n_micro, mb, T);
+  if (reducers[0])
+    spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}", reducers[0]->buckets().size(),
                  cfg.comm.bucket_mb, zero ? "reduce-scatter + all-gather (ZeRO-1)" : "all-reduce",
                  cfg.comm.overlap ? "on" : "off");
 
@@ -226,13 +243,31 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); dp averages them.
   const double dloss = 1.0 / (double(local_batch) * T);
   const int64_t tokens_per_step = int64_t(gb) * T;
-  const std::function<void(int64_t)> on_grads_ready = [&](int64_t end) { reducer->grads_ready(end); };
+  // Exposed communication: compute blocked on collectives. Waits for pipeline neighbours are the bubble instead.
   auto wait_us = [&] {
     double w = 0;
-    for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get()}) w += c->total_wait_us();
+    for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.emb.get()})
+      if (c) w += c->total_wait_us();
     return w;
   };
-  Tensor times = Tensor::zeros({3}, DType::F32);  // step_ms, comm_ms, exposed_comm_ms: maximum over ranks
+  // The loss lives on the last stage, complete on each of its tp ranks: one of them contributes it.
+  const bool loss_rank = mesh.is_last_stage() && mesh.tp_rank() == 0;
+  Tensor loss_total = Tensor::zeros({1}, DType::F32);
+  auto global_loss = [&]() {
+    loss_total.data_as<float>()[0] = loss_rank ? loss_sum.data_as<float>()[0] : 0.0f;
+    if (world > 1) comms.world->all_reduce(loss_total, ReduceOp::Sum);
+    return double(loss_total.data_as<float>()[0]);
+  };
+  // Evaluation: the mean loss over eval_batches global batches of the validation stream (the same windows each
+  // time), each data-parallel rank taking its share, micro-batch by micro-batch through the pipeline.
+  auto evaluate = [&]() {
+    zero_(loss_sum);
+    runner.forward_only(cfg.train.eval_batches * n_micro, [&](int e, int32_t* tok, int32_t* tgt) {
+      val_batches.fill(e / n_micro, int64_t(mesh.dp_rank()) * local_batch + int64_t(e % n_micro) * mb, mb, tok, tgt);
+    }, loss_sum);
+    return global_loss() / (double(cfg.train.eval_batches) * gb * T);
+  };
+  Tensor times = Tensor::zeros({5}, DType::F32);  // step, comm, exposed, pipeline span, -busy: max over ranks
   double total_ms = 0, last_loss = 0, last_val = -1;
   const auto run_start = Clock::now();
   for (int step = 1; step <= cfg.train.steps; ++step) {
@@ -240,40 +275,27 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const double t0_us = trace_clock_us(), wait0 = wait_us();
     zero_(model.grads());
     zero_(loss_sum);
-    for (int m = 0; m < n_micro; ++m) {
-      train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb,
-                         acts.tokens.data_as<int32_t>(), acts.targets.data_as<int32_t>());
-      const double f0 = trace_clock_us();
-      model.forward(acts, dloss, loss_sum);
-      const double b0 = trace_clock_us();
-      prof.compute("forward", f0, b0);
-      scratch_arena.reset();
-      if (reducer) reducer->begin_micro_batch(m == n_micro - 1);
-      model.backward(acts, scratch_arena, reducer && cfg.comm.overlap ? on_grads_ready : nullptr);
-      prof.compute("backward", b0, trace_clock_us());
-    }
-    if (reducer) {
+    const RunStats rs = runner.train(
+        [&](int m, int32_t* tok, int32_t* tgt) {
+          train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb, tok, tgt);
+        },
+        dloss, loss_sum, reduce, cfg.comm.overlap);
+    if (tied >= 0) {
+      // Sum the tied embedding's gradient between the first stage (embedding) and the last (head).
       const double w0 = trace_clock_us();
-      reducer->finish();
+      comms.emb->all_reduce(model.chunk(tied).grad(model.chunk(tied).table().index_of("wte.weight")), ReduceOp::Sum);
+      prof.wait("tied embedding", w0, trace_clock_us());
+    }
+    if (reducers[0]) {
+      const double w0 = trace_clock_us();
+      for (int c = model.size() - 1; c >= 0; --c) reducers[c]->finish();
       prof.wait("gradient buckets", w0, trace_clock_us());
     }
     if (step == 1 && !cfg.run.dump_grads.empty()) {
       if (zero) {
         if (rank0) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
-      } else if (mesh.tp() == 1) {
-        if (rank0) model.export_grads(cfg.run.dump_grads);
-      } else if (mesh.dp_rank() == 0) {
-        // The reduced step-1 gradients, gathered over tp exactly like the final parameter export: each shard's
-        // gradients at its slice of the full tensor, the replicated ones (equal on every tp rank) from tp rank 0.
-        const int tp = mesh.tp();
-        const int64_t n = model.table().total_numel();
-        Tensor all = Tensor::zeros({n * tp}, DType::F32);
-        comms.tp->all_gather(model.grads(), all);
-        if (mesh.tp_rank() == 0) {
-          std::vector<const float*> by_rank;
-          for (int r = 0; r < tp; ++r) by_rank.push_back(all.data_as<float>() + r * n);
-          write_full_safetensors(cfg.run.dump_grads, model.table(), assemble_full(model.table(), by_rank));
-        }
+      } else {
+        write_gathered_safetensors(cfg.run.dump_grads, model, model.grads(), mesh, comms, gcfg, stage_layers);
       }
     }
     const double lr = sched.at(step);
@@ -282,36 +304,40 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     prof.compute("optimizer", o0, trace_clock_us());
     if (zero) {
       const double g0 = trace_clock_us();
-      reducer->all_gather_params(model.params());
+      for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk(c).params());
       prof.wait("all-gather parameters", g0, trace_clock_us());
     }
     const double step_ms = ms_since(t0);
     const double comm_ms = timeline.busy_ms(t0_us, trace_clock_us());
     const double exposed_ms = (wait_us() - wait0) / 1000.0;
 
-    // Metrics: the loss over the whole global batch, and each time the maximum over ranks.
-    if (mesh.dp() > 1) dp.all_reduce(loss_sum, ReduceOp::Sum);
-    times.data_as<float>()[0] = float(step_ms);
-    times.data_as<float>()[1] = float(comm_ms);
-    times.data_as<float>()[2] = float(exposed_ms);
-    if (world > 1) comms.world->all_reduce(times, ReduceOp::Max);
+    // Metrics: the loss over the whole global batch, and each time the maximum over ranks. The bubble of a
+    // stage is the pipeline phase's length (its slowest stage) minus the stage's own compute in it.
     StepMetrics row;
+    row.loss = global_loss() / double(tokens_per_step);
+    float* tm = times.data_as<float>();
+    tm[0] = float(step_ms);
+    tm[1] = float(comm_ms);
+    tm[2] = float(exposed_ms);
+    tm[3] = float(rs.span_ms);
+    tm[4] = float(-rs.busy_ms);
+    if (world > 1) comms.world->all_reduce(times, ReduceOp::Max);
     row.step = step;
-    row.loss = read_scalar(loss_sum) / double(tokens_per_step);
     row.grad_norm = read_scalar(opt->grad_norm());
     row.lr = lr;
     row.tokens = tokens_per_step * step;
-    row.step_ms = times.data_as<float>()[0];
-    row.comm_ms = times.data_as<float>()[1];
-    row.exposed_comm_ms = times.data_as<float>()[2];
-    row.compute_ms = row.step_ms - row.exposed_comm_ms;
+    row.step_ms = tm[0];
+    row.comm_ms = tm[1];
+    row.exposed_comm_ms = tm[2];
+    row.bubble_ms = mesh.pp() > 1 ? std::max(0.0f, tm[3] + tm[4]) : 0.0;
+    row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
     row.tokens_per_s = tokens_per_step / (row.step_ms / 1000.0);
     if (!std::isfinite(row.loss)) {
       if (metrics) metrics->write(row);
       throw std::runtime_error(fmt::format("the loss became non-finite ({}) at step {}", row.loss, step));
     }
     if (cfg.train.eval_every > 0 && (step % cfg.train.eval_every == 0 || step == cfg.train.steps)) {
-      row.val_loss = evaluate(model, acts, val_batches, cfg, loss_sum, dp);
+      row.val_loss = evaluate();
       last_val = row.val_loss;
     }
     if (metrics) metrics->write(row);
@@ -323,36 +349,34 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                    "ETA {}",
                    step, cfg.train.steps, row.loss, row.val_loss >= 0 ? fmt::format(" | val {:.4f}", row.val_loss) : "",
                    lr, row.grad_norm, row.tokens_per_s, row.step_ms,
-                   world > 1 ? fmt::format(" (comm {:.1f}, exposed {:.1f})", row.comm_ms, row.exposed_comm_ms) : "",
+                   world > 1 ? fmt::format(" (comm {:.1f}, exposed {:.1f}{})", row.comm_ms, row.exposed_comm_ms,
+                                           mesh.pp() > 1 ? fmt::format(", bubble {:.1f}", row.bubble_ms) : "")
+                             : "",
                    format_duration(eta_s));
     }
   }
 
-  if (mesh.tp() == 1) {
-    if (rank0) model.export_safetensors(cfg.run.dir + "/model.safetensors");
-  } else if (mesh.dp_rank() == 0) {
-    // Gather every tp rank's flat parameter buffer (equal sizes) to the dp_rank 0 group and write the full tensors.
-    const int tp = mesh.tp();
-    const int64_t n = model.table().total_numel();
-    Tensor all = Tensor::zeros({n * tp}, DType::F32);
-    comms.tp->all_gather(model.params(), all);
-    if (mesh.tp_rank() == 0) {
-      std::vector<const float*> by_rank;
-      for (int r = 0; r < tp; ++r) by_rank.push_back(all.data_as<float>() + r * n);
-      write_full_safetensors(cfg.run.dir + "/model.safetensors", model.table(), assemble_full(model.table(), by_rank));
-    }
-  }
-  if (rank0) model.export_hf_config(cfg.run.dir + "/config.json");
+  write_gathered_safetensors(cfg.run.dir + "/model.safetensors", model, model.params(), mesh, comms, gcfg,
+                             stage_layers);
+  if (rank0) model.chunk(0).export_hf_config(cfg.run.dir + "/config.json");
   if (prof.enabled()) {
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
     spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);
   }
-  spdlog::info("done: {} steps, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB, activation "
-               "arena {:.1f} MiB ({} block allocations); wrote {}/model.safetensors and config.json",
+  // Activation memory: records of the schedule's most micro-batches in flight, per chunk, on each stage.
+  size_t act_bytes = 0;
+  std::string per_chunk;
+  for (int c = 0; c < model.size(); ++c) {
+    act_bytes += runner.records(c) * runner.record_bytes(c);
+    per_chunk += fmt::format("{}{} x {:.2f} MiB", c ? " + " : "", runner.records(c), runner.record_bytes(c) / 1048576.0);
+  }
+  if (mesh.dp_rank() == 0 && mesh.tp_rank() == 0 && (rank0 || mesh.pp() > 1))
+    spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB",
+                 mesh.pp_rank(), act_bytes / 1048576.0, per_chunk, runner.buffer_bytes() / 1048576.0);
+  spdlog::info("done: {} steps, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB; wrote "
+               "{}/model.safetensors and config.json",
                cfg.train.steps, last_loss, last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
-               tokens_per_step * cfg.train.steps / (total_ms / 1000.0), peak_rss_mib(),
-               (act_arena.bytes_reserved() + scratch_arena.bytes_reserved()) / 1048576.0,
-               act_arena.block_allocations() + scratch_arena.block_allocations(), cfg.run.dir);
+               tokens_per_step * cfg.train.steps / (total_ms / 1000.0), peak_rss_mib(), cfg.run.dir);
 }
 
 }  // namespace
@@ -363,8 +387,6 @@ void run_training(const Config& cfg) {
     input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
                 cfg.precision.compute);
   if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
-  if (cfg.parallel.pp != 1)
-    input_error("parallel.pp={}: pipeline parallelism is not built yet; use dp and tp only", cfg.parallel.pp);
   if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
   if (cfg.run.checkpoint_every != 0)
     input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);

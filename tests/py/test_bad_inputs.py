@@ -80,6 +80,25 @@ CASES = [
     # tp == 0 implies the MLP width divides, so the MLP check answers (first) only when n_head fails too.
     ("MLP width 4*d_model not divisible by tp", None, ["parallel.tp=3"], ["4*model.d_model", "128", "parallel.tp=3"]),
     ("n_head not divisible by tp", None, ["parallel.tp=4"], ["model.n_head=2", "parallel.tp=4"]),
+    # The pipeline split is checked by load_config, before the mesh, so one rank suffices (tiny.yaml: n_layer 2);
+    # the trainer's own "pipeline parallelism is not built yet" refusal comes later and must not answer these.
+    ("pp larger than n_layer", None, ["parallel.pp=4"],
+     ["parallel.pp=4 is larger than model.n_layer=2", "every pipeline stage needs at least one transformer block"]),
+    ("stage_layers not summing to n_layer", None, ["parallel.pp=2", "parallel.stage_layers=[2,1]"],
+     ["parallel.stage_layers=[2, 1] sums to 3 layers", "model.n_layer=2"]),
+    ("stage_layers of the wrong length", None, ["parallel.pp=2", "parallel.stage_layers=[2]"],
+     ["parallel.stage_layers=[2] needs one entry per virtual stage", "parallel.pp*virtual_stages=2*1=2", "has 1"]),
+    ("stage_layers entry below 1", None, ["parallel.pp=2", "parallel.stage_layers=[2,0]"],
+     ["parallel.stage_layers=[2, 0]", "entry 2 is 0"]),
+    ("non-integer stage_layers entry in --set", None, ["parallel.stage_layers=[1,1.5]"],
+     ["parallel.stage_layers", "list of integers", "'1.5'", "entry 2"]),
+    ("non-integer stage_layers entry in the file",
+     path("stage_block.yaml", "model: {n_layer: 2}\nparallel:\n  stage_layers:\n    - 1\n    - one\n"), [],
+     ["parallel.stage_layers", "'one'", "entry 2", "stage_block.yaml"]),
+    ("stage_layers not a list", None, ["parallel.stage_layers=2"],
+     ["parallel.stage_layers", "list of integers", "'2'"]),
+    ("interleaved on one pipeline stage", None, ["parallel.schedule=interleaved"],
+     ["parallel.schedule=interleaved needs parallel.pp >= 2"]),
 ]
 # (name, ranks, --set overrides, words): run through mpiexec with several ranks.
 MPI_CASES = [
@@ -89,6 +108,14 @@ MPI_CASES = [
     ("sequence_parallel with seq_len not divisible by tp on 2 ranks", 2,
      ["parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=15"],
      ["model.seq_len=15", "parallel.tp=2"]),
+    # dp*tp*pp = 2 matches the ranks here, so the pipeline checks are the only ones that can answer.
+    ("n_layer not divisible by pp*virtual_stages on 2 ranks", 2, ["parallel.pp=2", "model.n_layer=3"],
+     ["model.n_layer=3 is not divisible by parallel.pp*virtual_stages=2*1=2", "parallel.stage_layers"]),
+    ("interleaved with micro-batches per step not a multiple of pp on 2 ranks", 2,
+     ["parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "model.n_layer=4",
+      "train.global_batch=6", "train.micro_batch=2"],
+     ["parallel.schedule=interleaved", "train.global_batch", "parallel.dp", "train.micro_batch", "= 6 / (1*2) = 3",
+      "multiple of parallel.pp=2"]),
     ("missing data file on 2 ranks", 2, ["data.source=tokens", f"data.path={path('nope.bin')}"], ["nope.bin"]),
 ]
 

@@ -1,0 +1,93 @@
+// A pipeline rank's model chunks over shared flat buffers (see pipeline_chunks.h).
+#include "model/pipeline_chunks.h"
+
+#include <numeric>
+
+namespace mt {
+
+GPTConfig stage_config(const GPTConfig& base, const std::vector<int>& layers_per_stage, int stage) {
+  CHECK(stage >= 0 && stage < static_cast<int>(layers_per_stage.size()), "stage {} of {}", stage,
+        layers_per_stage.size());
+  CHECK(std::accumulate(layers_per_stage.begin(), layers_per_stage.end(), 0) == base.n_layer,
+        "the stages' blocks do not add up to n_layer {}", base.n_layer);
+  GPTConfig g = base;
+  g.layer_begin = std::accumulate(layers_per_stage.begin(), layers_per_stage.begin() + stage, 0);
+  g.layer_end = g.layer_begin + layers_per_stage[stage];
+  return g;
+}
+
+namespace {
+
+// Appends every parameter of `t` to `out`; returns the offset of t's first parameter in out. Offsets are
+// 16-aligned in both tables, so each parameter keeps its offset relative to the chunk's start.
+int64_t append_table(ParamTable& out, const ParamTable& t) {
+  int64_t base = -1;
+  for (const ParamSpec& s : t.specs()) {
+    const int i = out.add(s.name, s.global_shape, s.full_shape, s.decay, s.shard);
+    if (base < 0) base = out[i].offset - s.offset;
+    CHECK(out[i].offset == base + s.offset, "chunk layout: {} at {} instead of {}", s.name, out[i].offset,
+          base + s.offset);
+  }
+  return base;
+}
+
+int chunks_per_rank(const std::vector<int>& layers_per_stage, int p) {
+  CHECK(p >= 1 && !layers_per_stage.empty() && layers_per_stage.size() % p == 0,
+        "{} pipeline stages do not divide over {} ranks", layers_per_stage.size(), p);
+  return static_cast<int>(layers_per_stage.size()) / p;
+}
+
+}  // namespace
+
+ParamTable PipelineChunks::rank_table(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p,
+                                      int rank) {
+  ParamTable t;
+  for (int c = chunks_per_rank(layers_per_stage, p) - 1; c >= 0; --c)
+    append_table(t, gpt_param_table(stage_config(base, layers_per_stage, c * p + rank)));
+  return t;
+}
+
+PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank,
+                               DType dtype)
+    : p_(p), rank_(rank), num_stages_(static_cast<int>(layers_per_stage.size())) {
+  const int v = chunks_per_rank(layers_per_stage, p);
+  CHECK(rank >= 0 && rank < p, "pipeline rank {} of {}", rank, p);
+  std::vector<ParamTable> tables(v);
+  base_.assign(v, 0);
+  for (int c = v - 1; c >= 0; --c) {
+    tables[c] = gpt_param_table(stage_config(base, layers_per_stage, stage(c)));
+    base_[c] = append_table(table_, tables[c]);
+  }
+  params_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype);
+  grads_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype);
+  for (int c = 0; c < v; ++c) {
+    const Shape n{tables[c].total_numel()};
+    chunks_.push_back(std::make_unique<GPT>(stage_config(base, layers_per_stage, stage(c)), dtype, Device::CPU,
+                                            params_.slice(base_[c], n), grads_.slice(base_[c], n)));
+    if (num_stages_ > 1 && (stage(c) == 0 || stage(c) == num_stages_ - 1)) tied_chunk_ = c;
+  }
+}
+
+int64_t PipelineChunks::num_parameters() const {
+  GPTConfig whole = chunks_[0]->config();
+  whole.layer_begin = 0;
+  whole.layer_end = -1;
+  int64_t n = 0;
+  const ParamTable table = gpt_param_table(whole);
+  for (const ParamSpec& s : table.specs()) n += s.full_shape.numel();
+  return n;
+}
+
+void PipelineChunks::set_tp_comm(Communicator* tp) {
+  for (auto& c : chunks_) c->set_tp_comm(tp);
+}
+
+void PipelineChunks::init(uint64_t seed, double std) {
+  for (auto& c : chunks_) c->init(seed, std);
+}
+
+void PipelineChunks::load_safetensors(const std::string& path) {
+  for (auto& c : chunks_) c->load_safetensors(path);
+}
+
+}  // namespace mt

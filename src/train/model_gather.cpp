@@ -1,0 +1,76 @@
+// Gathering the full model from its shards (see model_gather.h).
+#include "train/model_gather.h"
+
+#include <map>
+
+#include "model/tp_shard.h"
+
+namespace mt {
+
+namespace {
+
+constexpr int kGatherTag = 30000;  // apart from the pipeline's activation and gradient tags
+
+int64_t full_numel(const ParamTable& t) {
+  int64_t n = 0;
+  for (const ParamSpec& s : t.specs()) n += s.full_numel();
+  return n;
+}
+
+}  // namespace
+
+void write_gathered_safetensors(const std::string& path, const PipelineChunks& model, const Tensor& flat,
+                                const DeviceMesh& mesh, MeshComms& comms, const GPTConfig& base,
+                                const std::vector<int>& layers_per_stage) {
+  if (mesh.dp_rank() != 0) return;
+  const ParamTable& table = model.table();
+  // 1. This stage's full tensors on tp rank 0: every tp rank's flat buffer (equal sizes), assembled.
+  std::vector<std::vector<float>> full;
+  if (mesh.tp() == 1) {
+    full = assemble_full(table, {flat.data_as<float>()});
+  } else {
+    const int64_t n = flat.numel();
+    Tensor all = Tensor::zeros({n * mesh.tp()}, DType::F32);
+    comms.tp->all_gather(flat, all);
+    if (mesh.tp_rank() != 0) return;
+    std::vector<const float*> by_rank;
+    for (int r = 0; r < mesh.tp(); ++r) by_rank.push_back(all.data_as<float>() + r * n);
+    full = assemble_full(table, by_rank);
+  }
+  if (mesh.tp_rank() != 0) return;
+  // 2. Every stage's tensors to pipeline rank 0, in its rank table's order (the receiver knows the layout).
+  if (mesh.pp_rank() != 0) {
+    std::vector<float> packed;
+    for (const auto& t : full) packed.insert(packed.end(), t.begin(), t.end());
+    comms.pp->send(Tensor(packed.data(), {int64_t(packed.size())}, DType::F32), 0, kGatherTag);
+    return;
+  }
+  std::map<std::string, std::vector<float>> by_name;  // the tied wte: stage 0's copy (both are equal)
+  for (int i = 0; i < table.size(); ++i) by_name.emplace(table[i].name, std::move(full[i]));
+  GPTConfig single = base;
+  single.tp = 1;
+  single.tp_rank = 0;
+  for (int r = 1; r < mesh.pp(); ++r) {
+    const ParamTable t = PipelineChunks::rank_table(single, layers_per_stage, mesh.pp(), r);
+    std::vector<float> packed(full_numel(t));
+    comms.pp->recv(Tensor(packed.data(), {int64_t(packed.size())}, DType::F32), r, kGatherTag);
+    size_t at = 0;
+    for (const ParamSpec& s : t.specs()) {
+      by_name.emplace(s.name, std::vector<float>(packed.begin() + at, packed.begin() + at + s.full_numel()));
+      at += s.full_numel();
+    }
+  }
+  // 3. The single-rank model's layout and names.
+  single.layer_begin = 0;
+  single.layer_end = -1;
+  const ParamTable whole = gpt_param_table(single);
+  std::vector<std::vector<float>> ordered;
+  for (const ParamSpec& s : whole.specs()) {
+    auto it = by_name.find(s.name);
+    CHECK(it != by_name.end(), "gathering the model: no stage sent {}", s.name);
+    ordered.push_back(std::move(it->second));
+  }
+  write_full_safetensors(path, whole, ordered);
+}
+
+}  // namespace mt
