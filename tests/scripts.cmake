@@ -42,3 +42,10 @@ add_test(NAME tp_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_tp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/tp_parity)
 set_tests_properties(tp_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
+
+# Pipeline parallelism on 8 ranks: every dp x tp x pp factorization, every schedule, order strings, uneven
+# stages; losses, step-1 gradients and the gathered export against the single-rank run.
+add_test(NAME pp_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_pp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/pp_parity)
+set_tests_properties(pp_parity PROPERTIES TIMEOUT 1200 PROCESSORS 2)

@@ -26,9 +26,11 @@ Standard library only.
 Usage: test_tp_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
 import os
-import struct
 import subprocess
 import sys
+
+import parity_support
+from parity_support import read_safetensors
 
 mpiexec, trainer, src, work = sys.argv[1:5]
 RTOL, WTOL = 1e-5, 1e-20
@@ -61,21 +63,6 @@ def run(name, ranks, tp, vocab=None, zero=0, initial=False, grads=False, sp=Fals
     return losses, weights, (read_safetensors(grads_path) if grads else None)
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        b, e = info["data_offsets"]
-        out[name] = (tuple(info["shape"]), struct.unpack(f"<{(e - b) // 4}f", data[b:e]))
-    return out
-
-
 def compare(name, losses, weights, ref_losses, ref_weights, check_values):
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
     same_names = sorted(weights) == sorted(ref_weights)
@@ -95,26 +82,7 @@ def compare(name, losses, weights, ref_losses, ref_weights, check_values):
 
 
 def compare_grads(name, grads, ref_grads):
-    """Every tensor's ||g - g_ref|| / ||g_ref|| must be <= RTOL, with the same names and shapes."""
-    if sorted(grads) != sorted(ref_grads):
-        print(f"FAIL {name}: dumped gradient names differ: {sorted(set(grads) ^ set(ref_grads))}")
-        return False
-    worst, worst_name, ok = 0.0, "", True
-    for k, (shape, vals) in grads.items():
-        rshape, rvals = ref_grads[k]
-        if shape != rshape:
-            print(f"FAIL {name}: gradient {k} has shape {shape}, the single-rank run {rshape}")
-            ok = False
-            continue
-        diff = sum((a - b) ** 2 for a, b in zip(vals, rvals)) ** 0.5
-        norm = sum(b * b for b in rvals) ** 0.5
-        rel = diff / norm if norm > 0 else diff
-        if rel > worst:
-            worst, worst_name = rel, k
-    ok &= worst <= RTOL
-    print(f"{'ok  ' if ok else 'FAIL'} {name} step-1 gradients: {len(grads)} tensors, worst relative difference "
-          f"{worst:.2e} ({worst_name})")
-    return ok
+    return parity_support.compare_grads(name, grads, ref_grads, RTOL)
 
 
 failures = 0

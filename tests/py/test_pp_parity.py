@@ -1,0 +1,90 @@
+"""Pipeline parallelism composed into full 3D meshes reproduces the single-rank run, on 8 ranks:
+every factorization 8 = dp x tp x pp with the 1f1b schedule; every schedule (gpipe, 1f1b, interleaved with two
+chunks per rank, zb1) on dp2 x tp2 x pp2 and on dp2 x tp1 x pp4; two other mesh order strings; and uneven
+stages (parallel.stage_layers) with ZeRO-1 and sequence parallelism. Every step's loss must be within 1e-5
+relative of the single-rank run over 20 steps. The step-1 gradients of four layouts (gathered from every tp and
+pp shard, the tied embedding summed between the first and last stage) must match the single-rank run's tensor
+by tensor within 1e-5 (||g - g_ref|| / ||g_ref||), and the exported model, gathered from all stages and tp
+shards, must equal the single-rank export on one step of lr = 1e-30 (the initial weights) within 1e-20.
+
+Why 1e-5: the layouts differ from one rank only in summation order (tp partial sums, the dp average, the tied
+embedding's two gradient halves added across stages, the gradient norm summed per stage), ~1e-7 relative per
+step, which AdamW over 20 steps amplifies at most ~10x; a wrong stage boundary, a lost or doubled micro-batch, a
+tied gradient not summed (or counted twice in the norm) or a message matched to the wrong micro-batch shows at
+the first step as an O(1e-2) or larger difference. The model is tiny (8 blocks, 8 heads of 4 channels) so the
+~20 runs of 8 oversubscribed ranks fit CI's time.
+Usage: test_pp_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
+import os
+import sys
+
+from parity_support import (compare_grads, max_relative_loss_difference, max_weight_difference,
+                            read_safetensors, run_trainer)
+
+mpiexec, trainer, src, work = sys.argv[1:5]
+RTOL, WTOL = 1e-5, 1e-20
+BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.n_layer=8",
+        "--set", "model.n_head=8", "--set", "train.global_batch=16", "--set", "train.micro_batch=2",
+        "--set", "train.steps=20", "--set", "run.log_every=100", "--set", "comm.timeout_s=120",
+        "--set", "comm.bucket_mb=0.004"]
+INITIAL = ["train.steps=1", "optim.lr=1e-30", "optim.min_lr=0"]
+
+
+def run(name, dp, tp, pp, sets=(), grads=False):
+    run_dir = os.path.join(work, name)
+    args = BASE + ["--set", f"parallel.dp={dp}", "--set", f"parallel.tp={tp}", "--set", f"parallel.pp={pp}"]
+    for s in sets:
+        args += ["--set", s]
+    grads_path = os.path.join(run_dir, "grads.safetensors")
+    if grads:
+        args += ["--set", f"run.dump_grads={grads_path}"]
+    losses, _ = run_trainer(mpiexec, trainer, dp * tp * pp, args, run_dir)
+    weights = read_safetensors(os.path.join(run_dir, "model.safetensors"))
+    return losses, weights, (read_safetensors(grads_path) if grads else None)
+
+
+ref_losses, ref_weights, ref_grads = run("single", 1, 1, 1, grads=True)
+CASES = []  # name, dp, tp, pp, extra settings, compare step-1 gradients
+for dp in (1, 2, 4, 8):
+    for tp in (1, 2, 4, 8):
+        if 8 % (dp * tp) == 0:
+            pp = 8 // (dp * tp)
+            CASES.append((f"dp{dp}_tp{tp}_pp{pp}_1f1b", dp, tp, pp, (), (dp, tp, pp) in ((2, 2, 2), (1, 1, 8))))
+for dp, tp, pp in ((2, 2, 2), (2, 1, 4)):
+    for schedule in ("gpipe", "interleaved", "zb1"):
+        sets = [f"parallel.schedule={schedule}"] + (["parallel.virtual_stages=2"] if schedule == "interleaved" else [])
+        CASES.append((f"dp{dp}_tp{tp}_pp{pp}_{schedule}", dp, tp, pp, sets,
+                      (dp, tp, pp, schedule) in ((2, 1, 4, "interleaved"), (2, 2, 2, "zb1"))))
+for order in ("pp-dp-tp", "dp-pp-tp"):
+    CASES.append((f"dp2_tp2_pp2_order_{order}", 2, 2, 2, [f"parallel.order={order}"], False))
+CASES.append(("dp2_tp2_pp2_uneven_zero_sp_zb1", 2, 2, 2,
+              ["parallel.stage_layers=[5,3]", "optim.zero=1", "parallel.sequence_parallel=true",
+               "parallel.schedule=zb1"], False))
+CASES.append(("dp2_tp2_pp2_interleaved_uneven", 2, 2, 2,
+              ["parallel.schedule=interleaved", "parallel.virtual_stages=2", "parallel.stage_layers=[3,1,2,2]"], False))
+
+failures = 0
+for name, dp, tp, pp, sets, grads in CASES:
+    losses, weights, g = run(name, dp, tp, pp, sets, grads)
+    worst = max_relative_loss_difference(losses, ref_losses)
+    shapes_ok = sorted((k, v[0]) for k, v in weights.items()) == sorted((k, v[0]) for k, v in ref_weights.items())
+    ok = worst <= RTOL and shapes_ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(losses)} steps, max relative loss difference {worst:.2e}, "
+          f"exported tensors {'match' if shapes_ok else 'DIFFER in names or shapes'}")
+    failures += not ok
+    if grads:
+        failures += not compare_grads(name, g, ref_grads, RTOL)
+
+# The export gathered from tp and pp shards holds exactly the initial weights.
+init_losses, init_weights, _ = run("single_initial", 1, 1, 1, INITIAL)
+for name, dp, tp, pp, sets in (("dp1_tp2_pp4_initial", 1, 2, 4, INITIAL),
+                               ("dp2_tp1_pp4_interleaved_initial", 2, 1, 4,
+                                INITIAL + ["parallel.schedule=interleaved", "parallel.virtual_stages=2"])):
+    losses, weights, _ = run(name, dp, tp, pp, sets)
+    wdiff = max_weight_difference(weights, init_weights)
+    ok = wdiff <= WTOL and max_relative_loss_difference(losses, init_losses) <= RTOL
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: exported initial weights, max difference {wdiff:.2e}")
+    failures += not ok
+
+print(f"reference loss: first {ref_losses[0]:.6f}, last {ref_losses[-1]:.6f}")
+assert ref_losses[-1] < ref_losses[0] - 0.3, "the reference did not train"
+sys.exit(1 if failures else 0)
