@@ -363,16 +363,22 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
     spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);
   }
-  // Activation memory: records of the schedule's most micro-batches in flight, per chunk, on each stage.
-  size_t act_bytes = 0;
-  std::string per_chunk;
+  // Activation memory per stage: the records of the most micro-batches the schedule had in flight (all chunks),
+  // gathered so that rank 0 logs every stage.
+  float act_mib = 0, records = 0;
   for (int c = 0; c < model.size(); ++c) {
-    act_bytes += runner.records(c) * runner.record_bytes(c);
-    per_chunk += fmt::format("{}{} x {:.2f} MiB", c ? " + " : "", runner.records(c), runner.record_bytes(c) / 1048576.0);
+    act_mib += float(runner.records(c) * runner.record_bytes(c) / 1048576.0);
+    records += float(runner.records(c));
   }
-  if (mesh.dp_rank() == 0 && mesh.tp_rank() == 0 && (rank0 || mesh.pp() > 1))
-    spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB",
-                 mesh.pp_rank(), act_bytes / 1048576.0, per_chunk, runner.buffer_bytes() / 1048576.0);
+  Tensor mine = Tensor::zeros({4}, DType::F32), all = Tensor::zeros({4 * int64_t(world)}, DType::F32);
+  float* me = mine.data_as<float>();
+  me[0] = float(mesh.pp_rank()), me[1] = records, me[2] = act_mib, me[3] = float(runner.buffer_bytes() / 1048576.0);
+  comms.world->all_gather(mine, all);
+  for (int s = 0; rank0 && s < mesh.pp(); ++s) {
+    const float* r = all.data_as<float>() + 4 * mesh.rank_of({0, 0, s});
+    spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB", s, r[2],
+                 int(r[1]), r[3]);
+  }
   spdlog::info("done: {} steps, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB; wrote "
                "{}/model.safetensors and config.json",
                cfg.train.steps, last_loss, last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
