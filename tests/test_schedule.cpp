@@ -60,6 +60,7 @@ TEST_CASE("1f1b: valid, at most p - rank activations alive, bubble (p-1)/(m+p-1)
         INFO("p=" << p << " m=" << m << " rank=" << rank);
         // Bound: stage `rank` holds at most p - rank micro-batches' activations (and never more than m).
         CHECK(r.ranks[rank].peak_alive == std::min(p - rank, m));
+        CHECK(r.ranks[rank].peak_held == r.ranks[rank].peak_alive);  // one-pass backward: held = alive
         CHECK(r.ranks[rank].idle == 3.0 * (p - 1));
         CHECK(bubble_fraction(r, rank) == Approx(double(p - 1) / (m + p - 1)).epsilon(1e-12));
       }
@@ -95,7 +96,7 @@ TEST_CASE("interleaved 1f1b (v=2): valid, Megatron's activation bound, bubble ab
   REQUIRE_THROWS(interleaved(4, 6, 2, 0));  // m must be a multiple of p
 }
 
-TEST_CASE("zb1: valid, at most p - rank activations alive, bubble below 1f1b's for m >= p", "[schedule]") {
+TEST_CASE("zb1: valid, at most p - rank activations alive and 2p - rank - 1 held, bubble below 1f1b's for m >= p", "[schedule]") {
   const auto fn = schedule_by_name("zb1");
   for (int p : kPs)
     for (int m = 1; m <= 16; ++m) {
@@ -106,6 +107,8 @@ TEST_CASE("zb1: valid, at most p - rank activations alive, bubble below 1f1b's f
         INFO("p=" << p << " m=" << m << " rank=" << rank << " bubble=" << bubble_fraction(r, rank));
         // Activations are alive from F to B (the input pass); W keeps only what the weight gradient needs.
         CHECK(r.ranks[rank].peak_alive <= std::min(p - rank, m));
+        // Records held until the W pass: 1F1B's p - rank plus at most p - 1 deferred weight passes.
+        CHECK(r.ranks[rank].peak_held <= std::min(2 * p - rank - 1, m));
         CHECK(r.ranks[rank].busy == 3.0 * m);
         // Formula: the drain is on B = 1 per stage instead of 3 and the W passes fill the waits, so the bubble
         // is strictly smaller than 1F1B's (p-1)/(m+p-1) for m >= p, and never larger for any m.

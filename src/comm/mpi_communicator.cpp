@@ -388,8 +388,10 @@ class MpiCommunicator : public Communicator {
             if (stop_) return;
             qcv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
           } else {
-            // Point-to-point messages in flight: poll them, backing off from 2 us to 200 us between tests.
-            const int us = std::min(200, 2 << std::min(idle_polls, 7));
+            // Point-to-point messages in flight: poll them, backing off from 25 us to 200 us between tests. Each
+            // test runs MPICH's progress engine over every posted request (a pipeline posts a step's receives up
+            // front), so polling faster steals measurable time from compute on a busy node (bench_pipeline).
+            const int us = std::min(200, 25 << std::min(idle_polls, 3));
             qcv_.wait_for(lk, std::chrono::microseconds(us), [&] { return !queue_.empty(); });
           }
         }

@@ -96,7 +96,10 @@ std::vector<Action> zb1(int p, int m, int rank) {
   check_args(p, m, 1, rank);
   // The order comes from a greedy run of all p stages in unit steps (F = B = W = 1): at each step a stage does a
   // B whose gradient has arrived, else an F whose input has arrived while fewer than p - stage activations are
-  // alive (1F1B's memory), else a deferred W. The chosen order is then replayed as this rank's list.
+  // alive (F done, B not: 1F1B's count) and fewer than 2p - stage - 1 records are held (F done, W not: 1F1B's
+  // p - stage plus at most p - 1 deferred W passes, ZB-H1's memory), else a deferred W. The chosen order is
+  // then replayed as this rank's list. (A tighter bound on held records costs bubble: p + 1 already fails for
+  // p = 4 in the simulator test.)
   std::vector<int> nf(p, 0), nb(p, 0), nw(p, 0);
   std::vector<std::vector<int>> f_done(p, std::vector<int>(m, -1)), b_done(p, std::vector<int>(m, -1));
   std::vector<std::vector<std::pair<ActionKind, int>>> order(p);
@@ -110,7 +113,7 @@ std::vector<Action> zb1(int p, int m, int rank) {
       if (mbB < nf[s] && f_done[s][mbB] >= 0 && f_done[s][mbB] < t &&
           (s == p - 1 || (b_done[s + 1][mbB] >= 0 && b_done[s + 1][mbB] < t))) {
         did.push_back({s, 1});
-      } else if (mbF < m && nf[s] - nb[s] < p - s && (s == 0 || (f_done[s - 1][mbF] >= 0 && f_done[s - 1][mbF] < t))) {
+      } else if (mbF < m && nf[s] - nb[s] < p - s && nf[s] - nw[s] < 2 * p - s - 1 && (s == 0 || (f_done[s - 1][mbF] >= 0 && f_done[s - 1][mbF] < t))) {
         did.push_back({s, 0});
       } else if (nw[s] < nb[s]) {
         did.push_back({s, 2});
@@ -159,7 +162,7 @@ SimResult simulate(const ScheduleFn& schedule, int p, int m, int v, const SimCos
   std::vector<std::vector<bool>> split(p * v, std::vector<bool>(m, false));
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0);
-  std::vector<int> alive(p, 0);
+  std::vector<int> alive(p, 0), held(p, 0);
 
   for (;;) {
     bool progress = false, remaining = false;
@@ -208,6 +211,7 @@ SimResult simulate(const ScheduleFn& schedule, int p, int m, int v, const SimCos
             st = 1;
             cost = costs.forward;
             res.ranks[r].peak_alive = std::max(res.ranks[r].peak_alive, ++alive[r]);
+            res.ranks[r].peak_held = std::max(res.ranks[r].peak_held, ++held[r]);
             break;
           case ActionKind::Backward:
           case ActionKind::BackwardInput:
@@ -218,11 +222,13 @@ SimResult simulate(const ScheduleFn& schedule, int p, int m, int v, const SimCos
             st = a.kind == ActionKind::Backward ? 3 : 2;
             cost = a.kind == ActionKind::Backward ? costs.backward : costs.backward_input;
             --alive[r];
+            if (a.kind == ActionKind::Backward) --held[r];
             break;
           case ActionKind::BackwardWeight:
             if (st != 2 || !split[stage][mb]) fail(where() + " weight pass without input pass / repeated");
             st = 3;
             cost = costs.backward_weight;
+            --held[r];
             break;
         }
         if (blocked) break;

@@ -193,7 +193,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         // The chunk's final gradient pass of the step arms its reducer; with overlap its buckets launch as
         // their gradients become final (up to the held-back tied embedding).
         std::function<void(int64_t)> ready;
-        if (reduce && plan.final_grads[i] && (*reduce)[a.chunk].reducer) {
+        if (reduce && !reduce->empty() && plan.final_grads[i] && (*reduce)[a.chunk].reducer) {
           const ChunkReduce cr = (*reduce)[a.chunk];
           cr.reducer->begin_micro_batch(true);
           if (overlap) ready = [cr](int64_t end) { cr.reducer->grads_ready(std::min(end, cr.ready_limit)); };

@@ -46,6 +46,7 @@ class PipelineRunner {
   // One training step: every micro-batch's forward (the last stage adds its summed losses to loss_sum and
   // starts the backward with dloss) and backward, accumulating into the gradient buffer. During each chunk's
   // final gradient pass its reducer is armed and fed (overlap: as gradients become final; else not at all).
+  // `reduce` has one entry per chunk, or none (no data parallelism).
   RunStats train(const FillFn& fill, double dloss, const Tensor& loss_sum, const std::vector<ChunkReduce>& reduce,
                  bool overlap);
   // Forward passes only over n micro-batches (evaluation): the last stage adds the summed losses to loss_sum.
