@@ -262,9 +262,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   // time), each data-parallel rank taking its share, micro-batch by micro-batch through the pipeline.
   auto evaluate = [&]() {
     zero_(loss_sum);
-    runner.forward_only(cfg.train.eval_batches * n_micro, [&](int e, int32_t* tok, int32_t* tgt) {
-      val_batches.fill(e / n_micro, int64_t(mesh.dp_rank()) * local_batch + int64_t(e % n_micro) * mb, mb, tok, tgt);
-    }, loss_sum);
+    for (int b = 0; b < cfg.train.eval_batches; ++b)  // a batch per run: receive buffers for m micro-batches
+      runner.forward_only(n_micro, [&](int j, int32_t* tok, int32_t* tgt) {
+        val_batches.fill(b, int64_t(mesh.dp_rank()) * local_batch + int64_t(j) * mb, mb, tok, tgt);
+      }, loss_sum);
     return global_loss() / (double(cfg.train.eval_batches) * gb * T);
   };
   Tensor times = Tensor::zeros({5}, DType::F32);  // step, comm, exposed, pipeline span, -busy: max over ranks
