@@ -1,9 +1,10 @@
-// The step loop. Per step: zero gradients; for each of this data-parallel rank's micro-batches, forward (the
-// loss's gradient scaled by 1 / tokens on this rank) and backward (gradients accumulate; during the last
-// micro-batch, finished gradient buckets start their all-reduce (average over dp) or, under ZeRO-1, their
-// reduce-scatter); wait for the buckets; clip and AdamW (under ZeRO-1 on this rank's shard, then all-gather);
-// then the single read of device scalars (loss and gradient norm) for the log. Activations and scratch come
-// from arenas sized by the first step, so steady-state steps allocate nothing.
+// The step loop. Per step: zero gradients; run this rank's pipeline schedule over its model chunks (with pp = 1:
+// forward and backward per micro-batch), each micro-batch's forward scaling the loss's gradient by 1 / tokens
+// on this dp rank, backward passes accumulating, and each chunk's last gradient pass starting its finished
+// gradient buckets' all-reduce (average over dp) or, under ZeRO-1, reduce-scatter; sum the tied embedding's
+// gradient between the first and last stage; wait for the buckets; clip and AdamW (under ZeRO-1 on this rank's
+// shards, then all-gather); then the single read of device scalars (loss and gradient norm) for the log.
+// Activation records and scratch are sized by the first step, so steady-state steps allocate nothing.
 #include "train/trainer.h"
 
 #include <mpi.h>
