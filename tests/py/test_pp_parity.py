@@ -2,7 +2,8 @@
 every factorization 8 = dp x tp x pp with the 1f1b schedule; every schedule (gpipe, 1f1b, interleaved with two
 chunks per rank, zb1) on dp2 x tp2 x pp2 and on dp2 x tp1 x pp4; two other mesh order strings; and uneven
 stages (parallel.stage_layers) with ZeRO-1 and sequence parallelism. Every step's loss must be within 1e-5
-relative of the single-rank run over 20 steps. The step-1 gradients of four layouts (gathered from every tp and
+relative of the single-rank run over 20 steps, and so must the validation losses of steps 10 and 20 (evaluated
+forward-only through the pipeline). The step-1 gradients of four layouts (gathered from every tp and
 pp shard, the tied embedding summed between the first and last stage) must match the single-rank run's tensor
 by tensor within 1e-5 (||g - g_ref|| / ||g_ref||), and the exported model, gathered from all stages and tp
 shards, must equal the single-rank export on one step of lr = 1e-30 (the initial weights) within 1e-20.
@@ -15,6 +16,7 @@ tied gradient not summed (or counted twice in the norm) or a message matched to 
 the first step as an O(1e-2) or larger difference. The model is tiny (8 blocks, 8 heads of 4 channels) so the
 ~20 runs of 8 oversubscribed ranks fit CI's time.
 Usage: test_pp_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
+import json
 import os
 import re
 import sys
@@ -27,7 +29,7 @@ RTOL, WTOL = 1e-5, 1e-20
 BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.n_layer=8",
         "--set", "model.n_head=8", "--set", "train.global_batch=16", "--set", "train.micro_batch=2",
         "--set", "train.steps=20", "--set", "run.log_every=100", "--set", "comm.timeout_s=120",
-        "--set", "comm.bucket_mb=0.004"]
+        "--set", "comm.bucket_mb=0.004", "--set", "train.eval_every=10", "--set", "train.eval_batches=2"]
 INITIAL = ["train.steps=1", "optim.lr=1e-30", "optim.min_lr=0"]
 
 
@@ -41,6 +43,9 @@ def run(name, dp, tp, pp, sets=(), grads=False):
         args += ["--set", f"run.dump_grads={grads_path}"]
     losses, log = run_trainer(mpiexec, trainer, dp * tp * pp, args, run_dir)
     weights = read_safetensors(os.path.join(run_dir, "model.safetensors"))
+    # Evaluation rows (steps 10 and 20, forward-only through the pipeline) are compared like training losses.
+    losses = losses + [json.loads(line)["val_loss"] for line in open(os.path.join(run_dir, "metrics.jsonl"))
+                       if "val_loss" in line]
     run.records = {int(m.group(1)): int(m.group(2))
                    for m in re.finditer(r"\[pipeline stage (\d+)\] peak activations [0-9.]+ MiB \((\d+) records", log)}
     return losses, weights, (read_safetensors(grads_path) if grads else None)
@@ -72,7 +77,7 @@ for name, dp, tp, pp, sets, grads in CASES:
     worst = max_relative_loss_difference(losses, ref_losses)
     shapes_ok = sorted((k, v[0]) for k, v in weights.items()) == sorted((k, v[0]) for k, v in ref_weights.items())
     ok = worst <= RTOL and shapes_ok
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(losses)} steps, max relative loss difference {worst:.2e}, "
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(losses)} losses (training and validation), max relative difference {worst:.2e}, "
           f"exported tensors {'match' if shapes_ok else 'DIFFER in names or shapes'}")
     failures += not ok
     if grads:
