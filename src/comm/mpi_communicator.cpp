@@ -390,7 +390,8 @@ class MpiCommunicator : public Communicator {
           } else {
             // Point-to-point messages in flight: poll them, backing off from 25 us to 200 us between tests. Each
             // test runs MPICH's progress engine over every posted request (a pipeline posts a step's receives up
-            // front), so polling faster steals measurable time from compute on a busy node (bench_pipeline).
+            // front); starting at 2 us, bench_pipeline's bubbles came out larger on a 2-core machine
+            // (docs/performance.md).
             const int us = std::min(200, 25 << std::min(idle_polls, 3));
             qcv_.wait_for(lk, std::chrono::microseconds(us), [&] { return !queue_.empty(); });
           }

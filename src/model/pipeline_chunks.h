@@ -48,6 +48,8 @@ class PipelineChunks {
   int tied_chunk() const { return tied_chunk_; }
   // Whether this rank's copy of wte is the last stage's (the one left out of the gradient norm).
   bool tied_copy_is_head() const { return tied_chunk_ >= 0 && stage(tied_chunk_) == num_stages_ - 1; }
+  // That copy's index in chunk(tied_chunk())'s table (requires tied_chunk() >= 0).
+  int tied_param() const { return tied_param_; }
 
  private:
   int p_, rank_, num_stages_;
@@ -55,7 +57,7 @@ class PipelineChunks {
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::vector<int64_t> base_;
   ParamTable table_;
-  int tied_chunk_ = -1;
+  int tied_chunk_ = -1, tied_param_ = -1;
 };
 
 }  // namespace mt

@@ -2,6 +2,7 @@
 #include "train/pipeline_runner.h"
 
 #include <algorithm>
+#include <map>
 
 namespace mt {
 
@@ -51,7 +52,7 @@ PipelineRunner::Plan PipelineRunner::make_plan(std::vector<Action> actions) {
   plan.recv_buf.resize(n);
   plan.releases.assign(n, false);
   plan.final_grads.assign(n, false);
-  std::vector<std::pair<int, int>> last_use;  // (chunk * 1e6 + mb, action index)
+  std::map<std::pair<int, int>, int> last_use;  // (chunk, mb) -> index of its last action
   std::vector<int> final_grad(v_, -1);
   for (int i = 0; i < n; ++i) {
     const Action& a = actions[i];
@@ -61,10 +62,7 @@ PipelineRunner::Plan PipelineRunner::make_plan(std::vector<Action> actions) {
       plan.recv_buf[i] = buffers_.alloc({rows, g.d_model}, model_.params().dtype());
       continue;
     }
-    const int key = a.chunk * 1000000 + a.micro_batch;
-    auto it = std::find_if(last_use.begin(), last_use.end(), [&](auto& u) { return u.first == key; });
-    if (it == last_use.end()) last_use.push_back({key, i});
-    else it->second = i;
+    last_use[{a.chunk, a.micro_batch}] = i;
     if (is_grad_pass(a.kind)) final_grad[a.chunk] = i;
   }
   for (auto& u : last_use) plan.releases[u.second] = true;
@@ -160,9 +158,8 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
       case ActionKind::RecvAct:
       case ActionKind::RecvGrad: {
         recvs[i]->wait();
-        const double t1 = trace_clock_us();
-        st.recv_wait_ms += ms_between(t0, t1);
-        if (prof_.enabled()) prof_.wait(a.kind == ActionKind::RecvAct ? "pp recv activations" : "pp recv gradients", t0, t1);
+        if (prof_.enabled())
+          prof_.wait(a.kind == ActionKind::RecvAct ? "pp recv activations" : "pp recv gradients", t0, trace_clock_us());
         (a.kind == ActionKind::RecvAct ? received_act : received_grad)[k] = &plan.recv_buf[i];
         break;
       }

@@ -3,8 +3,8 @@
 // waits for this rank to reach the matching receive; sends go out asynchronously from the activation record
 // (activations) or the record's input-gradient buffer. Each micro-batch's activation record comes from a pool
 // when its forward pass starts and goes back as soon as its last backward action (and its sends) are done, so
-// the records alive at once are what the schedule keeps in flight, and after the first step nothing is
-// allocated. With pp = 1 the same executor runs the plain forward-backward loop (the 1f1b list of one stage).
+// each chunk's pool grows to the most records the schedule keeps in flight at once, and the same action list
+// every step reuses them (receive buffers are allocated once per action list). With pp = 1 the same executor runs the plain forward-backward loop (the 1f1b list of one stage).
 #pragma once
 #include <functional>
 #include <memory>
@@ -33,7 +33,6 @@ struct ChunkReduce {
 struct RunStats {
   double span_ms = 0;       // from the first action to the last
   double busy_ms = 0;       // in forward and backward passes
-  double recv_wait_ms = 0;  // blocked on receives from a neighbour
 };
 
 class PipelineRunner {

@@ -188,7 +188,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                        cfg.comm.bucket_mb * 1048576.0),
           zero);
       reduce[c].reducer = reducers[c].get();
-      if (c == tied) reduce[c].ready_limit = chunk.table()[chunk.table().index_of("wte.weight")].offset;
+      if (c == tied) reduce[c].ready_limit = chunk.table()[model.tied_param()].offset;
     }
   OptimizerSettings os;
   os.beta1 = cfg.optim.beta1;
@@ -215,7 +215,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   }
   if (model.tied_copy_is_head()) {
     // The gradient norm counts the tied embedding once: the first stage's copy.
-    const ParamSpec& wte = model.chunk(tied).table()[model.chunk(tied).table().index_of("wte.weight")];
+    const ParamSpec& wte = model.chunk(tied).table()[model.tied_param()];
     const int64_t lo = model.base(tied) + wte.offset, hi = lo + wte.numel();
     for (OptimSegment& g : segments)
       if (g.offset >= lo && g.offset + g.numel <= hi) g.in_norm = false;
@@ -285,7 +285,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     if (tied >= 0) {
       // Sum the tied embedding's gradient between the first stage (embedding) and the last (head).
       const double w0 = trace_clock_us();
-      comms.emb->all_reduce(model.chunk(tied).grad(model.chunk(tied).table().index_of("wte.weight")), ReduceOp::Sum);
+      comms.emb->all_reduce(model.chunk(tied).grad(model.tied_param()), ReduceOp::Sum);
       prof.wait("tied embedding", w0, trace_clock_us());
     }
     if (reducers[0]) {

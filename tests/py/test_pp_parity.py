@@ -10,8 +10,8 @@ shards, must equal the single-rank export on one step of lr = 1e-30 (the initial
 
 Why 1e-5: the layouts differ from one rank only in summation order (tp partial sums, the dp average, the tied
 embedding's two gradient halves added across stages, the gradient norm summed per stage), ~1e-7 relative per
-step, which AdamW over 20 steps amplifies (observed: at most 5e-6, on dp1 x tp8, where a step near step 11 moves
-rarely-used rows; every pipeline-only layout stays below 1e-7); a wrong stage boundary, a lost or doubled micro-batch, a
+step, which AdamW over 20 steps amplifies (observed: at most 5e-6, on dp1 x tp8, which jumps
+from 3e-7 to 3e-6 at step 11; every pipeline-only layout stays below 1e-7); a wrong stage boundary, a lost or doubled micro-batch, a
 tied gradient not summed (or counted twice in the norm) or a message matched to the wrong micro-batch shows at
 the first step as an O(1e-2) or larger difference. The model is tiny (8 blocks, 8 heads of 4 channels) so the
 ~20 runs of 8 oversubscribed ranks fit CI's time.
