@@ -1,0 +1,34 @@
+// Element storage of the CPU kernels. Every kernel is a template over its activation storage type S (float,
+// double, bf16, fp16) and computes in acc_t<S> (fp32 for every 16-bit format, as the GPU kernels accumulate in
+// fp32; double for fp64 gradient checks): each value is widened with load() when read and rounded to nearest
+// even with store() once, where the kernel writes its output. A reduced-precision CPU run therefore rounds at
+// the same points as the GPU path.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dtype.h"
+
+namespace mt::kernels::cpu {
+
+struct bf16 { uint16_t bits; };
+struct fp16 { uint16_t bits; };
+
+template <typename S> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+// The type a kernel over S-stored tensors computes in, and the dtype of its statistics and parameter gradients.
+template <typename S> using acc_t = typename AccOf<S>::type;
+
+inline float load(float x) { return x; }
+inline double load(double x) { return x; }
+inline float load(bf16 x) { return bf16_to_float(x.bits); }
+inline float load(fp16 x) { return fp16_to_float(x.bits); }
+
+inline void store(float& d, float v) { d = v; }
+inline void store(double& d, double v) { d = v; }
+inline void store(bf16& d, float v) { d.bits = float_to_bf16(v); }
+inline void store(fp16& d, float v) { d.bits = float_to_fp16(v); }
+
+template <typename S> constexpr bool is_16bit = std::is_same_v<S, bf16> || std::is_same_v<S, fp16>;
+
+}  // namespace mt::kernels::cpu
