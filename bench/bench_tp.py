@@ -24,8 +24,10 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 1048576.0
-MEM = re.compile(r"memory per rank: parameters ([\d.]+) MiB, gradients ([\d.]+) MiB, optimizer state ([\d.]+) MiB "
-                 r"\((\d+) bytes\).*activations ([\d.]+) MiB per micro-batch")
+MEM = re.compile(r"memory per rank: parameters ([\d.]+) MiB \(\w+\), gradients ([\d.]+) MiB, optimizer state "
+                 r"([\d.]+) MiB \((\d+) bytes\)")
+# One micro-batch per step: the peak is one activation record.
+ACTS = re.compile(r"\[pipeline stage 0\] peak activations ([\d.]+) MiB")
 
 
 def expected_numel(tp, L=4, C=128, T=64, V=256):
@@ -44,10 +46,11 @@ def run(tp, args, work, threads=1):
            "--set", "train.eval_every=0", "--set", "run.log_every=1000", "--set", f"train.threads={threads}",
            "--set", f"run.dir={run_dir}"]
     r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    m = MEM.search(r.stdout + r.stderr)
-    if not m:
-        raise SystemExit(f"tp={tp}: no 'memory per rank' line in the trainer's output")
-    params, grads, _, opt_bytes, acts = m.groups()
+    m, a = MEM.search(r.stdout + r.stderr), ACTS.search(r.stdout + r.stderr)
+    if not m or not a:
+        raise SystemExit(f"tp={tp}: no 'memory per rank' or 'peak activations' line in the trainer's output")
+    params, grads, _, opt_bytes = m.groups()
+    acts = a.group(1)
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))][5:]
     med = {k: statistics.median(r[k] for r in rows)
            for k in ("step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "tokens_per_s")}

@@ -15,3 +15,11 @@ add_test(NAME comm_watchdog
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/py/test_watchdog.py ${MPIEXEC_EXECUTABLE}
                  ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:watchdog_probe>)
 set_tests_properties(comm_watchdog PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 60 PROCESSORS 4)
+
+# The bf16 gradient-bucket reduction with rank-valued gradients on 2 and 3 ranks (3: an average that bf16 rounds).
+foreach(np 2 3)
+  add_test(NAME mixed_precision_reducer_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_mixed_precision> "[reducer]")
+  set_tests_properties(mixed_precision_reducer_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120
+                       PROCESSORS ${np})
+endforeach()

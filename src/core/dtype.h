@@ -29,6 +29,10 @@ inline const char* dtype_name(DType t) {
   return "?";
 }
 
+// The accumulation dtype of computations over `activation`-typed tensors: the dtype of LayerNorm statistics,
+// losses, attention-gradient scratch and parameter gradients (fp32 for fp32, bf16 and fp16; fp64 for fp64).
+inline DType acc_dtype(DType activation) { return activation == DType::F64 ? DType::F64 : DType::F32; }
+
 inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 

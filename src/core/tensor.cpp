@@ -75,8 +75,28 @@ void copy_convert(const Tensor& dst, const Tensor& src) {
     std::memmove(dst.data(), src.data(), src.nbytes());
     return;
   }
-  // fp32 -> fp64 -> bf16 is exact to the bf16 rounding because fp32 values are exact in fp64.
-  for (int64_t i = 0; i < src.numel(); ++i) store(dst.data(), dst.dtype(), i, load(src.data(), src.dtype(), i));
+  // The casts of every step (fp32 masters to the bf16/fp16 compute copy, 16-bit gradient buckets back to fp32)
+  // take a direct, parallel loop; the rest go through double, which is exact to the final rounding because
+  // fp32 values are exact in fp64.
+  const int64_t n = src.numel();
+  const bool par = n > (int64_t(1) << 16) && !omp_in_parallel();
+  if (src.dtype() == DType::F32 && (dst.dtype() == DType::BF16 || dst.dtype() == DType::F16)) {
+    const float* x = src.data_as<float>();
+    uint16_t* y = static_cast<uint16_t*>(dst.data());
+    const bool bf = dst.dtype() == DType::BF16;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t i = 0; i < n; ++i) y[i] = bf ? float_to_bf16(x[i]) : float_to_fp16(x[i]);
+    return;
+  }
+  if (dst.dtype() == DType::F32 && (src.dtype() == DType::BF16 || src.dtype() == DType::F16)) {
+    const uint16_t* x = static_cast<const uint16_t*>(src.data());
+    float* y = dst.data_as<float>();
+    const bool bf = src.dtype() == DType::BF16;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t i = 0; i < n; ++i) y[i] = bf ? bf16_to_float(x[i]) : fp16_to_float(x[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) store(dst.data(), dst.dtype(), i, load(src.data(), src.dtype(), i));
 }
 
 }  // namespace mt

@@ -9,15 +9,22 @@ using namespace detail;
 
 namespace {
 void dims(const char* op, const Tensor& qkv, int n_head, int64_t& B, int64_t& T, int64_t& C) {
-  check_defined(qkv, op, "qkv"), check_float(qkv, op, "qkv");
+  check_defined(qkv, op, "qkv"), check_activation(qkv, op, "qkv");
   CHECK(qkv.ndim() == 3, "{}: qkv must be [B, T, 3C], has shape {}", op, qkv.shape().str());
   B = qkv.dim(0), T = qkv.dim(1);
   CHECK(qkv.dim(2) % 3 == 0, "{}: qkv's last dimension {} is not 3C", op, qkv.dim(2));
   C = qkv.dim(2) / 3;
   CHECK(n_head >= 1 && C % n_head == 0, "{}: C={} is not divisible by n_head={}", op, C, n_head);
 }
+// An activation-typed argument: qkv's dtype, device, and shape s.
 void same(const char* op, const Tensor& t, const char* name, const Tensor& qkv, const Shape& s) {
   check_defined(t, op, name), check_same_dtype(t, qkv, op, name, "qkv");
+  check_same_device(t, qkv, op, name, "qkv"), check_shape(t, s, op, name);
+}
+// An accumulation-typed argument (datt): dtype acc_dtype(qkv), qkv's device, and shape s.
+void acc(const char* op, const Tensor& t, const char* name, const Tensor& qkv, const Shape& s) {
+  check_defined(t, op, name);
+  check_acc_dtype(t, qkv.dtype(), op, name);
   check_same_device(t, qkv, op, name, "qkv"), check_shape(t, s, op, name);
 }
 }  // namespace
@@ -29,11 +36,10 @@ void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, 
   same(op, out, "out", qkv, Shape{B, T, C});
   same(op, att, "att", qkv, Shape{B, n_head, T, T});
   if (qkv.device() == Device::CUDA) no_cuda(op);
-  if (qkv.dtype() == DType::F32)
-    cpu::attention_forward<float>(out.data_as<float>(), att.data_as<float>(), qkv.data_as<float>(), B, T, C, n_head);
-  else
-    cpu::attention_forward<double>(out.data_as<double>(), att.data_as<double>(), qkv.data_as<double>(), B, T, C,
-                                   n_head);
+  dispatch_storage(qkv.dtype(), [&](auto s) {
+    using S = decltype(s);
+    cpu::attention_forward<S>(storage_ptr<S>(out), storage_ptr<S>(att), storage_ptr<S>(qkv), B, T, C, n_head);
+  });
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& datt, const Tensor& dout, const Tensor& qkv,
@@ -44,14 +50,13 @@ void attention_backward(const Tensor& dqkv, const Tensor& datt, const Tensor& do
   same(op, dqkv, "dqkv", qkv, qkv.shape());
   same(op, dout, "dout", qkv, Shape{B, T, C});
   same(op, att, "att", qkv, Shape{B, n_head, T, T});
-  same(op, datt, "datt", qkv, Shape{B, n_head, T, T});
+  acc(op, datt, "datt", qkv, Shape{B, n_head, T, T});
   if (qkv.device() == Device::CUDA) no_cuda(op);
-  if (qkv.dtype() == DType::F32)
-    cpu::attention_backward<float>(dqkv.data_as<float>(), datt.data_as<float>(), dout.data_as<float>(),
-                                   qkv.data_as<float>(), att.data_as<float>(), B, T, C, n_head);
-  else
-    cpu::attention_backward<double>(dqkv.data_as<double>(), datt.data_as<double>(), dout.data_as<double>(),
-                                    qkv.data_as<double>(), att.data_as<double>(), B, T, C, n_head);
+  dispatch_storage(qkv.dtype(), [&](auto s) {
+    using S = decltype(s);
+    cpu::attention_backward<S>(storage_ptr<S>(dqkv), datt.data_as<cpu::acc_t<S>>(), storage_ptr<S>(dout),
+                               storage_ptr<S>(qkv), storage_ptr<S>(att), B, T, C, n_head);
+  });
 }
 
 }  // namespace mt::kernels

@@ -8,16 +8,11 @@ namespace mt::kernels {
 using namespace detail;
 
 namespace {
-template <typename T>
-void run(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& targets, int64_t N,
-         int64_t Vp, int64_t vocab, double dloss) {
-  T* d = dlogits.defined() ? dlogits.data_as<T>() : nullptr;
-  if (losses.dtype() == DType::F32)
-    cpu::softmax_xent_forward_backward<T, float>(losses.data_as<float>(), d, logits.data_as<T>(),
-                                                 targets.data_as<int32_t>(), N, Vp, vocab, dloss);
-  else
-    cpu::softmax_xent_forward_backward<T, double>(losses.data_as<double>(), d, logits.data_as<T>(),
-                                                  targets.data_as<int32_t>(), N, Vp, vocab, dloss);
+// losses: the accumulation dtype of the logits (fp32 for bf16/fp16); fp32 and fp64 logits take either fp32 or
+// fp64 losses, as they always have.
+void check_losses(const Tensor& losses, const Tensor& logits, const char* op) {
+  if (logits.dtype() == DType::F32 || logits.dtype() == DType::F64) return check_float(losses, op, "losses");
+  check_acc_dtype(losses, logits.dtype(), op, "losses");
 }
 }  // namespace
 
@@ -25,7 +20,7 @@ void softmax_xent_forward_backward(const Tensor& losses, const Tensor& dlogits, 
                                    const Tensor& targets, int64_t vocab, double dloss) {
   const char* op = "softmax_xent_forward_backward";
   check_defined(losses, op, "losses"), check_defined(logits, op, "logits"), check_defined(targets, op, "targets");
-  check_float(logits, op, "logits"), check_float(losses, op, "losses");
+  check_activation(logits, op, "logits"), check_losses(losses, logits, op);
   CHECK(targets.dtype() == DType::I32, "{}: targets must be int32, is {}", op, dtype_name(targets.dtype()));
   check_same_device(losses, logits, op, "losses", "logits"), check_same_device(targets, logits, op, "targets", "logits");
   const int64_t Vp = logits.dim(-1), N = logits.numel() / Vp;
@@ -41,10 +36,16 @@ void softmax_xent_forward_backward(const Tensor& losses, const Tensor& dlogits, 
   const int32_t* t = targets.data_as<int32_t>();
   for (int64_t n = 0; n < N; ++n)
     CHECK(t[n] >= 0 && t[n] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[n], n, vocab);
-  if (logits.dtype() == DType::F32)
-    run<float>(losses, dlogits, logits, targets, N, Vp, vocab, dloss);
-  else
-    run<double>(losses, dlogits, logits, targets, N, Vp, vocab, dloss);
+  dispatch_storage(logits.dtype(), [&](auto s) {
+    using S = decltype(s);
+    S* d = storage_ptr<S>(dlogits);
+    const S* l = storage_ptr<S>(logits);
+    if (losses.dtype() == DType::F32) {
+      cpu::softmax_xent_forward_backward<S, float>(losses.data_as<float>(), d, l, t, N, Vp, vocab, dloss);
+    } else if constexpr (!cpu::is_16bit<S>) {
+      cpu::softmax_xent_forward_backward<S, double>(losses.data_as<double>(), d, l, t, N, Vp, vocab, dloss);
+    }
+  });
 }
 
 }  // namespace mt::kernels

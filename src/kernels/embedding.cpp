@@ -24,8 +24,9 @@ void check_tokens(const char* op, const Tensor& tokens, const Tensor& table, int
       CHECK(t[i] >= 0 && t[i] < bound, "{}: token id {} at position {} is outside [0, {})", op, t[i], i, bound);
   }
 }
+// The tables (or their gradients): wte of any float dtype, wpe (optional) of the same dtype.
 void check_tables(const char* op, const Tensor& wte, const Tensor& wpe, int64_t T, int64_t& C) {
-  check_defined(wte, op, "wte"), check_float(wte, op, "wte");
+  check_defined(wte, op, "wte"), check_activation(wte, op, "wte");
   CHECK(wte.ndim() == 2, "{}: wte {} must be [*, C]", op, wte.shape().str());
   C = wte.dim(1);
   if (!wpe.defined()) return;
@@ -46,14 +47,11 @@ void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wt
   check_defined(out, op, "out"), check_same_dtype(out, wte, op, "out", "wte");
   check_same_device(out, wte, op, "out", "wte"), check_shape(out, Shape{B, T, C}, op, "out");
   if (wte.device() == Device::CUDA) no_cuda(op);
-  if (wte.dtype() == DType::F32)
-    cpu::embedding_forward<float>(out.data_as<float>(), tokens.data_as<int32_t>(), wte.data_as<float>(),
-                                  wpe.defined() ? wpe.data_as<float>() : nullptr, B, T, C, v0,
-                                  wte.dim(0));
-  else
-    cpu::embedding_forward<double>(out.data_as<double>(), tokens.data_as<int32_t>(), wte.data_as<double>(),
-                                   wpe.defined() ? wpe.data_as<double>() : nullptr, B, T, C, v0,
-                                   wte.dim(0));
+  dispatch_storage(wte.dtype(), [&](auto s) {
+    using S = decltype(s);
+    cpu::embedding_forward<S>(storage_ptr<S>(out), tokens.data_as<int32_t>(), storage_ptr<S>(wte),
+                              storage_ptr<S>(wpe), B, T, C, v0, wte.dim(0));
+  });
 }
 
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens, int64_t v0,
@@ -63,15 +61,16 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& do
   check_defined(dwte, op, "dwte");
   check_tokens(op, tokens, dwte, v0, vocab_bound, B, T);
   check_tables(op, dwte, dwpe, T, C);
-  check_defined(dout, op, "dout"), check_same_dtype(dout, dwte, op, "dout", "dwte");
+  check_defined(dout, op, "dout"), check_activation(dout, op, "dout");
+  check_acc_dtype(dwte, dout.dtype(), op, "dwte");  // (and so dwpe, of dwte's dtype)
   check_same_device(dout, dwte, op, "dout", "dwte"), check_shape(dout, Shape{B, T, C}, op, "dout");
   if (dwte.device() == Device::CUDA) no_cuda(op);
-  if (dwte.dtype() == DType::F32)
-    cpu::embedding_backward<float>(dwte.data_as<float>(), dwpe.defined() ? dwpe.data_as<float>() : nullptr,
-                                   dout.data_as<float>(), tokens.data_as<int32_t>(), B, T, C, v0, dwte.dim(0));
-  else
-    cpu::embedding_backward<double>(dwte.data_as<double>(), dwpe.defined() ? dwpe.data_as<double>() : nullptr,
-                                    dout.data_as<double>(), tokens.data_as<int32_t>(), B, T, C, v0, dwte.dim(0));
+  dispatch_storage(dout.dtype(), [&](auto s) {
+    using S = decltype(s);
+    using A = cpu::acc_t<S>;
+    cpu::embedding_backward<S>(storage_ptr<A>(dwte), storage_ptr<A>(dwpe), storage_ptr<S>(dout),
+                               tokens.data_as<int32_t>(), B, T, C, v0, dwte.dim(0));
+  });
 }
 
 }  // namespace mt::kernels

@@ -1,4 +1,7 @@
 // Token + position embedding, forward and backward.
+// Dtypes: tokens int32; wte, wpe and out share the activation dtype S (fp32, fp64, bf16 or fp16); in the
+// backward pass dout is S and dwte, dwpe are in its accumulation dtype A (fp64 for fp64, else fp32). The
+// token + position sum is formed in A and rounded once.
 #pragma once
 #include "core/tensor.h"
 

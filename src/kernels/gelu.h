@@ -1,4 +1,6 @@
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// All arguments share one dtype (fp32, fp64, bf16 or fp16); 16-bit values are computed in fp32 and each output
+// element is rounded once.
 #pragma once
 #include "core/tensor.h"
 

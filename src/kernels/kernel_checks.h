@@ -30,9 +30,7 @@ inline void check_shape(const Tensor& t, const Shape& s, const char* op, const c
   MT_CHECK(t.shape() == s, "{}: {} has shape {}, expected {}", op, name, t.shape().str(), s.str());
 }
 
-// The accumulation dtype of kernels over `activation`-typed tensors: the dtype of LayerNorm statistics, losses,
-// attention-gradient scratch and parameter gradients (fp32 for fp32, bf16 and fp16; fp64 for fp64).
-inline DType acc_dtype(DType activation) { return activation == DType::F64 ? DType::F64 : DType::F32; }
+using mt::acc_dtype;  // core/dtype.h
 
 inline void check_activation(const Tensor& t, const char* op, const char* name) {
   MT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
@@ -53,6 +51,29 @@ decltype(auto) dispatch_storage(DType t, F&& f) {
 [[noreturn]] inline void no_cuda(const char* op) {
   MT_CHECK(false, "{}: tensor is on cuda, but meshtrain was built without the CUDA backend", op);
   __builtin_unreachable();
+}
+
+// The dtype of a CPU storage type (float, double, cpu::bf16, cpu::fp16).
+template <typename S>
+constexpr DType storage_dtype() {
+  if constexpr (std::is_same_v<S, double>) return DType::F64;
+  else if constexpr (std::is_same_v<S, cpu::bf16>) return DType::BF16;
+  else if constexpr (std::is_same_v<S, cpu::fp16>) return DType::F16;
+  else return DType::F32;
+}
+
+// t's elements as S* (nullptr when t is undefined: an optional argument), for the S chosen by dispatch_storage.
+template <typename S>
+S* storage_ptr(const Tensor& t) {
+  MT_CHECK(!t.defined() || t.dtype() == storage_dtype<S>(), "tensor is {}, accessed as {}", dtype_name(t.dtype()),
+           dtype_name(storage_dtype<S>()));
+  return static_cast<S*>(t.data());
+}
+
+// An argument in the accumulation dtype of `activation` (statistics, losses, parameter gradients).
+inline void check_acc_dtype(const Tensor& t, DType activation, const char* op, const char* name) {
+  MT_CHECK(t.dtype() == acc_dtype(activation), "{}: {} is {}, expected {} (the accumulation dtype of {})", op, name,
+           dtype_name(t.dtype()), dtype_name(acc_dtype(activation)), dtype_name(activation));
 }
 
 }  // namespace mt::kernels::detail

@@ -1,4 +1,7 @@
 // LayerNorm over the last dimension (eps 1e-5, as GPT-2), forward and backward.
+// Dtypes: inp, out, weight, bias, dout and dinp share the activation dtype S (fp32, fp64, bf16 or fp16); mean,
+// rstd, dweight and dbias are in its accumulation dtype A (fp64 for fp64, else fp32). All arithmetic is in A;
+// each S output element is rounded once.
 #pragma once
 #include "core/tensor.h"
 

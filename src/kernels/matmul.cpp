@@ -25,7 +25,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
                     WeightLayout layout) {
   const char* op = "matmul_forward";
   check_defined(out, op, "out"), check_defined(inp, op, "inp"), check_defined(weight, op, "weight");
-  check_float(inp, op, "inp");
+  check_activation(inp, op, "inp");
   check_same_dtype(out, inp, op, "out", "inp"), check_same_dtype(weight, inp, op, "weight", "inp");
   check_same_device(out, inp, op, "out", "inp"), check_same_device(weight, inp, op, "weight", "inp");
   int64_t C, OC;
@@ -38,19 +38,18 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
   }
   if (inp.device() == Device::CUDA) no_cuda(op);
-  if (inp.dtype() == DType::F32)
-    cpu::matmul_forward<float>(out.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
-                               bias.defined() ? bias.data_as<float>() : nullptr, N, C, OC, layout);
-  else
-    cpu::matmul_forward<double>(out.data_as<double>(), inp.data_as<double>(), weight.data_as<double>(),
-                                bias.defined() ? bias.data_as<double>() : nullptr, N, C, OC, layout);
+  dispatch_storage(inp.dtype(), [&](auto s) {
+    using S = decltype(s);
+    cpu::matmul_forward<S>(storage_ptr<S>(out), storage_ptr<S>(inp), storage_ptr<S>(weight), storage_ptr<S>(bias), N,
+                           C, OC, layout);
+  });
 }
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, WeightLayout layout) {
   const char* op = "matmul_backward";
   check_defined(dout, op, "dout"), check_defined(inp, op, "inp"), check_defined(weight, op, "weight");
-  check_float(inp, op, "inp");
+  check_activation(inp, op, "inp");
   check_same_dtype(dout, inp, op, "dout", "inp"), check_same_dtype(weight, inp, op, "weight", "inp");
   check_same_device(dout, inp, op, "dout", "inp"), check_same_device(weight, inp, op, "weight", "inp");
   int64_t C, OC;
@@ -63,24 +62,20 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     CHECK(dinp.numel() == N * C, "{}: dinp has shape {}, inp {}", op, dinp.shape().str(), inp.shape().str());
   }
   if (dweight.defined()) {
-    check_same_dtype(dweight, inp, op, "dweight", "inp"), check_same_device(dweight, inp, op, "dweight", "inp");
+    check_acc_dtype(dweight, inp.dtype(), op, "dweight"), check_same_device(dweight, inp, op, "dweight", "inp");
     check_shape(dweight, weight.shape(), op, "dweight");
   }
   if (dbias.defined()) {
-    check_same_dtype(dbias, inp, op, "dbias", "inp"), check_same_device(dbias, inp, op, "dbias", "inp");
+    check_acc_dtype(dbias, inp.dtype(), op, "dbias"), check_same_device(dbias, inp, op, "dbias", "inp");
     CHECK(dbias.numel() == OC, "{}: dbias has {} elements, expected {}", op, dbias.numel(), OC);
   }
   if (inp.device() == Device::CUDA) no_cuda(op);
-  if (inp.dtype() == DType::F32)
-    cpu::matmul_backward<float>(dinp.defined() ? dinp.data_as<float>() : nullptr,
-                                dweight.defined() ? dweight.data_as<float>() : nullptr,
-                                dbias.defined() ? dbias.data_as<float>() : nullptr, dout.data_as<float>(),
-                                inp.data_as<float>(), weight.data_as<float>(), N, C, OC, layout);
-  else
-    cpu::matmul_backward<double>(dinp.defined() ? dinp.data_as<double>() : nullptr,
-                                 dweight.defined() ? dweight.data_as<double>() : nullptr,
-                                 dbias.defined() ? dbias.data_as<double>() : nullptr, dout.data_as<double>(),
-                                 inp.data_as<double>(), weight.data_as<double>(), N, C, OC, layout);
+  dispatch_storage(inp.dtype(), [&](auto s) {
+    using S = decltype(s);
+    using A = cpu::acc_t<S>;
+    cpu::matmul_backward<S>(storage_ptr<S>(dinp), storage_ptr<A>(dweight), storage_ptr<A>(dbias),
+                            storage_ptr<S>(dout), storage_ptr<S>(inp), storage_ptr<S>(weight), N, C, OC, layout);
+  });
 }
 
 }  // namespace mt::kernels

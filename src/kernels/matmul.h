@@ -1,6 +1,9 @@
 // Matmul with bias, forward and backward. Row-major throughout; N = B*T rows.
 // Weight layouts: GPT-2's Conv1D weights are stored [in, out] (InOut); the tied LM head reads the token
 // embedding wte[V, C] as [out, in] (OutIn), so the head needs no transposed copy.
+// Dtypes: inp, weight, bias, out, dout and dinp share the activation dtype S (fp32, fp64, bf16 or fp16);
+// dweight and dbias are in its accumulation dtype A (fp64 for fp64, else fp32). The product accumulates in A
+// and each S output element is rounded once (as cuBLASLt with fp32 accumulation does).
 #pragma once
 #include "core/tensor.h"
 
@@ -13,8 +16,8 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
                     WeightLayout layout);
 
 // dinp[N, C] = dout @ W^T    (overwritten; skipped when dinp is undefined)
-// dweight   += inp^T @ dout  (accumulated, in the weight's layout)
-// dbias     += sum_n dout    (accumulated; skipped when dbias is undefined)
+// dweight   += inp^T @ dout  (accumulated in A, in the weight's layout; skipped when dweight is undefined)
+// dbias     += sum_n dout    (accumulated in A; skipped when dbias is undefined)
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, WeightLayout layout);
 

@@ -27,13 +27,12 @@ void check_scalar(const char* op, const Tensor& t, const char* name) {
 template <bool kSquare>
 void accumulate_reduction(const char* op, const Tensor& acc, const Tensor& x) {
   check_scalar(op, acc, "acc");
-  check_defined(x, op, "x"), check_float(x, op, "x"), check_same_device(acc, x, op, "acc", "x");
+  check_defined(x, op, "x"), check_activation(x, op, "x"), check_same_device(acc, x, op, "acc", "x");
   if (x.device() == Device::CUDA) no_cuda(op);
-  double s;
-  if (x.dtype() == DType::F32)
-    s = kSquare ? cpu::sum_squares(x.data_as<float>(), x.numel()) : cpu::sum(x.data_as<float>(), x.numel());
-  else
-    s = kSquare ? cpu::sum_squares(x.data_as<double>(), x.numel()) : cpu::sum(x.data_as<double>(), x.numel());
+  const double s = dispatch_storage(x.dtype(), [&](auto t) {
+    using S = decltype(t);
+    return kSquare ? cpu::sum_squares(storage_ptr<S>(x), x.numel()) : cpu::sum(storage_ptr<S>(x), x.numel());
+  });
   store1(acc, load1(acc) + s);
 }
 }  // namespace
@@ -44,12 +43,15 @@ void sum_squares_accumulate(const Tensor& acc, const Tensor& x) {
   accumulate_reduction<true>("sum_squares_accumulate", acc, x);
 }
 
-void clip_scale(const Tensor& scale, const Tensor& norm, const Tensor& norm_sq, double max_norm) {
+void clip_scale(const Tensor& scale, const Tensor& norm, const Tensor& norm_sq, double max_norm,
+                double inv_loss_scale) {
   const char* op = "clip_scale";
+  CHECK(std::isfinite(inv_loss_scale) && inv_loss_scale > 0, "{}: inv_loss_scale = {} must be finite and > 0", op,
+        inv_loss_scale);
   check_scalar(op, scale, "scale"), check_scalar(op, norm, "norm"), check_scalar(op, norm_sq, "norm_sq");
   check_same_device(scale, norm_sq, op, "scale", "norm_sq"), check_same_device(norm, norm_sq, op, "norm", "norm_sq");
   if (norm_sq.device() == Device::CUDA) no_cuda(op);
-  const double n = std::sqrt(load1(norm_sq));
+  const double n = std::sqrt(load1(norm_sq)) * inv_loss_scale;  // the unscaled gradients' norm
   // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), applied only when it is < 1.
   // A non-finite norm gives a non-finite or zero scale, as in PyTorch; the loss scaler deals with it.
   double s = 1.0;
@@ -58,7 +60,7 @@ void clip_scale(const Tensor& scale, const Tensor& norm, const Tensor& norm_sq, 
     if (coef < 1.0) s = coef;
   }
   store1(norm, n);
-  store1(scale, s);
+  store1(scale, s * inv_loss_scale);  // unscales as it clips: AdamW's grad * scale is the true, clipped gradient
 }
 
 }  // namespace mt::kernels

@@ -17,7 +17,7 @@ struct Dims {
 
 // Checks shared by the three steps; returns the row count, local width and number of real local columns.
 Dims check_logits(const Tensor& logits, int64_t v0, int64_t vocab, const char* op) {
-  check_defined(logits, op, "logits"), check_float(logits, op, "logits");
+  check_defined(logits, op, "logits"), check_activation(logits, op, "logits");
   CHECK(logits.ndim() >= 1 && logits.dim(-1) >= 1, "{}: logits has shape {}", op, logits.shape().str());
   CHECK(v0 >= 0, "{}: v0 {} must be >= 0", op, v0);
   CHECK(vocab >= 1, "{}: vocab {} must be >= 1", op, vocab);
@@ -26,10 +26,11 @@ Dims check_logits(const Tensor& logits, int64_t v0, int64_t vocab, const char* o
   return {logits.numel() / Vl, Vl, std::clamp<int64_t>(vocab - v0, 0, Vl)};
 }
 
-// A per-row buffer (row_max, stats) of the logits' dtype and device with `numel` elements.
+// A per-row buffer (row_max, stats) in the logits' accumulation dtype, on their device, with `numel` elements.
 void check_row_buffer(const Tensor& t, const Tensor& logits, int64_t numel, const char* op, const char* name) {
   check_defined(t, op, name);
-  check_same_dtype(t, logits, op, name, "logits"), check_same_device(t, logits, op, name, "logits");
+  check_acc_dtype(t, logits.dtype(), op, name);
+  check_same_device(t, logits, op, name, "logits");
   CHECK(t.numel() == numel, "{}: {} has {} elements, expected {}", op, name, t.numel(), numel);
 }
 
@@ -43,18 +44,11 @@ void check_targets(const Tensor& targets, const Tensor& logits, int64_t N, int64
     CHECK(t[n] >= 0 && t[n] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[n], n, vocab);
 }
 
-template <typename T>
-void finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
-            const Tensor& row_max, const Tensor& stats, int64_t v0, const Dims& d, double dloss) {
-  T* dl = dlogits.defined() ? dlogits.data_as<T>() : nullptr;
-  const T *l = logits.data_as<T>(), *mx = row_max.data_as<T>(), *st = stats.data_as<T>();
-  const int32_t* t = targets.data_as<int32_t>();
-  if (losses.dtype() == DType::F32)
-    cpu::vocab_parallel_xent_finish<T, float>(losses.data_as<float>(), dl, l, t, mx, st, d.N, d.Vl, v0, d.nreal,
-                                              dloss);
-  else
-    cpu::vocab_parallel_xent_finish<T, double>(losses.data_as<double>(), dl, l, t, mx, st, d.N, d.Vl, v0, d.nreal,
-                                               dloss);
+// losses: the accumulation dtype of the logits (fp32 for bf16/fp16); fp32 and fp64 logits take either fp32 or
+// fp64 losses, as they always have.
+void check_losses(const Tensor& losses, const Tensor& logits, const char* op) {
+  if (logits.dtype() == DType::F32 || logits.dtype() == DType::F64) return check_float(losses, op, "losses");
+  check_acc_dtype(losses, logits.dtype(), op, "losses");
 }
 
 }  // namespace
@@ -63,11 +57,11 @@ void vocab_parallel_xent_local_max(const Tensor& row_max, const Tensor& logits, 
   const char* op = "vocab_parallel_xent_local_max";
   const Dims d = check_logits(logits, v0, vocab, op);
   check_row_buffer(row_max, logits, d.N, op, "row_max");
-  if (logits.dtype() == DType::F32)
-    cpu::vocab_parallel_xent_local_max<float>(row_max.data_as<float>(), logits.data_as<float>(), d.N, d.Vl, d.nreal);
-  else
-    cpu::vocab_parallel_xent_local_max<double>(row_max.data_as<double>(), logits.data_as<double>(), d.N, d.Vl,
-                                               d.nreal);
+  dispatch_storage(logits.dtype(), [&](auto s) {
+    using S = decltype(s);
+    cpu::vocab_parallel_xent_local_max<S>(row_max.data_as<cpu::acc_t<S>>(), storage_ptr<S>(logits), d.N, d.Vl,
+                                          d.nreal);
+  });
 }
 
 void vocab_parallel_xent_local_sums(const Tensor& stats, const Tensor& logits, const Tensor& targets,
@@ -77,14 +71,12 @@ void vocab_parallel_xent_local_sums(const Tensor& stats, const Tensor& logits, c
   check_row_buffer(stats, logits, 2 * d.N, op, "stats");
   check_row_buffer(row_max, logits, d.N, op, "row_max");
   check_targets(targets, logits, d.N, vocab, op);
-  if (logits.dtype() == DType::F32)
-    cpu::vocab_parallel_xent_local_sums<float>(stats.data_as<float>(), logits.data_as<float>(),
-                                               targets.data_as<int32_t>(), row_max.data_as<float>(), d.N, d.Vl, v0,
-                                               d.nreal);
-  else
-    cpu::vocab_parallel_xent_local_sums<double>(stats.data_as<double>(), logits.data_as<double>(),
-                                                targets.data_as<int32_t>(), row_max.data_as<double>(), d.N, d.Vl,
-                                                v0, d.nreal);
+  dispatch_storage(logits.dtype(), [&](auto s) {
+    using S = decltype(s);
+    using A = cpu::acc_t<S>;
+    cpu::vocab_parallel_xent_local_sums<S>(stats.data_as<A>(), storage_ptr<S>(logits), targets.data_as<int32_t>(),
+                                           row_max.data_as<A>(), d.N, d.Vl, v0, d.nreal);
+  });
 }
 
 void vocab_parallel_xent_finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits,
@@ -92,7 +84,7 @@ void vocab_parallel_xent_finish(const Tensor& losses, const Tensor& dlogits, con
                                 int64_t vocab, double dloss) {
   const char* op = "vocab_parallel_xent_finish";
   const Dims d = check_logits(logits, v0, vocab, op);
-  check_defined(losses, op, "losses"), check_float(losses, op, "losses");
+  check_defined(losses, op, "losses"), check_losses(losses, logits, op);
   check_same_device(losses, logits, op, "losses", "logits");
   CHECK(losses.numel() == d.N, "{}: losses has {} elements, expected N={}", op, losses.numel(), d.N);
   check_row_buffer(stats, logits, 2 * d.N, op, "stats");
@@ -104,10 +96,21 @@ void vocab_parallel_xent_finish(const Tensor& losses, const Tensor& dlogits, con
     CHECK(dlogits.numel() == logits.numel() && dlogits.dim(-1) == d.Vl, "{}: dlogits has shape {}, logits {}", op,
           dlogits.shape().str(), logits.shape().str());
   }
-  if (logits.dtype() == DType::F32)
-    finish<float>(losses, dlogits, logits, targets, row_max, stats, v0, d, dloss);
-  else
-    finish<double>(losses, dlogits, logits, targets, row_max, stats, v0, d, dloss);
+  dispatch_storage(logits.dtype(), [&](auto s) {
+    using S = decltype(s);
+    using A = cpu::acc_t<S>;
+    S* dl = storage_ptr<S>(dlogits);
+    const S* l = storage_ptr<S>(logits);
+    const A *mx = row_max.data_as<A>(), *st = stats.data_as<A>();
+    const int32_t* t = targets.data_as<int32_t>();
+    if (losses.dtype() == DType::F32) {
+      cpu::vocab_parallel_xent_finish<S, float>(losses.data_as<float>(), dl, l, t, mx, st, d.N, d.Vl, v0, d.nreal,
+                                                dloss);
+    } else if constexpr (!cpu::is_16bit<S>) {
+      cpu::vocab_parallel_xent_finish<S, double>(losses.data_as<double>(), dl, l, t, mx, st, d.N, d.Vl, v0,
+                                                 d.nreal, dloss);
+    }
+  });
 }
 
 }  // namespace mt::kernels

@@ -16,10 +16,12 @@
 // them (garbage, inf, NaN) changes nothing. Over tp = 1 (v0 = 0, Vl = Vp) the three steps with no reduction
 // compute what softmax_xent_forward_backward (kernels/crossentropy.h) does.
 //
-// Common arguments: logits [..., Vl] fp32 or fp64 with N = numel / Vl rows; v0 >= 0 the global index of this
-// rank's first column; vocab >= 1 the real (unpadded) vocabulary size; targets int32 with N elements, each in
-// [0, vocab) (global ids). row_max (N elements) and stats ([2, N]: sum_exp in stats[0, :], target_logit in
-// stats[1, :]) have the logits' dtype, so the communicator reduces them as they are.
+// Common arguments: logits [..., Vl] of dtype S (fp32, fp64, bf16 or fp16) with N = numel / Vl rows; v0 >= 0 the
+// global index of this rank's first column; vocab >= 1 the real (unpadded) vocabulary size; targets int32 with N
+// elements, each in [0, vocab) (global ids). row_max (N elements) and stats ([2, N]: sum_exp in stats[0, :],
+// target_logit in stats[1, :]) are in the accumulation dtype A = acc_dtype(S) (fp32, or fp64 for fp64 logits), so
+// the communicator reduces them as they are and 16-bit logits never round the max or the sums. All arithmetic is
+// in A; with 16-bit S only dlogits is rounded, once per element.
 #pragma once
 #include "core/tensor.h"
 
@@ -36,7 +38,8 @@ void vocab_parallel_xent_local_max(const Tensor& row_max, const Tensor& logits, 
 void vocab_parallel_xent_local_sums(const Tensor& stats, const Tensor& logits, const Tensor& targets,
                                     const Tensor& row_max, int64_t v0, int64_t vocab);
 
-// Step 3. row_max and stats must be the GLOBAL (reduced) values. Overwrites losses[N] (fp32 or fp64) with
+// Step 3. row_max and stats must be the GLOBAL (reduced) values. Overwrites losses[N] (dtype A; fp32 or fp64 for
+// fp32 and fp64 logits) with
 // log(stats[0, n]) + row_max[n] - stats[1, n], the same on every rank. If dlogits is defined (same shape and
 // dtype as logits; it may alias logits, the gradient then replaces the logits in place) it is overwritten with
 // this rank's slice of the gradient of dloss * sum_n losses[n]:

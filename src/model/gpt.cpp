@@ -99,16 +99,17 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
     for (int s = 0; s < kSlotsPerLayer; ++s) layer_params_[i * kSlotsPerLayer + s] = table_.index_of(layer_name(cfg_.layer_begin + i, s));
   const int64_t n = table_.total_numel();
   if (params.defined() || grads.defined()) {
-    CHECK(params.numel() == n && grads.numel() == n && params.dtype() == dtype && grads.dtype() == dtype,
-          "GPT: given buffers of {} and {} elements, the stage needs {} of {}", params.numel(), grads.numel(), n,
-          dtype_name(dtype));
+    CHECK(params.numel() == n && grads.numel() == n && params.dtype() == dtype && grads.dtype() == acc_dtype(dtype),
+          "GPT: given buffers of {} {} and {} {} elements, the stage needs {} of {} and {}", params.numel(),
+          dtype_name(params.dtype()), grads.numel(), dtype_name(grads.dtype()), n, dtype_name(dtype),
+          dtype_name(acc_dtype(dtype)));
     params_ = params;
     grads_ = grads;
     zero_(params_);
     zero_(grads_);
   } else {
     params_ = Tensor::zeros({n}, dtype, device);
-    grads_ = Tensor::zeros({n}, dtype, device);
+    grads_ = Tensor::zeros({n}, acc_dtype(dtype), device);
   }
 }
 
@@ -126,10 +127,14 @@ int64_t GPT::num_parameters() const {
   return n;
 }
 
-void GPT::init(uint64_t seed, double std) {
+void GPT::init(uint64_t seed, double std, const Tensor& into) {
   CHECK(device_ == Device::CPU, "init on cpu; the CUDA backend initialises on the host and copies");
+  const Tensor flat = into.defined() ? into : params_;
+  CHECK(flat.numel() == params_.numel(), "init: a buffer of {} elements for {} parameters", flat.numel(),
+        params_.numel());
   const double proj_std = std / std::sqrt(2.0 * cfg_.n_layer);  // GPT-2: residual projections scaled by 1/sqrt(2L)
-  zero_(params_);
+  zero_(flat);
+  std::vector<double> vals;
   for (int p = 0; p < table_.size(); ++p) {
     const ParamSpec& s = table_[p];
     const bool is_ln_weight = s.name.find("ln_") != std::string::npos && s.name.find(".weight") != std::string::npos;
@@ -138,17 +143,15 @@ void GPT::init(uint64_t seed, double std) {
     const bool is_proj = s.name.find("c_proj.weight") != std::string::npos;
     const double sd = is_proj ? proj_std : std;
     const uint64_t stream = fnv1a64(s.name);
-    Tensor t = param(p);
     // Walk this rank's shard run by run; global indices past the full tensor are vocabulary padding (stay 0).
+    vals.assign(s.numel(), 0.0);
     const int64_t len = s.run_length(), full = s.full_numel();
     for (int64_t q = 0; q < s.num_runs(); ++q) {
       const int64_t g0 = s.run_global_begin(q), l0 = q * len;
-      for (int64_t i = 0; i < len && g0 + i < full; ++i) {
-        const double v = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(g0 + i));
-        if (dtype_ == DType::F64) t.data_as<double>()[l0 + i] = v;
-        else t.data_as<float>()[l0 + i] = static_cast<float>(v);
-      }
+      for (int64_t i = 0; i < len && g0 + i < full; ++i)
+        vals[l0 + i] = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(g0 + i));
     }
+    copy_convert(flat.slice(s.offset, s.shape), Tensor(vals.data(), s.shape, DType::F64));
   }
 }
 
@@ -159,6 +162,7 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
   CHECK(!sp || N % cfg_.tp == 0, "sequence parallelism: {} rows (B*T) are not divisible by tp {}", N, cfg_.tp);
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream and LayerNorm regions on this rank
   const int L = cfg_.stage_layers();
+  const DType acc = acc_dtype(dtype_);  // LayerNorm statistics and losses
   Activations a;
   a.B = B;
   a.T = T;
@@ -168,27 +172,27 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
   a.layers.resize(L);
   for (auto& la : a.layers) {
     la.ln1 = arena.alloc({Ns, Cf}, dtype_);
-    la.ln1_mean = arena.alloc({Ns}, dtype_);
-    la.ln1_rstd = arena.alloc({Ns}, dtype_);
+    la.ln1_mean = arena.alloc({Ns}, acc);
+    la.ln1_rstd = arena.alloc({Ns}, acc);
     la.qkv = arena.alloc({N, 3 * C}, dtype_);
     la.att = arena.alloc({B, NH, T, T}, dtype_);
     la.atty = arena.alloc({N, C}, dtype_);
     la.res_attn = arena.alloc({Ns, Cf}, dtype_);
     la.ln2 = arena.alloc({Ns, Cf}, dtype_);
-    la.ln2_mean = arena.alloc({Ns}, dtype_);
-    la.ln2_rstd = arena.alloc({Ns}, dtype_);
+    la.ln2_mean = arena.alloc({Ns}, acc);
+    la.ln2_rstd = arena.alloc({Ns}, acc);
     la.fch = arena.alloc({N, 4 * C}, dtype_);
     la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
   }
   if (last) {
     a.lnf = arena.alloc({Ns, Cf}, dtype_);
-    a.lnf_mean = arena.alloc({Ns}, dtype_);
-    a.lnf_rstd = arena.alloc({Ns}, dtype_);
+    a.lnf_mean = arena.alloc({Ns}, acc);
+    a.lnf_rstd = arena.alloc({Ns}, acc);
     a.logits = arena.alloc({N, vocab_shard()}, dtype_);
-    a.losses = arena.alloc({N}, dtype_);
+    a.losses = arena.alloc({N}, acc);
     if (cfg_.tp > 1) {
-      a.xent_max = arena.alloc({N}, dtype_);
-      a.xent_stats = arena.alloc({2, N}, dtype_);
+      a.xent_max = arena.alloc({N}, acc);
+      a.xent_stats = arena.alloc({2, N}, acc);
     }
   }
   if (sp) a.sp_full = arena.alloc({N, Cf}, dtype_);
@@ -331,8 +335,8 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   Tensor datty = tp ? arena.alloc({N, Cl}, dtype_) : dln;  // c_proj's input gradient (local heads)
   Tensor dqkv = split ? Tensor() : arena.alloc({N, 3 * Cl}, dtype_);
   Tensor dfch = split ? Tensor() : arena.alloc({N, 4 * Cl}, dtype_);
-  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), dtype_);
-  Tensor ln_grads = sp ? arena.alloc({2, C}, dtype_) : Tensor();  // sp: one LayerNorm's partial dweight | dbias
+  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), grads_.dtype());  // fp32 scratch
+  Tensor ln_grads = sp ? arena.alloc({2, C}, grads_.dtype()) : Tensor();  // sp: one LayerNorm's partial dweight | dbias
 
   // Column-parallel layers (and the vocab-parallel head) give a partial input gradient in dln_full: all-reduced
   // over tp (the backward of Megatron's f) before the replicated LayerNorm backward; with sequence parallelism

@@ -92,11 +92,15 @@ ParamTable gpt_param_table(const GPTConfig& cfg);
 
 class GPT {
  public:
-  // dtype: F32 for training, F64 for gradient checks. Buffers are zero until init() or load_safetensors().
+  // dtype: the compute dtype of the parameters and activations: F32, BF16 or F16 for training (a 16-bit model
+  // is the compute copy of fp32 master weights the optimizer keeps), F64 for gradient checks. Gradients,
+  // LayerNorm statistics and losses are in acc_dtype(dtype) (fp32, or fp64 for fp64), so gradients accumulate
+  // over micro-batches in fp32. Buffers are zero until init() or load_safetensors().
   // CHECKs that n_head and 4 * d_model divide by cfg.tp (the config validation reports these as input errors
   // first) and 0 <= tp_rank < tp.
-  // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements, e.g. views into one
-  // rank-wide buffer holding several pipeline chunks) the model uses them instead of allocating its own.
+  // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements of dtype and
+  // acc_dtype(dtype), e.g. views into one rank-wide buffer holding several pipeline chunks) the model uses them
+  // instead of allocating its own.
   GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {});
 
   const GPTConfig& config() const { return cfg_; }
@@ -108,8 +112,9 @@ class GPT {
   int vocab_shard() const { return vp_ / cfg_.tp; }               // Vp / tp rows of wte on this rank
   int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
   const ParamTable& table() const { return table_; }
-  Tensor params() const { return params_; }  // flat, table().total_numel() elements
-  Tensor grads() const { return grads_; }    // flat, same layout
+  Tensor params() const { return params_; }  // flat, table().total_numel() elements of the compute dtype
+  Tensor grads() const { return grads_; }    // flat, same layout, acc_dtype(compute dtype)
+  DType grad_dtype() const { return grads_.dtype(); }
   Tensor param(int i) const;                 // a view of parameter i in the flat parameter buffer
   Tensor grad(int i) const;
   Tensor param(const std::string& name) const;
@@ -119,12 +124,14 @@ class GPT {
   // weight 1, vocabulary padding 0. Element g (its global index, ParamSpec::global_index) of parameter p is
   // std * philox_normal(seed, fnv1a64(p's name), g), so each tp rank draws exactly its shard and the full
   // weights do not depend on how parameters are laid out or sharded.
-  void init(uint64_t seed, double std);
+  // `into`, when given, is a flat buffer laid out like params() (any float dtype, e.g. the fp32 masters of a
+  // 16-bit model) that receives the weights instead of params().
+  void init(uint64_t seed, double std, const Tensor& into = {});
 
   // Loads GPT-2 Hugging Face weights (F32/BF16/F16; "transformer." prefix optional; attention-mask buffers
   // and a tied lm_head ignored): the file holds full tensors, and this rank decodes only its shard of each.
-  // Throws InputError for a malformed file or missing/unknown/mis-shaped tensors.
-  void load_safetensors(const std::string& path);
+  // Throws InputError for a malformed file or missing/unknown/mis-shaped tensors. `into` as in init().
+  void load_safetensors(const std::string& path, const Tensor& into = {});
   // Writes every parameter (unpadded, F32) under its GPT-2 name (tp = 1 only: with tp > 1 gather the shards with
   // assemble_full and write them with write_full_safetensors, model/tp_shard.h).
   void export_safetensors(const std::string& path) const;

@@ -71,7 +71,10 @@ void decode_range(const SafetensorsFile& f, const SafetensorInfo& info, int64_t 
 
 }  // namespace
 
-void GPT::load_safetensors(const std::string& path) {
+void GPT::load_safetensors(const std::string& path, const Tensor& into) {
+  const Tensor flat = into.defined() ? into : params_;
+  CHECK(flat.numel() == params_.numel(), "load_safetensors: a buffer of {} elements for {} parameters", flat.numel(),
+        params_.numel());
   SafetensorsFile f = SafetensorsFile::open(path);
   std::set<std::string> loaded;
   // A pipeline stage holds some of the model's tensors: the rest belong to other stages, not to no model.
@@ -79,7 +82,7 @@ void GPT::load_safetensors(const std::string& path) {
   whole.layer_begin = 0;
   whole.layer_end = -1;
   const ParamTable all = gpt_param_table(whole);
-  zero_(params_);
+  zero_(flat);
   for (const SafetensorInfo& info : f.tensors()) {
     if (ignorable(strip_prefix(info.name)) || ignorable(info.name)) continue;
     const std::string name = strip_prefix(info.name);
@@ -113,7 +116,7 @@ void GPT::load_safetensors(const std::string& path) {
       const int64_t n = std::max<int64_t>(0, std::min(len, full - g0));
       if (n > 0) decode_range(f, info, g0, n, buf.data() + q * len);
     }
-    copy_convert(param(p), Tensor(buf.data(), s.shape, DType::F64));
+    copy_convert(flat.slice(s.offset, s.shape), Tensor(buf.data(), s.shape, DType::F64));
   }
   for (const ParamSpec& s : table_.specs())
     if (!loaded.count(s.name)) input_error("{}: tensor '{}' is missing", path, s.name);

@@ -59,7 +59,7 @@ PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& la
     base_[c] = append_table(table_, tables[c]);
   }
   params_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype);
-  grads_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype);
+  grads_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, acc_dtype(dtype));
   for (int c = 0; c < v; ++c) {
     const Shape n{tables[c].total_numel()};
     chunks_.push_back(std::make_unique<GPT>(stage_config(base, layers_per_stage, stage(c)), dtype, Device::CPU,
@@ -85,12 +85,16 @@ void PipelineChunks::set_tp_comm(Communicator* tp) {
   for (auto& c : chunks_) c->set_tp_comm(tp);
 }
 
-void PipelineChunks::init(uint64_t seed, double std) {
-  for (auto& c : chunks_) c->init(seed, std);
+Tensor PipelineChunks::chunk_view(const Tensor& flat, int c) const {
+  return flat.defined() ? flat.slice(base_[c], {chunks_[c]->table().total_numel()}) : Tensor();
 }
 
-void PipelineChunks::load_safetensors(const std::string& path) {
-  for (auto& c : chunks_) c->load_safetensors(path);
+void PipelineChunks::init(uint64_t seed, double std, const Tensor& into) {
+  for (int c = 0; c < size(); ++c) chunks_[c]->init(seed, std, chunk_view(into, c));
+}
+
+void PipelineChunks::load_safetensors(const std::string& path, const Tensor& into) {
+  for (int c = 0; c < size(); ++c) chunks_[c]->load_safetensors(path, chunk_view(into, c));
 }
 
 }  // namespace mt

@@ -41,8 +41,11 @@ class PipelineChunks {
   int64_t num_parameters() const;  // of the whole model, as GPT-2 counts them
 
   void set_tp_comm(Communicator* tp);
-  void init(uint64_t seed, double std);
-  void load_safetensors(const std::string& path);
+  // As GPT::init / load_safetensors; `into`, when given, is a buffer laid out like params() (e.g. fp32 masters).
+  void init(uint64_t seed, double std, const Tensor& into = {});
+  void load_safetensors(const std::string& path, const Tensor& into = {});
+  // Chunk c's part of a flat buffer laid out like params() (undefined for an undefined buffer).
+  Tensor chunk_view(const Tensor& flat, int c) const;
 
   // With more than one stage: the chunk holding a copy of the tied wte (stage 0 or stage S-1), else -1.
   int tied_chunk() const { return tied_chunk_; }

@@ -1,6 +1,8 @@
 // Optimizer step: clip by global norm (computed on the device), then AdamW per segment.
 #include "optim/optimizer.h"
 
+#include <cmath>
+
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
@@ -14,7 +16,7 @@ std::vector<OptimSegment> param_segments(const ParamTable& table) {
 
 Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
                      const OptimizerSettings& s, Communicator* norm_group, Communicator* tp_group,
-                     Communicator* pp_group)
+                     Communicator* pp_group, bool keep_masters)
     : segments_(std::move(segments)), s_(s), norm_group_(norm_group),
       tp_group_(tp_group && tp_group->size() > 1 ? tp_group : nullptr),
       pp_group_(pp_group && pp_group->size() > 1 ? pp_group : nullptr) {
@@ -23,14 +25,28 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
           g.state_offset, g.numel, state_numel);
   m_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   v_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
+  if (keep_masters) masters_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   norm_sq_ = Tensor::zeros({1}, dtype, device);
   norm_ = Tensor::zeros({1}, dtype, device);
   scale_ = Tensor::zeros({1}, dtype, device);
   rep_sq_ = Tensor::zeros({1}, dtype, device);
 }
 
-void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
-  ++t_;
+void Optimizer::load_masters(const Tensor& full) {
+  CHECK(keeps_masters(), "load_masters: this optimizer updates the parameters in place");
+  for (const OptimSegment& g : segments_)
+    copy_convert(masters_.slice(g.state_offset, {g.numel}), full.slice(g.offset, {g.numel}));
+}
+
+void Optimizer::store_masters(const Tensor& full) const {
+  CHECK(keeps_masters(), "store_masters: this optimizer updates the parameters in place");
+  for (const OptimSegment& g : segments_)
+    copy_convert(full.slice(g.offset, {g.numel}), masters_.slice(g.state_offset, {g.numel}));
+}
+
+bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, double loss_scale) {
+  CHECK(keeps_masters() == (params.dtype() != m_.dtype()), "optimizer: {} parameters with {} state{}",
+        dtype_name(params.dtype()), dtype_name(m_.dtype()), keeps_masters() ? " and masters" : "");
   zero_(norm_sq_);
   if (!tp_group_) {
     for (const OptimSegment& g : segments_)
@@ -47,7 +63,10 @@ void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
   }
   if (norm_group_) norm_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   if (pp_group_) pp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
-  kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip);
+  kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip, 1.0 / loss_scale);
+  const double norm = norm_.dtype() == DType::F64 ? norm_.data_as<double>()[0] : norm_.data_as<float>()[0];
+  if (!std::isfinite(norm)) return false;
+  ++t_;
   kernels::AdamWHyper h;
   h.lr = lr;
   h.beta1 = s_.beta1;
@@ -58,9 +77,13 @@ void Optimizer::step(const Tensor& params, const Tensor& grads, double lr) {
     if (g.numel == 0) continue;
     h.weight_decay = g.decay ? s_.weight_decay : 0.0;
     const Shape flat{g.numel};
-    kernels::adamw_update(params.slice(g.offset, flat), grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
+    const Tensor param = params.slice(g.offset, flat);
+    const Tensor master = keeps_masters() ? masters_.slice(g.state_offset, flat) : param;
+    kernels::adamw_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
                           v_.slice(g.state_offset, flat), scale_, h);
+    if (keeps_masters()) copy_convert(param, master);  // the compute copy: rounded once per step
   }
+  return true;
 }
 
 }  // namespace mt

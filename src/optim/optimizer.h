@@ -1,7 +1,9 @@
 // The optimizer step over flat buffers: global gradient-norm clipping, then AdamW segment by segment (decay on
 // matrices and embeddings only). A segment is a range of the params and grads buffers and a range of the moment
 // buffers: one per parameter for a full optimizer, or the pieces of this rank's shards under ZeRO-1 (moments
-// packed, so they take 1/dp of the memory). fp32 moments live here.
+// packed, so they take 1/dp of the memory). fp32 moments live here, and with a 16-bit compute copy the fp32
+// master weights too, packed like the moments (so ZeRO-1 shards them as well): the update goes to the masters and
+// each updated segment is then cast once into the compute copy.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -38,16 +40,25 @@ class Optimizer {
   // tp_sharded segments are all-reduced over it and the replicated ones counted locally, so every parameter is
   // counted once over the mesh (nullptr, or a group of one rank: no tensor parallelism). pp_group: with pipeline
   // parallelism, the stages whose sums of squares add up to the whole model's.
+  // keep_masters: the params given to step() are a bf16/fp16 compute copy; the optimizer then holds fp32
+  // masters of its segments (load_masters() before the first step).
   Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
             const OptimizerSettings& s, Communicator* norm_group = nullptr, Communicator* tp_group = nullptr,
-            Communicator* pp_group = nullptr);
+            Communicator* pp_group = nullptr, bool keep_masters = false);
 
-  // One update with learning rate `lr` of the segments of `params` from the same segments of `grads`. Leaves
-  // the gradient's global norm (before clipping) in grad_norm()[0] on the device; nothing is read back.
-  void step(const Tensor& params, const Tensor& grads, double lr);
+  // One update with learning rate `lr` of the segments of `params` (through the masters, when kept) from the
+  // same segments of `grads`, which are the gradients of the loss multiplied by `loss_scale`. Leaves the
+  // unscaled gradient's global norm (before clipping) in grad_norm()[0]. Returns false, and changes nothing,
+  // when that norm is not finite (an inf or NaN anywhere in the mesh's gradients: the norm is reduced over every
+  // group that holds a part of them, so every rank returns the same); that is the one value read back.
+  bool step(const Tensor& params, const Tensor& grads, double lr, double loss_scale = 1.0);
   const Tensor& grad_norm() const { return norm_; }
   int64_t steps_taken() const { return t_; }
-  size_t state_bytes() const { return m_.nbytes() + v_.nbytes(); }
+  size_t state_bytes() const { return m_.nbytes() + v_.nbytes() + masters_.nbytes(); }
+  bool keeps_masters() const { return masters_.defined(); }
+  // The masters of this optimizer's segments, read from / written to a buffer laid out like params (fp32).
+  void load_masters(const Tensor& full);
+  void store_masters(const Tensor& full) const;
 
  private:
   std::vector<OptimSegment> segments_;
@@ -55,7 +66,7 @@ class Optimizer {
   Communicator* norm_group_;
   Communicator* tp_group_;
   Communicator* pp_group_;
-  Tensor m_, v_;
+  Tensor m_, v_, masters_;  // masters_: only with keep_masters
   Tensor norm_sq_, norm_, scale_;  // 1-element device scalars
   Tensor rep_sq_;                  // replicated segments' sum of squares (tensor parallelism only)
   int64_t t_ = 0;

@@ -23,8 +23,13 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
   return out;
 }
 
-GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero)
+GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire)
     : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero) {
+  if (wire != grads.dtype()) {
+    CHECK(dtype_size(wire) < dtype_size(grads.dtype()), "gradient buckets: {} gradients sent as {}",
+          dtype_name(grads.dtype()), dtype_name(wire));
+    wire_ = Tensor::zeros(grads.shape(), wire, grads.device());
+  }
   shard_offsets_.push_back(0);
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     shard_offsets_.push_back(shard_offsets_.back() + (zero_ ? shard(b).size() : 0));
@@ -32,9 +37,11 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
 
 void GradReducer::launch(int b) {
   const Bucket& k = buckets_[b];
-  Tensor full = grads_.slice(k.begin, {k.numel()});
+  const Tensor& buf = wire_.defined() ? wire_ : grads_;
+  Tensor full = buf.slice(k.begin, {k.numel()});
+  if (wire_.defined()) copy_convert(full, grads_.slice(k.begin, {k.numel()}));
   if (zero_)  // in place: the output is this rank's own slice of the input (the backend allows that)
-    work_.push_back(dp_.reduce_scatter_async(full, grads_.slice(k.begin + shard(b).begin, {shard(b).size()}),
+    work_.push_back(dp_.reduce_scatter_async(full, buf.slice(k.begin + shard(b).begin, {shard(b).size()}),
                                              ReduceOp::Avg));
   else
     work_.push_back(dp_.all_reduce_async(full, ReduceOp::Avg));
@@ -51,6 +58,12 @@ void GradReducer::finish() {
   work_.clear();
   next_ = 0;
   armed_ = false;
+  if (!wire_.defined()) return;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {  // back into the fp32 gradients
+    const Bucket& k = buckets_[b];
+    const int64_t begin = zero_ ? k.begin + shard(b).begin : k.begin, n = zero_ ? shard(b).size() : k.numel();
+    copy_convert(grads_.slice(begin, {n}), wire_.slice(begin, {n}));
+  }
 }
 
 void GradReducer::all_gather_params(const Tensor& params) {

@@ -5,6 +5,9 @@
 //   zero = true (ZeRO-1): reduce_scatter(Avg) of each bucket in place: this rank ends with the averaged
 //   gradients of its shard of every bucket (shard_range over the bucket), in their place in the flat buffer;
 //   the rest of the buffer is left unreduced and must not be read.
+// With a 16-bit wire dtype (precision.grad_reduce = bf16) each bucket is cast into a staging buffer of that dtype
+// when it launches, reduced there (half the bytes of fp32 on the wire) and cast back into the fp32 gradients
+// when finish() has waited for it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,7 +30,10 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
 
 class GradReducer {
  public:
-  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero);
+  // wire: the dtype the buckets travel in (the gradients' own dtype, or BF16 / F16 for fp32 gradients).
+  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire);
+  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero)
+      : GradReducer(dp, grads, std::move(buckets), zero, grads.dtype()) {}
 
   // Arms the reducer for the coming backward pass: only the step's last micro-batch communicates.
   void begin_micro_batch(bool last) { armed_ = last; }
@@ -38,6 +44,7 @@ class GradReducer {
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool zero() const { return zero_; }
+  DType wire_dtype() const { return wire_.defined() ? wire_.dtype() : grads_.dtype(); }
   // ZeRO-1: this rank's shard of bucket b, relative to the bucket's begin; and where that shard sits when this
   // rank's shards are packed bucket after bucket (the optimizer's moments are laid out that way).
   ShardRange shard(int b) const { return shard_range(buckets_[b].numel(), dp_.size(), dp_.rank()); }
@@ -51,6 +58,7 @@ class GradReducer {
   void launch(int b);
   Communicator& dp_;
   Tensor grads_;
+  Tensor wire_;  // staging buffer laid out like grads_ (16-bit wire only)
   std::vector<Bucket> buckets_;
   bool zero_, armed_ = false;
   int next_ = 0;  // buckets [0, next_) are launched this step

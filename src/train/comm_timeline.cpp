@@ -2,12 +2,19 @@
 #include "train/comm_timeline.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace mt {
 
 void CommTimeline::record(const CommEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
   events_.push_back(e);
+  bytes_ += e.bytes;
+}
+
+int64_t CommTimeline::take_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(bytes_, 0);
 }
 
 double CommTimeline::busy_ms(double begin_us, double end_us) {

@@ -3,18 +3,28 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/errors.h"
 
 namespace mt {
 
+namespace {
+// JSON has no inf or NaN: a non-finite value (the gradient norm of a step skipped for overflow, a diverged loss)
+// is written as null.
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.10g}", v) : "null"; }
+}  // namespace
+
 std::string to_json(const StepMetrics& m) {
   std::string s = fmt::format(
-      "{{\"step\": {}, \"loss\": {:.10g}, \"lr\": {:.10g}, \"grad_norm\": {:.10g}, \"tokens\": {}, "
+      "{{\"step\": {}, \"loss\": {}, \"lr\": {:.10g}, \"grad_norm\": {}, \"tokens\": {}, "
       "\"step_ms\": {:.4f}, \"tokens_per_s\": {:.2f}, \"compute_ms\": {:.4f}, \"comm_ms\": {:.4f}, "
-      "\"exposed_comm_ms\": {:.4f}, \"bubble_ms\": {:.4f}",
-      m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.step_ms, m.tokens_per_s, m.compute_ms, m.comm_ms,
-      m.exposed_comm_ms, m.bubble_ms);
-  if (m.val_loss >= 0) s += fmt::format(", \"val_loss\": {:.10g}", m.val_loss);
+      "\"exposed_comm_ms\": {:.4f}, \"bubble_ms\": {:.4f}, \"comm_bytes\": {}",
+      m.step, num(m.loss), m.lr, num(m.grad_norm), m.tokens, m.step_ms, m.tokens_per_s, m.compute_ms, m.comm_ms,
+      m.exposed_comm_ms, m.bubble_ms, m.comm_bytes);
+  if (m.loss_scale > 0)
+    s += fmt::format(", \"loss_scale\": {:.10g}, \"skipped_steps\": {}", m.loss_scale, m.skipped_steps);
+  if (m.val_loss >= 0) s += fmt::format(", \"val_loss\": {}", num(m.val_loss));
   return s + "}";
 }
 

@@ -14,6 +14,9 @@ struct StepMetrics {
   double step_ms = 0, tokens_per_s = 0;
   double compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, bubble_ms = 0;
   double val_loss = -1;  // written only when >= 0 (evaluation rows)
+  int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
+  double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used
+  int64_t skipped_steps = -1;  // fp16 only (written when >= 0): steps skipped for overflow so far, this one included
 };
 
 std::string to_json(const StepMetrics& m);

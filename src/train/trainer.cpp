@@ -14,8 +14,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include "comm/mpi_communicator.h"
@@ -24,6 +26,7 @@
 #include "core/threads.h"
 #include "data/batcher.h"
 #include "model/pipeline_chunks.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/grad_buckets.h"
@@ -82,6 +85,28 @@ GPTConfig gpt_config(const ModelConfig& m) {
   return g;
 }
 
+DType precision_dtype(const std::string& name) {
+  return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
+}
+
+// Test hook: MESHTRAIN_INJECT_OVERFLOW=STEP puts an inf into one gradient of the last rank at that step, as an
+// fp16 overflow in its backward pass would (the loss scaler must then skip the step on every rank). -1: unset.
+int injected_overflow_step() {
+  const char* v = std::getenv("MESHTRAIN_INJECT_OVERFLOW");
+  return v && *v ? std::atoi(v) : -1;
+}
+
+// An inf in one gradient element of a tensor-parallel shard (any parameter without tensor parallelism), whose
+// reductions over dp, and the gradient norm's over tp and pp, carry it to every rank. Backward passes accumulate
+// into it, so it survives the step.
+void inject_overflow(const PipelineChunks& model) {
+  const ParamTable& t = model.table();
+  int p = 0;
+  while (p + 1 < t.size() && t[p].shard.whole()) ++p;
+  model.grads().data_as<float>()[t[p].offset] = std::numeric_limits<float>::infinity();
+  spdlog::warn("MESHTRAIN_INJECT_OVERFLOW: inf injected into the gradient of {} on this rank", t[p].name);
+}
+
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
   if (c.wait != "auto") return c.wait == "block";
@@ -138,7 +163,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   gcfg.tp_rank = mesh.tp_rank();
   gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
   const std::vector<int> stage_layers = layers_per_stage(cfg);
-  PipelineChunks model(gcfg, stage_layers, mesh.pp(), mesh.pp_rank(), DType::F32);
+  // Mixed precision: the model's parameters and activations are in the compute dtype, its gradients in fp32;
+  // the fp32 master weights start in `masters` (init or load) and move into the optimizer once it exists.
+  const DType compute = precision_dtype(cfg.precision.compute);
+  const bool mixed = compute != DType::F32;
+  PipelineChunks model(gcfg, stage_layers, mesh.pp(), mesh.pp_rank(), compute);
+  Tensor masters = mixed ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
   if (mesh.tp() > 1) model.set_tp_comm(comms.tp.get());
   Communicator* tp_norm = mesh.tp() > 1 ? comms.tp.get() : nullptr;
   Dataset data;
@@ -151,8 +181,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       f << to_yaml(cfg);
     }
     data = load_dataset(cfg);
-    if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std);
-    else model.load_safetensors(cfg.model.init_from);
+    if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std, masters);
+    else model.load_safetensors(cfg.model.init_from, masters);
+    if (mixed) copy_convert(model.params(), masters);
   } catch (const InputError& e) {
     setup_error = e.what();
   }
@@ -184,9 +215,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       const GPT& chunk = model.chunk(c);
       reducers[c] = std::make_unique<GradReducer>(
           dp, chunk.grads(),
-          make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(DType::F32),
+          make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(chunk.grad_dtype()),
                        cfg.comm.bucket_mb * 1048576.0),
-          zero);
+          zero, precision_dtype(cfg.precision.grad_reduce));
       reduce[c].reducer = reducers[c].get();
       if (c == tied) reduce[c].ready_limit = chunk.table()[model.tied_param()].offset;
     }
@@ -197,7 +228,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   os.weight_decay = cfg.optim.weight_decay;
   os.grad_clip = cfg.train.grad_clip;
   // In fp32 the parameters are the master weights: under ZeRO-1 each rank updates its shards of them in place
-  // and all-gathers the rest; only the moments are sharded (packed, 1/dp of the full optimizer's).
+  // and all-gathers the rest; the moments are sharded (packed, 1/dp of the full optimizer's). With a 16-bit
+  // compute copy the optimizer keeps the fp32 masters of its segments (sharded like the moments), casts each
+  // updated segment into the compute copy, and under ZeRO-1 the all-gather carries the compute dtype.
   std::vector<OptimSegment> segments;
   int64_t state_numel = model.table().total_numel();
   if (zero) {
@@ -221,18 +254,33 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       if (g.offset >= lo && g.offset + g.numel <= hi) g.in_norm = false;
   }
   auto opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, Device::CPU, os, zero ? &dp : nullptr,
-                                         tp_norm, mesh.pp() > 1 ? comms.pp.get() : nullptr);
+                                         tp_norm, mesh.pp() > 1 ? comms.pp.get() : nullptr, mixed);
+  if (mixed) {
+    opt->load_masters(masters);
+    masters = Tensor();  // the optimizer holds its (under ZeRO-1: this rank's) share from here on
+  }
+  // fp16 multiplies the loss's gradient by the scaler's scale; fp32 and bf16 need no scaling.
+  const bool fp16 = compute == DType::F16;
+  LossScaler scaler = fp16 ? LossScaler::from_config(cfg.precision.loss_scale) : LossScaler(LossScalerSettings{false, 1.0});
+  const int inject_step = injected_overflow_step();
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
   PipelineRunner runner(model, comms.pp.get(), cfg.parallel.schedule, n_micro, mb, T, prof);
   Tensor loss_sum = Tensor::zeros({1}, DType::F32);
   Batcher train_batches(&data.train.tokens, T, gb, cfg.data.order, cfg.train.seed);
   Batcher val_batches(&data.val.tokens, T, gb, "sequential", cfg.train.seed);
-  spdlog::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} bytes){} "
-               "({} micro-batches of {} x {} tokens per step per rank)",
-               model.params().nbytes() / 1048576.0, model.grads().nbytes() / 1048576.0,
+  spdlog::info("precision: compute {}, gradients and master weights fp32, data-parallel reduction in {}{}",
+               dtype_name(compute), cfg.precision.grad_reduce,
+               fp16 ? (scaler.dynamic() ? fmt::format(", dynamic loss scale from {:g}", scaler.scale())
+                                        : fmt::format(", fixed loss scale {:g}", scaler.scale()))
+                    : "");
+  spdlog::info("memory per rank: parameters {:.1f} MiB ({}), gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} "
+               "bytes){} ({} micro-batches of {} x {} tokens per step per rank)",
+               model.params().nbytes() / 1048576.0, dtype_name(compute), model.grads().nbytes() / 1048576.0,
                opt->state_bytes() / 1048576.0, opt->state_bytes(),
-               zero ? fmt::format(" (ZeRO-1: this rank's 1/{} shard of the AdamW moments)", mesh.dp()) : "",
+               zero ? fmt::format(" (ZeRO-1: this rank's 1/{} shard of the AdamW moments{})", mesh.dp(),
+                                  mixed ? " and fp32 masters" : "")
+                    : mixed ? " (AdamW moments and fp32 masters)" : "",
                n_micro, mb, T);
   if (reducers[0])
     spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}", reducers[0]->buckets().size(),
@@ -269,7 +317,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       }, loss_sum);
     return global_loss() / (double(cfg.train.eval_batches) * gb * T);
   };
-  Tensor times = Tensor::zeros({5}, DType::F32);  // step, comm, exposed, pipeline span, -busy: max over ranks
+  Tensor times = Tensor::zeros({6}, DType::F32);  // step, comm, exposed, pipeline span, -busy, MB sent: max over ranks
   double total_ms = 0, last_loss = 0, last_val = -1;
   const auto run_start = Clock::now();
   for (int step = 1; step <= cfg.train.steps; ++step) {
@@ -277,11 +325,14 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const double t0_us = trace_clock_us(), wait0 = wait_us();
     zero_(model.grads());
     zero_(loss_sum);
+    timeline.take_bytes();  // evaluation traffic since the last step is not this step's
+    if (step == inject_step && mesh.rank() == world - 1) inject_overflow(model);
+    const double loss_scale = scaler.scale();
     const RunStats rs = runner.train(
         [&](int m, int32_t* tok, int32_t* tgt) {
           train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb, tok, tgt);
         },
-        dloss, loss_sum, reduce, cfg.comm.overlap);
+        dloss * loss_scale, loss_sum, reduce, cfg.comm.overlap);
     if (tied >= 0) {
       // Sum the tied embedding's gradient between the first stage (embedding) and the last (head).
       const double w0 = trace_clock_us();
@@ -302,9 +353,18 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
     const double lr = sched.at(step);
     const double o0 = trace_clock_us();
-    opt->step(model.params(), model.grads(), lr);  // under ZeRO-1 its segments are this rank's shards
+    // Under ZeRO-1 its segments are this rank's shards. A non-finite gradient norm (the same on every rank)
+    // leaves everything unchanged: in fp16 the loss scaler backs off and the step counts as skipped; in fp32 and
+    // bf16 the run stops.
+    const bool applied = opt->step(model.params(), model.grads(), lr, loss_scale);
     prof.compute("optimizer", o0, trace_clock_us());
-    if (zero) {
+    if (!applied && !fp16)
+      throw std::runtime_error(fmt::format("the gradient norm became non-finite at step {} ({} compute)", step,
+                                           dtype_name(compute)));
+    if (fp16 && scaler.update(!applied) && rank0)
+      spdlog::warn("step {}: gradient overflow (non-finite norm) at loss scale {:g}: step skipped, scale now {:g}",
+                   step, loss_scale, scaler.scale());
+    if (zero && applied) {
       const double g0 = trace_clock_us();
       for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk(c).params());
       prof.wait("all-gather parameters", g0, trace_clock_us());
@@ -323,6 +383,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     tm[2] = float(exposed_ms);
     tm[3] = float(rs.span_ms);
     tm[4] = float(-rs.busy_ms);
+    tm[5] = float(timeline.take_bytes() / 1048576.0);  // MiB: fp32 holds any step's traffic exactly enough
     if (world > 1) comms.world->all_reduce(times, ReduceOp::Max);
     row.step = step;
     row.grad_norm = read_scalar(opt->grad_norm());
@@ -334,6 +395,11 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     row.bubble_ms = mesh.pp() > 1 ? std::max(0.0f, tm[3] + tm[4]) : 0.0;
     row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
     row.tokens_per_s = tokens_per_step / (row.step_ms / 1000.0);
+    row.comm_bytes = std::llround(double(tm[5]) * 1048576.0);
+    if (fp16) {
+      row.loss_scale = loss_scale;
+      row.skipped_steps = scaler.skipped_steps();
+    }
     if (!std::isfinite(row.loss)) {
       if (metrics) metrics->write(row);
       throw std::runtime_error(fmt::format("the loss became non-finite ({}) at step {}", row.loss, step));
@@ -358,8 +424,15 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
   }
 
-  write_gathered_safetensors(cfg.run.dir + "/model.safetensors", model, model.params(), mesh, comms, gcfg,
-                             stage_layers);
+  // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
+  Tensor weights = model.params();
+  if (mixed) {
+    weights = Tensor::zeros(model.params().shape(), DType::F32);
+    opt->store_masters(weights);
+    if (zero)
+      for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk_view(weights, c));
+  }
+  write_gathered_safetensors(cfg.run.dir + "/model.safetensors", model, weights, mesh, comms, gcfg, stage_layers);
   if (rank0) model.chunk(0).export_hf_config(cfg.run.dir + "/config.json");
   if (prof.enabled()) {
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
@@ -391,9 +464,6 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
 
 void run_training(const Config& cfg) {
   // Valid names that later versions implement: refuse them up front rather than train something else.
-  if (cfg.precision.compute != "fp32")
-    input_error("precision.compute={}: this version trains in fp32 only (mixed precision is not built yet)",
-                cfg.precision.compute);
   if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
   if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
   if (cfg.run.checkpoint_every != 0)
@@ -415,8 +485,8 @@ void run_training(const Config& cfg) {
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
     return make_mpi_communicator(c, name, copts);
   });
-  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get()})
-    c->set_event_sink([&](const CommEvent& e) {
+  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
+    if (c) c->set_event_sink([&](const CommEvent& e) {
       timeline.record(e);
       prof.comm(e);
     });

@@ -1,14 +1,17 @@
-// CPU causal multi-head attention (see kernels/attention.h for the contract).
+// CPU causal multi-head attention (see kernels/attention.h for the contract). S is the activation storage type
+// (float, double, bf16, fp16); datt is scratch in the accumulation type acc_t<S>.
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/storage.h"
+
 namespace mt::kernels::cpu {
 
-template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t T_, int64_t C, int64_t NH);
+template <typename S>
+void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t T_, int64_t C, int64_t NH);
 
-template <typename T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int64_t B, int64_t T_,
+template <typename S>
+void attention_backward(S* dqkv, acc_t<S>* datt, const S* dout, const S* qkv, const S* att, int64_t B, int64_t T_,
                         int64_t C, int64_t NH);
 
 }  // namespace mt::kernels::cpu

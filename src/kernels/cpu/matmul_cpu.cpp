@@ -1,17 +1,42 @@
 // CPU matmul: Eigen's GEMM (parallelised over the same OpenMP threads as every other kernel), chosen over
 // OpenBLAS by bench/bench_matmul (see docs/performance.md, "Matmul backend"). Bias broadcast and the bias
-// gradient are OpenMP loops.
+// gradient are OpenMP loops. The 16-bit kernels widen their operands into fp32 scratch and run the fp32 kernel
+// (fp32 accumulation, as cuBLASLt's), rounding each output element once; fp32 and fp64 run in place.
 #include "kernels/cpu/matmul_cpu.h"
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/parallel.h"
 
 namespace mt::kernels::cpu {
+namespace {
+// Grow-only fp32 scratch of the calling thread: once it has grown to a step's largest GEMM, steady-state steps
+// allocate nothing. OpenMP workers only read and write it inside one call.
+float* scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 
+template <typename S>
+void widen(float* dst, const S* src, int64_t n) {
+  parallel_ranges(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = load(src[i]);
+  });
+}
+
+template <typename S>
+void round_into(S* dst, const float* src, int64_t n) {
+  parallel_ranges(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) store(dst[i], src[i]);
+  });
+}
+
+// The fp32/fp64 kernels, on the tensors themselves.
 template <typename T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC,
-                    WeightLayout layout) {
+void forward_in_place(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C, int64_t OC,
+                      WeightLayout layout) {
   auto O = mat(out, N, OC, OC);
   auto A = cmat(inp, N, C, C);
   if (bias) {
@@ -31,8 +56,8 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 }
 
 template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC, WeightLayout layout) {
+void backward_in_place(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
+                       int64_t C, int64_t OC, WeightLayout layout) {
   const bool inout = layout == WeightLayout::InOut;
   auto DO = cmat(dout, N, OC, OC);
   auto A = cmat(inp, N, C, C);
@@ -66,14 +91,50 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     }
   }
 }
+}  // namespace
 
-template void matmul_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                                    WeightLayout);
-template void matmul_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
-                                     int64_t, WeightLayout);
-template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
-                                     int64_t, int64_t, WeightLayout);
-template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t, WeightLayout);
+template <typename S>
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int64_t C, int64_t OC,
+                    WeightLayout layout) {
+  if constexpr (!is_16bit<S>) {
+    forward_in_place(out, inp, weight, bias, N, C, OC, layout);
+  } else {
+    float* in32 = scratch(size_t(N * C + C * OC + OC + N * OC));
+    float *w32 = in32 + N * C, *b32 = w32 + C * OC, *out32 = b32 + OC;
+    widen(in32, inp, N * C), widen(w32, weight, C * OC);
+    if (bias) widen(b32, bias, OC);
+    forward_in_place(out32, in32, w32, bias ? b32 : nullptr, N, C, OC, layout);
+    round_into(out, out32, N * OC);
+  }
+}
+
+template <typename S>
+void matmul_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout, const S* inp, const S* weight,
+                     int64_t N, int64_t C, int64_t OC, WeightLayout layout) {
+  if constexpr (!is_16bit<S>) {
+    backward_in_place(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+  } else {
+    // Only the operands a requested gradient reads are widened (null maps are never read). dweight and dbias
+    // are fp32 and accumulate in place.
+    float* dout32 = scratch(size_t(N * OC + 2 * N * C + C * OC));
+    float *in32 = dout32 + N * OC, *w32 = in32 + N * C, *dinp32 = w32 + C * OC;
+    widen(dout32, dout, N * OC);
+    if (dweight) widen(in32, inp, N * C);
+    if (dinp) widen(w32, weight, C * OC);
+    backward_in_place(dinp ? dinp32 : nullptr, dweight, dbias, dout32, dweight ? in32 : nullptr,
+                      dinp ? w32 : nullptr, N, C, OC, layout);
+    if (dinp) round_into(dinp, dinp32, N * C);
+  }
+}
+
+#define MT_MATMUL_INSTANTIATE(S)                                                                                \
+  template void matmul_forward<S>(S*, const S*, const S*, const S*, int64_t, int64_t, int64_t, WeightLayout); \
+  template void matmul_backward<S>(S*, acc_t<S>*, acc_t<S>*, const S*, const S*, const S*, int64_t, int64_t,   \
+                                   int64_t, WeightLayout);
+MT_MATMUL_INSTANTIATE(float)
+MT_MATMUL_INSTANTIATE(double)
+MT_MATMUL_INSTANTIATE(bf16)
+MT_MATMUL_INSTANTIATE(fp16)
+#undef MT_MATMUL_INSTANTIATE
 
 }  // namespace mt::kernels::cpu

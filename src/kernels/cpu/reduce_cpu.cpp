@@ -13,10 +13,10 @@ double chunk_sum(const T* __restrict x, int64_t n) {
   double s = 0;
   if constexpr (kSquare) {
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    for (int64_t i = 0; i < n; ++i) s += double(load(x[i])) * double(load(x[i]));
   } else {
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+    for (int64_t i = 0; i < n; ++i) s += double(load(x[i]));
   }
   return s;
 }
@@ -51,9 +51,13 @@ double sum_squares(const T* x, int64_t n) {
   return reduce<true>(x, n);
 }
 
-template double sum<float>(const float*, int64_t);
-template double sum<double>(const double*, int64_t);
-template double sum_squares<float>(const float*, int64_t);
-template double sum_squares<double>(const double*, int64_t);
+#define MT_REDUCE_INSTANTIATE(S)                 \
+  template double sum<S>(const S*, int64_t); \
+  template double sum_squares<S>(const S*, int64_t);
+MT_REDUCE_INSTANTIATE(float)
+MT_REDUCE_INSTANTIATE(double)
+MT_REDUCE_INSTANTIATE(bf16)
+MT_REDUCE_INSTANTIATE(fp16)
+#undef MT_REDUCE_INSTANTIATE
 
 }  // namespace mt::kernels::cpu

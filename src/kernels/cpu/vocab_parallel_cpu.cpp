@@ -2,77 +2,121 @@
 // per-row arithmetic is the unsharded kernel's (crossentropy_cpu.cpp) cut at the two reductions: Eigen's max and
 // vectorised exp over the real columns only, then one scaling pass writing the gradient. Step 3 takes the target
 // logit from the reduced stats rather than from the logits, so dlogits may overwrite logits in place.
+// 16-bit storage (bf16, fp16): each row's real columns are first widened into a per-thread fp32 buffer and the
+// fp32 code runs on it (every logit of the row is read before any dlogit is written); row_max, stats and losses
+// are fp32, and each dlogit is rounded once.
 #include "kernels/cpu/vocab_parallel_cpu.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/parallel.h"
 
 namespace mt::kernels::cpu {
+namespace {
+// The 16-bit path's fp32 row: a grow-only buffer per thread (steady-state steps do not allocate), 64-byte aligned
+// like Tensor data, so Eigen's vectorised exp and sum split it into scalar head, packets and tail as they split a
+// 64-byte aligned fp32 row (the result is then bit-identical to the fp32 kernel's, rounded once).
+float* thread_scratch(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(n + 16)) buf.resize(size_t(n + 16));
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+}
 
-template <typename T>
-void vocab_parallel_xent_local_max(T* row_max, const T* logits, int64_t N, int64_t Vl, int64_t nreal) {
+// 16-bit rows: the first nreal logits widened into the buffer.
+template <typename S>
+float* widen_row(const S* l, int64_t nreal) {
+  float* buf = thread_scratch(nreal);
+  for (int64_t j = 0; j < nreal; ++j) buf[j] = load(l[j]);
+  return buf;
+}
+
+// The first nreal logits of a row in acc_t<S>: the row itself for fp32/fp64, else widened into the buffer.
+template <typename S>
+const acc_t<S>* widened(const S* l, int64_t nreal) {
+  if constexpr (is_16bit<S>) return widen_row(l, nreal);
+  else return l;
+}
+}  // namespace
+
+template <typename S>
+void vocab_parallel_xent_local_max(acc_t<S>* row_max, const S* logits, int64_t N, int64_t Vl, int64_t nreal) {
+  using A = acc_t<S>;
   if (nreal == 0) {
-    for (int64_t n = 0; n < N; ++n) row_max[n] = -std::numeric_limits<T>::infinity();
+    for (int64_t n = 0; n < N; ++n) row_max[n] = -std::numeric_limits<A>::infinity();
     return;
   }
 #pragma omp parallel for schedule(static) if (N * nreal > kParallelGrain)
-  for (int64_t n = 0; n < N; ++n) row_max[n] = CArrMap<T>(logits + n * Vl, nreal).maxCoeff();
+  for (int64_t n = 0; n < N; ++n) row_max[n] = CArrMap<A>(widened(logits + n * Vl, nreal), nreal).maxCoeff();
 }
 
-template <typename T>
-void vocab_parallel_xent_local_sums(T* stats, const T* logits, const int32_t* targets, const T* row_max, int64_t N,
-                                    int64_t Vl, int64_t v0, int64_t nreal) {
-  T* sum_exp = stats;
-  T* target_logit = stats + N;
+template <typename S>
+void vocab_parallel_xent_local_sums(acc_t<S>* stats, const S* logits, const int32_t* targets,
+                                    const acc_t<S>* row_max, int64_t N, int64_t Vl, int64_t v0, int64_t nreal) {
+  using A = acc_t<S>;
+  A* sum_exp = stats;
+  A* target_logit = stats + N;
 #pragma omp parallel for schedule(static) if (N * nreal > kParallelGrain)
   for (int64_t n = 0; n < N; ++n) {
-    const T* l = logits + n * Vl;
-    sum_exp[n] = nreal > 0 ? (CArrMap<T>(l, nreal) - row_max[n]).exp().sum() : T(0);
+    const S* l = logits + n * Vl;
+    sum_exp[n] = nreal > 0 ? (CArrMap<A>(widened(l, nreal), nreal) - row_max[n]).exp().sum() : A(0);
     const int64_t j = int64_t(targets[n]) - v0;  // targets < vocab, so an owned target is a real column
-    target_logit[n] = (j >= 0 && j < nreal) ? l[j] : T(0);
+    target_logit[n] = (j >= 0 && j < nreal) ? load(l[j]) : A(0);
   }
 }
 
-template <typename T, typename L>
-void vocab_parallel_xent_finish(L* losses, T* dlogits, const T* logits, const int32_t* targets, const T* row_max,
-                                const T* stats, int64_t N, int64_t Vl, int64_t v0, int64_t nreal, double dloss) {
-  const T* sum_exp = stats;
-  const T* target_logit = stats + N;
+template <typename S, typename L>
+void vocab_parallel_xent_finish(L* losses, S* dlogits, const S* logits, const int32_t* targets,
+                                const acc_t<S>* row_max, const acc_t<S>* stats, int64_t N, int64_t Vl, int64_t v0,
+                                int64_t nreal, double dloss) {
+  using A = acc_t<S>;
+  const A* sum_exp = stats;
+  const A* target_logit = stats + N;
 #pragma omp parallel for schedule(static) if (dlogits && N * Vl > kParallelGrain)
   for (int64_t n = 0; n < N; ++n) {
-    const T mx = row_max[n];
+    const A mx = row_max[n];
     const double sum = double(sum_exp[n]);
     losses[n] = L(std::log(sum) + double(mx) - double(target_logit[n]));
     if (!dlogits) continue;
-    T* d = dlogits + n * Vl;
+    S* d = dlogits + n * Vl;
     if (nreal > 0) {
-      ArrMap<T> dr(d, nreal);
-      dr = (CArrMap<T>(logits + n * Vl, nreal) - mx).exp();  // elementwise: safe when d aliases logits
-      dr *= T(dloss / sum);
+      // fp32/fp64: the gradient is computed straight into dlogits; 16-bit: in the widened buffer, then rounded.
+      const A* src;
+      A* dst;
+      if constexpr (is_16bit<S>) src = dst = widen_row(logits + n * Vl, nreal);
+      else src = logits + n * Vl, dst = d;
+      ArrMap<A> dr(dst, nreal);
+      dr = (CArrMap<A>(src, nreal) - mx).exp();  // elementwise: safe when dst aliases the logits
+      dr *= A(dloss / sum);
       const int64_t j = int64_t(targets[n]) - v0;
-      if (j >= 0 && j < nreal) d[j] -= T(dloss);
+      if (j >= 0 && j < nreal) dst[j] -= A(dloss);
+      if constexpr (is_16bit<S>)
+        for (int64_t v = 0; v < nreal; ++v) store(d[v], dst[v]);
     }
-    for (int64_t v = nreal; v < Vl; ++v) d[v] = T(0);
+    for (int64_t v = nreal; v < Vl; ++v) store(d[v], A(0));
   }
 }
 
-template void vocab_parallel_xent_local_max<float>(float*, const float*, int64_t, int64_t, int64_t);
-template void vocab_parallel_xent_local_max<double>(double*, const double*, int64_t, int64_t, int64_t);
-template void vocab_parallel_xent_local_sums<float>(float*, const float*, const int32_t*, const float*, int64_t,
-                                                    int64_t, int64_t, int64_t);
-template void vocab_parallel_xent_local_sums<double>(double*, const double*, const int32_t*, const double*, int64_t,
-                                                     int64_t, int64_t, int64_t);
-template void vocab_parallel_xent_finish<float, float>(float*, float*, const float*, const int32_t*, const float*,
-                                                       const float*, int64_t, int64_t, int64_t, int64_t, double);
-template void vocab_parallel_xent_finish<float, double>(double*, float*, const float*, const int32_t*, const float*,
-                                                        const float*, int64_t, int64_t, int64_t, int64_t, double);
-template void vocab_parallel_xent_finish<double, float>(float*, double*, const double*, const int32_t*,
-                                                        const double*, const double*, int64_t, int64_t, int64_t,
-                                                        int64_t, double);
-template void vocab_parallel_xent_finish<double, double>(double*, double*, const double*, const int32_t*,
-                                                         const double*, const double*, int64_t, int64_t, int64_t,
-                                                         int64_t, double);
+#define MT_VOCAB_PARALLEL_INSTANTIATE(S)                                                                          \
+  template void vocab_parallel_xent_local_max<S>(acc_t<S>*, const S*, int64_t, int64_t, int64_t);                \
+  template void vocab_parallel_xent_local_sums<S>(acc_t<S>*, const S*, const int32_t*, const acc_t<S>*, int64_t, \
+                                                  int64_t, int64_t, int64_t);
+#define MT_VOCAB_PARALLEL_FINISH(S, L)                                                                          \
+  template void vocab_parallel_xent_finish<S, L>(L*, S*, const S*, const int32_t*, const acc_t<S>*,            \
+                                                 const acc_t<S>*, int64_t, int64_t, int64_t, int64_t, double);
+MT_VOCAB_PARALLEL_INSTANTIATE(float)
+MT_VOCAB_PARALLEL_INSTANTIATE(double)
+MT_VOCAB_PARALLEL_INSTANTIATE(bf16)
+MT_VOCAB_PARALLEL_INSTANTIATE(fp16)
+MT_VOCAB_PARALLEL_FINISH(float, float)
+MT_VOCAB_PARALLEL_FINISH(float, double)
+MT_VOCAB_PARALLEL_FINISH(double, float)
+MT_VOCAB_PARALLEL_FINISH(double, double)
+MT_VOCAB_PARALLEL_FINISH(bf16, float)
+MT_VOCAB_PARALLEL_FINISH(fp16, float)
+#undef MT_VOCAB_PARALLEL_INSTANTIATE
+#undef MT_VOCAB_PARALLEL_FINISH
 
 }  // namespace mt::kernels::cpu

@@ -1,0 +1,260 @@
+// Mixed precision above the kernels: the GPT in bf16 and fp16 against fp32 on the same (rounded) weights, the
+// optimizer's fp32 masters, loss-scale unscaling and overflow skip, and the data-parallel reduction in bf16
+// (registered also on 2 ranks, comm_tests.cmake, with rank-valued gradients whose sums bf16 holds exactly).
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "comm/mpi_communicator.h"
+#include "core/arena.h"
+#include "model/gpt.h"
+#include "optim/optimizer.h"
+#include "parallel/grad_buckets.h"
+#include "test_support.h"
+
+using namespace mt;
+
+namespace {
+
+// Unit roundoff of each format: a value rounded once to nearest is within u * |x|.
+double unit_roundoff(DType t) { return t == DType::BF16 ? 1.0 / 256 : t == DType::F16 ? 1.0 / 2048 : 0x1p-24; }
+
+GPTConfig small_model() {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 32;
+  c.seq_len = 16;
+  c.vocab_size = 64;
+  return c;
+}
+
+void fill_batch(Activations& a, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < a.tokens.numel(); ++i) {
+    a.tokens.data_as<int32_t>()[i] = int32_t(rng() % V);
+    a.targets.data_as<int32_t>()[i] = int32_t(rng() % V);
+  }
+}
+
+Tensor to_f32(const Tensor& t) {
+  Tensor r = Tensor::empty(t.shape(), DType::F32);
+  copy_convert(r, t);
+  return r;
+}
+
+double rel_l2(const Tensor& a, const Tensor& ref) {
+  const Tensor x = to_f32(a), y = to_f32(ref);
+  double d = 0, n = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double p = x.data_as<float>()[i], q = y.data_as<float>()[i];
+    d += (p - q) * (p - q);
+    n += q * q;
+  }
+  return std::sqrt(d / std::max(n, 1e-300));
+}
+
+struct Pass {
+  double loss;
+  Tensor grads;
+  size_t record_bytes;
+};
+
+// One micro-batch's forward and backward (mean loss over its tokens) of `m`.
+Pass run_pass(GPT& m, int B, uint32_t seed) {
+  Arena arena, scratch;
+  Activations a = m.alloc_activations(arena, B, m.config().seq_len);
+  const size_t record_bytes = arena.bytes_in_use();
+  fill_batch(a, m.config().vocab_size, seed);
+  Tensor sum = Tensor::zeros({1}, DType::F32);
+  const double n = double(a.tokens.numel());
+  m.forward(a, 1.0 / n, sum);
+  m.backward(a, scratch);
+  return {sum.data_as<float>()[0] / n, to_f32(m.grads()), record_bytes};
+}
+
+}  // namespace
+
+TEST_CASE("the GPT in bf16 and fp16 matches fp32 on the same rounded weights", "[mixed][model]") {
+  for (DType t : {DType::BF16, DType::F16}) {
+    INFO(dtype_name(t));
+    const double u = unit_roundoff(t);
+    GPT m16(small_model(), t);
+    Tensor masters = Tensor::zeros(m16.params().shape(), DType::F32);
+    m16.init(7, 0.02, masters);
+    copy_convert(m16.params(), masters);
+    GPT m32(small_model(), DType::F32);
+    copy_convert(m32.params(), m16.params());  // the reference sees exactly the compute copy's weights
+    CHECK(m16.grads().dtype() == DType::F32);  // gradients accumulate in fp32
+
+    const Pass r16 = run_pass(m16, 4, 11), r32 = run_pass(m32, 4, 11);
+    // Activations are stored in 16 bits, LayerNorm statistics and losses in fp32: a record takes a little more
+    // than half the bytes of the fp32 one.
+    CHECK(double(r16.record_bytes) / double(r32.record_bytes) > 0.5);
+    CHECK(double(r16.record_bytes) / double(r32.record_bytes) < 0.53);
+    // Every stored activation is rounded once to within u relative, on ~20 rounding points along each path (2
+    // blocks of LayerNorm, 4 matmuls, attention, GELU, 2 residual adds, then ln_f and the head); the loss itself is
+    // computed in fp32. The errors are independent per element and average out over the 64 tokens and the
+    // channels: measured 2.5e-5 (bf16) and 3.3e-6 (fp16) relative, so u (one rounding of the loss itself) is a
+    // bound with margin, and anything computed in the wrong format or with a mis-scaled value is far beyond it.
+    CHECK(std::abs(r16.loss - r32.loss) / r32.loss < u);
+    CHECK(std::abs(r16.loss - r32.loss) > 0);  // the roundings happened
+    // Gradients: the backward pass keeps its activation gradients in 16 bits too, and each weight gradient sums
+    // N products of two rounded factors in fp32. Measured worst relative L2 error per tensor: 2.0 u (bf16),
+    // 2.3 u (fp16); bound 4 u. A gradient accumulated in 16 bits, a missed term or a wrong sign is O(1) or at
+    // least many u off.
+    for (int p = 0; p < m16.table().size(); ++p) {
+      const ParamSpec& s = m16.table()[p];
+      INFO(s.name);
+      CHECK(rel_l2(r16.grads.slice(s.offset, {s.numel()}), r32.grads.slice(s.offset, {s.numel()})) < 4 * u);
+    }
+  }
+}
+
+TEST_CASE("a 16-bit model's gradients accumulate over micro-batches in fp32", "[mixed][model]") {
+  GPT m(small_model(), DType::BF16);
+  m.init(3, 0.02);
+  Arena arena, scratch;
+  Activations a = m.alloc_activations(arena, 2, 16);
+  Tensor sum = Tensor::zeros({1}, DType::F32);
+  auto pass = [&](uint32_t seed) {
+    fill_batch(a, 64, seed);
+    m.forward(a, 1.0, sum);
+    scratch.reset();
+    m.backward(a, scratch);
+  };
+  pass(1);
+  const Tensor g1 = to_f32(m.grads());
+  zero_(m.grads());
+  pass(2);
+  const Tensor g2 = to_f32(m.grads());
+  zero_(m.grads());
+  pass(1);
+  pass(2);
+  // The sum of two fp32 gradients, rounded once in fp32: identical to the accumulated buffer (the kernels add in
+  // fp32 into the fp32 buffer); a 16-bit accumulator would differ by about 2^-8 relative.
+  double worst = 0;
+  for (int64_t i = 0; i < g1.numel(); ++i) {
+    const float want = g1.data_as<float>()[i] + g2.data_as<float>()[i];
+    worst = std::max(worst, double(std::abs(m.grads().data_as<float>()[i] - want)) / (std::abs(want) + 1e-12));
+  }
+  CHECK(worst < 1e-5);  // the GEMM's own fp32 summation order differs between "+= twice" and "a + b"
+}
+
+TEST_CASE("optimizer with fp32 masters: the update of fp32 training, rounded once into the compute copy",
+          "[mixed][optimizer]") {
+  const int64_t n = 1000;
+  ParamTable table;
+  table.add("w", {n}, {n}, true, Shard{});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Tensor master32 = Tensor::zeros({n}, DType::F32), grads = Tensor::zeros({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) {
+    master32.data_as<float>()[i] = 0.1f * nd(rng);
+    grads.data_as<float>()[i] = 0.01f * nd(rng);
+  }
+  OptimizerSettings os;
+  os.grad_clip = 0;
+  Optimizer ref(param_segments(table), n, DType::F32, Device::CPU, os);
+  Optimizer mixed(param_segments(table), n, DType::F32, Device::CPU, os, nullptr, nullptr, nullptr, true);
+  Tensor compute = Tensor::zeros({n}, DType::BF16);
+  mixed.load_masters(master32);
+  copy_convert(compute, master32);
+  for (int step = 0; step < 3; ++step) {
+    REQUIRE(ref.step(master32, grads, 1e-2));
+    REQUIRE(mixed.step(compute, grads, 1e-2));
+  }
+  Tensor stored = Tensor::zeros({n}, DType::F32), rounded = Tensor::zeros({n}, DType::BF16);
+  mixed.store_masters(stored);
+  copy_convert(rounded, master32);
+  for (int64_t i = 0; i < n; ++i) {
+    REQUIRE(stored.data_as<float>()[i] == master32.data_as<float>()[i]);  // masters evolve exactly as fp32 training
+    REQUIRE(static_cast<uint16_t*>(compute.data())[i] == static_cast<uint16_t*>(rounded.data())[i]);
+  }
+  CHECK(mixed.state_bytes() == 3 * n * sizeof(float));  // two moments and the masters
+}
+
+TEST_CASE("optimizer: a loss scale is divided out exactly; a non-finite norm skips the step and changes nothing",
+          "[mixed][optimizer][loss_scaler]") {
+  const int64_t n = 64;
+  ParamTable table;
+  table.add("w", {n}, {n}, true, Shard{});
+  Tensor p1 = Tensor::zeros({n}, DType::F32), p2 = Tensor::zeros({n}, DType::F32);
+  Tensor g = Tensor::zeros({n}, DType::F32), g_scaled = Tensor::zeros({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) {
+    p1.data_as<float>()[i] = p2.data_as<float>()[i] = 0.01f * float(i % 7);
+    g.data_as<float>()[i] = 0.5f * float(i % 5) - 1.0f;
+    g_scaled.data_as<float>()[i] = g.data_as<float>()[i] * 65536.0f;  // a power of two: exact
+  }
+  OptimizerSettings os;
+  os.grad_clip = 1.0;  // the norm (sqrt(sum g^2) ~ 5.7) is clipped, so the clip coefficient is unscaled too
+  Optimizer a(param_segments(table), n, DType::F32, Device::CPU, os), b(param_segments(table), n, DType::F32,
+                                                                         Device::CPU, os);
+  REQUIRE(a.step(p1, g, 1e-2));
+  REQUIRE(b.step(p2, g_scaled, 1e-2, 65536.0));
+  CHECK(b.grad_norm().data_as<float>()[0] == Approx(a.grad_norm().data_as<float>()[0]).epsilon(1e-6));
+  for (int64_t i = 0; i < n; ++i)
+    CHECK(p2.data_as<float>()[i] == Approx(p1.data_as<float>()[i]).epsilon(1e-6).margin(1e-9));
+
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    Tensor before = to_f32(p2);
+    g_scaled.data_as<float>()[3] = bad;
+    CHECK_FALSE(b.step(p2, g_scaled, 1e-2, 65536.0));
+    CHECK(b.steps_taken() == 1);  // AdamW's bias correction does not count a skipped step
+    CHECK(!std::isfinite(b.grad_norm().data_as<float>()[0]));
+    for (int64_t i = 0; i < n; ++i) REQUIRE(p2.data_as<float>()[i] == before.data_as<float>()[i]);
+  }
+  // After the skips the moments are untouched: the next finite step equals the first optimizer's second step.
+  g_scaled.data_as<float>()[3] = g.data_as<float>()[3] * 65536.0f;
+  REQUIRE(a.step(p1, g, 1e-2));
+  REQUIRE(b.step(p2, g_scaled, 1e-2, 65536.0));
+  for (int64_t i = 0; i < n; ++i)
+    CHECK(p2.data_as<float>()[i] == Approx(p1.data_as<float>()[i]).epsilon(1e-6).margin(1e-9));
+}
+
+TEST_CASE("gradient buckets reduced in bf16: half the bytes, rank-valued sums exact, back in fp32", "[mixed][reducer]") {
+  CommOptions o;
+  o.timeout_s = 60;
+  auto dp = make_mpi_communicator(MPI_COMM_WORLD, "dp", o);
+  const int P = dp->size(), r = dp->rank();
+  ParamTable table;
+  table.add("a", {300}, {300}, true, Shard{});
+  table.add("b", {77}, {77}, false, Shard{});
+  table.add("c", {500}, {500}, true, Shard{});
+  const int64_t n = table.total_numel();
+  for (bool zero : {false, true}) {
+    INFO("zero " << zero);
+    Tensor grads = Tensor::zeros({n}, DType::F32);
+    // Element i on rank r: (i % 13 + r) / 8 + 1/3 on rank 0 only. The rank-valued part sums exactly in bf16
+    // (small multiples of 1/8); 1/3 is not a bf16 number, so the result shows the one rounding on the wire.
+    for (int64_t i = 0; i < n; ++i) grads.data_as<float>()[i] = float((i % 13 + r) / 8.0 + (r == 0 ? 1.0 / 3 : 0.0));
+    GradReducer red(*dp, grads, make_buckets(table, n, 4, 600 * 4.0), zero, DType::BF16);
+    REQUIRE(red.wire_dtype() == DType::BF16);
+    REQUIRE(red.buckets().size() == 2);
+    int64_t sent = 0;
+    dp->set_event_sink([&](const CommEvent& e) { sent += e.bytes; });
+    red.begin_micro_batch(true);
+    red.grads_ready(n);
+    red.finish();
+    dp->barrier();
+    dp->set_event_sink({});
+    CHECK(sent == 2 * n);  // 2 bytes per gradient on the wire
+    for (int b = 0; b < 2; ++b) {
+      const Bucket& k = red.buckets()[b];
+      const int64_t lo = zero ? k.begin + red.shard(b).begin : k.begin, hi = zero ? lo + red.shard(b).size() : k.end;
+      for (int64_t i = lo; i < hi; ++i) {
+        double exact = 1.0 / 3;
+        for (int q = 0; q < P; ++q) exact += (i % 13 + q) / 8.0;
+        exact /= P;
+        // The bf16 value sent by rank 0 is rounded (relative u = 2^-8 of its ~1); the average of exact bf16 sums
+        // is rounded once more when P is not a power of two. 2u of the largest term bounds both.
+        const double got = grads.data_as<float>()[i];
+        REQUIRE(std::abs(got - exact) <= 2.0 / 256 * (i % 13 / 8.0 + P));
+        REQUIRE(got != float(exact));  // the value went through bf16: it is not the fp32 average
+      }
+    }
+  }
+}
