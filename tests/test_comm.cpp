@@ -129,7 +129,7 @@ TEST_CASE("all_reduce: exact sums, averages and maxima for fp32, bf16, fp16 at u
       }
 }
 
-TEST_CASE("reduce_scatter gives each rank its shard; all_gather of the shards equals all_reduce") {
+TEST_CASE("reduce_scatter gives each rank its shard, and all_gather of the shards equals all_reduce") {
   auto c = world();
   const int p = c->size(), r = c->rank();
   for (DType dt : kTypes)

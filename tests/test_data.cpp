@@ -111,7 +111,7 @@ TEST_CASE("token files: every malformed file is refused with InputError naming t
   CHECK(load_token_file(p, 1000).tokens.size() == 4);
 }
 
-TEST_CASE("text files are read as bytes; vocab_size must be at least 256") {
+TEST_CASE("text files are read as bytes, and vocab_size must be at least 256") {
   std::string p = tmp_path("text.txt");
   write_file(p, {'h', 'i', 0xC3, 0xA9, '\n'});  // "hi\u00e9\n" in UTF-8
   TokenStream t = load_text_file(p, 256);

@@ -177,7 +177,7 @@ TEST_CASE("optimizer with fp32 masters: the update of fp32 training, rounded onc
   CHECK(mixed.state_bytes() == 3 * n * sizeof(float));  // two moments and the masters
 }
 
-TEST_CASE("optimizer: a loss scale is divided out exactly; a non-finite norm skips the step and changes nothing",
+TEST_CASE("optimizer: a loss scale is divided out exactly, and a non-finite norm skips the step and changes nothing",
           "[mixed][optimizer][loss_scaler]") {
   const int64_t n = 64;
   ParamTable table;
