@@ -10,7 +10,7 @@ configs/gpt.yaml's model (4 blocks, C = 128, T = 64, V = 256), micro-batch 8, ru
 Each row prints its ratio to the fp32 row of its layout. On this CPU backend bf16 and fp16 widen to fp32 for
 every GEMM, so they move half the bytes but are not faster; the GPU backend's tensor cores are where they pay.
 
-Usage: /usr/bin/python3 bench/bench_precision.py [--steps 20] [--threads 2] [--latency-us 20] [--gbps 1]
+Usage: /usr/bin/python3 bench/bench_precision.py [--steps 50] [--threads 2] [--latency-us 20] [--gbps 1]
 """
 import argparse
 import json
@@ -53,7 +53,7 @@ def table(title, results, cols):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--latency-us", type=float, default=20)
     ap.add_argument("--gbps", type=float, default=1.0)
