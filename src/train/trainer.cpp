@@ -262,6 +262,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   // fp16 multiplies the loss's gradient by the scaler's scale; fp32 and bf16 need no scaling.
   const bool fp16 = compute == DType::F16;
   LossScaler scaler = fp16 ? LossScaler::from_config(cfg.precision.loss_scale) : LossScaler(LossScalerSettings{false, 1.0});
+  if (!fp16 && cfg.precision.loss_scale != "dynamic" && rank0)
+    spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
+                 cfg.precision.loss_scale);
   const int inject_step = injected_overflow_step();
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 

@@ -86,16 +86,6 @@ void causal_softmax_backward(T* d, const T* p, int64_t T_, T scale) {
 // Rounds n up to whole 64-byte lines of floats.
 constexpr int64_t lines(int64_t n) { return (n + 15) / 16 * 16; }
 
-// fp32 working copies for the 16-bit path: a grow-only buffer per thread (each OpenMP thread has its own, and
-// steady-state steps do not allocate), 64-byte aligned like Tensor data. Parts are carved at multiples of 16 floats
-// so each starts on a 64-byte boundary: Eigen's vectorised exp and sums split a row into scalar head, packets and
-// scalar tail by address, so rows aligned as the fp32 kernel's att rows give bit-identical probabilities.
-float* thread_scratch(int64_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(n + 16)) buf.resize(size_t(n + 16));
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
-}
-
 // dst [T, HS] (ld HS) = src [T, HS] (ld lds), widened.
 template <typename S>
 void widen(float* dst, const S* src, int64_t lds, int64_t T_, int64_t HS) {

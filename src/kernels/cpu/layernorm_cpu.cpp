@@ -12,15 +12,6 @@
 
 namespace mt::kernels::cpu {
 namespace {
-// Grow-only fp32 buffers, one per thread and slot (slot 0: the parameters, widened by the calling thread;
-// slot 1: the rows of each OpenMP thread, which may be the caller too): no allocation once grown.
-template <int kSlot>
-float* scratch(int64_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(n)) buf.resize(size_t(n));
-  return buf.data();
-}
-
 template <typename S>
 void widen(float* dst, const S* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
@@ -66,11 +57,11 @@ void layernorm_forward(S* out, acc_t<S>* mean, acc_t<S>* rstd, const S* inp, con
 #pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
     for (int64_t n = 0; n < N; ++n) forward_row(out + n * C, mean[n], rstd[n], inp + n * C, weight, bias, C, eps);
   } else {
-    float* w = scratch<0>(2 * C);
+    float* w = thread_scratch<0>(2 * C);
     widen(w, weight, C), widen(w + C, bias, C);
 #pragma omp parallel if (N * C > kParallelGrain)
     {
-      float* x = scratch<1>(2 * C);
+      float* x = thread_scratch<1>(2 * C);
       float* y = x + C;
 #pragma omp for schedule(static)
       for (int64_t n = 0; n < N; ++n) {
@@ -88,13 +79,13 @@ void layernorm_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* do
   using A = acc_t<S>;
   const float* w16 = nullptr;  // the 16-bit weight, widened
   if constexpr (is_16bit<S>) {
-    float* w = scratch<0>(C);
+    float* w = thread_scratch<0>(C);
     widen(w, weight, C);
     w16 = w;
   }
 #pragma omp parallel if (N * C > kParallelGrain)
   {
-    float* buf = is_16bit<S> ? scratch<1>(3 * C) : nullptr;  // dy, x, dx rows of a 16-bit kernel
+    float* buf = is_16bit<S> ? thread_scratch<1>(3 * C) : nullptr;  // dy, x, dx rows of a 16-bit kernel
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       if constexpr (!is_16bit<S>) {

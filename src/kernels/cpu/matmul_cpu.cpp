@@ -11,14 +11,6 @@
 
 namespace mt::kernels::cpu {
 namespace {
-// Grow-only fp32 scratch of the calling thread: once it has grown to a step's largest GEMM, steady-state steps
-// allocate nothing. OpenMP workers only read and write it inside one call.
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
 template <typename S>
 void widen(float* dst, const S* src, int64_t n) {
   parallel_ranges(n, [&](int64_t b, int64_t e) {
@@ -99,7 +91,7 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_
   if constexpr (!is_16bit<S>) {
     forward_in_place(out, inp, weight, bias, N, C, OC, layout);
   } else {
-    float* in32 = scratch(size_t(N * C + C * OC + OC + N * OC));
+    float* in32 = thread_scratch(int64_t(N * C + C * OC + OC + N * OC));
     float *w32 = in32 + N * C, *b32 = w32 + C * OC, *out32 = b32 + OC;
     widen(in32, inp, N * C), widen(w32, weight, C * OC);
     if (bias) widen(b32, bias, OC);
@@ -116,7 +108,7 @@ void matmul_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout,
   } else {
     // Only the operands a requested gradient reads are widened (null maps are never read). dweight and dbias
     // are fp32 and accumulate in place.
-    float* dout32 = scratch(size_t(N * OC + 2 * N * C + C * OC));
+    float* dout32 = thread_scratch(int64_t(N * OC + 2 * N * C + C * OC));
     float *in32 = dout32 + N * OC, *w32 = in32 + N * C, *dinp32 = w32 + C * OC;
     widen(dout32, dout, N * OC);
     if (dweight) widen(in32, inp, N * C);

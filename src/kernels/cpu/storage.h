@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -30,5 +31,17 @@ inline void store(bf16& d, float v) { d.bits = float_to_bf16(v); }
 inline void store(fp16& d, float v) { d.bits = float_to_fp16(v); }
 
 template <typename S> constexpr bool is_16bit = std::is_same_v<S, bf16> || std::is_same_v<S, fp16>;
+
+// Grow-only fp32 scratch of the calling thread for the 16-bit paths, 64-byte aligned like Tensor data (so
+// Eigen's vectorised loops split a widened row into scalar head, packets and tail exactly as they split an fp32
+// tensor row, and the results match the fp32 kernel's bit for bit). One buffer per thread and kSlot, for kernels
+// that need two at once (slot 0 is also the one OpenMP workers use inside a kernel). Once grown to a step's
+// largest use, steady-state steps allocate nothing.
+template <int kSlot = 0>
+float* thread_scratch(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(n) + 16) buf.resize(size_t(n) + 16);
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+}
 
 }  // namespace mt::kernels::cpu

@@ -16,15 +16,6 @@
 
 namespace mt::kernels::cpu {
 namespace {
-// The 16-bit path's fp32 row: a grow-only buffer per thread (steady-state steps do not allocate), 64-byte aligned
-// like Tensor data, so Eigen's vectorised exp and sum split it into scalar head, packets and tail as they split a
-// 64-byte aligned fp32 row (the result is then bit-identical to the fp32 kernel's, rounded once).
-float* thread_scratch(int64_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(n + 16)) buf.resize(size_t(n + 16));
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
-}
-
 // 16-bit rows: the first nreal logits widened into the buffer.
 template <typename S>
 float* widen_row(const S* l, int64_t nreal) {
