@@ -8,6 +8,7 @@
 
 #include "comm/mpi_init.h"
 #include "core/errors.h"
+#include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -27,8 +28,12 @@ int main(int argc, char** argv) {
       if (rank == 0) std::fputs((mt::cli_usage(argv[0]) + "\n" + mt::help_text()).c_str(), stdout);
     } else {
       mt::Config cfg = mt::load_config(args.config_path, args.overrides);
-      mt::validate(cfg, world);
-      mt::run_training(cfg);
+      if (!args.export_checkpoint.empty()) {
+        if (rank == 0) mt::export_checkpoint(args.export_checkpoint, args.export_dir, cfg);
+      } else {
+        mt::validate(cfg, world);
+        mt::run_training(cfg);
+      }
     }
   } catch (const mt::InputError& e) {
     // Bad input reaches here on every rank together (the config is the same everywhere; set-up errors are

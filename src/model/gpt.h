@@ -90,6 +90,9 @@ enum class BackwardPart { All, InputOnly };
 // The parameter table of a model or pipeline stage (the GPT constructor's layout), without allocating buffers.
 ParamTable gpt_param_table(const GPTConfig& cfg);
 
+// Writes a Hugging Face GPT-2 config.json describing the whole model of `cfg` (its stage and tp rank ignored).
+void write_hf_config(const std::string& path, const GPTConfig& cfg);
+
 class GPT {
  public:
   // dtype: the compute dtype of the parameters and activations: F32, BF16 or F16 for training (a 16-bit model
@@ -136,7 +139,7 @@ class GPT {
   // assemble_full and write them with write_full_safetensors, model/tp_shard.h).
   void export_safetensors(const std::string& path) const;
   // Writes a Hugging Face config.json describing the full model.
-  void export_hf_config(const std::string& path) const;
+  void export_hf_config(const std::string& path) const { write_hf_config(path, cfg_); }
   // Writes the gradient buffer (unpadded, F32) under the parameter names (tp = 1 only, as export_safetensors).
   void export_grads(const std::string& path) const;
 

@@ -136,7 +136,7 @@ void GPT::export_grads(const std::string& path) const {
   write_safetensors(path, unpadded_views(*this, grads_, keep), {{"format", "pt"}});
 }
 
-void GPT::export_hf_config(const std::string& path) const {
+void write_hf_config(const std::string& path, const GPTConfig& cfg) {
   std::ofstream f(path);
   if (!f) input_error("cannot write {}", path);
   f << "{\n"
@@ -144,12 +144,12 @@ void GPT::export_hf_config(const std::string& path) const {
     << "  \"model_type\": \"gpt2\",\n"
     << "  \"activation_function\": \"gelu_new\",\n"
     << "  \"layer_norm_epsilon\": 1e-05,\n"
-    << "  \"n_layer\": " << cfg_.n_layer << ",\n"
-    << "  \"n_head\": " << cfg_.n_head << ",\n"
-    << "  \"n_embd\": " << cfg_.d_model << ",\n"
-    << "  \"n_positions\": " << cfg_.seq_len << ",\n"
-    << "  \"n_ctx\": " << cfg_.seq_len << ",\n"
-    << "  \"vocab_size\": " << cfg_.vocab_size << ",\n"
+    << "  \"n_layer\": " << cfg.n_layer << ",\n"
+    << "  \"n_head\": " << cfg.n_head << ",\n"
+    << "  \"n_embd\": " << cfg.d_model << ",\n"
+    << "  \"n_positions\": " << cfg.seq_len << ",\n"
+    << "  \"n_ctx\": " << cfg.seq_len << ",\n"
+    << "  \"vocab_size\": " << cfg.vocab_size << ",\n"
     << "  \"attn_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"resid_pdrop\": 0.0,\n"
     << "  \"tie_word_embeddings\": true,\n"
     << "  \"torch_dtype\": \"float32\"\n"

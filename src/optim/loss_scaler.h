@@ -29,6 +29,13 @@ class LossScaler {
   bool update(bool overflow);
   int64_t skipped_steps() const { return skipped_; }
   bool dynamic() const { return s_.dynamic; }
+  // Checkpoints: the whole state (scale, clean steps in a row, skipped steps).
+  int good_in_a_row() const { return good_in_a_row_; }
+  void restore(double scale, int good_in_a_row, int64_t skipped) {
+    scale_ = scale;
+    good_in_a_row_ = good_in_a_row;
+    skipped_ = skipped;
+  }
 
  private:
   LossScalerSettings s_;

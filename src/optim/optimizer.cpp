@@ -44,6 +44,25 @@ void Optimizer::store_masters(const Tensor& full) const {
     copy_convert(full.slice(g.offset, {g.numel}), masters_.slice(g.state_offset, {g.numel}));
 }
 
+void Optimizer::store_state(const Tensor& params, const Tensor& master, const Tensor& m, const Tensor& v) const {
+  for (const OptimSegment& g : segments_) {
+    const Shape n{g.numel};
+    copy_convert(master.slice(g.offset, n), keeps_masters() ? masters_.slice(g.state_offset, n) : params.slice(g.offset, n));
+    copy_convert(m.slice(g.offset, n), m_.slice(g.state_offset, n));
+    copy_convert(v.slice(g.offset, n), v_.slice(g.state_offset, n));
+  }
+}
+
+void Optimizer::load_state(const Tensor& master, const Tensor& m, const Tensor& v, int64_t steps_taken) {
+  for (const OptimSegment& g : segments_) {
+    const Shape n{g.numel};
+    if (keeps_masters()) copy_convert(masters_.slice(g.state_offset, n), master.slice(g.offset, n));
+    copy_convert(m_.slice(g.state_offset, n), m.slice(g.offset, n));
+    copy_convert(v_.slice(g.state_offset, n), v.slice(g.offset, n));
+  }
+  t_ = steps_taken;
+}
+
 bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, double loss_scale) {
   CHECK(keeps_masters() == (params.dtype() != m_.dtype()), "optimizer: {} parameters with {} state{}",
         dtype_name(params.dtype()), dtype_name(m_.dtype()), keeps_masters() ? " and masters" : "");

@@ -59,6 +59,12 @@ class Optimizer {
   // The masters of this optimizer's segments, read from / written to a buffer laid out like params (fp32).
   void load_masters(const Tensor& full);
   void store_masters(const Tensor& full) const;
+  // Checkpoints: the state of this optimizer's segments in buffers laid out like params (fp32; elements outside
+  // the segments are left alone): the master weights (`params` themselves when no masters are kept), and the
+  // two AdamW moments; and back, with AdamW's step count.
+  const std::vector<OptimSegment>& segments() const { return segments_; }
+  void store_state(const Tensor& params, const Tensor& master, const Tensor& m, const Tensor& v) const;
+  void load_state(const Tensor& master, const Tensor& m, const Tensor& v, int64_t steps_taken);
 
  private:
   std::vector<OptimSegment> segments_;

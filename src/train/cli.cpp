@@ -41,6 +41,10 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
       set_config(next("--config", "FILE"));
     } else if (a.rfind("--config=", 0) == 0) {
       set_config(a.substr(9));
+    } else if (a == "--export") {
+      if (!out.export_checkpoint.empty()) input_error("--export given twice");
+      out.export_checkpoint = next("--export", "CHECKPOINT OUT_DIR");
+      out.export_dir = next("--export", "CHECKPOINT OUT_DIR: the output directory is missing");
     } else if (a == "--set") {
       add_set(next("--set", "KEY=VALUE"));
     } else if (a.rfind("--set=", 0) == 0) {
@@ -58,11 +62,14 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
 std::string cli_usage(const std::string& program) {
   return fmt::format(
       "usage: [mpirun -np N] {} --config FILE [--set KEY=VALUE]...\n"
+      "       {} --config FILE --export CHECKPOINT OUT_DIR\n"
       "       {} --help\n"
       "  --config FILE      YAML config (see configs/gpt.yaml)\n"
       "  --set KEY=VALUE    override one dotted key (e.g. --set optim.lr=1e-3); repeatable, the last one wins\n"
+      "  --export CKPT DIR  write CKPT's weights (a checkpoint directory of any mesh) as DIR/model.safetensors and\n"
+      "                     a Hugging Face config.json; the config gives the model, nothing is trained\n"
       "  --help, -h         print this and every config key with its default and meaning\n",
-      program, program);
+      program, program, program);
 }
 
 }  // namespace mt

@@ -71,7 +71,7 @@ struct CommConfig {
 
 struct RunConfig {
   std::string dir;  // "" = runs/<config file stem>
-  int log_every = 1, checkpoint_every = 0;
+  int log_every = 1, checkpoint_every = 0, keep_checkpoints = 3;
   std::string resume = "auto";  // auto | none | PATH
   bool profile = false;
   std::string dump_grads;  // "" or a safetensors path: write the first step's gradients there (parity tests)

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "core/errors.h"
 
@@ -28,8 +31,23 @@ std::string to_json(const StepMetrics& m) {
   return s + "}";
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
-  f_ = std::fopen(path.c_str(), "w");
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) {
+  if (keep_through_step >= 0) {
+    // The rows to keep go to a new file that replaces the old one in one rename: a crash here loses nothing.
+    std::string kept;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find("\"step\": ");
+      if (at != std::string::npos && std::strtoll(line.c_str() + at + 8, nullptr, 10) <= keep_through_step)
+        kept += line + "\n";
+    }
+    const std::string tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.close();
+    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) input_error("cannot write {}", path);
+  }
+  f_ = std::fopen(path.c_str(), keep_through_step >= 0 ? "a" : "w");
   if (!f_) input_error("cannot write {}", path);
 }
 

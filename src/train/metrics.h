@@ -23,7 +23,9 @@ std::string to_json(const StepMetrics& m);
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // truncates
+  // Truncates the file; or, with keep_through_step >= 0 (a resumed run), keeps its rows of steps up to that one
+  // and appends after them, so the file holds each step once.
+  explicit MetricsWriter(const std::string& path, int64_t keep_through_step = -1);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -31,6 +31,7 @@
 #include "optim/optimizer.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/mesh.h"
+#include "train/checkpoint.h"
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
@@ -266,6 +267,33 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
                  cfg.precision.loss_scale);
   const int inject_step = injected_overflow_step();
+
+  // Resume: the newest complete checkpoint (run.resume: auto), a given one, or none. Its masters and moments,
+  // laid out for this mesh whatever mesh wrote them, replace the initial state; the compute copy is their
+  // rounding. Every rank reads the same checkpoint, so a bad one stops them all with exit status 2.
+  const std::string ckpt_root = cfg.run.dir + "/checkpoints";
+  const std::string resume_dir = cfg.run.resume == "none"   ? ""
+                                 : cfg.run.resume == "auto" ? latest_checkpoint(ckpt_root)
+                                                            : cfg.run.resume;
+  int start_step = 1;
+  if (!resume_dir.empty()) {
+    std::string error;
+    CheckpointInfo info;
+    try {
+      info = read_checkpoint(resume_dir, cfg);
+      const int64_t n = model.table().total_numel();
+      Tensor master = Tensor::zeros({n}, DType::F32), m = Tensor::zeros({n}, DType::F32), v = Tensor::zeros({n}, DType::F32);
+      load_checkpoint(info, model.table(), master, m, v);
+      opt->load_state(master, m, v, info.state.optimizer_steps);
+      copy_convert(model.params(), master);
+      if (fp16) scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    agree_on_setup(error, MPI_COMM_WORLD);
+    start_step = int(info.state.step) + 1;
+    spdlog::info("resumed from {} (step {}, written on {})", resume_dir, info.state.step, info.mesh);
+  }
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
   PipelineRunner runner(model, comms.pp.get(), cfg.parallel.schedule, n_micro, mb, T, prof);
@@ -291,7 +319,27 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                  cfg.comm.overlap ? "on" : "off");
 
   std::unique_ptr<MetricsWriter> metrics;
-  if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl");
+  if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", start_step - 1 > 0 ? start_step - 1 : -1);
+  // A checkpoint of this rank's shards: the optimizer's state in the table's layout, and the segments it owns
+  // (without ZeRO-1 the dp replicas hold the same state and only dp rank 0 writes it; the last stage's copy of
+  // the tied wte, counted nowhere, is left to the first stage's).
+  auto checkpoint = [&](int step) {
+    const double t0 = trace_clock_us();
+    const int64_t n = model.table().total_numel();
+    CheckpointShard shard;
+    shard.table = &model.table();
+    shard.master = Tensor::zeros({n}, DType::F32);
+    shard.exp_avg = Tensor::zeros({n}, DType::F32);
+    shard.exp_avg_sq = Tensor::zeros({n}, DType::F32);
+    opt->store_state(model.params(), shard.master, shard.exp_avg, shard.exp_avg_sq);
+    if (zero || mesh.dp_rank() == 0)
+      for (const OptimSegment& g : opt->segments())
+        if (g.numel > 0 && g.in_norm) shard.ranges.emplace_back(g.offset, g.offset + g.numel);
+    shard.rank = mesh.rank(), shard.world = world;
+    const TrainState st{step, opt->steps_taken(), scaler.scale(), scaler.good_in_a_row(), scaler.skipped_steps()};
+    const std::string dir = write_checkpoint(ckpt_root, cfg, st, shard, *comms.world, cfg.run.keep_checkpoints);
+    spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
+  };
   // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); dp averages them.
   const double dloss = 1.0 / (double(local_batch) * T);
   const int64_t tokens_per_step = int64_t(gb) * T;
@@ -323,7 +371,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   Tensor times = Tensor::zeros({6}, DType::F32);  // step, comm, exposed, pipeline span, -busy, MB sent: max over ranks
   double total_ms = 0, last_loss = 0, last_val = -1;
   const auto run_start = Clock::now();
-  for (int step = 1; step <= cfg.train.steps; ++step) {
+  if (start_step > cfg.train.steps)
+    spdlog::info("nothing to train: the checkpoint is at step {}, train.steps is {}", start_step - 1, cfg.train.steps);
+  for (int step = start_step; step <= cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
     const double t0_us = trace_clock_us(), wait0 = wait_us();
     zero_(model.grads());
@@ -412,10 +462,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       last_val = row.val_loss;
     }
     if (metrics) metrics->write(row);
+    if (cfg.run.checkpoint_every > 0 && (step % cfg.run.checkpoint_every == 0 || step == cfg.train.steps))
+      checkpoint(step);
     total_ms += row.step_ms;
     last_loss = row.loss;
     if (step % cfg.run.log_every == 0 || step == cfg.train.steps || step == 1) {
-      const double eta_s = (cfg.train.steps - step) * (ms_since(run_start) / step) / 1000.0;
+      const double eta_s = (cfg.train.steps - step) * (ms_since(run_start) / (step - start_step + 1)) / 1000.0;
       spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms/step{} | "
                    "ETA {}",
                    step, cfg.train.steps, row.loss, row.val_loss >= 0 ? fmt::format(" | val {:.4f}", row.val_loss) : "",
@@ -457,10 +509,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB", s, r[2],
                  int(r[1]), r[3]);
   }
-  spdlog::info("done: {} steps, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB; wrote "
+  const int steps_run = std::max(0, cfg.train.steps - start_step + 1);
+  spdlog::info("done: {} steps{}, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB; wrote "
                "{}/model.safetensors and config.json",
-               cfg.train.steps, last_loss, last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
-               tokens_per_step * cfg.train.steps / (total_ms / 1000.0), peak_rss_mib(), cfg.run.dir);
+               steps_run, start_step > 1 ? fmt::format(" (from step {})", start_step) : "", last_loss,
+               last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
+               steps_run ? tokens_per_step * steps_run / (total_ms / 1000.0) : 0.0, peak_rss_mib(), cfg.run.dir);
 }
 
 }  // namespace
@@ -469,10 +523,6 @@ void run_training(const Config& cfg) {
   // Valid names that later versions implement: refuse them up front rather than train something else.
   if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
   if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
-  if (cfg.run.checkpoint_every != 0)
-    input_error("run.checkpoint_every={}: checkpoints are not built yet", cfg.run.checkpoint_every);
-  if (cfg.run.resume != "auto" && cfg.run.resume != "none")
-    input_error("run.resume={}: checkpoints are not built yet; use auto or none", cfg.run.resume);
 
   int world = 1, rank = 0;
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));

@@ -1,0 +1,391 @@
+// Checkpoint files: writing, finding, verifying and reading them back on any mesh (see checkpoint.h).
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/json.h"
+#include "model/gpt.h"
+#include "model/safetensors.h"
+#include "model/tp_shard.h"
+
+namespace mt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "meshtrain-checkpoint";
+constexpr int kVersion = 1;
+const char* const kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
+
+// FNV-1a over 8-byte words (and the tail byte by byte): fast enough to check gigabytes at start-up, and any
+// truncation, bit flip or swapped block changes it.
+uint64_t checksum64(const char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ull;
+  return h ^ n;
+}
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) input_error("checkpoint file {} cannot be read", path);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
+
+// Writes `text` to path through a temporary file, fsynced and renamed, then fsyncs the directory.
+void write_text_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = fd >= 0 && ::fsync(fd) == 0 && ok;
+  if (fd >= 0) ok = ::close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("writing " + path + " failed: " + std::strerror(errno));
+  const int dfd = ::open(fs::path(path).parent_path().c_str(), O_RDONLY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
+
+// "dim parts part groups|global shape|full shape", the shard layout a reader needs to place local elements.
+std::string shard_descriptor(const ParamSpec& s) {
+  std::string d = fmt::format("{} {} {} {}|", s.shard.dim, s.shard.parts, s.shard.part, s.shard.groups);
+  for (int i = 0; i < s.global_shape.n; ++i) d += fmt::format("{}{}", i ? " " : "", s.global_shape[i]);
+  d += '|';
+  for (int i = 0; i < s.full_shape.n; ++i) d += fmt::format("{}{}", i ? " " : "", s.full_shape[i]);
+  return d;
+}
+
+ParamSpec parse_descriptor(const std::string& file, const std::string& name, const std::string& d) {
+  auto fail = [&]() -> ParamSpec { input_error("checkpoint file {}: bad shard layout '{}' for {}", file, d, name); };
+  std::vector<std::string> parts;
+  std::stringstream ss(d);
+  for (std::string p; std::getline(ss, p, '|');) parts.push_back(p);
+  if (parts.size() != 3) return fail();
+  Shard sh;
+  std::istringstream head(parts[0]);
+  if (!(head >> sh.dim >> sh.parts >> sh.part >> sh.groups)) return fail();
+  auto shape = [&](const std::string& text, Shape& out) {
+    std::istringstream in(text);
+    for (int64_t x; in >> x;) {
+      if (out.n == Shape::kMaxDims || x < 1) return false;
+      out.d[out.n++] = x;
+    }
+    return out.n > 0;
+  };
+  Shape global, full;
+  if (!shape(parts[1], global) || !shape(parts[2], full) || sh.parts < 1 || sh.part < 0 || sh.part >= sh.parts ||
+      sh.groups < 1 || sh.dim < -1 || sh.dim >= global.n || full.n != global.n || full[0] > global[0] ||
+      (sh.dim >= 0 && global[sh.dim] % (int64_t(sh.groups) * sh.parts) != 0))
+    return fail();
+  for (int i = 1; i < global.n; ++i)
+    if (global[i] != full[i]) return fail();
+  ParamTable t;
+  t.add(name, global, full, false, sh);
+  return t[0];
+}
+
+// The configuration values a checkpoint must share with the run that reads it.
+std::vector<std::pair<const char*, int64_t>> model_shape(const ModelConfig& m) {
+  return {{"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model}, {"seq_len", m.seq_len},
+          {"vocab_size", m.vocab_size}};
+}
+
+// Crash-test hook: MESHTRAIN_CRASH_IN_CHECKPOINT=STEP kills the last rank in the middle of writing that step's
+// checkpoint (a partial temporary file on disk, as a crash leaves it).
+void maybe_crash(int64_t step, int rank, int world, const std::string& dir) {
+  const char* v = std::getenv("MESHTRAIN_CRASH_IN_CHECKPOINT");
+  if (!v || std::atoll(v) != step || rank != world - 1) return;
+  std::ofstream(dir + "/" + rank_file_name(rank) + ".tmp") << "partial";
+  spdlog::warn("MESHTRAIN_CRASH_IN_CHECKPOINT: rank {} kills itself while writing {}", rank, dir);
+  ::raise(SIGKILL);
+}
+
+void prune(const std::string& root, int keep, int64_t newest) {
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step_", 0) != 0) continue;
+    const int64_t step = std::atoll(n.c_str() + 5);
+    if (fs::exists(e.path() / "COMPLETE")) complete.emplace_back(step, e.path());
+    else if (step < newest) fs::remove_all(e.path());  // an interrupted write older than a complete checkpoint
+  }
+  std::sort(complete.rbegin(), complete.rend());
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < complete.size(); ++i) fs::remove_all(complete[i].second);
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& root, const Config& cfg, const TrainState& st,
+                             const CheckpointShard& shard, Communicator& world, int keep) {
+  const std::string dir = root + "/" + step_dir_name(st.step);
+  if (shard.rank == 0) {
+    fs::remove_all(dir);  // a stale directory of the same step (an earlier run with resume: none)
+    fs::create_directories(dir);
+  }
+  world.barrier();
+  maybe_crash(st.step, shard.rank, shard.world, dir);
+
+  // This rank's file; any failure is reported to every rank instead of leaving them waiting.
+  std::string error;
+  uint64_t size = 0, sum = 0;
+  try {
+    const ParamTable& t = *shard.table;
+    std::vector<SafetensorOut> out;
+    std::map<std::string, std::string> meta = {{"rank", std::to_string(shard.rank)}};
+    std::vector<std::string> names;  // keeps the tensor names alive
+    names.reserve(3 * shard.ranges.size());
+    for (const auto& [begin, end] : shard.ranges) {
+      int p = 0;
+      while (p + 1 < t.size() && t[p + 1].offset <= begin) ++p;
+      const ParamSpec& s = t[p];
+      CHECK(begin >= s.offset && end <= s.offset + s.numel(), "checkpoint range [{}, {}) crosses {}", begin, end,
+            s.name);
+      meta[s.name] = shard_descriptor(s);
+      const Tensor* src[3] = {&shard.master, &shard.exp_avg, &shard.exp_avg_sq};
+      for (int k = 0; k < 3; ++k) {
+        names.push_back(fmt::format("{}/{}/{}", kKinds[k], s.name, begin - s.offset));
+        out.push_back({names.back(), DType::F32, {end - begin}, src[k]->data_as<float>() + begin});
+      }
+    }
+    const std::string path = dir + "/" + rank_file_name(shard.rank);
+    write_safetensors(path, out, meta);
+    const std::vector<char> bytes = read_bytes(path);
+    size = bytes.size();
+    sum = checksum64(bytes.data(), bytes.size());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every rank's (ok, size, checksum) to every rank, as 32-bit words.
+  Tensor mine = Tensor::zeros({5}, DType::I32), all = Tensor::zeros({5 * int64_t(shard.world)}, DType::I32);
+  const uint32_t words[5] = {error.empty() ? 1u : 0u, uint32_t(size), uint32_t(size >> 32), uint32_t(sum),
+                             uint32_t(sum >> 32)};
+  std::memcpy(mine.data(), words, sizeof(words));
+  world.all_gather(mine, all);
+  const uint32_t* w = static_cast<const uint32_t*>(all.data());
+  for (int r = 0; r < shard.world; ++r)
+    if (!w[5 * r]) {
+      if (r == shard.rank) spdlog::error("[rank {}] writing its checkpoint file failed: {}", r, error);
+      throw std::runtime_error(fmt::format("writing checkpoint {} failed on rank {}", dir, r));
+    }
+
+  if (shard.rank == 0) {
+    std::string files;
+    for (int r = 0; r < shard.world; ++r) {
+      const uint64_t sz = uint64_t(w[5 * r + 1]) | uint64_t(w[5 * r + 2]) << 32;
+      const uint64_t ck = uint64_t(w[5 * r + 3]) | uint64_t(w[5 * r + 4]) << 32;
+      files += fmt::format("{}    {{\"name\": {}, \"bytes\": {}, \"checksum\": \"{}\"}}", r ? ",\n" : "",
+                           json_quote(rank_file_name(r)), sz, hex(ck));
+    }
+    std::string model;
+    for (const auto& [k, v] : model_shape(cfg.model)) model += fmt::format("{}\"{}\": {}", model.empty() ? "" : ", ", k, v);
+    const std::string text = fmt::format(
+        "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n  \"optimizer_steps\": {},\n"
+        "  \"loss_scaler\": {{\"scale\": {:.17g}, \"good_in_a_row\": {}, \"skipped_steps\": {}}},\n"
+        "  \"data\": {{\"next_step\": {}, \"seed\": {}, \"order\": {}}},\n  \"model\": {{{}}},\n"
+        "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"virtual_stages\": {}, \"zero\": {}}},\n"
+        "  \"precision\": {},\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
+        kFormat, kVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
+        st.step + 1, cfg.train.seed, json_quote(cfg.data.order), model, shard.world,
+        shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
+        cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.precision.compute), files,
+        json_quote(to_yaml(cfg)));
+    write_text_durably(dir + "/meta.json", text);
+    write_text_durably(dir + "/COMPLETE", std::to_string(st.step) + "\n");
+    prune(root, keep, st.step);
+  }
+  world.barrier();  // on return the checkpoint is complete for every rank
+  return dir;
+}
+
+std::string latest_checkpoint(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return "";
+  int64_t best = -1;
+  std::string found;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step_", 0) != 0 || !fs::exists(e.path() / "COMPLETE")) continue;
+    const int64_t step = std::atoll(n.c_str() + 5);
+    if (step > best) best = step, found = e.path().string();
+  }
+  return found;
+}
+
+CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
+  if (!fs::is_directory(dir)) input_error("checkpoint {} is not a directory", dir);
+  if (!fs::exists(fs::path(dir) / "COMPLETE"))
+    input_error("checkpoint {} is incomplete (no COMPLETE marker: its write was interrupted)", dir);
+  const std::string meta_path = dir + "/meta.json";
+  const std::vector<char> bytes = read_bytes(meta_path);
+  Json meta;
+  try {
+    meta = parse_json(std::string_view(bytes.data(), bytes.size()));
+  } catch (const JsonError& e) {
+    input_error("checkpoint file {} is not valid JSON: {}", meta_path, e.what());
+  }
+  auto field = [&](const Json* obj, const char* key) -> const Json& {
+    const Json* v = obj && obj->is_object() ? obj->get(key) : nullptr;
+    if (!v) input_error("checkpoint file {} lacks \"{}\"", meta_path, key);
+    return *v;
+  };
+  auto integer = [&](const Json* obj, const char* key) {
+    const Json& v = field(obj, key);
+    if (!v.is_number() || !v.is_integer || v.is_negative)
+      input_error("checkpoint file {}: \"{}\" must be a non-negative integer", meta_path, key);
+    return int64_t(v.integer);
+  };
+  const Json& format = field(&meta, "format");
+  if (!format.is_string() || format.string != kFormat || integer(&meta, "version") != kVersion)
+    input_error("checkpoint file {} is not a meshtrain checkpoint of version {}", meta_path, kVersion);
+  CheckpointInfo info;
+  info.dir = dir;
+  info.state.step = integer(&meta, "step");
+  info.state.optimizer_steps = integer(&meta, "optimizer_steps");
+  const Json& scaler = field(&meta, "loss_scaler");
+  const Json& scale = field(&scaler, "scale");
+  if (!scale.is_number() || !(scale.number > 0)) input_error("checkpoint file {}: bad loss scale", meta_path);
+  info.state.loss_scale = scale.number;
+  info.state.good_in_a_row = int(integer(&scaler, "good_in_a_row"));
+  info.state.skipped_steps = integer(&scaler, "skipped_steps");
+  const Json& model = field(&meta, "model");
+  for (const auto& [k, v] : model_shape(cfg.model))
+    if (integer(&model, k) != v)
+      input_error("checkpoint {} belongs to another model: model.{} is {} there and {} in this config", dir, k,
+                  integer(&model, k), v);
+  const Json& mesh = field(&meta, "mesh");
+  info.mesh = fmt::format("{} x {} x {} (dp x tp x pp){}", integer(&mesh, "dp"), integer(&mesh, "tp"),
+                          integer(&mesh, "pp"), integer(&mesh, "zero") ? ", ZeRO-1" : "");
+  const Json& files = field(&meta, "files");
+  if (!files.is_array() || files.array.empty()) input_error("checkpoint file {}: \"files\" must be a list", meta_path);
+  for (const Json& f : files.array) {
+    const Json& name = field(&f, "name");
+    const Json& sum = field(&f, "checksum");
+    if (!name.is_string() || name.string.find('/') != std::string::npos || !sum.is_string())
+      input_error("checkpoint file {}: bad entry in \"files\"", meta_path);
+    const std::string path = dir + "/" + name.string;
+    const uint64_t want = uint64_t(integer(&f, "bytes"));
+    if (!fs::exists(path)) input_error("checkpoint file {} is missing", path);
+    const std::vector<char> data = read_bytes(path);
+    if (data.size() != want)
+      input_error("checkpoint file {} is truncated or altered: {} bytes, meta.json says {}", path, data.size(), want);
+    if (hex(checksum64(data.data(), data.size())) != sum.string)
+      input_error("checkpoint file {} fails its checksum (the file is corrupt)", path);
+    info.files.push_back(path);
+  }
+  return info;
+}
+
+void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const Tensor& master, const Tensor& exp_avg,
+                     const Tensor& exp_avg_sq) {
+  // Every record of the checkpoint, by parameter: its file, first local element, length and shard layout.
+  struct Record {
+    const SafetensorsFile* file;
+    const SafetensorInfo* tensor[3];
+    int64_t first, n;
+    ParamSpec spec;
+  };
+  std::vector<SafetensorsFile> files;
+  files.reserve(info.files.size());
+  for (const std::string& path : info.files) files.push_back(SafetensorsFile::open(path));
+  std::map<std::string, std::vector<Record>> records;
+  for (const SafetensorsFile& f : files)
+    for (const SafetensorInfo& t : f.tensors()) {
+      const size_t a = t.name.find('/'), b = t.name.rfind('/');
+      if (t.name.compare(0, a, kKinds[0]) != 0 || a == b) continue;  // one record per master tensor
+      const std::string name = t.name.substr(a + 1, b - a - 1);
+      const auto desc = f.metadata().find(name);
+      if (desc == f.metadata().end()) input_error("checkpoint file {}: no shard layout for {}", f.path(), name);
+      Record r{&f, {&t, nullptr, nullptr}, std::atoll(t.name.c_str() + b + 1), SafetensorsFile::numel(t),
+               parse_descriptor(f.path(), name, desc->second)};
+      for (int k = 1; k < 3; ++k) {
+        r.tensor[k] = f.find(std::string(kKinds[k]) + t.name.substr(a));
+        if (!r.tensor[k] || SafetensorsFile::numel(*r.tensor[k]) != r.n)
+          input_error("checkpoint file {}: {} lacks its {} tensor", f.path(), t.name, kKinds[k]);
+      }
+      if (r.first < 0 || r.first + r.n > r.spec.numel())
+        input_error("checkpoint file {}: {} lies outside the parameter's shard", f.path(), t.name);
+      records[name].push_back(r);
+    }
+
+  // Per parameter: its full tensors assembled from every record, then this table's shard taken from them.
+  const Tensor* dst[3] = {&master, &exp_avg, &exp_avg_sq};
+  std::vector<float> buf;
+  for (const ParamSpec& s : table.specs()) {
+    const auto it = records.find(s.name);
+    if (it == records.end()) input_error("checkpoint {} has no values for {}", info.dir, s.name);
+    const int64_t full = s.full_numel();
+    std::vector<float> whole[3];
+    for (auto& w : whole) w.assign(full, 0.f);
+    std::vector<uint8_t> have(full, 0);
+    for (const Record& r : it->second) {
+      if (r.spec.full_shape != s.full_shape)
+        input_error("checkpoint file {}: {} has shape {} there, {} in this model", r.file->path(), s.name,
+                    r.spec.full_shape.str(), s.full_shape.str());
+      buf.resize(r.n);
+      for (int k = 0; k < 3; ++k) {
+        r.file->read_as_float(*r.tensor[k], buf.data(), r.n);
+        for (int64_t i = 0; i < r.n; ++i) {
+          const int64_t g = r.spec.global_index(r.first + i);
+          if (g < full) whole[k][g] = buf[i], have[g] = 1;
+        }
+      }
+    }
+    const int64_t len = s.run_length();
+    for (int64_t q = 0; q < s.num_runs(); ++q)
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t g = s.run_global_begin(q) + i, l = s.offset + q * len + i;
+        if (g < full && !have[g]) input_error("checkpoint {} lacks element {} of {}", info.dir, g, s.name);
+        for (int k = 0; k < 3; ++k) dst[k]->data_as<float>()[l] = g < full ? whole[k][g] : 0.f;
+      }
+  }
+}
+
+void export_checkpoint(const std::string& dir, const std::string& out_dir, const Config& cfg) {
+  const CheckpointInfo info = read_checkpoint(dir, cfg);
+  GPTConfig g;
+  g.n_layer = cfg.model.n_layer;
+  g.n_head = cfg.model.n_head;
+  g.d_model = cfg.model.d_model;
+  g.seq_len = cfg.model.seq_len;
+  g.vocab_size = cfg.model.vocab_size;
+  const ParamTable whole = gpt_param_table(g);  // one rank, the whole model
+  const int64_t n = whole.total_numel();
+  Tensor master = Tensor::zeros({n}, DType::F32), m = Tensor::zeros({n}, DType::F32),
+         v = Tensor::zeros({n}, DType::F32);
+  load_checkpoint(info, whole, master, m, v);
+  std::vector<std::vector<float>> tensors = assemble_full(whole, {master.data_as<float>()});
+  fs::create_directories(out_dir);
+  write_full_safetensors(out_dir + "/model.safetensors", whole, tensors);
+  write_hf_config(out_dir + "/config.json", g);
+  spdlog::info("exported {} (step {}, written on {}) to {}/model.safetensors and config.json", dir,
+               info.state.step, info.mesh, out_dir);
+}
+
+}  // namespace mt

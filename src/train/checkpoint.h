@@ -1,0 +1,78 @@
+// Checkpoints: every rank writes its shards of the training state, in a form any other mesh can read back.
+//
+// run.dir/checkpoints/step_NNNNNNNN/
+//   rank_RRRRR.safetensors  one per world rank. For each optimizer segment the rank owns (all of its parameters,
+//       or under ZeRO-1 its shards of them; without ZeRO-1 only dp rank 0 of each replica group writes, and the
+//       last pipeline stage's copy of the tied wte is left out), three F32 tensors "master/<param>/<first>",
+//       "exp_avg/<param>/<first>" and "exp_avg_sq/<param>/<first>": the fp32 master weights and AdamW moments of
+//       the local elements [first, first + n) of the parameter's tensor-parallel shard. __metadata__ maps each
+//       parameter to its shard layout and global and full shapes, so a reader maps local elements to elements
+//       of the full (unpadded) tensor, which no mesh changes.
+//   meta.json  written by rank 0 once every rank file is in place: format and version, step, AdamW's step count,
+//       the loss scaler, the data position and seed, the model's shape, the mesh that wrote it, every file's size
+//       and checksum, and the resolved config.
+//   COMPLETE   written last. A directory without it is an interrupted write, never read.
+// Every file is written under a temporary name, fsynced and renamed; the newest run.keep_checkpoints complete
+// checkpoints are kept. The compute copy of the weights is not stored: it is the rounding of the masters.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "model/param_table.h"
+#include "train/config.h"
+
+namespace mt {
+
+// What a checkpoint restores besides the tensors.
+struct TrainState {
+  int64_t step = 0;             // the last completed step: a resumed run continues at step + 1
+  int64_t optimizer_steps = 0;  // AdamW's t (steps skipped for fp16 overflow do not count)
+  double loss_scale = 1;
+  int good_in_a_row = 0;
+  int64_t skipped_steps = 0;
+};
+
+// This rank's part of a checkpoint: its parameter table (all its pipeline chunks), the state of its optimizer
+// segments in buffers laid out like the table (Optimizer::store_state), which segments to write, and where it
+// sits in the mesh.
+struct CheckpointShard {
+  const ParamTable* table = nullptr;
+  Tensor master, exp_avg, exp_avg_sq;  // fp32, table->total_numel() elements
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // [offset, offset + numel) of the flat buffers to write
+  int rank = 0, world = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0;
+};
+
+// Collective over `world` (every rank calls it with its shard): writes root/step_NNNNNNNN and keeps the newest
+// `keep` complete checkpoints under root. Returns the directory. Throws on every rank if any rank's write failed.
+std::string write_checkpoint(const std::string& root, const Config& cfg, const TrainState& state,
+                             const CheckpointShard& shard, Communicator& world, int keep);
+
+// The newest complete checkpoint directory under root, or "" when there is none.
+std::string latest_checkpoint(const std::string& root);
+
+struct CheckpointInfo {
+  std::string dir;
+  TrainState state;
+  std::string mesh;  // "dp x tp x pp" of the run that wrote it, and ZeRO-1, for the log
+  std::vector<std::string> files;
+};
+
+// Reads meta.json of `dir` and checks the checkpoint against the model of `cfg`: complete, format and version
+// known, every rank file present with the size and checksum meta.json records, the same model shape. Throws
+// InputError naming the file and what is wrong.
+CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg);
+
+// Fills master, exp_avg and exp_avg_sq (fp32, laid out like `table`: any mesh's rank table) with the
+// checkpoint's values of every parameter in the table; vocabulary padding gets 0. Throws InputError when the
+// checkpoint lacks an element.
+void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const Tensor& master, const Tensor& exp_avg,
+                     const Tensor& exp_avg_sq);
+
+// `build/trainer --export CHECKPOINT OUT_DIR`: the full fp32 master weights as OUT_DIR/model.safetensors (GPT-2
+// names, the single-rank layout) and a Hugging Face config.json, whatever mesh wrote the checkpoint.
+void export_checkpoint(const std::string& dir, const std::string& out_dir, const Config& cfg);
+
+}  // namespace mt
