@@ -208,10 +208,12 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
     const std::string text = fmt::format(
         "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n  \"optimizer_steps\": {},\n"
         "  \"loss_scaler\": {{\"scale\": {:.17g}, \"good_in_a_row\": {}, \"skipped_steps\": {}}},\n"
+        "  \"nonfinite_skipped_steps\": {},\n"
         "  \"data\": {{\"next_step\": {}, \"seed\": {}, \"order\": {}}},\n  \"model\": {{{}}},\n"
         "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"virtual_stages\": {}, \"zero\": {}}},\n"
         "  \"precision\": {},\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
         kFormat, kVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
+        st.nonfinite_skipped,
         st.step + 1, cfg.train.seed, json_quote(cfg.data.order), model, shard.world,
         shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
         cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.precision.compute), files,
@@ -274,6 +276,7 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   info.state.loss_scale = scale.number;
   info.state.good_in_a_row = int(integer(&scaler, "good_in_a_row"));
   info.state.skipped_steps = integer(&scaler, "skipped_steps");
+  info.state.nonfinite_skipped = integer(&meta, "nonfinite_skipped_steps");
   const Json& model = field(&meta, "model");
   for (const auto& [k, v] : model_shape(cfg.model))
     if (integer(&model, k) != v)

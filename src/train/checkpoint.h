@@ -32,7 +32,8 @@ struct TrainState {
   int64_t optimizer_steps = 0;  // AdamW's t (steps skipped for fp16 overflow do not count)
   double loss_scale = 1;
   int good_in_a_row = 0;
-  int64_t skipped_steps = 0;
+  int64_t skipped_steps = 0;       // the loss scaler's (fp16 overflow)
+  int64_t nonfinite_skipped = 0;   // train.skip_nonfinite's
 };
 
 // This rank's part of a checkpoint: its parameter table (all its pipeline chunks), the state of its optimizer

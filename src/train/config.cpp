@@ -61,6 +61,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(train.eval_every, "evaluate every this many steps; 0 = off"),
       MT_KEY(train.eval_batches, "global batches per evaluation"),
       MT_KEY(train.threads, "compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node"),
+      MT_KEY(train.skip_nonfinite, "skip (and count) a step whose loss or gradient norm is inf or NaN instead of "
+                                   "stopping the run"),
       MT_KEY(optim.lr, "peak learning rate"),
       MT_KEY(optim.min_lr, "learning rate at the end of the decay"),
       MT_KEY(optim.warmup_steps, "linear warm-up steps from 0 to lr"),
@@ -232,6 +234,31 @@ void set_int_list(std::vector<int>& out, const KeyDesc& key, const YAML::Node& n
   out = values;  // only a fully valid list replaces the old value
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). yaml-cpp reads
+// other bytes as they are, but its emitter writes them as U+FFFD, so to_yaml could not give such a value back.
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1Fu;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0Fu;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07u;
+    else return false;
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char ck = static_cast<unsigned char>(s[i + k]);
+      if ((ck & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (ck & 0x3Fu);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 // Sets the field of `key` from a YAML scalar node (a sequence for list keys); `where` says where the value came
 // from (file:line or --set).
 void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const std::string& where) {
@@ -242,6 +269,7 @@ void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const st
   if (auto* s = std::get_if<std::string*>(&f)) {
     if (node.IsNull()) { **s = ""; return; }
     if (!node.IsScalar()) bad();
+    if (!valid_utf8(node.Scalar())) bad(" (not valid UTF-8)");
     **s = node.Scalar();
     return;
   }

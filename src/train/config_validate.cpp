@@ -160,7 +160,8 @@ void validate_values(const Config& c) {
           d.source);
   require(d.val_fraction >= 0 && d.val_fraction < 1, "data.val_fraction must be in [0, 1), got {}", d.val_fraction);
   require(d.source != "synthetic" || d.synthetic_tokens > static_cast<int64_t>(m.seq_len) + 1,
-          "data.synthetic_tokens={} must be larger than model.seq_len+1={}", d.synthetic_tokens, m.seq_len + 1);
+          "data.synthetic_tokens={} must be larger than model.seq_len+1={}", d.synthetic_tokens,
+          static_cast<int64_t>(m.seq_len) + 1);  // 64-bit: seq_len may be INT_MAX
 
   const CommConfig& cm = c.comm;
   require_one_of("comm.backend", cm.backend, {"auto", "mpi", "nccl"});
@@ -190,7 +191,8 @@ void validate(const Config& c, int world_size) {
   validate_values(c);
   const ParallelConfig& p = c.parallel;
   const int dp = resolved_dp(c, world_size);
-  const long long mesh = static_cast<long long>(dp) * p.tp * p.pp;
+  // Three factors below 2^31 each: their product may not fit 64 bits (dp = tp = pp = 2^30 passes validate_values).
+  const __int128 mesh = static_cast<__int128>(dp) * p.tp * p.pp;
   require(mesh == world_size, "parallel.dp*tp*pp={}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
           p.pp, mesh, world_size);
   const long long per_step = static_cast<long long>(dp) * c.train.micro_batch;

@@ -16,7 +16,7 @@ struct StepMetrics {
   double val_loss = -1;  // written only when >= 0 (evaluation rows)
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
   double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used
-  int64_t skipped_steps = -1;  // fp16 only (written when >= 0): steps skipped for overflow so far, this one included
+  int64_t skipped_steps = -1;  // fp16 or train.skip_nonfinite (written when >= 0): steps skipped so far, this one included
 };
 
 std::string to_json(const StepMetrics& m);

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -38,6 +39,7 @@
 #include "train/model_gather.h"
 #include "train/pipeline_runner.h"
 #include "train/profiler.h"
+#include "train/test_hooks.h"
 #include "train/zero_shards.h"
 
 namespace mt {
@@ -88,24 +90,6 @@ GPTConfig gpt_config(const ModelConfig& m) {
 
 DType precision_dtype(const std::string& name) {
   return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
-}
-
-// Test hook: MESHTRAIN_INJECT_OVERFLOW=STEP puts an inf into one gradient of the last rank at that step, as an
-// fp16 overflow in its backward pass would (the loss scaler must then skip the step on every rank). -1: unset.
-int injected_overflow_step() {
-  const char* v = std::getenv("MESHTRAIN_INJECT_OVERFLOW");
-  return v && *v ? std::atoi(v) : -1;
-}
-
-// An inf in one gradient element of a tensor-parallel shard (any parameter without tensor parallelism), whose
-// reductions over dp, and the gradient norm's over tp and pp, carry it to every rank. Backward passes accumulate
-// into it, so it survives the step.
-void inject_overflow(const PipelineChunks& model) {
-  const ParamTable& t = model.table();
-  int p = 0;
-  while (p + 1 < t.size() && t[p].shard.whole()) ++p;
-  model.grads().data_as<float>()[t[p].offset] = std::numeric_limits<float>::infinity();
-  spdlog::warn("MESHTRAIN_INJECT_OVERFLOW: inf injected into the gradient of {} on this rank", t[p].name);
 }
 
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
@@ -266,7 +250,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   if (!fp16 && cfg.precision.loss_scale != "dynamic" && rank0)
     spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
                  cfg.precision.loss_scale);
-  const int inject_step = injected_overflow_step();
+  const TestHooks hooks = TestHooks::from_env();
 
   // Resume: the newest complete checkpoint (run.resume: auto), a given one, or none. Its masters and moments,
   // laid out for this mesh whatever mesh wrote them, replace the initial state; the compute copy is their
@@ -276,6 +260,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                                  : cfg.run.resume == "auto" ? latest_checkpoint(ckpt_root)
                                                             : cfg.run.resume;
   int start_step = 1;
+  int64_t nonfinite_skipped = 0;  // steps skipped under train.skip_nonfinite
   if (!resume_dir.empty()) {
     std::string error;
     CheckpointInfo info;
@@ -287,6 +272,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       opt->load_state(master, m, v, info.state.optimizer_steps);
       copy_convert(model.params(), master);
       if (fp16) scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
+      nonfinite_skipped = info.state.nonfinite_skipped;
     } catch (const InputError& e) {
       error = e.what();
     }
@@ -336,7 +322,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       for (const OptimSegment& g : opt->segments())
         if (g.numel > 0 && g.in_norm) shard.ranges.emplace_back(g.offset, g.offset + g.numel);
     shard.rank = mesh.rank(), shard.world = world;
-    const TrainState st{step, opt->steps_taken(), scaler.scale(), scaler.good_in_a_row(), scaler.skipped_steps()};
+    const TrainState st{step,          opt->steps_taken(),          scaler.scale(), scaler.good_in_a_row(),
+                        scaler.skipped_steps(), nonfinite_skipped};
     const std::string dir = write_checkpoint(ckpt_root, cfg, st, shard, *comms.world, cfg.run.keep_checkpoints);
     spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
   };
@@ -379,13 +366,16 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     zero_(model.grads());
     zero_(loss_sum);
     timeline.take_bytes();  // evaluation traffic since the last step is not this step's
-    if (step == inject_step && mesh.rank() == world - 1) inject_overflow(model);
+    if (step == hooks.grad_inf_step && mesh.rank() == world - 1) inject_grad_inf(model);
     const double loss_scale = scaler.scale();
     const RunStats rs = runner.train(
         [&](int m, int32_t* tok, int32_t* tgt) {
           train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb, tok, tgt);
         },
         dloss * loss_scale, loss_sum, reduce, cfg.comm.overlap);
+    if (mesh.rank() == world - 1) maybe_fault(hooks, step);
+    if (step == hooks.loss_nan_step && loss_rank && mesh.dp_rank() == mesh.dp() - 1)
+      loss_sum.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
     if (tied >= 0) {
       // Sum the tied embedding's gradient between the first stage (embedding) and the last (head).
       const double w0 = trace_clock_us();
@@ -405,18 +395,37 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       }
     }
     const double lr = sched.at(step);
+    // The loss over the whole global batch, the same on every rank.
+    StepMetrics row;
+    row.step = step;
+    row.lr = lr;
+    row.tokens = tokens_per_step * step;
+    row.grad_norm = std::nan("");  // until the optimizer has computed it
+    row.loss = global_loss() / double(tokens_per_step);
+    const bool finite_loss = std::isfinite(row.loss);
     const double o0 = trace_clock_us();
-    // Under ZeRO-1 its segments are this rank's shards. A non-finite gradient norm (the same on every rank)
-    // leaves everything unchanged: in fp16 the loss scaler backs off and the step counts as skipped; in fp32 and
-    // bf16 the run stops.
-    const bool applied = opt->step(model.params(), model.grads(), lr, loss_scale);
+    // Under ZeRO-1 its segments are this rank's shards. A non-finite loss or gradient norm (each the same on every
+    // rank) leaves everything unchanged: in fp16 a gradient overflow makes the loss scaler back off and the step
+    // count as skipped; otherwise train.skip_nonfinite skips and counts the step, or the run stops.
+    const bool applied = finite_loss && opt->step(model.params(), model.grads(), lr, loss_scale);
     prof.compute("optimizer", o0, trace_clock_us());
-    if (!applied && !fp16)
-      throw std::runtime_error(fmt::format("the gradient norm became non-finite at step {} ({} compute)", step,
-                                           dtype_name(compute)));
-    if (fp16 && scaler.update(!applied) && rank0)
+    const bool overflow = fp16 && finite_loss && !applied;
+    if (fp16 && scaler.update(overflow) && rank0)
       spdlog::warn("step {}: gradient overflow (non-finite norm) at loss scale {:g}: step skipped, scale now {:g}",
                    step, loss_scale, scaler.scale());
+    if (!applied && !overflow) {
+      const std::string what = finite_loss ? "the gradient norm became non-finite"
+                                           : fmt::format("the loss became non-finite ({})", row.loss);
+      if (!cfg.train.skip_nonfinite) {
+        if (metrics) metrics->write(row);
+        const std::string kept = latest_checkpoint(ckpt_root);
+        throw std::runtime_error(fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(compute),
+                                             kept.empty() ? "no checkpoint was written"
+                                                          : "the newest checkpoint is kept: " + kept));
+      }
+      ++nonfinite_skipped;
+      if (rank0) spdlog::warn("step {}: {}: step skipped (train.skip_nonfinite)", step, what);
+    }
     if (zero && applied) {
       const double g0 = trace_clock_us();
       for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk(c).params());
@@ -426,10 +435,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const double comm_ms = timeline.busy_ms(t0_us, trace_clock_us());
     const double exposed_ms = (wait_us() - wait0) / 1000.0;
 
-    // Metrics: the loss over the whole global batch, and each time the maximum over ranks. The bubble of a
-    // stage is the pipeline phase's length (its slowest stage) minus the stage's own compute in it.
-    StepMetrics row;
-    row.loss = global_loss() / double(tokens_per_step);
+    // Metrics: each time the maximum over ranks. The bubble of a stage is the pipeline phase's length (its
+    // slowest stage) minus the stage's own compute in it.
     float* tm = times.data_as<float>();
     tm[0] = float(step_ms);
     tm[1] = float(comm_ms);
@@ -438,10 +445,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     tm[4] = float(-rs.busy_ms);
     tm[5] = float(timeline.take_bytes() / 1048576.0);  // MiB: fp32 holds any step's traffic exactly enough
     if (world > 1) comms.world->all_reduce(times, ReduceOp::Max);
-    row.step = step;
-    row.grad_norm = read_scalar(opt->grad_norm());
-    row.lr = lr;
-    row.tokens = tokens_per_step * step;
+    if (finite_loss) row.grad_norm = read_scalar(opt->grad_norm());
     row.step_ms = tm[0];
     row.comm_ms = tm[1];
     row.exposed_comm_ms = tm[2];
@@ -449,14 +453,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
     row.tokens_per_s = tokens_per_step / (row.step_ms / 1000.0);
     row.comm_bytes = std::llround(double(tm[5]) * 1048576.0);
-    if (fp16) {
-      row.loss_scale = loss_scale;
-      row.skipped_steps = scaler.skipped_steps();
-    }
-    if (!std::isfinite(row.loss)) {
-      if (metrics) metrics->write(row);
-      throw std::runtime_error(fmt::format("the loss became non-finite ({}) at step {}", row.loss, step));
-    }
+    if (fp16) row.loss_scale = loss_scale;
+    if (fp16 || cfg.train.skip_nonfinite) row.skipped_steps = scaler.skipped_steps() + nonfinite_skipped;
     if (cfg.train.eval_every > 0 && (step % cfg.train.eval_every == 0 || step == cfg.train.steps)) {
       row.val_loss = evaluate();
       last_val = row.val_loss;

@@ -1,5 +1,5 @@
 """fp16 loss scaling on a 2x2x2 mesh (dp x tp x pp, ZeRO-1): an inf injected into one gradient of one rank
-(MESHTRAIN_INJECT_OVERFLOW=3) makes the dynamic scaler back off and skip exactly step 3 on every rank.
+(MESHTRAIN_INJECT=grad-inf@3) makes the dynamic scaler back off and skip exactly step 3 on every rank.
 
 Checks: metrics rows (the scale halves after step 3, skipped_steps counts 1 from step 3 on), and, for "every
 rank", the exported weights of a run that stops right after the skipped step 3 equal those of a run of 2 steps
@@ -27,9 +27,9 @@ def run(name, ranks, steps, inject, *sets):
     for s in sets:
         cmd += ["--set", s]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("MESHTRAIN_INJECT_OVERFLOW", None)
+    env.pop("MESHTRAIN_INJECT", None)
     if inject:
-        env["MESHTRAIN_INJECT_OVERFLOW"] = str(inject)
+        env["MESHTRAIN_INJECT"] = f"grad-inf@{inject}"
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     if r.returncode != 0:
         print(r.stdout + r.stderr)

@@ -1,0 +1,50 @@
+// The environment's fault-injection hooks (see test_hooks.h).
+#include "train/test_hooks.h"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace mt {
+
+namespace {
+// "what@STEP" -> STEP when `what` matches, else -1.
+int step_of(const char* env, const char* what) {
+  const char* v = std::getenv(env);
+  if (!v) return -1;
+  const std::string s = v, w = what;
+  return s.size() > w.size() + 1 && s.compare(0, w.size(), w) == 0 && s[w.size()] == '@'
+             ? std::atoi(s.c_str() + w.size() + 1)
+             : -1;
+}
+}  // namespace
+
+TestHooks TestHooks::from_env() {
+  TestHooks h;
+  h.grad_inf_step = step_of("MESHTRAIN_INJECT", "grad-inf");
+  h.loss_nan_step = step_of("MESHTRAIN_INJECT", "loss-nan");
+  h.kill_step = step_of("MESHTRAIN_FAULT", "kill");
+  h.stop_step = step_of("MESHTRAIN_FAULT", "stop");
+  for (const char* env : {"MESHTRAIN_INJECT", "MESHTRAIN_FAULT"})
+    if (std::getenv(env)) spdlog::warn("test hook {}={} is set", env, std::getenv(env));
+  return h;
+}
+
+void inject_grad_inf(const PipelineChunks& model) {
+  const ParamTable& t = model.table();
+  int p = 0;
+  while (p + 1 < t.size() && t[p].shard.whole()) ++p;
+  model.grads().data_as<float>()[t[p].offset] = std::numeric_limits<float>::infinity();
+  spdlog::warn("MESHTRAIN_INJECT: inf injected into the gradient of {} on this rank", t[p].name);
+}
+
+void maybe_fault(const TestHooks& h, int step) {
+  if (step != h.kill_step && step != h.stop_step) return;
+  spdlog::warn("MESHTRAIN_FAULT: this rank receives {} at step {}", step == h.kill_step ? "SIGKILL" : "SIGSTOP", step);
+  std::raise(step == h.kill_step ? SIGKILL : SIGSTOP);
+}
+
+}  // namespace mt

@@ -1,0 +1,26 @@
+// Fault-injection hooks for the whole-program tests, set through the environment only (never by a config):
+//   MESHTRAIN_INJECT=grad-inf@STEP   an inf in one gradient of the last rank at that step, as an fp16 overflow in
+//                                    its backward pass would leave it (the loss scaler must skip it everywhere)
+//   MESHTRAIN_INJECT=loss-nan@STEP   a NaN in one rank's share of that step's loss (the run stops, or with
+//                                    train.skip_nonfinite skips the step)
+//   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
+//   MESHTRAIN_CRASH_IN_CHECKPOINT=STEP  (checkpoint.cpp) the last rank dies while writing that step's checkpoint
+#pragma once
+#include "model/pipeline_chunks.h"
+
+namespace mt {
+
+struct TestHooks {
+  int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1;
+  static TestHooks from_env();  // logs a warning for every hook that is set
+};
+
+// An inf in one gradient element of a tensor-parallel shard (any parameter without tensor parallelism): its
+// reductions over dp, and the gradient norm's over tp and pp, carry it to every rank; backward passes accumulate
+// into it, so it survives the step.
+void inject_grad_inf(const PipelineChunks& model);
+
+// SIGKILL or SIGSTOP to this process when the hooks say so for `step`.
+void maybe_fault(const TestHooks& h, int step);
+
+}  // namespace mt

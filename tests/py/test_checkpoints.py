@@ -1,0 +1,168 @@
+"""Checkpoints end to end: exact resume after a crash, resharding onto other meshes, export, corrupt checkpoints,
+killed and stopped ranks, non-finite losses.
+
+  1. same mesh (dp2 x pp2, ZeRO-1): a rank killed while writing the step-8 checkpoint, then run.resume=auto
+     picks step 4 and the continued run is bit-identical to an uninterrupted one (every metrics row, the export),
+     each step once in metrics.jsonl; likewise fp16 (the loss scaler's state, an overflow before the checkpoint)
+     and a rank SIGKILLed in the middle of a step;
+  2. resharding: a 2x2x2 ZeRO-1 checkpoint resumed on 1x4x2, 4x1x1 and 4x1x1 with ZeRO-1: losses within 1e-5 of
+     the uninterrupted single-rank run;
+  3. --export of a checkpoint: byte-identical to the run's own final export, on one rank and on 2x2x2;
+  4. corrupt checkpoints (truncated, bit flip, another model, incomplete, bad meta.json, missing file): exit 2
+     naming the file;
+  5. a stopped rank ends the job through the watchdog within comm.timeout_s; a NaN loss stops the run naming the
+     kept checkpoint, or with train.skip_nonfinite is skipped and counted; keep_checkpoints prunes.
+
+usage: test_checkpoints.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+
+mpiexec, trainer, src, work = sys.argv[1:5]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+base = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.n_head=4", "--set",
+        "train.global_batch=8", "--set", "train.micro_batch=2", "--set", "train.steps=12", "--set", "run.log_every=100"]
+ok = True
+
+
+def check(cond, what):
+    global ok
+    ok &= bool(cond)
+    print(f"{'ok  ' if cond else 'FAIL'} {what}")
+
+
+def run(name, ranks, *sets, env=None, expect=0, timeout=300):
+    """Runs the trainer into WORK/name; returns (exit status, output, seconds)."""
+    cmd = ([mpiexec, "-n", str(ranks)] if ranks > 1 else []) + [trainer] + base + ["--set", f"run.dir={work}/{name}"]
+    for s in sets:
+        cmd += ["--set", s]
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("MESHTRAIN_INJECT", "MESHTRAIN_FAULT", "MESHTRAIN_CRASH_IN_CHECKPOINT"):
+        e.pop(k, None)
+    e.update(env or {})
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+    out = r.stdout + r.stderr
+    if expect is not None and (r.returncode == 0) != (expect == 0):
+        print(out)
+        raise SystemExit(f"FAIL: {name} exited with {r.returncode}, expected {expect}")
+    return r.returncode, out, time.time() - t0
+
+
+def rows(name):
+    return [json.loads(line) for line in open(f"{work}/{name}/metrics.jsonl")]
+
+
+def same_rows(a, b):
+    keys = ("step", "loss", "grad_norm", "lr", "tokens", "loss_scale", "skipped_steps")
+    return len(a) == len(b) and all(x.get(k) == y.get(k) for x, y in zip(a, b) for k in keys)
+
+
+def export(ckpt, out, *sets):
+    cmd = [trainer] + base + list(sets) + ["--export", ckpt, out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+# 1. Same mesh, exact.
+mesh = ["parallel.pp=2", "optim.zero=1", "run.checkpoint_every=4"]
+run("uninterrupted", 4, *mesh)
+run("crashed", 4, *mesh, env={"MESHTRAIN_CRASH_IN_CHECKPOINT": "8"}, expect=None)
+left = sorted(os.listdir(f"{work}/crashed/checkpoints"))
+check(left == ["step_00000004", "step_00000008"] and not os.path.exists(f"{work}/crashed/checkpoints/step_00000008/COMPLETE"),
+      f"a rank killed while writing step 8 leaves step 4 complete and step 8 incomplete: {left}")
+_, out, _ = run("crashed", 4, *mesh)
+check("resumed from" in out and "step_00000004" in out, "run.resume=auto picks the newest complete checkpoint (step 4)")
+check(same_rows(rows("crashed"), rows("uninterrupted")),
+      "resumed run's metrics equal the uninterrupted run's bit for bit, each of the 12 steps once")
+same = open(f"{work}/crashed/model.safetensors", "rb").read() == open(f"{work}/uninterrupted/model.safetensors", "rb").read()
+check(same, "resumed run's export is byte-identical")
+
+fp16 = ["precision.compute=fp16", "run.checkpoint_every=4"]
+run("fp16_uninterrupted", 1, *fp16, env={"MESHTRAIN_INJECT": "grad-inf@3"})
+run("fp16_crashed", 1, *fp16, env={"MESHTRAIN_INJECT": "grad-inf@3", "MESHTRAIN_CRASH_IN_CHECKPOINT": "8"}, expect=None)
+run("fp16_crashed", 1, *fp16)
+r16 = rows("fp16_crashed")
+check(same_rows(r16, rows("fp16_uninterrupted")) and r16[-1]["loss_scale"] == 32768 and r16[-1]["skipped_steps"] == 1,
+      "fp16: resumed with the loss scaler's state (scale 32768, 1 skipped step) bit for bit")
+
+code, out, secs = run("killed", 4, *mesh, env={"MESHTRAIN_FAULT": "kill@6"}, expect=None)
+check(code != 0 and secs < 60, f"a rank SIGKILLed mid-step ends the job (status {code}, {secs:.1f} s)")
+run("killed", 4, *mesh)
+check(same_rows(rows("killed"), rows("uninterrupted")), "after the kill, resume=auto continues bit-identically")
+
+# 2. Resharding a 2x2x2 ZeRO-1 checkpoint.
+run("ref_1rank", 1, "run.checkpoint_every=6")
+run("mesh_222", 8, "parallel.tp=2", "parallel.pp=2", "optim.zero=1", "run.checkpoint_every=6")
+ckpt = f"{work}/mesh_222/checkpoints/step_00000006"
+ref = [r["loss"] for r in rows("ref_1rank")]
+for name, ranks, sets in [("to_1x4x2", 8, ["parallel.tp=4", "parallel.pp=2"]), ("to_4x1x1", 4, []),
+                          ("to_4x1x1_zero", 4, ["optim.zero=1"])]:
+    _, out, _ = run(name, ranks, *sets, f"run.resume={ckpt}")
+    got = [r["loss"] for r in rows(name)]
+    worst = max(abs(a - b) / b for a, b in zip(got, ref[6:]))
+    check(len(got) == 6 and worst <= 1e-5 and "2 x 2 x 2" in out,
+          f"2x2x2 ZeRO-1 -> {name[3:]}: steps 7-12 within {worst:.1e} of the uninterrupted run")
+
+# 3. Export.
+code, _ = export(f"{work}/ref_1rank/checkpoints/step_00000012", f"{work}/export_ref")
+same = code == 0 and open(f"{work}/export_ref/model.safetensors", "rb").read() == \
+    open(f"{work}/ref_1rank/model.safetensors", "rb").read()
+check(same and json.load(open(f"{work}/export_ref/config.json"))["n_head"] == 4,
+      "--export of the last checkpoint equals the run's own export byte for byte, with config.json")
+code, _ = export(f"{work}/mesh_222/checkpoints/step_00000012", f"{work}/export_222")
+same = code == 0 and open(f"{work}/export_222/model.safetensors", "rb").read() == \
+    open(f"{work}/mesh_222/model.safetensors", "rb").read()
+check(same, "--export of the 2x2x2 ZeRO-1 run's last checkpoint equals that run's own gathered export byte for byte")
+
+# 4. Corrupt checkpoints: exit 2, the file named.
+def corrupt(name, edit, expect_words, *sets):
+    d = f"{work}/corrupt_{name}"
+    shutil.copytree(ckpt, d)
+    edit(d)
+    code, out, _ = run(f"resume_{name}", 8, "parallel.tp=2", "parallel.pp=2", f"run.resume={d}", *sets, expect=2)
+    check(code == 2 and all(w in out for w in expect_words), f"{name}: exit 2 naming {expect_words}")
+
+
+def truncate(d):
+    p = f"{d}/rank_00003.safetensors"
+    os.truncate(p, os.path.getsize(p) // 2)
+
+
+def flip(d):
+    p = f"{d}/rank_00000.safetensors"
+    data = bytearray(open(p, "rb").read())
+    data[len(data) - 100] ^= 0x10
+    open(p, "wb").write(bytes(data))
+
+
+corrupt("truncated", truncate, ["rank_00003.safetensors", "truncated"])
+corrupt("bitflip", flip, ["rank_00000.safetensors", "checksum"])
+corrupt("incomplete", lambda d: os.remove(f"{d}/COMPLETE"), ["corrupt_incomplete", "incomplete"])
+corrupt("bad_meta", lambda d: open(f"{d}/meta.json", "w").write("{\"format\": "), ["meta.json", "not valid JSON"])
+corrupt("missing_file", lambda d: os.remove(f"{d}/rank_00005.safetensors"), ["rank_00005.safetensors", "missing"])
+corrupt("other_model", lambda d: None, ["another model", "n_layer"], "model.n_layer=4")
+
+# 5. A stopped rank, non-finite losses, pruning.
+code, out, secs = run("stopped", 4, "comm.timeout_s=5", env={"MESHTRAIN_FAULT": "stop@5"}, expect=None)
+check(code != 0 and secs < 5 + 25 and "watchdog" in out, f"a SIGSTOPped rank ends the job via the watchdog in {secs:.1f} s")
+code, out, _ = run("nan_stop", 2, "run.checkpoint_every=5", env={"MESHTRAIN_INJECT": "loss-nan@7"}, expect=None)
+check(code == 1 and "non-finite" in out and "step_00000005" in out, "a NaN loss stops the run, naming the kept checkpoint")
+_, out, _ = run("nan_stop", 2, "run.checkpoint_every=5")
+r = rows("nan_stop")
+check("step_00000005" in out and [x["step"] for x in r] == list(range(1, 13)) and r[6]["loss"] is not None,
+      "and resume=auto continues from it (the NaN row replaced)")
+run("nan_skip", 2, "train.skip_nonfinite=true", env={"MESHTRAIN_INJECT": "loss-nan@7"})
+r = rows("nan_skip")
+check(r[6]["loss"] is None and r[6]["skipped_steps"] == 1 and r[-1]["skipped_steps"] == 1 and r[-1]["loss"] < r[0]["loss"],
+      "train.skip_nonfinite skips the NaN step, counts it and trains on")
+run("pruned", 1, "run.checkpoint_every=2", "run.keep_checkpoints=2")
+check(sorted(os.listdir(f"{work}/pruned/checkpoints")) == ["step_00000010", "step_00000012"],
+      "run.keep_checkpoints=2 keeps the newest two")
+
+sys.exit(0 if ok else 1)
