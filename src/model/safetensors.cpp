@@ -93,16 +93,21 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  SafetensorsFile f;
-  f.path_ = path;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) input_error("safetensors file '{}' is a directory", path);
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) input_error("safetensors file '{}': cannot open the file (missing or unreadable)", path);
-    f.bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) input_error("safetensors file '{}': read error", path);
-  }
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) input_error("safetensors file '{}': cannot open the file (missing or unreadable)", path);
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+    input_error("safetensors file '{}': read error", path);
+  return from_bytes(path, std::move(bytes));
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(const std::string& path, std::vector<char> bytes) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.bytes_ = std::move(bytes);
   const uint64_t size = f.bytes_.size();
   const auto* b = reinterpret_cast<const unsigned char*>(f.bytes_.data());
   if (size < 8) input_error("safetensors file '{}': {} bytes, shorter than the 8-byte header length", path, size);

@@ -26,6 +26,8 @@ class SafetensorsFile {
  public:
   // Reads and validates the whole file (throws InputError).
   static SafetensorsFile open(const std::string& path);
+  // The same checks over a file's bytes already in memory (`path` names it in messages).
+  static SafetensorsFile from_bytes(const std::string& path, std::vector<char> bytes);
   const std::string& path() const { return path_; }
   const std::vector<SafetensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

@@ -47,9 +47,26 @@ uint64_t checksum64(const char* p, size_t n) {
 }
 
 std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) input_error("checkpoint file {} cannot be read", path);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+  std::vector<char> bytes(static_cast<size_t>(f.tellg()));
+  f.seekg(0);
+  if (!f.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+    input_error("checkpoint file {} cannot be read", path);
+  return bytes;
+}
+
+// Calls f(local, global, count) for the pieces of the local elements [first, first + n) of `s` that are
+// contiguous in the full tensor (one per tensor-parallel run), clipped to the full (unpadded) tensor.
+template <typename F>
+void for_each_span(const ParamSpec& s, int64_t first, int64_t n, F&& f) {
+  const int64_t len = s.run_length(), full = s.full_numel();
+  for (int64_t l = first; l < first + n;) {
+    const int64_t q = l / len, in_run = l - q * len, count = std::min(len - in_run, first + n - l);
+    const int64_t g = s.run_global_begin(q) + in_run;
+    if (g < full) f(l, g, std::min(count, full - g));
+    l += count;
+  }
 }
 
 std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -295,12 +312,12 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
     const std::string path = dir + "/" + name.string;
     const uint64_t want = uint64_t(integer(&f, "bytes"));
     if (!fs::exists(path)) input_error("checkpoint file {} is missing", path);
-    const std::vector<char> data = read_bytes(path);
+    std::vector<char> data = read_bytes(path);
     if (data.size() != want)
       input_error("checkpoint file {} is truncated or altered: {} bytes, meta.json says {}", path, data.size(), want);
     if (hex(checksum64(data.data(), data.size())) != sum.string)
       input_error("checkpoint file {} fails its checksum (the file is corrupt)", path);
-    info.files.push_back(path);
+    info.files.push_back(SafetensorsFile::from_bytes(path, std::move(data)));
   }
   return info;
 }
@@ -314,11 +331,8 @@ void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const 
     int64_t first, n;
     ParamSpec spec;
   };
-  std::vector<SafetensorsFile> files;
-  files.reserve(info.files.size());
-  for (const std::string& path : info.files) files.push_back(SafetensorsFile::open(path));
   std::map<std::string, std::vector<Record>> records;
-  for (const SafetensorsFile& f : files)
+  for (const SafetensorsFile& f : info.files)
     for (const SafetensorInfo& t : f.tensors()) {
       const size_t a = t.name.find('/'), b = t.name.rfind('/');
       if (t.name.compare(0, a, kKinds[0]) != 0 || a == b) continue;  // one record per master tensor
@@ -354,19 +368,21 @@ void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const 
       buf.resize(r.n);
       for (int k = 0; k < 3; ++k) {
         r.file->read_as_float(*r.tensor[k], buf.data(), r.n);
-        for (int64_t i = 0; i < r.n; ++i) {
-          const int64_t g = r.spec.global_index(r.first + i);
-          if (g < full) whole[k][g] = buf[i], have[g] = 1;
-        }
+        for_each_span(r.spec, r.first, r.n, [&](int64_t l, int64_t g, int64_t count) {
+          std::memcpy(whole[k].data() + g, buf.data() + (l - r.first), sizeof(float) * count);
+          std::memset(have.data() + g, 1, count);
+        });
       }
     }
-    const int64_t len = s.run_length();
-    for (int64_t q = 0; q < s.num_runs(); ++q)
-      for (int64_t i = 0; i < len; ++i) {
-        const int64_t g = s.run_global_begin(q) + i, l = s.offset + q * len + i;
-        if (g < full && !have[g]) input_error("checkpoint {} lacks element {} of {}", info.dir, g, s.name);
-        for (int k = 0; k < 3; ++k) dst[k]->data_as<float>()[l] = g < full ? whole[k][g] : 0.f;
-      }
+    zero_(master.slice(s.offset, {s.numel()}));  // vocabulary padding
+    zero_(exp_avg.slice(s.offset, {s.numel()}));
+    zero_(exp_avg_sq.slice(s.offset, {s.numel()}));
+    for_each_span(s, 0, s.numel(), [&](int64_t l, int64_t g, int64_t count) {
+      if (std::find(have.begin() + g, have.begin() + g + count, 0) != have.begin() + g + count)
+        input_error("checkpoint {} lacks elements of {}", info.dir, s.name);
+      for (int k = 0; k < 3; ++k)
+        std::memcpy(dst[k]->data_as<float>() + s.offset + l, whole[k].data() + g, sizeof(float) * count);
+    });
   }
 }
 

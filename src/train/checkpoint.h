@@ -22,6 +22,7 @@
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/param_table.h"
+#include "model/safetensors.h"
 #include "train/config.h"
 
 namespace mt {
@@ -58,12 +59,12 @@ struct CheckpointInfo {
   std::string dir;
   TrainState state;
   std::string mesh;  // "dp x tp x pp" of the run that wrote it, and ZeRO-1, for the log
-  std::vector<std::string> files;
+  std::vector<SafetensorsFile> files;  // every rank file, read and verified
 };
 
-// Reads meta.json of `dir` and checks the checkpoint against the model of `cfg`: complete, format and version
-// known, every rank file present with the size and checksum meta.json records, the same model shape. Throws
-// InputError naming the file and what is wrong.
+// Reads meta.json of `dir` and every rank file, and checks the checkpoint against the model of `cfg`: complete,
+// format and version known, every rank file present with the size and checksum meta.json records and a valid
+// safetensors layout, the same model shape. Throws InputError naming the file and what is wrong.
 CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg);
 
 // Fills master, exp_avg and exp_avg_sq (fp32, laid out like `table`: any mesh's rank table) with the

@@ -264,6 +264,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   if (!resume_dir.empty()) {
     std::string error;
     CheckpointInfo info;
+    const double l0 = trace_clock_us();
     try {
       info = read_checkpoint(resume_dir, cfg);
       const int64_t n = model.table().total_numel();
@@ -278,7 +279,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
     agree_on_setup(error, MPI_COMM_WORLD);
     start_step = int(info.state.step) + 1;
-    spdlog::info("resumed from {} (step {}, written on {})", resume_dir, info.state.step, info.mesh);
+    spdlog::info("resumed from {} (step {}, written on {}) in {:.0f} ms", resume_dir, info.state.step, info.mesh,
+                 (trace_clock_us() - l0) / 1000.0);
   }
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 

@@ -1,0 +1,79 @@
+"""Checkpoint write and load time and size (issue #8), for a model as large as this machine holds.
+
+The trainer runs one step of a GPT-2-shaped model (default GPT-2 medium: 24 blocks, C = 1024, 16 heads, vocabulary
+50257, 355M parameters; seq_len 64 and one sequence per step, so activations stay small) with
+run.checkpoint_every=1, then a second run resumes from that checkpoint with nothing left to train. It prints
+the parameters, the checkpoint's bytes on disk (fp32 masters and two AdamW moments: 12 bytes per parameter plus
+headers), the write time (the trainer's "checkpoint: ... written in" line: gathering the optimizer state, writing
+and fsyncing, reading each file back for its checksum, meta.json) and the load time (its "resumed from ... in"
+line: verifying every file's size and checksum, reading the shards and laying them out), with the bandwidth
+of each against the bytes. The baseline is the disk itself: `dd` of the same number of bytes with fsync,
+measured in the same run.
+
+Usage: /usr/bin/python3 bench/bench_checkpoint.py [--layers 24] [--d-model 1024] [--heads 16] [--ranks 1]
+       [--dir DIR]   (DIR on the disk to measure; default a temporary directory under /tmp)
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def trainer(args, run_dir, steps_sets):
+    cmd = ([args.mpiexec, "-n", str(args.ranks)] if args.ranks > 1 else []) + [
+        os.path.join(ROOT, "build", "trainer"), "--config", os.path.join(ROOT, "configs", "gpt.yaml"),
+        "--set", f"model.n_layer={args.layers}", "--set", f"model.d_model={args.d_model}",
+        "--set", f"model.n_head={args.heads}", "--set", "model.vocab_size=50257", "--set", "model.seq_len=64",
+        "--set", "data.synthetic_tokens=200000", "--set", f"train.global_batch={args.ranks}",
+        "--set", "train.micro_batch=1", "--set", "train.eval_every=0", "--set", "optim.warmup_steps=1",
+        "--set", "run.checkpoint_every=1", "--set", f"run.dir={run_dir}"] + steps_sets
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        raise SystemExit("the trainer failed")
+    return r.stdout + r.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--d-model", type=int, default=1024)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--ranks", type=int, default=1)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(dir=args.dir)
+    try:
+        run_dir = os.path.join(work, "run")
+        out = trainer(args, run_dir, ["--set", "train.steps=1"])
+        params = float(re.search(r"([\d.]+)M parameters", out).group(1))
+        write_ms = float(re.search(r"checkpoint: step 1 written to \S+ in (\d+) ms", out).group(1))
+        ckpt = os.path.join(run_dir, "checkpoints", "step_00000001")
+        size = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
+        out = trainer(args, run_dir, ["--set", "train.steps=1", "--set", "run.resume=auto"])
+        load_ms = float(re.search(r"resumed from \S+ .* in (\d+) ms", out).group(1))
+        # Baseline: the disk writing the same bytes with fsync (dd), and reading them back.
+        probe = os.path.join(work, "dd_probe")
+        t0 = time.time()
+        subprocess.run(["dd", "if=/dev/zero", f"of={probe}", "bs=4M", f"count={max(1, size // (4 << 20))}",
+                        "conv=fsync", "status=none"], check=True)
+        dd_s = time.time() - t0
+        gb = size / 1e9
+        print(f"model: {params:.1f}M parameters on {args.ranks} rank(s)")
+        print(f"checkpoint: {size / 2**30:.2f} GiB ({size / (params * 1e6):.2f} bytes per parameter)")
+        print(f"write: {write_ms / 1000:.2f} s ({gb / (write_ms / 1000):.2f} GB/s)")
+        print(f"load:  {load_ms / 1000:.2f} s ({gb / (load_ms / 1000):.2f} GB/s)")
+        print(f"disk baseline (dd with fsync, same bytes): {dd_s:.2f} s ({gb / dd_s:.2f} GB/s); "
+              f"write takes {write_ms / 1000 / dd_s:.2f}x the baseline")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
