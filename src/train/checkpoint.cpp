@@ -297,8 +297,8 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   const Json& model = field(&meta, "model");
   for (const auto& [k, v] : model_shape(cfg.model))
     if (integer(&model, k) != v)
-      input_error("checkpoint {} belongs to another model: model.{} is {} there and {} in this config", dir, k,
-                  integer(&model, k), v);
+      input_error("checkpoint {} belongs to another model: model.{} is {} there and {} in this config "
+                  "(run.resume=none starts afresh)", dir, k, integer(&model, k), v);
   const Json& mesh = field(&meta, "mesh");
   info.mesh = fmt::format("{} x {} x {} (dp x tp x pp){}", integer(&mesh, "dp"), integer(&mesh, "tp"),
                           integer(&mesh, "pp"), integer(&mesh, "zero") ? ", ZeRO-1" : "");

@@ -32,13 +32,13 @@
 #include "optim/optimizer.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/mesh.h"
-#include "train/checkpoint.h"
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
 #include "train/model_gather.h"
 #include "train/pipeline_runner.h"
 #include "train/profiler.h"
+#include "train/resume.h"
 #include "train/test_hooks.h"
 #include "train/zero_shards.h"
 
@@ -266,12 +266,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     CheckpointInfo info;
     const double l0 = trace_clock_us();
     try {
-      info = read_checkpoint(resume_dir, cfg);
-      const int64_t n = model.table().total_numel();
-      Tensor master = Tensor::zeros({n}, DType::F32), m = Tensor::zeros({n}, DType::F32), v = Tensor::zeros({n}, DType::F32);
-      load_checkpoint(info, model.table(), master, m, v);
-      opt->load_state(master, m, v, info.state.optimizer_steps);
-      copy_convert(model.params(), master);
+      info = restore_checkpoint(resume_dir, cfg, model, *opt);
       if (fp16) scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
       nonfinite_skipped = info.state.nonfinite_skipped;
     } catch (const InputError& e) {
@@ -308,25 +303,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
 
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", start_step - 1 > 0 ? start_step - 1 : -1);
-  // A checkpoint of this rank's shards: the optimizer's state in the table's layout, and the segments it owns
-  // (without ZeRO-1 the dp replicas hold the same state and only dp rank 0 writes it; the last stage's copy of
-  // the tied wte, counted nowhere, is left to the first stage's).
   auto checkpoint = [&](int step) {
     const double t0 = trace_clock_us();
-    const int64_t n = model.table().total_numel();
-    CheckpointShard shard;
-    shard.table = &model.table();
-    shard.master = Tensor::zeros({n}, DType::F32);
-    shard.exp_avg = Tensor::zeros({n}, DType::F32);
-    shard.exp_avg_sq = Tensor::zeros({n}, DType::F32);
-    opt->store_state(model.params(), shard.master, shard.exp_avg, shard.exp_avg_sq);
-    if (zero || mesh.dp_rank() == 0)
-      for (const OptimSegment& g : opt->segments())
-        if (g.numel > 0 && g.in_norm) shard.ranges.emplace_back(g.offset, g.offset + g.numel);
-    shard.rank = mesh.rank(), shard.world = world;
     const TrainState st{step,          opt->steps_taken(),          scaler.scale(), scaler.good_in_a_row(),
                         scaler.skipped_steps(), nonfinite_skipped};
-    const std::string dir = write_checkpoint(ckpt_root, cfg, st, shard, *comms.world, cfg.run.keep_checkpoints);
+    const std::string dir = write_checkpoint(ckpt_root, cfg, st, checkpoint_shard(model, *opt, mesh, zero), *comms.world,
+                                             cfg.run.keep_checkpoints);
     spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
   };
   // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); dp averages them.
@@ -412,7 +394,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const bool applied = finite_loss && opt->step(model.params(), model.grads(), lr, loss_scale);
     prof.compute("optimizer", o0, trace_clock_us());
     const bool overflow = fp16 && finite_loss && !applied;
-    if (fp16 && scaler.update(overflow) && rank0)
+    if (fp16 && (applied || overflow) && scaler.update(overflow) && rank0)
       spdlog::warn("step {}: gradient overflow (non-finite norm) at loss scale {:g}: step skipped, scale now {:g}",
                    step, loss_scale, scaler.scale());
     if (!applied && !overflow) {
