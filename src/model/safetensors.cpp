@@ -13,6 +13,7 @@
 #include <set>
 #include <unistd.h>
 
+#include "core/checksum.h"
 #include "core/errors.h"
 #include "core/json.h"
 
@@ -249,8 +250,8 @@ void SafetensorsFile::read_as_double(const SafetensorInfo& info, double* out, in
   decode(info.dtype, data(info), numel, out);
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafetensorOut>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+uint64_t write_safetensors(const std::string& path, const std::vector<SafetensorOut>& tensors,
+                           const std::map<std::string, std::string>& metadata, uint64_t* checksum) {
   std::set<std::string> names;
   std::string header = "{";
   bool first = true;
@@ -290,10 +291,14 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorOut>
   if (!fp) input_error("cannot open '{}' for writing", tmp);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
-  bool ok = std::fwrite(len, 1, 8, fp) == 8 && std::fwrite(header.data(), 1, header.size(), fp) == header.size();
+  Checksum64 sum;
+  auto put = [&](const void* p, size_t n) {
+    if (checksum) sum.update(p, n);
+    return n == 0 || std::fwrite(p, 1, n, fp) == n;
+  };
+  bool ok = put(len, 8) && put(header.data(), header.size());
   // The tensors are written in host byte order, which safetensors' little-endian matches on every supported CPU.
-  for (size_t i = 0; ok && i < tensors.size(); ++i)
-    ok = sizes[i] == 0 || std::fwrite(tensors[i].data, 1, sizes[i], fp) == sizes[i];
+  for (size_t i = 0; ok && i < tensors.size(); ++i) ok = put(tensors[i].data, sizes[i]);
   ok = std::fflush(fp) == 0 && ok;
   ok = ::fsync(fileno(fp)) == 0 && ok;
   ok = std::fclose(fp) == 0 && ok;
@@ -305,6 +310,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorOut>
     std::remove(tmp.c_str());
     throw std::runtime_error("renaming '" + tmp + "' to '" + path + "' failed");
   }
+  if (checksum) *checksum = sum.value();
+  return 8 + header.size() + offset;
 }
 
 }  // namespace mt

@@ -55,8 +55,9 @@ struct SafetensorOut {
   const void* data;  // numel * dtype_size bytes
 };
 
-// Writes tensors (in the given order) atomically: to path + ".tmp", then renamed.
-void write_safetensors(const std::string& path, const std::vector<SafetensorOut>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// Writes tensors (in the given order) atomically: to path + ".tmp", fsynced, then renamed. Returns the file's
+// size and, when `checksum` is given, stores the Checksum64 (core/checksum.h) of its bytes there.
+uint64_t write_safetensors(const std::string& path, const std::vector<SafetensorOut>& tensors,
+                           const std::map<std::string, std::string>& metadata = {}, uint64_t* checksum = nullptr);
 
 }  // namespace mt

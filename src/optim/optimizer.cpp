@@ -44,13 +44,8 @@ void Optimizer::store_masters(const Tensor& full) const {
     copy_convert(full.slice(g.offset, {g.numel}), masters_.slice(g.state_offset, {g.numel}));
 }
 
-void Optimizer::store_state(const Tensor& params, const Tensor& master, const Tensor& m, const Tensor& v) const {
-  for (const OptimSegment& g : segments_) {
-    const Shape n{g.numel};
-    copy_convert(master.slice(g.offset, n), keeps_masters() ? masters_.slice(g.state_offset, n) : params.slice(g.offset, n));
-    copy_convert(m.slice(g.offset, n), m_.slice(g.state_offset, n));
-    copy_convert(v.slice(g.offset, n), v_.slice(g.state_offset, n));
-  }
+Tensor Optimizer::master_view(const OptimSegment& g, const Tensor& params) const {
+  return keeps_masters() ? masters_.slice(g.state_offset, {g.numel}) : params.slice(g.offset, {g.numel});
 }
 
 void Optimizer::load_state(const Tensor& master, const Tensor& m, const Tensor& v, int64_t steps_taken) {

@@ -59,11 +59,13 @@ class Optimizer {
   // The masters of this optimizer's segments, read from / written to a buffer laid out like params (fp32).
   void load_masters(const Tensor& full);
   void store_masters(const Tensor& full) const;
-  // Checkpoints: the state of this optimizer's segments in buffers laid out like params (fp32; elements outside
-  // the segments are left alone): the master weights (`params` themselves when no masters are kept), and the
-  // two AdamW moments; and back, with AdamW's step count.
+  // Checkpoints: a segment's fp32 state (its master weights, `params` themselves when no masters are kept, and
+  // its two AdamW moments) as views; and all segments' state set from buffers laid out like params (fp32), with
+  // AdamW's step count.
   const std::vector<OptimSegment>& segments() const { return segments_; }
-  void store_state(const Tensor& params, const Tensor& master, const Tensor& m, const Tensor& v) const;
+  Tensor master_view(const OptimSegment& g, const Tensor& params) const;
+  Tensor exp_avg_view(const OptimSegment& g) const { return m_.slice(g.state_offset, {g.numel}); }
+  Tensor exp_avg_sq_view(const OptimSegment& g) const { return v_.slice(g.state_offset, {g.numel}); }
   void load_state(const Tensor& master, const Tensor& m, const Tensor& v, int64_t steps_taken);
 
  private:

@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/checksum.h"
 #include "core/errors.h"
 #include "core/json.h"
 #include "model/gpt.h"
@@ -31,20 +32,6 @@ constexpr const char* kFormat = "meshtrain-checkpoint";
 constexpr int kVersion = 1;
 const char* const kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
-// FNV-1a over 8-byte words (and the tail byte by byte): fast enough to check gigabytes at start-up, and any
-// truncation, bit flip or swapped block changes it.
-uint64_t checksum64(const char* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ull;
-  return h ^ n;
-}
 
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
@@ -176,26 +163,19 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
     const ParamTable& t = *shard.table;
     std::vector<SafetensorOut> out;
     std::map<std::string, std::string> meta = {{"rank", std::to_string(shard.rank)}};
-    std::vector<std::string> names;  // keeps the tensor names alive
-    names.reserve(3 * shard.ranges.size());
-    for (const auto& [begin, end] : shard.ranges) {
+    for (const CheckpointPiece& piece : shard.pieces) {
       int p = 0;
-      while (p + 1 < t.size() && t[p + 1].offset <= begin) ++p;
+      while (p + 1 < t.size() && t[p + 1].offset <= piece.offset) ++p;
       const ParamSpec& s = t[p];
-      CHECK(begin >= s.offset && end <= s.offset + s.numel(), "checkpoint range [{}, {}) crosses {}", begin, end,
-            s.name);
+      CHECK(piece.offset >= s.offset && piece.offset + piece.numel <= s.offset + s.numel(),
+            "checkpoint piece [{}, +{}) crosses {}", piece.offset, piece.numel, s.name);
       meta[s.name] = shard_descriptor(s);
-      const Tensor* src[3] = {&shard.master, &shard.exp_avg, &shard.exp_avg_sq};
-      for (int k = 0; k < 3; ++k) {
-        names.push_back(fmt::format("{}/{}/{}", kKinds[k], s.name, begin - s.offset));
-        out.push_back({names.back(), DType::F32, {end - begin}, src[k]->data_as<float>() + begin});
-      }
+      const float* src[3] = {piece.master, piece.exp_avg, piece.exp_avg_sq};
+      for (int k = 0; k < 3; ++k)
+        out.push_back({fmt::format("{}/{}/{}", kKinds[k], s.name, piece.offset - s.offset), DType::F32,
+                       {piece.numel}, src[k]});
     }
-    const std::string path = dir + "/" + rank_file_name(shard.rank);
-    write_safetensors(path, out, meta);
-    const std::vector<char> bytes = read_bytes(path);
-    size = bytes.size();
-    sum = checksum64(bytes.data(), bytes.size());
+    size = write_safetensors(dir + "/" + rank_file_name(shard.rank), out, meta, &sum);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -315,7 +295,9 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
     std::vector<char> data = read_bytes(path);
     if (data.size() != want)
       input_error("checkpoint file {} is truncated or altered: {} bytes, meta.json says {}", path, data.size(), want);
-    if (hex(checksum64(data.data(), data.size())) != sum.string)
+    Checksum64 ck;
+    ck.update(data.data(), data.size());
+    if (hex(ck.value()) != sum.string)
       input_error("checkpoint file {} fails its checksum (the file is corrupt)", path);
     info.files.push_back(SafetensorsFile::from_bytes(path, std::move(data)));
   }
@@ -351,25 +333,27 @@ void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const 
       records[name].push_back(r);
     }
 
-  // Per parameter: its full tensors assembled from every record, then this table's shard taken from them.
+  // Per parameter: its full tensors assembled from every record, then this table's shard taken from them. The
+  // buffers only grow (fresh pages cost more than the copies on a VM).
   const Tensor* dst[3] = {&master, &exp_avg, &exp_avg_sq};
-  std::vector<float> buf;
+  std::vector<float> whole[3];
+  std::vector<uint8_t> have;
   for (const ParamSpec& s : table.specs()) {
     const auto it = records.find(s.name);
     if (it == records.end()) input_error("checkpoint {} has no values for {}", info.dir, s.name);
     const int64_t full = s.full_numel();
-    std::vector<float> whole[3];
-    for (auto& w : whole) w.assign(full, 0.f);
-    std::vector<uint8_t> have(full, 0);
+    for (auto& w : whole)
+      if (int64_t(w.size()) < full) w.resize(full);
+    have.assign(full, 0);
     for (const Record& r : it->second) {
       if (r.spec.full_shape != s.full_shape)
         input_error("checkpoint file {}: {} has shape {} there, {} in this model", r.file->path(), s.name,
                     r.spec.full_shape.str(), s.full_shape.str());
-      buf.resize(r.n);
       for (int k = 0; k < 3; ++k) {
-        r.file->read_as_float(*r.tensor[k], buf.data(), r.n);
+        if (r.tensor[k]->dtype != "F32") input_error("checkpoint file {}: {} is not F32", r.file->path(), r.tensor[k]->name);
+        const unsigned char* src = r.file->data(*r.tensor[k]);
         for_each_span(r.spec, r.first, r.n, [&](int64_t l, int64_t g, int64_t count) {
-          std::memcpy(whole[k].data() + g, buf.data() + (l - r.first), sizeof(float) * count);
+          std::memcpy(whole[k].data() + g, src + sizeof(float) * (l - r.first), sizeof(float) * count);
           std::memset(have.data() + g, 1, count);
         });
       }

@@ -37,14 +37,21 @@ struct TrainState {
   int64_t nonfinite_skipped = 0;   // train.skip_nonfinite's
 };
 
-// This rank's part of a checkpoint: its parameter table (all its pipeline chunks), the state of its optimizer
-// segments in buffers laid out like the table (Optimizer::store_state), which segments to write, and where it
-// sits in the mesh.
+// A contiguous range of a rank's flat parameter layout and its fp32 state, viewed where it lives (the
+// optimizer's packed masters and moments, or the fp32 parameters): written without a copy.
+struct CheckpointPiece {
+  int64_t offset = 0, numel = 0;  // elements [offset, offset + numel) of the table's flat layout
+  const float* master = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+};
+
+// This rank's part of a checkpoint: its parameter table (all its pipeline chunks), the pieces it writes, and its
+// place in the world.
 struct CheckpointShard {
   const ParamTable* table = nullptr;
-  Tensor master, exp_avg, exp_avg_sq;  // fp32, table->total_numel() elements
-  std::vector<std::pair<int64_t, int64_t>> ranges;  // [offset, offset + numel) of the flat buffers to write
-  int rank = 0, world = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0;
+  std::vector<CheckpointPiece> pieces;
+  int rank = 0, world = 1;
 };
 
 // Collective over `world` (every rank calls it with its shard): writes root/step_NNNNNNNN and keeps the newest

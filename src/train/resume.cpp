@@ -4,16 +4,13 @@
 namespace mt {
 
 CheckpointShard checkpoint_shard(const PipelineChunks& model, const Optimizer& opt, const DeviceMesh& mesh, bool zero) {
-  const int64_t n = model.table().total_numel();
   CheckpointShard shard;
   shard.table = &model.table();
-  shard.master = Tensor::zeros({n}, DType::F32);
-  shard.exp_avg = Tensor::zeros({n}, DType::F32);
-  shard.exp_avg_sq = Tensor::zeros({n}, DType::F32);
-  opt.store_state(model.params(), shard.master, shard.exp_avg, shard.exp_avg_sq);
   if (zero || mesh.dp_rank() == 0)
     for (const OptimSegment& g : opt.segments())
-      if (g.numel > 0 && g.in_norm) shard.ranges.emplace_back(g.offset, g.offset + g.numel);
+      if (g.numel > 0 && g.in_norm)
+        shard.pieces.push_back({g.offset, g.numel, opt.master_view(g, model.params()).data_as<float>(),
+                                opt.exp_avg_view(g).data_as<float>(), opt.exp_avg_sq_view(g).data_as<float>()});
   shard.rank = mesh.rank();
   shard.world = mesh.world_size();
   return shard;
