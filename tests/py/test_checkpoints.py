@@ -152,7 +152,8 @@ corrupt("other_model", lambda d: None, ["another model", "n_layer"], "model.n_la
 code, out, secs = run("stopped", 4, "comm.timeout_s=5", env={"MESHTRAIN_FAULT": "stop@5"}, expect=None)
 check(code != 0 and secs < 5 + 25 and "watchdog" in out, f"a SIGSTOPped rank ends the job via the watchdog in {secs:.1f} s")
 code, out, _ = run("nan_stop", 2, "run.checkpoint_every=5", env={"MESHTRAIN_INJECT": "loss-nan@7"}, expect=None)
-check(code == 1 and "non-finite" in out and "step_00000005" in out, "a NaN loss stops the run, naming the kept checkpoint")
+check(code not in (0, 2) and "non-finite" in out and "step_00000005" in out,
+      f"a NaN loss stops the run (status {code}), naming the kept checkpoint")
 _, out, _ = run("nan_stop", 2, "run.checkpoint_every=5")
 r = rows("nan_stop")
 check("step_00000005" in out and [x["step"] for x in r] == list(range(1, 13)) and r[6]["loss"] is not None,
