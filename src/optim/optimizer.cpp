@@ -1,7 +1,9 @@
 // Optimizer step: clip by global norm (computed on the device), then AdamW per segment.
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
@@ -48,14 +50,15 @@ Tensor Optimizer::master_view(const OptimSegment& g, const Tensor& params) const
   return keeps_masters() ? masters_.slice(g.state_offset, {g.numel}) : params.slice(g.offset, {g.numel});
 }
 
-void Optimizer::load_state(const Tensor& master, const Tensor& m, const Tensor& v, int64_t steps_taken) {
+void Optimizer::load_state(int64_t offset, int64_t n, const float* master, const float* m, const float* v) {
   for (const OptimSegment& g : segments_) {
-    const Shape n{g.numel};
-    if (keeps_masters()) copy_convert(masters_.slice(g.state_offset, n), master.slice(g.offset, n));
-    copy_convert(m_.slice(g.state_offset, n), m.slice(g.offset, n));
-    copy_convert(v_.slice(g.state_offset, n), v.slice(g.offset, n));
+    const int64_t lo = std::max(offset, g.offset), hi = std::min(offset + n, g.offset + g.numel);
+    if (lo >= hi) continue;
+    const int64_t state = g.state_offset + (lo - g.offset), src = lo - offset, len = hi - lo;
+    if (keeps_masters()) std::memcpy(masters_.data_as<float>() + state, master + src, sizeof(float) * len);
+    std::memcpy(m_.data_as<float>() + state, m + src, sizeof(float) * len);
+    std::memcpy(v_.data_as<float>() + state, v + src, sizeof(float) * len);
   }
-  t_ = steps_taken;
 }
 
 bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, double loss_scale) {

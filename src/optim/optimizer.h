@@ -60,13 +60,14 @@ class Optimizer {
   void load_masters(const Tensor& full);
   void store_masters(const Tensor& full) const;
   // Checkpoints: a segment's fp32 state (its master weights, `params` themselves when no masters are kept, and
-  // its two AdamW moments) as views; and all segments' state set from buffers laid out like params (fp32), with
-  // AdamW's step count.
+  // its two AdamW moments) as views; the state of the elements [offset, offset + n) of the params layout that
+  // lie in this optimizer's segments set from fp32 values (master, m, v: n each); AdamW's step count.
   const std::vector<OptimSegment>& segments() const { return segments_; }
   Tensor master_view(const OptimSegment& g, const Tensor& params) const;
   Tensor exp_avg_view(const OptimSegment& g) const { return m_.slice(g.state_offset, {g.numel}); }
   Tensor exp_avg_sq_view(const OptimSegment& g) const { return v_.slice(g.state_offset, {g.numel}); }
-  void load_state(const Tensor& master, const Tensor& m, const Tensor& v, int64_t steps_taken);
+  void load_state(int64_t offset, int64_t n, const float* master, const float* m, const float* v);
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   std::vector<OptimSegment> segments_;

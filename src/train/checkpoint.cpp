@@ -304,8 +304,7 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   return info;
 }
 
-void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const Tensor& master, const Tensor& exp_avg,
-                     const Tensor& exp_avg_sq) {
+void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const ParamStateSink& sink) {
   // Every record of the checkpoint, by parameter: its file, first local element, length and shard layout.
   struct Record {
     const SafetensorsFile* file;
@@ -335,10 +334,10 @@ void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const 
 
   // Per parameter: its full tensors assembled from every record, then this table's shard taken from them. The
   // buffers only grow (fresh pages cost more than the copies on a VM).
-  const Tensor* dst[3] = {&master, &exp_avg, &exp_avg_sq};
-  std::vector<float> whole[3];
+  std::vector<float> whole[3], local[3];
   std::vector<uint8_t> have;
-  for (const ParamSpec& s : table.specs()) {
+  for (int p = 0; p < table.size(); ++p) {
+    const ParamSpec& s = table[p];
     const auto it = records.find(s.name);
     if (it == records.end()) input_error("checkpoint {} has no values for {}", info.dir, s.name);
     const int64_t full = s.full_numel();
@@ -358,15 +357,13 @@ void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const 
         });
       }
     }
-    zero_(master.slice(s.offset, {s.numel()}));  // vocabulary padding
-    zero_(exp_avg.slice(s.offset, {s.numel()}));
-    zero_(exp_avg_sq.slice(s.offset, {s.numel()}));
+    for (auto& b : local) b.assign(s.numel(), 0.f);  // vocabulary padding stays 0
     for_each_span(s, 0, s.numel(), [&](int64_t l, int64_t g, int64_t count) {
       if (std::find(have.begin() + g, have.begin() + g + count, 0) != have.begin() + g + count)
         input_error("checkpoint {} lacks elements of {}", info.dir, s.name);
-      for (int k = 0; k < 3; ++k)
-        std::memcpy(dst[k]->data_as<float>() + s.offset + l, whole[k].data() + g, sizeof(float) * count);
+      for (int k = 0; k < 3; ++k) std::memcpy(local[k].data() + l, whole[k].data() + g, sizeof(float) * count);
     });
+    sink(p, local[0].data(), local[1].data(), local[2].data());
   }
 }
 
@@ -379,10 +376,10 @@ void export_checkpoint(const std::string& dir, const std::string& out_dir, const
   g.seq_len = cfg.model.seq_len;
   g.vocab_size = cfg.model.vocab_size;
   const ParamTable whole = gpt_param_table(g);  // one rank, the whole model
-  const int64_t n = whole.total_numel();
-  Tensor master = Tensor::zeros({n}, DType::F32), m = Tensor::zeros({n}, DType::F32),
-         v = Tensor::zeros({n}, DType::F32);
-  load_checkpoint(info, whole, master, m, v);
+  Tensor master = Tensor::zeros({whole.total_numel()}, DType::F32);
+  load_checkpoint(info, whole, [&](int p, const float* w, const float*, const float*) {
+    std::memcpy(master.data_as<float>() + whole[p].offset, w, sizeof(float) * whole[p].numel());
+  });
   std::vector<std::vector<float>> tensors = assemble_full(whole, {master.data_as<float>()});
   fs::create_directories(out_dir);
   write_full_safetensors(out_dir + "/model.safetensors", whole, tensors);

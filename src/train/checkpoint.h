@@ -16,6 +16,7 @@
 // checkpoints are kept. The compute copy of the weights is not stored: it is the rounding of the masters.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,11 +75,11 @@ struct CheckpointInfo {
 // safetensors layout, the same model shape. Throws InputError naming the file and what is wrong.
 CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg);
 
-// Fills master, exp_avg and exp_avg_sq (fp32, laid out like `table`: any mesh's rank table) with the
-// checkpoint's values of every parameter in the table; vocabulary padding gets 0. Throws InputError when the
-// checkpoint lacks an element.
-void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const Tensor& master, const Tensor& exp_avg,
-                     const Tensor& exp_avg_sq);
+// Calls sink(p, master, exp_avg, exp_avg_sq) for every parameter p of `table` (any mesh's rank table) with the
+// checkpoint's fp32 values laid out as p's local shard (table[p].numel() each, vocabulary padding 0; valid during
+// the call). Throws InputError when the checkpoint lacks an element.
+using ParamStateSink = std::function<void(int p, const float* master, const float* exp_avg, const float* exp_avg_sq)>;
+void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const ParamStateSink& sink);
 
 // `build/trainer --export CHECKPOINT OUT_DIR`: the full fp32 master weights as OUT_DIR/model.safetensors (GPT-2
 // names, the single-rank layout) and a Hugging Face config.json, whatever mesh wrote the checkpoint.

@@ -18,12 +18,15 @@ CheckpointShard checkpoint_shard(const PipelineChunks& model, const Optimizer& o
 
 CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, PipelineChunks& model, Optimizer& opt) {
   CheckpointInfo info = read_checkpoint(dir, cfg);
-  const int64_t n = model.table().total_numel();
-  Tensor master = Tensor::zeros({n}, DType::F32), m = Tensor::zeros({n}, DType::F32), v = Tensor::zeros({n}, DType::F32);
-  load_checkpoint(info, model.table(), master, m, v);
-  opt.load_state(master, m, v, info.state.optimizer_steps);
-  copy_convert(model.params(), master);  // the compute copy: the masters' rounding (or the fp32 weights)
-  info.files.clear();                    // the shards' bytes are no longer needed
+  const ParamTable& t = model.table();
+  load_checkpoint(info, t, [&](int p, const float* master, const float* m, const float* v) {
+    const Shape n{t[p].numel()};
+    // The compute copy: the masters' rounding (or, in fp32, the weights themselves).
+    copy_convert(model.params().slice(t[p].offset, n), Tensor(const_cast<float*>(master), n, DType::F32));
+    opt.load_state(t[p].offset, t[p].numel(), master, m, v);
+  });
+  opt.set_steps_taken(info.state.optimizer_steps);
+  info.files.clear();  // the shards' bytes are no longer needed
   return info;
 }
 
