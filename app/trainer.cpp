@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   if (rank != 0) spdlog::set_level(spdlog::level::warn);
 
   int status = 0;
+  bool abort_job = false;
   try {
     mt::CliArgs args = mt::parse_cli(argc, argv);
     if (args.help) {
@@ -40,11 +41,15 @@ int main(int argc, char** argv) {
     // agreed on by all ranks), so the ranks finalize in step: rank 0 says what is wrong.
     if (rank == 0) spdlog::error("{}", e.what());
     status = 2;
+  } catch (const mt::StoppedTogether& e) {
+    if (rank == 0) spdlog::error("stopped: {}", e.what());  // every rank is here together, as for InputError
+    status = 1;
   } catch (const std::exception& e) {
     spdlog::error("failed: {}", e.what());
     status = 1;
+    abort_job = true;  // the other ranks may be waiting on this one
   }
-  if (status == 1 && world > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  if (abort_job && world > 1) MPI_Abort(MPI_COMM_WORLD, status);
   MPI_Finalize();
   return status;
 }

@@ -403,9 +403,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       if (!cfg.train.skip_nonfinite) {
         if (metrics) metrics->write(row);
         const std::string kept = latest_checkpoint(ckpt_root);
-        throw std::runtime_error(fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(compute),
-                                             kept.empty() ? "no checkpoint was written"
-                                                          : "the newest checkpoint is kept: " + kept));
+        throw StoppedTogether(fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(compute),
+                                          kept.empty() ? "no checkpoint was written"
+                                                       : "the newest checkpoint is kept: " + kept));
       }
       ++nonfinite_skipped;
       if (rank0) spdlog::warn("step {}: {}: step skipped (train.skip_nonfinite)", step, what);
@@ -529,6 +529,8 @@ void run_training(const Config& cfg) {
     train_on_mesh(cfg, mesh, comms, timeline, prof, copts, threads);
   } catch (const SetupError&) {
     throw;  // every rank is here together: communicators shut down cleanly, main exits with status 2
+  } catch (const StoppedTogether&) {
+    throw;  // likewise, exit status 1
   } catch (const std::exception& e) {
     // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
     // destroy communicators whose peers never finish their operations.
