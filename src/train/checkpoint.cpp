@@ -200,21 +200,35 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
       files += fmt::format("{}    {{\"name\": {}, \"bytes\": {}, \"checksum\": \"{}\"}}", r ? ",\n" : "",
                            json_quote(rank_file_name(r)), sz, hex(ck));
     }
-    std::string model;
+    std::string model, params, stages;
     for (const auto& [k, v] : model_shape(cfg.model)) model += fmt::format("{}\"{}\": {}", model.empty() ? "" : ", ", k, v);
+    // Every parameter's global name and full shape (the single-rank model), and how the mesh cut it: the stage
+    // blocks here, each rank file's shard layouts in its own metadata.
+    GPTConfig whole;
+    whole.n_layer = cfg.model.n_layer, whole.n_head = cfg.model.n_head, whole.d_model = cfg.model.d_model;
+    whole.seq_len = cfg.model.seq_len, whole.vocab_size = cfg.model.vocab_size;
+    const ParamTable table = gpt_param_table(whole);
+    for (const ParamSpec& s : table.specs()) {
+      std::string shape;
+      for (int i = 0; i < s.full_shape.n; ++i) shape += fmt::format("{}{}", i ? ", " : "", s.full_shape[i]);
+      params += fmt::format("{}    {{\"name\": {}, \"shape\": [{}]}}", params.empty() ? "" : ",\n", json_quote(s.name), shape);
+    }
+    for (int n : layers_per_stage(cfg)) stages += fmt::format("{}{}", stages.empty() ? "" : ", ", n);
     const std::string text = fmt::format(
         "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n  \"optimizer_steps\": {},\n"
         "  \"loss_scaler\": {{\"scale\": {:.17g}, \"good_in_a_row\": {}, \"skipped_steps\": {}}},\n"
         "  \"nonfinite_skipped_steps\": {},\n"
-        "  \"data\": {{\"next_step\": {}, \"seed\": {}, \"order\": {}}},\n  \"model\": {{{}}},\n"
-        "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"virtual_stages\": {}, \"zero\": {}}},\n"
-        "  \"precision\": {},\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
+        "  \"data\": {{\"next_step\": {}, \"seed\": {}, \"order\": {}}},\n"
+        "  \"rng\": {{\"seed\": {}}},\n  \"model\": {{{}}},\n"
+        "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"virtual_stages\": {}, \"zero\": {}, "
+        "\"order\": {}, \"stage_layers\": [{}]}},\n"
+        "  \"precision\": {},\n  \"params\": [\n{}\n  ],\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
         kFormat, kVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
         st.nonfinite_skipped,
-        st.step + 1, cfg.train.seed, json_quote(cfg.data.order), model, shard.world,
+        st.step + 1, cfg.train.seed, json_quote(cfg.data.order), cfg.train.seed, model, shard.world,
         shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
-        cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.precision.compute), files,
-        json_quote(to_yaml(cfg)));
+        cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.parallel.order), stages,
+        json_quote(cfg.precision.compute), params, files, json_quote(to_yaml(cfg)));
     write_text_durably(dir + "/meta.json", text);
     write_text_durably(dir + "/COMPLETE", std::to_string(st.step) + "\n");
     prune(root, keep, st.step);
