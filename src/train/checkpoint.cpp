@@ -28,8 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "meshtrain-checkpoint";
-constexpr int kVersion = 1;
 const char* const kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 
@@ -115,12 +113,6 @@ ParamSpec parse_descriptor(const std::string& file, const std::string& name, con
   return t[0];
 }
 
-// The configuration values a checkpoint must share with the run that reads it.
-std::vector<std::pair<const char*, int64_t>> model_shape(const ModelConfig& m) {
-  return {{"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model}, {"seq_len", m.seq_len},
-          {"vocab_size", m.vocab_size}};
-}
-
 // Crash-test hook: MESHTRAIN_CRASH_IN_CHECKPOINT=STEP kills the last rank in the middle of writing that step's
 // checkpoint (a partial temporary file on disk, as a crash leaves it).
 void maybe_crash(int64_t step, int rank, int world, const std::string& dir) {
@@ -201,7 +193,7 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
                            json_quote(rank_file_name(r)), sz, hex(ck));
     }
     std::string model, params, stages;
-    for (const auto& [k, v] : model_shape(cfg.model)) model += fmt::format("{}\"{}\": {}", model.empty() ? "" : ", ", k, v);
+    for (const auto& [k, v] : checkpoint_model_shape(cfg.model)) model += fmt::format("{}\"{}\": {}", model.empty() ? "" : ", ", k, v);
     // Every parameter's global name and full shape (the single-rank model), and how the mesh cut it: the stage
     // blocks here, each rank file's shard layouts in its own metadata.
     GPTConfig whole;
@@ -223,7 +215,7 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
         "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"virtual_stages\": {}, \"zero\": {}, "
         "\"order\": {}, \"stage_layers\": [{}]}},\n"
         "  \"precision\": {},\n  \"params\": [\n{}\n  ],\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
-        kFormat, kVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
+        kCheckpointFormat, kCheckpointVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
         st.nonfinite_skipped,
         st.step + 1, cfg.train.seed, json_quote(cfg.data.order), cfg.train.seed, model, shard.world,
         shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
@@ -256,63 +248,21 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   if (!fs::exists(fs::path(dir) / "COMPLETE"))
     input_error("checkpoint {} is incomplete (no COMPLETE marker: its write was interrupted)", dir);
   const std::string meta_path = dir + "/meta.json";
-  const std::vector<char> bytes = read_bytes(meta_path);
-  Json meta;
-  try {
-    meta = parse_json(std::string_view(bytes.data(), bytes.size()));
-  } catch (const JsonError& e) {
-    input_error("checkpoint file {} is not valid JSON: {}", meta_path, e.what());
-  }
-  auto field = [&](const Json* obj, const char* key) -> const Json& {
-    const Json* v = obj && obj->is_object() ? obj->get(key) : nullptr;
-    if (!v) input_error("checkpoint file {} lacks \"{}\"", meta_path, key);
-    return *v;
-  };
-  auto integer = [&](const Json* obj, const char* key) {
-    const Json& v = field(obj, key);
-    if (!v.is_number() || !v.is_integer || v.is_negative)
-      input_error("checkpoint file {}: \"{}\" must be a non-negative integer", meta_path, key);
-    return int64_t(v.integer);
-  };
-  const Json& format = field(&meta, "format");
-  if (!format.is_string() || format.string != kFormat || integer(&meta, "version") != kVersion)
-    input_error("checkpoint file {} is not a meshtrain checkpoint of version {}", meta_path, kVersion);
+  const std::vector<char> text = read_bytes(meta_path);
+  const CheckpointMeta meta = parse_checkpoint_meta(std::string_view(text.data(), text.size()), meta_path, dir, cfg.model);
   CheckpointInfo info;
   info.dir = dir;
-  info.state.step = integer(&meta, "step");
-  info.state.optimizer_steps = integer(&meta, "optimizer_steps");
-  const Json& scaler = field(&meta, "loss_scaler");
-  const Json& scale = field(&scaler, "scale");
-  if (!scale.is_number() || !(scale.number > 0)) input_error("checkpoint file {}: bad loss scale", meta_path);
-  info.state.loss_scale = scale.number;
-  info.state.good_in_a_row = int(integer(&scaler, "good_in_a_row"));
-  info.state.skipped_steps = integer(&scaler, "skipped_steps");
-  info.state.nonfinite_skipped = integer(&meta, "nonfinite_skipped_steps");
-  const Json& model = field(&meta, "model");
-  for (const auto& [k, v] : model_shape(cfg.model))
-    if (integer(&model, k) != v)
-      input_error("checkpoint {} belongs to another model: model.{} is {} there and {} in this config "
-                  "(run.resume=none starts afresh)", dir, k, integer(&model, k), v);
-  const Json& mesh = field(&meta, "mesh");
-  info.mesh = fmt::format("{} x {} x {} (dp x tp x pp){}", integer(&mesh, "dp"), integer(&mesh, "tp"),
-                          integer(&mesh, "pp"), integer(&mesh, "zero") ? ", ZeRO-1" : "");
-  const Json& files = field(&meta, "files");
-  if (!files.is_array() || files.array.empty()) input_error("checkpoint file {}: \"files\" must be a list", meta_path);
-  for (const Json& f : files.array) {
-    const Json& name = field(&f, "name");
-    const Json& sum = field(&f, "checksum");
-    if (!name.is_string() || name.string.find('/') != std::string::npos || !sum.is_string())
-      input_error("checkpoint file {}: bad entry in \"files\"", meta_path);
-    const std::string path = dir + "/" + name.string;
-    const uint64_t want = uint64_t(integer(&f, "bytes"));
+  info.state = meta.state;
+  info.mesh = meta.mesh;
+  for (const CheckpointFileEntry& f : meta.files) {
+    const std::string path = dir + "/" + f.name;
     if (!fs::exists(path)) input_error("checkpoint file {} is missing", path);
     std::vector<char> data = read_bytes(path);
-    if (data.size() != want)
-      input_error("checkpoint file {} is truncated or altered: {} bytes, meta.json says {}", path, data.size(), want);
+    if (data.size() != f.bytes)
+      input_error("checkpoint file {} is truncated or altered: {} bytes, meta.json says {}", path, data.size(), f.bytes);
     Checksum64 ck;
     ck.update(data.data(), data.size());
-    if (hex(ck.value()) != sum.string)
-      input_error("checkpoint file {} fails its checksum (the file is corrupt)", path);
+    if (hex(ck.value()) != f.checksum) input_error("checkpoint file {} fails its checksum (the file is corrupt)", path);
     info.files.push_back(SafetensorsFile::from_bytes(path, std::move(data)));
   }
   return info;

@@ -24,19 +24,11 @@
 #include "core/tensor.h"
 #include "model/param_table.h"
 #include "model/safetensors.h"
+#include "train/checkpoint_meta.h"
 #include "train/config.h"
 
 namespace mt {
 
-// What a checkpoint restores besides the tensors.
-struct TrainState {
-  int64_t step = 0;             // the last completed step: a resumed run continues at step + 1
-  int64_t optimizer_steps = 0;  // AdamW's t (steps skipped for fp16 overflow do not count)
-  double loss_scale = 1;
-  int good_in_a_row = 0;
-  int64_t skipped_steps = 0;       // the loss scaler's (fp16 overflow)
-  int64_t nonfinite_skipped = 0;   // train.skip_nonfinite's
-};
 
 // A contiguous range of a rank's flat parameter layout and its fp32 state, viewed where it lives (the
 // optimizer's packed masters and moments, or the fp32 parameters): written without a copy.
