@@ -380,7 +380,8 @@ TEST_CASE("to_yaml round-trips every key") {
       "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
       "parallel.stage_layers=[1, 2, 3, 1, 4, 1]",
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
-      "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "optim.lr=3e-4",
+      "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.skip_nonfinite=true",
+      "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
       "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "precision.compute=bf16",
       "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
@@ -388,7 +389,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.wait=block", "comm.timeout_s=12.5",
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5", "run.dir=\" lead space\"",
-      "run.log_every=3", "run.checkpoint_every=100", "run.resume=none", "run.profile=true",
+      "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.resume=none", "run.profile=true",
       "run.dump_grads=g.safetensors", "device=cuda"};
   for (const auto& a : changes) apply_override(c, a);
   // Every key is changed from its default, so the round trip below is not passing by accident.

@@ -33,6 +33,9 @@ CASES = [
     # (name, config file or None for tiny, --set overrides, words the message must contain)
     ("unknown key in the file", path("unknown.yaml", "model:\n  n_layers: 2\n"), [], ["model.n_layers", "model.n_layer"]),
     ("unknown key in --set", None, ["optim.l_r=1"], ["optim.l_r", "did you mean 'optim.lr'"]),
+    ("keep no checkpoints", None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints", ">= 1"]),
+    ("resume from a missing checkpoint", None, ["run.resume=" + path("no_such_checkpoint")],
+     ["no_such_checkpoint", "not a directory"]),
     ("wrong type", None, ["model.n_layer=four"], ["model.n_layer", "four"]),
     ("fractional integer", None, ["train.steps=2.5"], ["train.steps", "2.5"]),
     ("missing config file", path("does_not_exist.yaml"), [], ["does_not_exist.yaml"]),
