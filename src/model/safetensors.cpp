@@ -98,7 +98,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) input_error("safetensors file '{}' is a directory", path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) input_error("safetensors file '{}': cannot open the file (missing or unreadable)", path);
-  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  const std::streamoff size = in.tellg();
+  if (size < 0) input_error("safetensors file '{}': not a regular file (its size cannot be read)", path);
+  std::vector<char> bytes(static_cast<size_t>(size));
   in.seekg(0);
   if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
     input_error("safetensors file '{}': read error", path);

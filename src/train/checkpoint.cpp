@@ -34,7 +34,9 @@ const char* const kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) input_error("checkpoint file {} cannot be read", path);
-  std::vector<char> bytes(static_cast<size_t>(f.tellg()));
+  const std::streamoff size = f.tellg();
+  if (size < 0) input_error("checkpoint file {} is not a regular file", path);
+  std::vector<char> bytes(static_cast<size_t>(size));
   f.seekg(0);
   if (!f.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
     input_error("checkpoint file {} cannot be read", path);
