@@ -21,6 +21,7 @@
 #include "model/gpt.h"
 #include "model/safetensors.h"
 #include "model/tp_shard.h"
+#include "train/model_config.h"
 
 namespace mt {
 
@@ -198,10 +199,7 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
     for (const auto& [k, v] : checkpoint_model_shape(cfg.model)) model += fmt::format("{}\"{}\": {}", model.empty() ? "" : ", ", k, v);
     // Every parameter's global name and full shape (the single-rank model), and how the mesh cut it: the stage
     // blocks here, each rank file's shard layouts in its own metadata.
-    GPTConfig whole;
-    whole.n_layer = cfg.model.n_layer, whole.n_head = cfg.model.n_head, whole.d_model = cfg.model.d_model;
-    whole.seq_len = cfg.model.seq_len, whole.vocab_size = cfg.model.vocab_size;
-    const ParamTable table = gpt_param_table(whole);
+    const ParamTable table = gpt_param_table(gpt_config(cfg.model));
     for (const ParamSpec& s : table.specs()) {
       std::string shape;
       for (int i = 0; i < s.full_shape.n; ++i) shape += fmt::format("{}{}", i ? ", " : "", s.full_shape[i]);
@@ -335,12 +333,7 @@ void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const 
 
 void export_checkpoint(const std::string& dir, const std::string& out_dir, const Config& cfg) {
   const CheckpointInfo info = read_checkpoint(dir, cfg);
-  GPTConfig g;
-  g.n_layer = cfg.model.n_layer;
-  g.n_head = cfg.model.n_head;
-  g.d_model = cfg.model.d_model;
-  g.seq_len = cfg.model.seq_len;
-  g.vocab_size = cfg.model.vocab_size;
+  const GPTConfig g = gpt_config(cfg.model);
   const ParamTable whole = gpt_param_table(g);  // one rank, the whole model
   Tensor master = Tensor::zeros({whole.total_numel()}, DType::F32);
   load_checkpoint(info, whole, [&](int p, const float* w, const float*, const float*) {

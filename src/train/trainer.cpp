@@ -35,6 +35,7 @@
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
+#include "train/model_config.h"
 #include "train/model_gather.h"
 #include "train/pipeline_runner.h"
 #include "train/profiler.h"
@@ -76,16 +77,6 @@ int ranks_on_this_node() {
   MPI_CHECK(MPI_Comm_size(node, &n));
   MPI_CHECK(MPI_Comm_free(&node));
   return n;
-}
-
-GPTConfig gpt_config(const ModelConfig& m) {
-  GPTConfig g;
-  g.n_layer = m.n_layer;
-  g.n_head = m.n_head;
-  g.d_model = m.d_model;
-  g.seq_len = m.seq_len;
-  g.vocab_size = m.vocab_size;
-  return g;
 }
 
 DType precision_dtype(const std::string& name) {

@@ -1,0 +1,19 @@
+// The GPTConfig of a config's model section: the whole model on one rank (the trainer then sets its tp rank,
+// sequence parallelism and pipeline stage; checkpoints and the export use it as it is).
+#pragma once
+#include "model/gpt.h"
+#include "train/config.h"
+
+namespace mt {
+
+inline GPTConfig gpt_config(const ModelConfig& m) {
+  GPTConfig g;
+  g.n_layer = m.n_layer;
+  g.n_head = m.n_head;
+  g.d_model = m.d_model;
+  g.seq_len = m.seq_len;
+  g.vocab_size = m.vocab_size;
+  return g;
+}
+
+}  // namespace mt
