@@ -72,6 +72,13 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(optim.beta2, "AdamW beta2"),
       MT_KEY(optim.eps, "AdamW epsilon"),
       MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over dp"),
+      MT_KEY(optim.name, "optimizer: adamw | sgd (with momentum)"),
+      MT_KEY(optim.momentum, "SGD momentum (optim.name=sgd)"),
+      MT_KEY(optim.sync_every, "local SGD: 0 = synchronous (gradients averaged every step); H >= 1 = replicas step "
+                               "alone and average their parameters every H steps"),
+      MT_KEY(optim.outer, "local SGD outer optimizer on the averaged change: none | nesterov (DiLoCo)"),
+      MT_KEY(optim.outer_lr, "local SGD outer learning rate (optim.outer=nesterov)"),
+      MT_KEY(optim.outer_momentum, "local SGD outer Nesterov momentum (optim.outer=nesterov)"),
       MT_KEY(precision.compute, "compute dtype: fp32 | bf16 | fp16 (master weights stay fp32)"),
       MT_KEY(precision.grad_reduce, "dtype of the data-parallel gradient reduction: fp32 | bf16"),
       MT_KEY(precision.loss_scale, "fp16 loss scale: dynamic | a positive number"),
@@ -84,6 +91,12 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(comm.backend, "communication backend: auto | mpi | nccl"),
       MT_KEY(comm.bucket_mb, "size of a data-parallel gradient bucket in MiB"),
       MT_KEY(comm.overlap, "overlap gradient reduction with the backward pass"),
+      MT_KEY(comm.compress, "data-parallel gradient compression: none | bf16 | int8 | topk | powersgd (int8, topk "
+                            "and powersgd keep error feedback)"),
+      MT_KEY(comm.topk_fraction, "comm.compress=topk: fraction of each bucket's gradient elements sent"),
+      MT_KEY(comm.powersgd_rank, "comm.compress=powersgd: rank of each gradient matrix's approximation"),
+      MT_KEY(comm.hierarchical, "data-parallel all-reduce in three phases: reduce-scatter inside each node, "
+                                "all-reduce across nodes, all-gather inside"),
       MT_KEY(comm.wait, "how communication threads wait for peers: auto (block when the node has a core per "
                         "compute thread, else poll) | poll | block"),
       MT_KEY(comm.timeout_s, "watchdog: abort a communication wait that lasts longer than this (seconds)"),

@@ -39,6 +39,14 @@ struct OptimConfig {
   std::string schedule = "cosine";  // cosine | linear | constant
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int zero = 0;
+  std::string name = "adamw";  // adamw | sgd (SGD with momentum; weight decay decoupled as in AdamW)
+  double momentum = 0.9;       // sgd only
+  // Local SGD (docs/local_sgd.md): 0 = synchronous data parallelism (gradients averaged every step); H >= 1 = each
+  // dp replica steps on its own gradients, and every H steps the replicas' parameters are averaged and the outer
+  // optimizer applies the averaged change (DiLoCo when outer = nesterov).
+  int sync_every = 0;
+  std::string outer = "none";  // none (plain averaging) | nesterov (SGD with Nesterov momentum)
+  double outer_lr = 0.7, outer_momentum = 0.9;
 };
 
 struct PrecisionConfig {
@@ -65,6 +73,14 @@ struct CommConfig {
   std::string backend = "auto";  // auto | mpi | nccl
   double bucket_mb = 25;
   bool overlap = true;
+  // Compression of the data-parallel gradient reduction (docs/compression.md); error feedback for int8, topk and
+  // powersgd.
+  std::string compress = "none";  // none | bf16 | int8 | topk | powersgd
+  double topk_fraction = 0.01;    // topk: fraction of each bucket's elements sent
+  int powersgd_rank = 4;          // powersgd: rank of the low-rank approximation of each matrix
+  // Data-parallel all-reduce as reduce-scatter inside each (emulated) node, all-reduce across nodes, all-gather
+  // inside (docs/comm.md).
+  bool hierarchical = false;
   std::string wait = "auto";  // auto | poll | block: how communication threads wait for peers (docs/comm.md)
   double timeout_s = 300;
   EmulateConfig emulate;

@@ -142,6 +142,22 @@ void validate_values(const Config& c) {
   require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2 must be in [0, 1), got {}", o.beta2);
   require(o.eps > 0, "optim.eps must be > 0, got {}", o.eps);
   require(o.zero == 0 || o.zero == 1, "optim.zero must be 0 or 1, got {}", o.zero);
+  require_one_of("optim.name", o.name, {"adamw", "sgd"});
+  require(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got {}", o.momentum);
+  require(o.sync_every >= 0, "optim.sync_every must be >= 0 (0 = synchronous), got {}", o.sync_every);
+  require_one_of("optim.outer", o.outer, {"none", "nesterov"});
+  require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);
+  require(o.outer_momentum >= 0 && o.outer_momentum < 1, "optim.outer_momentum must be in [0, 1), got {}",
+          o.outer_momentum);
+  // Local SGD keeps a whole optimizer state per replica and averages parameters, not gradients.
+  require(o.sync_every == 0 || o.zero == 0, "optim.sync_every={} (local SGD) needs optim.zero=0: each replica keeps "
+          "its whole optimizer state", o.sync_every);
+  require(o.sync_every == 0 || c.comm.compress == "none",
+          "optim.sync_every={} (local SGD) averages parameters, not gradients: comm.compress={} does not apply; set "
+          "comm.compress=none", o.sync_every, c.comm.compress);
+  require(o.sync_every == 0 || c.run.checkpoint_every == 0,
+          "optim.sync_every={} (local SGD) with run.checkpoint_every={}: checkpoints do not hold the replicas' "
+          "separate states yet; set run.checkpoint_every=0", o.sync_every, c.run.checkpoint_every);
 
   const PrecisionConfig& pr = c.precision;
   require_one_of("precision.compute", pr.compute, {"fp32", "bf16", "fp16"});
@@ -168,6 +184,13 @@ void validate_values(const Config& c) {
   require_one_of("comm.wait", cm.wait, {"auto", "poll", "block"});
   require(cm.bucket_mb > 0, "comm.bucket_mb must be > 0, got {}", cm.bucket_mb);
   require(cm.timeout_s > 0, "comm.timeout_s must be > 0, got {}", cm.timeout_s);
+  require_one_of("comm.compress", cm.compress, {"none", "bf16", "int8", "topk", "powersgd"});
+  require(cm.topk_fraction > 0 && cm.topk_fraction <= 1, "comm.topk_fraction must be in (0, 1], got {}",
+          cm.topk_fraction);
+  require(cm.powersgd_rank >= 1, "comm.powersgd_rank must be >= 1, got {}", cm.powersgd_rank);
+  // ZeRO-1 reduce-scatters the buckets; only the bf16 wire has a reduce-scatter form.
+  require(c.optim.zero == 0 || cm.compress == "none" || cm.compress == "bf16",
+          "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", cm.compress);
   const EmulateConfig& e = cm.emulate;
   require(e.latency_us >= 0, "comm.emulate.latency_us must be >= 0, got {}", e.latency_us);
   require(e.bandwidth_gbps >= 0, "comm.emulate.bandwidth_gbps must be >= 0 (0 = unlimited), got {}", e.bandwidth_gbps);
