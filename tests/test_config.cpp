@@ -360,11 +360,24 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"parallel.tp=0"}), Contains("parallel.tp must be >= 1"));
   CHECK_THAT(validate_error({"run.resume="}), Contains("run.resume"));
   CHECK_THAT(validate_error({"data.synthetic_tokens=10"}), Contains("data.synthetic_tokens=10"));
+  CHECK_THAT(validate_error({"optim.name=lion"}), Contains("optim.name"));
+  CHECK_THAT(validate_error({"optim.sync_every=-1"}), Contains("optim.sync_every must be >= 0"));
+  CHECK_THAT(validate_error({"optim.outer=adam"}), Contains("optim.outer"));
+  CHECK_THAT(validate_error({"optim.outer_lr=0"}), Contains("optim.outer_lr must be > 0"));
+  CHECK_THAT(validate_error({"optim.momentum=1"}), Contains("optim.momentum must be in [0, 1)"));
+  CHECK_THAT(validate_error({"optim.sync_every=2", "optim.zero=1"}), Contains("needs optim.zero=0"));
+  CHECK_THAT(validate_error({"optim.sync_every=2", "comm.compress=int8"}), Contains("comm.compress=none"));
+  CHECK_THAT(validate_error({"optim.sync_every=2", "run.checkpoint_every=5"}), Contains("run.checkpoint_every=0"));
+  CHECK_THAT(validate_error({"comm.compress=fp8"}), Contains("comm.compress"));
+  CHECK_THAT(validate_error({"comm.topk_fraction=0"}), Contains("comm.topk_fraction must be in (0, 1]"));
+  CHECK_THAT(validate_error({"comm.powersgd_rank=0"}), Contains("comm.powersgd_rank must be >= 1"));
+  CHECK_THAT(validate_error({"comm.compress=topk", "optim.zero=1"}), Contains("needs optim.zero=0"));
 
   // Accepted values.
   for (const char* ok : {"run.resume=none", "run.resume=auto", "run.resume=runs/x/checkpoints/step_00000010",
                          "precision.loss_scale=65536", "precision.loss_scale=2.5e4", "precision.loss_scale=dynamic", "precision.compute=bf16",
-                         "data.val_fraction=0", "optim.zero=1", "optim.min_lr=0", "train.grad_clip=0"}) {
+                         "data.val_fraction=0", "optim.zero=1", "optim.min_lr=0", "train.grad_clip=0",
+                         "comm.compress=bf16", "optim.sync_every=1", "optim.name=sgd"}) {
     Config c;
     apply_override(c, ok);
     CHECK_NOTHROW(validate(c, 1));
@@ -383,18 +396,29 @@ TEST_CASE("to_yaml round-trips every key") {
       "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.skip_nonfinite=true",
       "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
-      "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "precision.compute=bf16",
+      "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "optim.name=sgd",
+      "optim.momentum=0.5", "optim.outer=nesterov", "optim.outer_lr=0.5",
+      "optim.outer_momentum=0.8", "precision.compute=bf16",
       "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
       "data.val_path='123'", "data.order=shuffle", "data.synthetic_tokens=9000000000", "data.val_fraction=0.25",
-      "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.wait=block", "comm.timeout_s=12.5",
+      "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.compress=bf16",
+      "comm.topk_fraction=0.05", "comm.powersgd_rank=2", "comm.hierarchical=true", "comm.wait=block", "comm.timeout_s=12.5",
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5", "run.dir=\" lead space\"",
       "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.resume=none", "run.profile=true",
       "run.dump_grads=g.safetensors", "device=cuda"};
   for (const auto& a : changes) apply_override(c, a);
+  // Local SGD excludes ZeRO-1, compression and checkpoints, so its key round-trips in a second config.
+  Config local = c;
+  for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0"})
+    apply_override(local, a);
   // Every key is changed from its default, so the round trip below is not passing by accident.
   Config defaults;
-  for (const std::string& k : config_keys()) CHECK_FALSE(config_value(c, k) == config_value(defaults, k));
+  for (const std::string& k : config_keys()) {
+    INFO(k);
+    CHECK((config_value(c, k) != config_value(defaults, k) || config_value(local, k) != config_value(defaults, k)));
+  }
+  CHECK(load_config(write_yaml("local.yaml", to_yaml(local)), {}).optim.sync_every == 4);
   CHECK(c.data.path == "true");
   CHECK(c.run.dir == " lead space");
 
