@@ -24,11 +24,15 @@ Tensor Arena::alloc(Shape shape, DType dtype) {
   void* p = static_cast<char*>(blocks_[current_].mem.get()) + offset_;
   offset_ += bytes;
   in_use_ += bytes;
+  count_host_tensor_bytes(int64_t(bytes));
   high_water_ = std::max(high_water_, in_use_);
   return Tensor(p, shape, dtype, device_);
 }
 
+Arena::~Arena() { count_host_tensor_bytes(-int64_t(in_use_)); }
+
 void Arena::reset() {
+  count_host_tensor_bytes(-int64_t(in_use_));
   current_ = 0;
   offset_ = 0;
   in_use_ = 0;

@@ -13,6 +13,7 @@ class Arena {
  public:
   explicit Arena(Device device = Device::CPU, size_t block_bytes = size_t(64) << 20)
       : device_(device), block_bytes_(block_bytes) {}
+  ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 

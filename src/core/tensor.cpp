@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,15 +16,35 @@ std::string Shape::str() const {
   return s + "]";
 }
 
+namespace {
+std::atomic<size_t> g_tensor_bytes{0}, g_peak_tensor_bytes{0};
+
+}  // namespace
+
+void count_host_tensor_bytes(int64_t delta) {
+  const size_t now = g_tensor_bytes.fetch_add(size_t(delta)) + size_t(delta);  // wraps back for delta < 0
+  size_t peak = g_peak_tensor_bytes.load();
+  while (delta > 0 && now > peak && !g_peak_tensor_bytes.compare_exchange_weak(peak, now)) {
+  }
+}
+
+size_t host_tensor_bytes() { return g_tensor_bytes.load(); }
+size_t peak_host_tensor_bytes() { return g_peak_tensor_bytes.load(); }
+void reset_peak_host_tensor_bytes() { g_peak_tensor_bytes.store(g_tensor_bytes.load()); }
+
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   CHECK(device == Device::CPU, "Tensor::empty on {} needs the CUDA backend", device_name(device));
-  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const size_t held = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, held);
   CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
-  std::memset(p, 0, rounded ? rounded : 64);
+  std::memset(p, 0, held);
+  count_host_tensor_bytes(int64_t(held));
   Tensor t(p, shape, dtype, device);
-  t.owner_ = std::shared_ptr<void>(p, std::free);
+  t.owner_ = std::shared_ptr<void>(p, [held](void* q) {
+    count_host_tensor_bytes(-int64_t(held));
+    std::free(q);
+  });
   return t;
 }
 

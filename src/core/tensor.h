@@ -47,6 +47,15 @@ template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<double>() { return DType::F64; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 
+// Host memory in use by this process's tensors: owning tensors (Tensor::empty) plus what Arenas have handed out
+// (not the blocks they reserve, most of which a small run never touches): now, and the most at any moment since
+// the start or the last reset. The planner's memory model is checked against the peak.
+size_t host_tensor_bytes();
+size_t peak_host_tensor_bytes();
+void reset_peak_host_tensor_bytes();
+// Arenas report what they hand out (+) and take back (-) here.
+void count_host_tensor_bytes(int64_t delta);
+
 class Tensor {
  public:
   Tensor() = default;

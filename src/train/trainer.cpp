@@ -34,6 +34,7 @@
 #include "parallel/mesh.h"
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
+#include "train/memory_report.h"
 #include "train/metrics.h"
 #include "train/model_config.h"
 #include "train/model_gather.h"
@@ -62,12 +63,6 @@ double read_scalar(const Tensor& t) {
 std::string format_duration(double seconds) {
   long s = std::lround(std::max(0.0, seconds));
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
-}
-
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
 int ranks_on_this_node() {
@@ -452,6 +447,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
   }
 
+  // The training's peak, before the export gathers whole tensors.
+  const size_t training_peak = peak_host_tensor_bytes();
   // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
   Tensor weights = model.params();
   if (mixed) {
@@ -466,28 +463,24 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
     spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);
   }
-  // Activation memory per stage: the records of the most micro-batches the schedule had in flight (all chunks),
-  // gathered so that rank 0 logs every stage.
-  float act_mib = 0, records = 0;
+  RankMemory mem;
+  mem.params = double(model.params().nbytes());
+  mem.grads = double(model.grads().nbytes());
+  mem.optimizer = double(opt->state_bytes());
   for (int c = 0; c < model.size(); ++c) {
-    act_mib += float(runner.records(c) * runner.record_bytes(c) / 1048576.0);
-    records += float(runner.records(c));
+    mem.activations += double(runner.records(c) * runner.record_bytes(c));
+    mem.records += double(runner.records(c));
   }
-  Tensor mine = Tensor::zeros({4}, DType::F32), all = Tensor::zeros({4 * int64_t(world)}, DType::F32);
-  float* me = mine.data_as<float>();
-  me[0] = float(mesh.pp_rank()), me[1] = records, me[2] = act_mib, me[3] = float(runner.buffer_bytes() / 1048576.0);
-  comms.world->all_gather(mine, all);
-  for (int s = 0; rank0 && s < mesh.pp(); ++s) {
-    const float* r = all.data_as<float>() + 4 * mesh.rank_of({0, 0, s});
-    spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB", s, r[2],
-                 int(r[1]), r[3]);
-  }
+  mem.buffers = double(runner.buffer_bytes());
+  mem.peak_tensors = double(training_peak);
+  mem.peak_rss = peak_rss_bytes();
+  report_memory(mem, mesh, *comms.world, cfg.run.dir + "/memory.json");
   const int steps_run = std::max(0, cfg.train.steps - start_step + 1);
   spdlog::info("done: {} steps{}, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB; wrote "
                "{}/model.safetensors and config.json",
                steps_run, start_step > 1 ? fmt::format(" (from step {})", start_step) : "", last_loss,
                last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
-               steps_run ? tokens_per_step * steps_run / (total_ms / 1000.0) : 0.0, peak_rss_mib(), cfg.run.dir);
+               steps_run ? tokens_per_step * steps_run / (total_ms / 1000.0) : 0.0, peak_rss_bytes() / 1048576.0, cfg.run.dir);
 }
 
 }  // namespace
