@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "kernels/adamw.h"
+#include "kernels/sgd.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/elementwise.h"
@@ -548,6 +549,55 @@ TEST_CASE("reduce: sum, sum of squares, clip_scale", "[reduce]") {
   REQUIRE(scale.data_as<float>()[0] == float(2.0 / (2.0 + 1e-6)));
   clip_scale(scale, norm, nsq, 0.0);  // clipping off
   REQUIRE(scale.data_as<float>()[0] == 1.0f);
+}
+
+TEST_CASE("sgd: momentum and decoupled decay over several steps, and linear in the gradient", "[sgd]") {
+  const int64_t n = 41;
+  Tensor p = f64({n}), b = f64({n}), g = f64({n}), scale = f64({1});
+  fill_normal(p, 3);
+  std::vector<double> rp(p.data_as<double>(), p.data_as<double>() + n), rb(n, 0.0);
+  Tensor p32 = to32(p), b32 = f32({n}), s32 = f32({1});
+  SGDHyper h;
+  h.lr = 0.05, h.momentum = 0.9, h.weight_decay = 0.1;
+  const double gs = 0.5;
+  scale.data_as<double>()[0] = gs, s32.data_as<float>()[0] = float(gs);
+  for (int step = 1; step <= 5; ++step) {
+    fill_normal(g, 200 + step);
+    // Reference: torch.optim.SGD's momentum buffer (dampening 0, the first step's buffer = g) with AdamW's
+    // decoupled decay, written out in double.
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = g.data_as<double>()[i] * gs;
+      rb[i] = step == 1 ? gi : h.momentum * rb[i] + gi;
+      rp[i] = rp[i] * (1 - h.lr * h.weight_decay) - h.lr * rb[i];
+    }
+    sgd_update(p, g, b, scale, h);
+    sgd_update(p32, to32(g), b32, s32, h);
+    for (int64_t i = 0; i < n; ++i) {
+      // fp64: the same operations (a zero buffer times momentum adds exactly 0): a few ulp.
+      REQUIRE(std::abs(p.data_as<double>()[i] - rp[i]) <= 1e-14 * (1 + std::abs(rp[i])));
+      REQUIRE(std::abs(b.data_as<double>()[i] - rb[i]) <= 1e-14 * (1 + std::abs(rb[i])));
+      // fp32: |p| ~ 1 rounded at 6e-8 per step, 5 steps: within 1e-6.
+      REQUIRE(std::abs(double(p32.data_as<float>()[i]) - rp[i]) <= 1e-6 * (1 + std::abs(rp[i])));
+    }
+  }
+  // Local SGD rests on linearity: the mean of two replicas' updates from one state is the update with the mean
+  // gradient (parameters and momentum buffers alike).
+  Tensor g1 = f64({n}), g2 = f64({n}), gm = f64({n});
+  fill_normal(g1, 11), fill_normal(g2, 12);
+  for (int64_t i = 0; i < n; ++i) gm.data_as<double>()[i] = 0.5 * (g1.data_as<double>()[i] + g2.data_as<double>()[i]);
+  auto copy = [&](const Tensor& t) {
+    Tensor c = f64({n});
+    std::copy(t.data_as<double>(), t.data_as<double>() + n, c.data_as<double>());
+    return c;
+  };
+  Tensor p1 = copy(p), b1 = copy(b), p2 = copy(p), b2 = copy(b), pm = copy(p), bm = copy(b);
+  sgd_update(p1, g1, b1, scale, h), sgd_update(p2, g2, b2, scale, h), sgd_update(pm, gm, bm, scale, h);
+  for (int64_t i = 0; i < n; ++i) {
+    REQUIRE(0.5 * (p1.data_as<double>()[i] + p2.data_as<double>()[i]) ==
+            Approx(pm.data_as<double>()[i]).epsilon(1e-14).margin(1e-15));
+    REQUIRE(0.5 * (b1.data_as<double>()[i] + b2.data_as<double>()[i]) ==
+            Approx(bm.data_as<double>()[i]).epsilon(1e-14).margin(1e-15));
+  }
 }
 
 TEST_CASE("adamw: matches PyTorch's AdamW formula over several steps", "[adamw]") {

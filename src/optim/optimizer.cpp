@@ -7,6 +7,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
+#include "kernels/sgd.h"
 
 namespace mt {
 
@@ -90,14 +91,20 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
   h.beta2 = s_.beta2;
   h.eps = s_.eps;
   h.step = t_;
+  kernels::SGDHyper sh;
+  sh.lr = lr;
+  sh.momentum = s_.momentum;
   for (const OptimSegment& g : segments_) {
     if (g.numel == 0) continue;
-    h.weight_decay = g.decay ? s_.weight_decay : 0.0;
+    h.weight_decay = sh.weight_decay = g.decay ? s_.weight_decay : 0.0;
     const Shape flat{g.numel};
     const Tensor param = params.slice(g.offset, flat);
     const Tensor master = keeps_masters() ? masters_.slice(g.state_offset, flat) : param;
-    kernels::adamw_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
-                          v_.slice(g.state_offset, flat), scale_, h);
+    if (s_.sgd)
+      kernels::sgd_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat), scale_, sh);
+    else
+      kernels::adamw_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
+                            v_.slice(g.state_offset, flat), scale_, h);
     if (keeps_masters()) copy_convert(param, master);  // the compute copy: rounded once per step
   }
   return true;

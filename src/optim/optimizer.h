@@ -1,5 +1,5 @@
-// The optimizer step over flat buffers: global gradient-norm clipping, then AdamW segment by segment (decay on
-// matrices and embeddings only). A segment is a range of the params and grads buffers and a range of the moment
+// The optimizer step over flat buffers: global gradient-norm clipping, then AdamW (or SGD with momentum) segment by
+// segment (decay on matrices and embeddings only). A segment is a range of the params and grads buffers and a range of the moment
 // buffers: one per parameter for a full optimizer, or the pieces of this rank's shards under ZeRO-1 (moments
 // packed, so they take 1/dp of the memory). fp32 moments live here, and with a 16-bit compute copy the fp32
 // master weights too, packed like the moments (so ZeRO-1 shards them as well): the update goes to the masters and
@@ -16,6 +16,8 @@
 namespace mt {
 
 struct OptimizerSettings {
+  bool sgd = false;  // SGD with momentum (kernels/sgd.h) instead of AdamW: the first moment buffer is its momentum
+  double momentum = 0.9;  // SGD only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double grad_clip = 1.0;  // 0 = off
 };

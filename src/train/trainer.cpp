@@ -27,6 +27,7 @@
 #include "core/threads.h"
 #include "data/batcher.h"
 #include "model/pipeline_chunks.h"
+#include "optim/local_sgd.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -79,6 +80,14 @@ DType precision_dtype(const std::string& name) {
 }
 
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
+// Collective over `group`: whether `flag` is true on any of its ranks.
+bool any_rank(bool flag, Communicator& group) {
+  Tensor t = Tensor::zeros({1}, DType::F32);
+  t.data_as<float>()[0] = flag ? 1.0f : 0.0f;
+  group.all_reduce(t, ReduceOp::Max);
+  return t.data_as<float>()[0] > 0;
+}
+
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
   if (c.wait != "auto") return c.wait == "block";
   return ranks_on_node * threads_per_rank <= omp_get_num_procs();
@@ -181,7 +190,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const int tied = model.tied_chunk();
   std::vector<std::unique_ptr<GradReducer>> reducers(model.size());
   std::vector<ChunkReduce> reduce(model.size());
-  if (mesh.dp() > 1 || zero)
+  // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
+  const bool local_sgd = cfg.optim.sync_every > 0;
+  if ((mesh.dp() > 1 || zero) && !local_sgd)
     for (int c = 0; c < model.size(); ++c) {
       const GPT& chunk = model.chunk(c);
       reducers[c] = std::make_unique<GradReducer>(
@@ -193,6 +204,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       if (c == tied) reduce[c].ready_limit = chunk.table()[model.tied_param()].offset;
     }
   OptimizerSettings os;
+  os.sgd = cfg.optim.name == "sgd";
+  os.momentum = cfg.optim.momentum;
   os.beta1 = cfg.optim.beta1;
   os.beta2 = cfg.optim.beta2;
   os.eps = cfg.optim.eps;
@@ -229,6 +242,23 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   if (mixed) {
     opt->load_masters(masters);
     masters = Tensor();  // the optimizer holds its (under ZeRO-1: this rank's) share from here on
+  }
+  std::unique_ptr<LocalSGD> local;
+  if (local_sgd) {
+    LocalSGDSettings ls;
+    ls.sync_every = cfg.optim.sync_every;
+    ls.nesterov = cfg.optim.outer == "nesterov";
+    ls.outer_lr = cfg.optim.outer_lr;
+    ls.outer_momentum = cfg.optim.outer_momentum;
+    local = std::make_unique<LocalSGD>(ls, dp, model.params(), *opt);
+    if (rank0)
+      spdlog::info("local SGD: {} replicas step alone and average their parameters every {} steps ({}); outer "
+                   "state {:.1f} MiB",
+                   mesh.dp(), ls.sync_every,
+                   ls.nesterov ? fmt::format("outer Nesterov SGD, lr {:g}, momentum {:g}", ls.outer_lr,
+                                             ls.outer_momentum)
+                               : "plain average",
+                   local->state_bytes() / 1048576.0);
   }
   // fp16 multiplies the loss's gradient by the scaler's scale; fp32 and bf16 need no scaling.
   const bool fp16 = compute == DType::F16;
@@ -383,10 +413,16 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     if (fp16 && (applied || overflow) && scaler.update(overflow) && rank0)
       spdlog::warn("step {}: gradient overflow (non-finite norm) at loss scale {:g}: step skipped, scale now {:g}",
                    step, loss_scale, scaler.scale());
-    if (!applied && !overflow) {
-      const std::string what = finite_loss ? "the gradient norm became non-finite"
-                                           : fmt::format("the loss became non-finite ({})", row.loss);
-      if (!cfg.train.skip_nonfinite) {
+    // Under local SGD each replica has its own gradient norm (the loss is global): without skip_nonfinite the run
+    // stops when any replica's norm is non-finite, so that no replica waits alone in the next parameter average.
+    const bool nonfinite = !applied && !overflow;
+    const bool stop = !cfg.train.skip_nonfinite &&
+                      (local_sgd && mesh.dp() > 1 ? any_rank(nonfinite, dp) : nonfinite);
+    if (stop || nonfinite) {
+      const std::string what = !finite_loss ? fmt::format("the loss became non-finite ({})", row.loss)
+                               : nonfinite  ? std::string("the gradient norm became non-finite")
+                                            : std::string("another replica's gradient norm became non-finite");
+      if (stop) {
         if (metrics) metrics->write(row);
         const std::string kept = latest_checkpoint(ckpt_root);
         throw StoppedTogether(fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(compute),
@@ -395,6 +431,11 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       }
       ++nonfinite_skipped;
       if (rank0) spdlog::warn("step {}: {}: step skipped (train.skip_nonfinite)", step, what);
+    }
+    if (local && local->due(step, cfg.train.steps)) {
+      const double s0 = trace_clock_us();
+      local->sync(model.params(), *opt);
+      prof.wait("local SGD parameter average", s0, trace_clock_us());
     }
     if (zero && applied) {
       const double g0 = trace_clock_us();

@@ -1,0 +1,47 @@
+// sgd_update: argument checks and the CPU loop (kernels/sgd.h).
+#include "kernels/sgd.h"
+
+#include "kernels/kernel_checks.h"
+
+namespace mt::kernels {
+using namespace detail;
+
+namespace {
+template <typename P, typename G>
+void sgd_cpu(P* p, const G* g, P* b, double gs, int64_t n, const SGDHyper& h) {
+  const P decay = P(1.0 - h.lr * h.weight_decay), lr = P(h.lr), mom = P(h.momentum), scale = P(gs);
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const P grad = P(g[i]) * scale;
+    b[i] = mom * b[i] + grad;
+    p[i] = p[i] * decay - lr * b[i];
+  }
+}
+}  // namespace
+
+void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& buf, const Tensor& grad_scale,
+                const SGDHyper& h) {
+  const char* op = "sgd_update";
+  check_defined(params, op, "params"), check_defined(grads, op, "grads"), check_defined(buf, op, "buf");
+  check_defined(grad_scale, op, "grad_scale");
+  check_float(params, op, "params"), check_float(grads, op, "grads"), check_float(grad_scale, op, "grad_scale");
+  check_same_dtype(buf, params, op, "buf", "params");
+  CHECK(!(params.dtype() == DType::F64 && grads.dtype() == DType::F32),
+        "{}: fp64 params with fp32 grads is not supported", op);
+  for (const Tensor* t : {&grads, &buf, &grad_scale}) check_same_device(*t, params, op, "an argument", "params");
+  CHECK(grads.numel() == params.numel() && buf.numel() == params.numel(), "{}: params/grads/buf have {}/{}/{} elements",
+        op, params.numel(), grads.numel(), buf.numel());
+  CHECK(grad_scale.numel() == 1, "{}: grad_scale must have 1 element, has {}", op, grad_scale.numel());
+  if (params.device() == Device::CUDA) no_cuda(op);
+  const double gs = grad_scale.dtype() == DType::F32 ? double(*grad_scale.data_as<float>())
+                                                     : *grad_scale.data_as<double>();
+  const int64_t n = params.numel();
+  if (params.dtype() == DType::F64)
+    sgd_cpu(params.data_as<double>(), grads.data_as<double>(), buf.data_as<double>(), gs, n, h);
+  else if (grads.dtype() == DType::F32)
+    sgd_cpu(params.data_as<float>(), grads.data_as<float>(), buf.data_as<float>(), gs, n, h);
+  else
+    sgd_cpu(params.data_as<float>(), grads.data_as<double>(), buf.data_as<float>(), gs, n, h);
+}
+
+}  // namespace mt::kernels
