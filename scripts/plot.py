@@ -1,0 +1,331 @@
+#!/usr/bin/python3
+# scripts/plot.py: PNG figures of meshtrain runs and sweeps (Debian's matplotlib, Agg backend): loss curves,
+# tokens/s against ranks, and the step time broken into compute, exposed communication and pipeline bubble.
+"""Figures of meshtrain runs and of scripts/sweep.py's CSVs, written as PNG.
+
+  plot.py loss SOURCE... -o loss.png       training loss (and val_loss where evaluated) against step, overlaid;
+                                           each SOURCE is a run dir (its metrics.jsonl), a metrics.jsonl, a
+                                           sweep's steps.csv (one curve per ok point) or a sweep dir
+  plot.py scaling SUMMARY.csv -o scaling.png    median tokens/s against ranks (np), one line per setting
+                                                other than np, with linear scaling from each line's first point
+  plot.py breakdown SUMMARY.csv -o breakdown.png   per layout, a bar of the step time (mean over the measured
+                                                   steps; medians for a CSV without means) stacked into compute,
+                                                   exposed communication and pipeline bubble
+  plot.py all SWEEP_DIR [-o DIR]           loss.png, breakdown.png and (with two or more rank counts) scaling.png
+                                           from SWEEP_DIR/steps.csv and summary.csv, into DIR (default SWEEP_DIR)
+
+Exit status: 0 written, 2 a bad command line, a missing or malformed input, or nothing to plot.
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+import textwrap
+
+COLORS = {"compute": "#4C72B0", "exposed": "#DD8452", "bubble": "#55A868"}
+STYLES = ["-", "--", ":", "-."]  # curves of equal losses (mesh invariance) stay visible on top of each other
+
+
+def die(msg):
+    print(f"plot: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
+    try:
+        import matplotlib
+    except ImportError:
+        die("matplotlib is missing: apt-get install python3-matplotlib (and run with /usr/bin/python3)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def number(text):
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_csv(path, required):
+    if not os.path.isfile(path):
+        die(f"no such file: {path}")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        columns = reader.fieldnames or []
+    missing = [c for c in required if c not in columns]
+    if missing:
+        die(f"{path}: missing column(s) {', '.join(missing)} (is it a sweep.py CSV?)")
+    return rows
+
+
+def curve_from_metrics(path, label):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    die(f"{path}:{n}: not a JSON line")
+    return {"label": label, "step": [r.get("step") for r in rows], "loss": [r.get("loss") for r in rows],
+            "val": [(r["step"], r["val_loss"]) for r in rows if isinstance(r.get("val_loss"), (int, float))]}
+
+
+def curves_from_steps_csv(path):
+    rows = read_csv(path, ["point", "step", "loss"])
+    curves = {}
+    for r in rows:
+        c = curves.setdefault(r["point"], {"label": r.get("label") or r["point"], "step": [], "loss": [], "val": []})
+        step = number(r["step"])
+        c["step"].append(step)
+        c["loss"].append(number(r["loss"]))
+        val = number(r.get("val_loss"))
+        if val is not None:
+            c["val"].append((step, val))
+    return list(curves.values())
+
+
+def load_curves(sources):
+    """Loss curves from run dirs, metrics.jsonl files, steps.csv files or sweep dirs."""
+    curves = []
+    for src in sources:
+        if os.path.isdir(src) and os.path.isfile(os.path.join(src, "metrics.jsonl")):
+            curves.append(curve_from_metrics(os.path.join(src, "metrics.jsonl"),
+                                             os.path.basename(os.path.normpath(src))))
+        elif os.path.isdir(src) and os.path.isfile(os.path.join(src, "steps.csv")):
+            curves += curves_from_steps_csv(os.path.join(src, "steps.csv"))
+        elif os.path.isfile(src) and src.endswith(".csv"):
+            curves += curves_from_steps_csv(src)
+        elif os.path.isfile(src):
+            curves.append(curve_from_metrics(src, os.path.basename(os.path.dirname(os.path.abspath(src)))))
+        else:
+            die(f"{src}: not a run dir (with metrics.jsonl), a metrics.jsonl, a steps.csv or a sweep dir")
+    return curves
+
+
+def ok_rows(path):
+    rows = read_csv(path, ["point", "status", "np", "tokens_per_s_median", "step_ms_median"])
+    return rows, [r for r in rows if r["status"] == "ok"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Figures
+
+
+def set_title(ax, title):
+    ax.set_title("\n".join(textwrap.wrap(title, int(ax.figure.get_figwidth() * 11))), fontsize=11)
+
+
+def short_settings(settings):
+    """'parallel.tp=2 comm.overlap=false' -> 'tp=2 overlap=false' for legends."""
+    return " ".join(t.split("=", 1)[0].split(".")[-1] + "=" + t.split("=", 1)[1] if "=" in t else t
+                    for t in settings.split())
+
+
+def save(fig, out):
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    print(f"plot: wrote {out}")
+
+
+def plot_loss(sources, out, title=None, logy=False):
+    curves = [c for c in load_curves(sources) if c["step"]]
+    if not curves:
+        die("no loss curves to plot (no metrics rows in " + ", ".join(sources) + ")")
+    plt = pyplot()
+    has_val = any(c["val"] for c in curves)
+    fig, axes = plt.subplots(1, 2 if has_val else 1, figsize=(11 if has_val else 7, 4.5), squeeze=False)
+    ax = axes[0][0]
+    for i, c in enumerate(curves):
+        pts = [(s, l) for s, l in zip(c["step"], c["loss"]) if s is not None and l is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=c["label"], color=f"C{i % 10}", linewidth=1.4,
+                linestyle=STYLES[i % len(STYLES)])
+    ax.set(xlabel="step", ylabel="training loss (nats/token)")
+    set_title(ax, "Training loss")
+    if has_val:
+        vax = axes[0][1]
+        for i, c in enumerate(curves):
+            if c["val"]:
+                vax.plot([v[0] for v in c["val"]], [v[1] for v in c["val"]], marker="o", markersize=3,
+                         label=c["label"], color=f"C{i % 10}", linewidth=1.4, linestyle=STYLES[i % len(STYLES)])
+        vax.set(xlabel="step", ylabel="validation loss (nats/token)")
+        set_title(vax, "Validation loss")
+    from matplotlib.ticker import MaxNLocator
+    for a in axes[0]:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.grid(alpha=0.3)
+        if logy:
+            a.set_yscale("log")
+        a.legend(fontsize=8)
+    if title:
+        fig.suptitle("\n".join(textwrap.wrap(title, 110)), fontsize=11)
+    save(fig, out)
+    plt.close(fig)
+
+
+def series_of(row):
+    return row.get("settings") or ""
+
+
+def plot_scaling(summary, out, title=None):
+    rows, ok = ok_rows(summary)
+    pts = [r for r in ok if number(r["tokens_per_s_median"]) is not None and number(r["np"]) is not None]
+    if not pts:
+        die(f"{summary}: no ok point with tokens_per_s_median to plot")
+    nps = sorted({int(number(r["np"])) for r in pts})
+    if len(nps) < 2:
+        print(f"plot: note: {summary} has one rank count ({nps[0]}); the scaling figure has one point per line")
+    groups = {}
+    for r in pts:
+        groups.setdefault(series_of(r), []).append(r)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, grp) in enumerate(sorted(groups.items())):
+        grp.sort(key=lambda r: number(r["np"]))
+        x = [number(r["np"]) for r in grp]
+        y = [number(r["tokens_per_s_median"]) for r in grp]
+        color = f"C{i % 10}"
+        name = short_settings(name)
+        ax.plot(x, y, marker="o", color=color, label=name or "tokens/s")
+        if len(x) > 1:
+            ax.plot(x, [y[0] * n / x[0] for n in x], linestyle="--", color=color, alpha=0.5, linewidth=1,
+                    label=(f"{name}: linear from np={x[0]:g}" if name else f"linear from np={x[0]:g}"))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(nps)
+    ax.set_xticklabels([str(n) for n in nps])
+    ax.set(xlabel="ranks (np)", ylabel="tokens/s (median over measured steps)")
+    set_title(ax, title or "Throughput against ranks")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    failed = [r["point"] for r in rows if r["status"] != "ok"]
+    if failed:
+        fig.text(0.01, 0.01, "not run (failed): " + ", ".join(failed), fontsize=7, color="gray")
+    save(fig, out)
+    plt.close(fig)
+
+
+def breakdown_columns(summary):
+    """The step-time columns to stack: the means (additive) when the CSV has them, else the medians."""
+    with open(summary, newline="") as f:
+        cols = next(csv.reader(f), [])
+    stat = "mean" if "compute_ms_mean" in cols else "median"
+    return stat, [f"{c}_{stat}" for c in ("compute_ms", "exposed_comm_ms", "bubble_ms", "step_ms")]
+
+
+def plot_breakdown(summary, out, title=None):
+    rows, ok = ok_rows(summary)
+    stat, cols = breakdown_columns(summary)
+    read_csv(summary, cols)
+    if not ok:
+        die(f"{summary}: no ok point to plot")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(rows) + 4), 4.8))
+    labels, x, top, first, over = [], list(range(len(rows))), 0.0, first_ok(rows), False
+    for i, r in enumerate(rows):
+        labels.append((r.get("label") or r["point"]).replace(" x ", "\u00d7").replace(" ", "\n"))
+        if r["status"] != "ok":
+            ax.text(i, 0, f"{r['status']}\n(exit {r.get('returncode', '')})", ha="center", va="bottom",
+                    fontsize=8, color="crimson")
+            continue
+        bottom = 0.0
+        for key, name, col in zip(("compute", "exposed", "bubble"),
+                                  ("compute", "exposed communication", "pipeline bubble"), cols):
+            v = number(r[col]) or 0.0
+            ax.bar(i, v, bottom=bottom, color=COLORS[key], width=0.6, label=name if i == first else None)
+            bottom += v
+        step = number(r[cols[3]])
+        if step is not None:
+            ax.plot([i - 0.35, i + 0.35], [step, step], color="black", linewidth=1.5,
+                    label=f"step time ({stat})" if i == first else None)
+            ax.annotate(f"{step:.3g} ms", (i, max(step, bottom)), textcoords="offset points", xytext=(0, 3),
+                        ha="center", fontsize=8)
+        top = max(top, bottom, step or 0.0)
+        over |= step is not None and bottom > 1.05 * step
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set(ylabel=f"time per step (ms, {stat} over measured steps)", xlabel="layout")
+    set_title(ax, title or "Step time: compute, exposed communication, pipeline bubble")
+    ax.set_ylim(0, top * 1.12 if top > 0 else 1)
+    if over:
+        fig.text(0.01, 0.01, "A bar above its step line: exposed communication and bubble are each the maximum over "
+                 "ranks, not always the same rank's.", fontsize=7, color="gray")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    save(fig, out)
+    plt.close(fig)
+
+
+def first_ok(rows):
+    return next(i for i, r in enumerate(rows) if r["status"] == "ok")
+
+
+def plot_all(sweep_dir, out_dir):
+    if not os.path.isdir(sweep_dir):
+        die(f"no such sweep directory: {sweep_dir}")
+    summary = os.path.join(sweep_dir, "summary.csv")
+    steps = os.path.join(sweep_dir, "steps.csv")
+    for path in (summary, steps):
+        if not os.path.isfile(path):
+            die(f"no such file: {path} (run scripts/sweep.py --out {sweep_dir} first)")
+    out_dir = out_dir or sweep_dir
+    plot_loss([steps], os.path.join(out_dir, "loss.png"))
+    plot_breakdown(summary, os.path.join(out_dir, "breakdown.png"))
+    _, ok = ok_rows(summary)
+    if len({r["np"] for r in ok}) >= 2:
+        plot_scaling(summary, os.path.join(out_dir, "scaling.png"))
+    else:
+        print("plot: one rank count in the sweep: no scaling.png (sweep with --np 1,2,4 for one)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="plot.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="kind", metavar="KIND", help="loss | scaling | breakdown | all")
+    sub.required = True
+    p = sub.add_parser("loss", help="loss curves overlaid")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="run dir, metrics.jsonl, steps.csv or sweep dir")
+    p.add_argument("-o", "--out", default="loss.png")
+    p.add_argument("--logy", action="store_true", help="logarithmic loss axis")
+    p.add_argument("--title")
+    for kind, default in (("scaling", "scaling.png"), ("breakdown", "breakdown.png")):
+        p = sub.add_parser(kind, help=f"{kind} figure from a sweep's summary.csv")
+        p.add_argument("summary", metavar="SUMMARY.csv")
+        p.add_argument("-o", "--out", default=default)
+        p.add_argument("--title")
+    p = sub.add_parser("all", help="every figure of a sweep directory")
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR")
+    p.add_argument("-o", "--out", default=None, help="output directory (default SWEEP_DIR)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.kind == "loss":
+        plot_loss(args.sources, args.out, args.title, args.logy)
+    elif args.kind == "scaling":
+        plot_scaling(args.summary, args.out, args.title)
+    elif args.kind == "breakdown":
+        plot_breakdown(args.summary, args.out, args.title)
+    else:
+        plot_all(args.sweep_dir, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

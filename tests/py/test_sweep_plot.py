@@ -1,0 +1,161 @@
+"""scripts/sweep.py and scripts/plot.py end to end: a small grid (configs/tiny.yaml, np 1 and 2 x tp 1 and 2: one
+rank, dp2, tp2 and an invalid tp2-on-one-rank point) through mpiexec; steps.csv and summary.csv against each
+point's metrics.jsonl; the invalid point recorded as failed without stopping the sweep; --skip-done and --strict;
+bad command lines answered with exit 2; then every figure kind written as a valid PNG. Standard library only.
+Usage: test_sweep_plot.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+
+mpiexec, trainer, src, work = sys.argv[1:5]
+SWEEP = [sys.executable, os.path.join(src, "scripts", "sweep.py")]
+PLOT = [sys.executable, os.path.join(src, "scripts", "plot.py")]
+TINY = os.path.join(src, "configs", "tiny.yaml")
+STEPS, WARMUP = 5, 2
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def run(cmd, timeout=120):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return reader.fieldnames, list(reader)
+
+
+def same(cell, value):
+    """A CSV cell against a metrics.jsonl value (None = empty cell)."""
+    if value is None:
+        return cell == ""
+    if cell == "":
+        return False
+    return math.isclose(float(cell), float(value), rel_tol=1e-12, abs_tol=0.0)
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def check_summary(out):
+    cols, rows = read_csv(os.path.join(out, "summary.csv"))
+    need = ["point", "label", "settings", "np", "parallel.tp", "dp", "tp", "pp", "status", "returncode", "error",
+            "steps", "final_loss", "final_val_loss", "step_ms_median", "tokens_per_s_median", "compute_ms_median",
+            "comm_ms_median", "exposed_comm_ms_median", "bubble_ms_median", "comm_bytes_median", "peak_rss_mib",
+            "run_dir"]
+    missing = [c for c in need if c not in cols]
+    check(not missing, f"summary.csv has the {len(need)} expected columns (missing: {missing})")
+    by = {r["point"]: r for r in rows}
+    check(sorted(by) == ["np1_tp1", "np1_tp2", "np2_tp1", "np2_tp2"], f"summary.csv has the 4 points: {sorted(by)}")
+    bad = by.get("np1_tp2", {})
+    check(bad.get("status") == "failed" and bad.get("returncode") == "2" and "parallel.tp" in bad.get("error", ""),
+          f"tp2 on one rank is recorded as failed with exit 2 and the trainer's message: {bad}")
+    for name, mesh in (("np1_tp1", ("1", "1", "1")), ("np2_tp1", ("2", "1", "1")), ("np2_tp2", ("1", "2", "1"))):
+        r = by.get(name)
+        if not check(r is not None and r["status"] == "ok", f"{name} ran ok"):
+            continue
+        got = (r["dp"], r["tp"], r["pp"])
+        check(got == mesh, f"{name}: mesh (dp, tp, pp) = {mesh} (got {got})")
+        m = metrics(r["run_dir"])
+        vals = [x["val_loss"] for x in m if "val_loss" in x]
+        measured = m[WARMUP:]
+        ok = (r["steps"] == str(len(m)) == str(STEPS) and same(r["final_loss"], m[-1]["loss"])
+              and same(r["final_val_loss"], vals[-1])
+              and all(same(r[f + "_median"], statistics.median(x[f] for x in measured))
+                      for f in ("step_ms", "tokens_per_s", "compute_ms", "exposed_comm_ms", "bubble_ms", "comm_bytes")))
+        ok &= all(abs(float(r[f + "_mean"]) - statistics.fmean(x[f] for x in measured)) < 1e-4
+                  for f in ("step_ms", "compute_ms", "exposed_comm_ms", "bubble_ms"))
+        check(ok, f"{name}: steps, final losses, medians and means of steps {WARMUP + 1}..{STEPS} agree with "
+                  "metrics.jsonl")
+        check(os.path.isfile(os.path.join(r["run_dir"], "train.log")), f"{name}: train.log saved in its run dir")
+    return by
+
+
+def check_steps(out, summary):
+    cols, rows = read_csv(os.path.join(out, "steps.csv"))
+    check(cols[:5] == ["point", "label", "settings", "np", "parallel.tp"], f"steps.csv settings columns: {cols[:5]}")
+    ok_points = [p for p, r in summary.items() if r["status"] == "ok"]
+    check(len(rows) == STEPS * len(ok_points), f"steps.csv has {STEPS} rows per ok point ({len(rows)})")
+    for p in ok_points:
+        mine = [r for r in rows if r["point"] == p]
+        m = metrics(summary[p]["run_dir"])
+        fields = sorted({k for x in m for k in x})
+        ok = len(mine) == len(m) and all(same(row[k], x.get(k)) for row, x in zip(mine, m) for k in fields)
+        ok &= all(row["np"] == summary[p]["np"] and row["parallel.tp"] == summary[p]["parallel.tp"] for row in mine)
+        check(ok, f"steps.csv rows of {p} equal its metrics.jsonl in every field ({', '.join(fields)})")
+
+
+def check_png(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(24)
+        size = os.path.getsize(path)
+    except OSError:
+        return check(False, f"{path} exists")
+    w, h = struct.unpack(">II", head[16:24]) if len(head) == 24 else (0, 0)
+    return check(head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and size > 5000 and w > 200 and h > 200,
+                 f"{os.path.basename(path)} is a PNG of {size} bytes, {w}x{h}")
+
+
+def main():
+    shutil.rmtree(work, ignore_errors=True)
+    out = os.path.join(work, "sweep")
+    base = ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out", out, "--np", "1,2",
+            "--grid", "parallel.tp=1,2", "--set", f"train.steps={STEPS}", "--set", "train.eval_every=2",
+            "--warmup", str(WARMUP)]
+    rc, log = run(SWEEP + base)
+    check(rc == 0 and "3 of 4 points ok" in log, f"the sweep runs every point past the failing one (exit {rc})")
+    if rc != 0:
+        print(log)
+    summary = check_summary(out)
+    check_steps(out, summary)
+
+    stamps = {p: os.path.getmtime(os.path.join(out, p, "metrics.jsonl")) for p in ("np1_tp1", "np2_tp1", "np2_tp2")}
+    rc, log = run(SWEEP + base + ["--skip-done", "--strict"])
+    same_files = all(os.path.getmtime(os.path.join(out, p, "metrics.jsonl")) == t for p, t in stamps.items())
+    check(rc == 1 and log.count("done before, skipped") == 3 and same_files,
+          f"--skip-done reuses the 3 ok points, reruns the failed one, and --strict exits 1 (exit {rc})")
+
+    for args, words in ((["--grid", "parallel.tp="], "has no values"), (["--grid", "parallel.pp"], "has no values"),
+                        (["--np", "0"], "positive"), (["--set", "run.dir=x"], "run.dir")):
+        rc, log = run(SWEEP + ["--config", TINY, "--out", os.path.join(work, "bad")] + args)
+        check(rc == 2 and words in log, f"sweep.py {' '.join(args)}: exit 2 naming the problem ({rc}: {log.strip()})")
+
+    figs = os.path.join(work, "figs")
+    rc, log = run(PLOT + ["all", out, "-o", figs])
+    check(rc == 0, f"plot.py all exits 0 ({rc}: {log.strip()})")
+    for name in ("loss.png", "breakdown.png", "scaling.png"):
+        check_png(os.path.join(figs, name))
+    runs = [os.path.join(out, p) for p in ("np2_tp1", "np2_tp2")]
+    rc, log = run(PLOT + ["loss"] + runs + ["-o", os.path.join(figs, "loss_dirs.png")])
+    check(rc == 0, f"plot.py loss RUN_DIR RUN_DIR exits 0 ({rc}: {log.strip()})")
+    check_png(os.path.join(figs, "loss_dirs.png"))
+
+    for args, words in ((["histogram", out], "invalid choice"), (["scaling", os.path.join(work, "none.csv")],
+                                                                  "no such file"),
+                        (["breakdown", os.path.join(out, "steps.csv")], "missing column")):
+        rc, log = run(PLOT + args)
+        check(rc == 2 and words in log, f"plot.py {args[0]}: exit 2 naming the problem ({rc}: {log.strip()[-200:]})")
+
+    print(f"{'FAIL' if failures else 'PASS'}: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
