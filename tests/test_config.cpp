@@ -372,6 +372,8 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.topk_fraction=0"}), Contains("comm.topk_fraction must be in (0, 1]"));
   CHECK_THAT(validate_error({"comm.powersgd_rank=0"}), Contains("comm.powersgd_rank must be >= 1"));
   CHECK_THAT(validate_error({"comm.compress=topk", "optim.zero=1"}), Contains("needs optim.zero=0"));
+  CHECK_THAT(validate_error({"comm.compress=int8", "precision.grad_reduce=bf16"}),
+             Contains("needs precision.grad_reduce=fp32"));
 
   // Accepted values.
   for (const char* ok : {"run.resume=none", "run.resume=auto", "run.resume=runs/x/checkpoints/step_00000010",

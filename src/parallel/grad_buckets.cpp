@@ -1,6 +1,8 @@
 // Bucketed, overlapped data-parallel gradient reduction (see grad_buckets.h).
 #include "parallel/grad_buckets.h"
 
+#include <algorithm>
+
 namespace mt {
 
 std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
@@ -23,8 +25,33 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
   return out;
 }
 
-GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire)
-    : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero) {
+GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,
+                         const ParamTable& table, const CompressOptions& compress)
+    : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero), method_(compress.method) {
+  CHECK(method_ == "none" || method_ == "bf16" || compress_with_feedback(method_),
+        "comm.compress: unknown method '{}' (none | bf16 | int8 | topk | powersgd)", method_);
+  if (method_ == "bf16" && grads.dtype() == DType::F32) wire = DType::BF16;
+  if (compress_with_feedback(method_)) {
+    CHECK(!zero, "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", method_);
+    CHECK(grads.dtype() == DType::F32 && wire == DType::F32,
+          "comm.compress={} encodes fp32 gradients itself: got {} gradients and wire dtype {} (set "
+          "precision.grad_reduce=fp32)", method_, dtype_name(grads.dtype()), dtype_name(wire));
+    residual_ = Tensor::zeros(grads.shape(), DType::F32, grads.device());
+    if (method_ == "topk") topk_scratch_ = std::make_shared<std::vector<float>>();
+    if (method_ == "powersgd")
+      CHECK(table.size() > 0 && table.total_numel() <= grads.numel(), "comm.compress=powersgd needs the table of "
+            "the parameters whose gradients it reduces: got {} parameters ({} elements) for {} gradients",
+            table.size(), table.total_numel(), grads.numel());
+    for (const Bucket& k : buckets_) {
+      const Tensor g = grads_.slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
+      if (method_ == "int8") compressors_.push_back(make_int8_compressor(dp_, g, e));
+      if (method_ == "topk")
+        compressors_.push_back(make_topk_compressor(dp_, g, e, compress.topk_fraction, topk_scratch_));
+      if (method_ == "powersgd")
+        compressors_.push_back(make_powersgd_compressor(dp_, g, e, powersgd_layout(table, k, compress.powersgd_rank),
+                                                        compress.seed));
+    }
+  }
   if (wire != grads.dtype()) {
     CHECK(dtype_size(wire) < dtype_size(grads.dtype()), "gradient buckets: {} gradients sent as {}",
           dtype_name(grads.dtype()), dtype_name(wire));
@@ -36,6 +63,7 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
 }
 
 void GradReducer::launch(int b) {
+  if (!compressors_.empty()) return compressors_[b]->launch();
   const Bucket& k = buckets_[b];
   const Tensor& buf = wire_.defined() ? wire_ : grads_;
   Tensor full = buf.slice(k.begin, {k.numel()});
@@ -54,6 +82,7 @@ void GradReducer::grads_ready(int64_t end) {
 
 void GradReducer::finish() {
   while (next_ < static_cast<int>(buckets_.size())) launch(next_++);
+  if (!compressors_.empty()) return finish_compressed();
   for (auto& w : work_) w->wait();
   work_.clear();
   next_ = 0;
@@ -64,6 +93,43 @@ void GradReducer::finish() {
     const int64_t begin = zero_ ? k.begin + shard(b).begin : k.begin, n = zero_ ? shard(b).size() : k.numel();
     copy_convert(grads_.slice(begin, {n}), wire_.slice(begin, {n}));
   }
+}
+
+// Every bucket's second phase first (PowerSGD's Q all-reduces then travel while later buckets compute), then
+// the decoding. The averaged gradients are the same on every rank, so is the verdict on their finiteness: a
+// non-finite step (an fp16 overflow, which the optimizer skips) clears every residual, which it has poisoned.
+void GradReducer::finish_compressed() {
+  for (auto& c : compressors_) c->exchange();
+  for (auto& c : compressors_) c->complete();
+  next_ = 0;
+  armed_ = false;
+  if (!all_finite(grads_))
+    for (auto& c : compressors_) c->reset();
+}
+
+int64_t GradReducer::wire_bytes_per_step() const {
+  int64_t bytes = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    bytes += compressors_.empty() ? buckets_[b].numel() * int64_t(dtype_size(wire_dtype()))
+                                  : compressors_[b]->wire_bytes();
+  return bytes;
+}
+
+int64_t GradReducer::compress_state_bytes() const {
+  int64_t bytes = residual_.defined() ? int64_t(residual_.nbytes()) : 0;
+  for (const auto& c : compressors_) bytes += c->state_bytes();
+  return bytes;
+}
+
+int64_t GradReducer::compress_buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& c : compressors_) bytes += c->buffer_bytes();
+  if (topk_scratch_) {  // topk_select's magnitudes, as large as the largest bucket
+    int64_t most = 0;
+    for (const Bucket& k : buckets_) most = std::max(most, k.numel());
+    bytes += 4 * most;
+  }
+  return bytes;
 }
 
 void GradReducer::all_gather_params(const Tensor& params) {

@@ -8,13 +8,19 @@
 // With a 16-bit wire dtype (precision.grad_reduce = bf16) each bucket is cast into a staging buffer of that dtype
 // when it launches, reduced there (half the bytes of fp32 on the wire) and cast back into the fp32 gradients
 // when finish() has waited for it.
+// With comm.compress = int8, topk or powersgd (zero = false only) each bucket has a compressor instead
+// (grad_compress.h, docs/compression.md): launched from the same hook, finished in finish(), with an
+// error-feedback residual per rank that persists across steps.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/param_table.h"
+#include "parallel/grad_compress.h"
 
 namespace mt {
 
@@ -31,9 +37,17 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
 class GradReducer {
  public:
   // wire: the dtype the buckets travel in (the gradients' own dtype, or BF16 / F16 for fp32 gradients).
-  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire);
+  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire)
+      : GradReducer(dp, grads, std::move(buckets), zero, wire, ParamTable{}, CompressOptions{}) {}
   GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero)
       : GradReducer(dp, grads, std::move(buckets), zero, grads.dtype()) {}
+  // With comm.compress: `table` is the parameter table whose offsets index `grads` (PowerSGD needs each
+  // parameter's shape; the other methods ignore it and it is not kept). compress.method:
+  //   none      as the constructor above;
+  //   bf16      wire dtype BF16 whatever `wire` says (the precision.grad_reduce=bf16 path);
+  //   int8, topk, powersgd: fp32 gradients, zero = false and wire = fp32 (the method is the encoding); CHECKed.
+  GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,
+              const ParamTable& table, const CompressOptions& compress);
 
   // Arms the reducer for the coming backward pass: only the step's last micro-batch communicates.
   void begin_micro_batch(bool last) { armed_ = last; }
@@ -45,6 +59,15 @@ class GradReducer {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool zero() const { return zero_; }
   DType wire_dtype() const { return wire_.defined() ? wire_.dtype() : grads_.dtype(); }
+  const std::string& compress_method() const { return method_; }
+  // Error-feedback residuals (int8, topk, powersgd), laid out like the gradients; undefined otherwise.
+  const Tensor& residual() const { return residual_; }
+  // Payload bytes this rank contributes to the dp collectives per step (what CommEvent::bytes and so
+  // metrics.jsonl's comm_bytes count); docs/compression.md gives the formula of each method.
+  int64_t wire_bytes_per_step() const;
+  // Bytes kept from step to step by the compression (residuals, PowerSGD's Qs), and its scratch buffers.
+  int64_t compress_state_bytes() const;
+  int64_t compress_buffer_bytes() const;
   // ZeRO-1: this rank's shard of bucket b, relative to the bucket's begin; and where that shard sits when this
   // rank's shards are packed bucket after bucket (the optimizer's moments are laid out that way).
   ShardRange shard(int b) const { return shard_range(buckets_[b].numel(), dp_.size(), dp_.rank()); }
@@ -56,6 +79,7 @@ class GradReducer {
 
  private:
   void launch(int b);
+  void finish_compressed();
   Communicator& dp_;
   Tensor grads_;
   Tensor wire_;  // staging buffer laid out like grads_ (16-bit wire only)
@@ -64,6 +88,10 @@ class GradReducer {
   int next_ = 0;  // buckets [0, next_) are launched this step
   std::vector<WorkPtr> work_;
   std::vector<int64_t> shard_offsets_;  // size buckets + 1
+  std::string method_ = "none";
+  Tensor residual_;  // fp32, like grads_ (methods with error feedback)
+  std::vector<std::unique_ptr<BucketCompressor>> compressors_;  // one per bucket, or none
+  std::shared_ptr<std::vector<float>> topk_scratch_;
 };
 
 }  // namespace mt

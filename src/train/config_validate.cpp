@@ -188,6 +188,9 @@ void validate_values(const Config& c) {
   require(cm.topk_fraction > 0 && cm.topk_fraction <= 1, "comm.topk_fraction must be in (0, 1], got {}",
           cm.topk_fraction);
   require(cm.powersgd_rank >= 1, "comm.powersgd_rank must be >= 1, got {}", cm.powersgd_rank);
+  require(cm.compress == "none" || cm.compress == "bf16" || c.precision.grad_reduce == "fp32",
+          "comm.compress={} needs precision.grad_reduce=fp32 (it compresses the fp32 gradients itself), got {}",
+          cm.compress, c.precision.grad_reduce);
   // ZeRO-1 reduce-scatters the buckets; only the bf16 wire has a reduce-scatter form.
   require(c.optim.zero == 0 || cm.compress == "none" || cm.compress == "bf16",
           "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", cm.compress);

@@ -190,6 +190,11 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const int tied = model.tied_chunk();
   std::vector<std::unique_ptr<GradReducer>> reducers(model.size());
   std::vector<ChunkReduce> reduce(model.size());
+  CompressOptions compress;  // comm.compress: how the buckets travel (docs/compression.md)
+  compress.method = cfg.comm.compress;
+  compress.topk_fraction = cfg.comm.topk_fraction;
+  compress.powersgd_rank = cfg.comm.powersgd_rank;
+  compress.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
   // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
   const bool local_sgd = cfg.optim.sync_every > 0;
   if ((mesh.dp() > 1 || zero) && !local_sgd)
@@ -199,7 +204,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
           dp, chunk.grads(),
           make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(chunk.grad_dtype()),
                        cfg.comm.bucket_mb * 1048576.0),
-          zero, precision_dtype(cfg.precision.grad_reduce));
+          zero, precision_dtype(cfg.precision.grad_reduce), chunk.table(), compress);
       reduce[c].reducer = reducers[c].get();
       if (c == tied) reduce[c].ready_limit = chunk.table()[model.tied_param()].offset;
     }
@@ -312,10 +317,18 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                                   mixed ? " and fp32 masters" : "")
                     : mixed ? " (AdamW moments and fp32 masters)" : "",
                n_micro, mb, T);
-  if (reducers[0])
-    spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}", reducers[0]->buckets().size(),
-                 cfg.comm.bucket_mb, zero ? "reduce-scatter + all-gather (ZeRO-1)" : "all-reduce",
-                 cfg.comm.overlap ? "on" : "off");
+  if (reducers[0]) {
+    int64_t wire = 0, state = 0;
+    for (const auto& r : reducers) wire += r->wire_bytes_per_step(), state += r->compress_state_bytes();
+    spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}, compression {}: {:.3f} MiB "
+                 "per step from this rank{}",
+                 reducers[0]->buckets().size(), cfg.comm.bucket_mb,
+                 zero                                                           ? "reduce-scatter + all-gather (ZeRO-1)"
+                 : cfg.comm.compress == "int8" || cfg.comm.compress == "topk" ? "all-gather of compressed buckets"
+                                                                                : "all-reduce",
+                 cfg.comm.overlap ? "on" : "off", cfg.comm.compress, wire / 1048576.0,
+                 state ? fmt::format(", error-feedback state {:.2f} MiB", state / 1048576.0) : "");
+  }
 
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", start_step - 1 > 0 ? start_step - 1 : -1);
