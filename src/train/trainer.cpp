@@ -21,6 +21,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "comm/hierarchical_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/arena.h"
 #include "core/errors.h"
@@ -555,7 +556,16 @@ void run_training(const Config& cfg) {
   // Declared before the communicators: their threads report into these until they are destroyed.
   CommTimeline timeline;
   Profiler prof(cfg.run.profile);
+  // comm.hierarchical: every dp group must hold the same number of ranks on each emulated node. Checked for all
+  // groups on every rank before any communicator exists, so no group is left waiting for one that refused.
+  if (cfg.comm.hierarchical)
+    for (int r = 0; r < world; ++r) {
+      const HierarchicalLayout l =
+          hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), cfg.comm.emulate.ranks_per_node), 0);
+      if (!l.error.empty()) input_error("comm.hierarchical: the dp group of rank {}: {}", r, l.error);
+    }
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
+    if (name == "dp" && cfg.comm.hierarchical) return make_hierarchical_communicator(c, name, copts);
     return make_mpi_communicator(c, name, copts);
   });
   for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
