@@ -29,6 +29,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/comm_util.h"
 #include "comm/mpi_communicator.h"
 #include "core/check.h"
 #include "core/dtype.h"
@@ -141,15 +142,8 @@ class HierWork : public Work {
 
  private:
   [[noreturn]] void watchdog(std::chrono::steady_clock::time_point t0) {
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr,
-                 "[rank %d] watchdog: %s #%llu on communicator '%s' not complete after waiting %.1f s "
-                 "(comm.timeout_s = %g); aborting the job\n",
-                 s_->world_rank, comm_kind_name(kind_), static_cast<unsigned long long>(seq_), s_->name.c_str(),
-                 waited, s_->timeout_s);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
+    watchdog_abort(s_->world_rank, kind_, seq_, s_->name,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s_->timeout_s);
   }
 
   std::shared_ptr<Shared> s_;
@@ -168,22 +162,6 @@ struct Task {
   int peer = 0, tag = 0;
   std::shared_ptr<HierWork> work;
 };
-
-// x /= p elementwise; 16-bit types divide in fp32 and round once (as the MPI backend's Avg does).
-void divide_(const Tensor& t, int p) {
-  const int64_t n = t.numel();
-  const float fp = static_cast<float>(p);
-  if (t.dtype() == DType::F32) {
-    float* x = static_cast<float*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] /= fp;
-  } else if (t.dtype() == DType::BF16) {
-    uint16_t* x = static_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] = float_to_bf16(bf16_to_float(x[i]) / fp);
-  } else {
-    uint16_t* x = static_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] = float_to_fp16(fp16_to_float(x[i]) / fp);
-  }
-}
 
 // Splits `group` into the ranks with the same `colour`, ordered by group rank, and wraps the result.
 std::unique_ptr<Communicator> split(MPI_Comm group, int colour, int key, const std::string& name,
@@ -369,7 +347,7 @@ class HierarchicalCommunicator : public Communicator {
       intra_->reduce_scatter_async(x, shard, part)->wait();  // into its own slice (the ZeRO layout)
     }
     if (inter_) inter_->all_reduce_async(shard, part)->wait();
-    if (op == ReduceOp::Avg && size_ > 1) divide_(shard, size_);
+    if (op == ReduceOp::Avg && size_ > 1) divide_by_group_size(shard, size_);
     if (intra_) intra_->all_gather_async(shard, x)->wait();  // in place
   }
 

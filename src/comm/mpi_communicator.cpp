@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm_util.h"
 #include "core/check.h"
 #include "core/dtype.h"
 
@@ -99,22 +100,6 @@ MPI_Op mpi_op(DType d, ReduceOp op) {
   return MPI_OP_NULL;
 }
 
-// x /= p elementwise; 16-bit types divide in fp32 and round once.
-void divide_(const Tensor& t, int p) {
-  const int64_t n = t.numel();
-  const float fp = static_cast<float>(p);
-  if (t.dtype() == DType::F32) {
-    float* x = static_cast<float*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] /= fp;
-  } else if (t.dtype() == DType::BF16) {
-    uint16_t* x = static_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] = float_to_bf16(bf16_to_float(x[i]) / fp);
-  } else {
-    uint16_t* x = static_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] = float_to_fp16(fp16_to_float(x[i]) / fp);
-  }
-}
-
 int to_int(int64_t n, const char* what) {
   CHECK(n >= 0 && n <= INT_MAX, "{}: {} elements exceed one MPI call's int count", what, n);
   return static_cast<int>(n);
@@ -165,15 +150,8 @@ class MpiWork : public Work {
 
  private:
   [[noreturn]] void watchdog(std::chrono::steady_clock::time_point t0) {
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr,
-                 "[rank %d] watchdog: %s #%llu on communicator '%s' not complete after waiting %.1f s "
-                 "(comm.timeout_s = %g); aborting the job\n",
-                 s_->world_rank, comm_kind_name(kind_), static_cast<unsigned long long>(seq_), s_->name.c_str(),
-                 waited, s_->timeout_s);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
+    watchdog_abort(s_->world_rank, kind_, seq_, s_->name,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s_->timeout_s);
   }
 
   std::shared_ptr<Shared> s_;
@@ -511,7 +489,7 @@ class MpiCommunicator : public Communicator {
                                                mpi_op(a.dtype(), op.rop), comm_)
                                  : MPI_Iallreduce(MPI_IN_PLACE, a.data(), static_cast<int>(a.numel()),
                                                   mpi_type(a.dtype()), mpi_op(a.dtype(), op.rop), comm_, &req_));
-        if (op.rop == ReduceOp::Avg && size_ > 1) divide_(a, size_);
+        if (op.rop == ReduceOp::Avg && size_ > 1) divide_by_group_size(a, size_);
         break;
       }
       case CommKind::ReduceScatter: {
@@ -531,7 +509,7 @@ class MpiCommunicator : public Communicator {
                                                             mpi_op(a.dtype(), op.rop), comm_, &req_));
           if (alias) std::memcpy(b.data(), dst, b.nbytes());
         }
-        if (op.rop == ReduceOp::Avg && size_ > 1) divide_(b, size_);
+        if (op.rop == ReduceOp::Avg && size_ > 1) divide_by_group_size(b, size_);
         break;
       }
       case CommKind::AllGather: {

@@ -1,0 +1,19 @@
+// Pieces the MPI and hierarchical backends share: the division that turns a Sum into an Avg, and the watchdog's
+// message and abort.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "comm/comm_options.h"
+#include "core/tensor.h"
+
+namespace mt {
+
+// x /= p elementwise; 16-bit types divide in fp32 and round once.
+void divide_by_group_size(const Tensor& t, int p);
+
+// Prints which wait outlived comm.timeout_s (rank, operation, sequence number, communicator) and ends the job.
+[[noreturn]] void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::string& comm,
+                                 double waited_s, double timeout_s);
+
+}  // namespace mt
