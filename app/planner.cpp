@@ -1,0 +1,213 @@
+// build/planner: every valid layout (dp x tp x pp, schedule, virtual stages, micro-batch, ZeRO) of a config on N
+// ranks, ranked by predicted step time, with predicted per-rank peak memory. docs/planner.md explains the models.
+//   build/planner --config FILE --world N [--set KEY=VALUE]... [--json] [--memory-limit-mb MB] [--top K]
+// Exit status: 0 success; 2 a bad flag, config or world size (the message says which); 1 a failure while running.
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/threads.h"
+#include "plan/planner.h"
+#include "train/config.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: planner --config FILE --world N [--set KEY=VALUE]... [--json] [--memory-limit-mb MB] [--top K]\n"
+    "\n"
+    "Lists every layout of the config on N ranks that the trainer accepts (parallel.dp/tp/pp, parallel.schedule,\n"
+    "parallel.virtual_stages, train.micro_batch, optim.zero; every other key comes from the config and --set),\n"
+    "ranked by predicted step time, with each layout's predicted peak tensor memory per rank (the largest over\n"
+    "ranks, as run.dir/memory.json's peak_tensor_bytes counts it). Step times come from timing the model's passes\n"
+    "on this machine at each layout's shapes (with the compute threads a rank of the layout gets; ranks beyond the\n"
+    "cores share them), the alpha-beta model of comm.emulate for every collective and message, and a simulation\n"
+    "of the pipeline schedule. See docs/planner.md.\n"
+    "\n"
+    "  --config FILE        YAML config (as the trainer's)\n"
+    "  --world N            number of ranks (mpirun -np N)\n"
+    "  --set KEY=VALUE      override a config key (repeatable; the last one wins)\n"
+    "  --json               print a JSON list of objects (dp, tp, pp, schedule, virtual_stages, micro_batch, zero,\n"
+    "                       step_ms, tokens_per_s, memory_mb, the time breakdown and memory parts) instead of a table\n"
+    "  --memory-limit-mb MB leave out layouts whose predicted peak memory per rank exceeds MB MiB\n"
+    "  --top K              table rows to print (default 20; 0 = all); the JSON always lists all\n"
+    "  --memory-only        skip the time model (no timing runs); layouts in enumeration order\n"
+    "  --reps N             timed repetitions per measured shape, at least (the lower quartile counts;\n"
+    "                       default 5)\n"
+    "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
+    "                       them there, so repeated plans agree and skip the timing runs\n"
+    "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
+    "  The communication runtime's costs beyond the network (defaults fit on the 2-core development machine):\n"
+    "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
+    "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.65)\n"
+    "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
+    "                       exceed the cores (default 150)\n"
+    "  --step-sync-us US    the same for the step's collectives between its phases (default 2000)\n"
+
+    "  --verbose            print every timing measurement to stderr\n"
+    "  --help, -h           this text\n"
+    "Exit status: 0 success, 2 a bad flag, config or world size, 1 a failure while running.\n";
+
+struct Args {
+  std::string config;
+  int world = 0;
+  std::vector<std::string> sets;
+  bool json = false, memory_only = false, verbose = false, help = false;
+  double memory_limit_mb = 0;
+  mt::plan::NetOptions net;
+  std::string calibration;
+  int top = 20, reps = 5;
+};
+
+long long parse_int(const std::string& flag, const std::string& v, long long lo) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > 1 << 30)
+    mt::input_error("{} expects an integer >= {}, got '{}'", flag, lo, v);
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= 0) || x > 1e15)
+    mt::input_error("{} expects a number >= 0, got '{}'", flag, v);
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  bool have_world = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i], value;
+    const size_t eq = f.find('=');
+    const bool inline_value = f.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = f.substr(eq + 1);
+      f = f.substr(0, eq);
+    }
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) mt::input_error("{} needs a value\n{}", f, kUsage);
+      return argv[++i];
+    };
+    if (f == "--help" || f == "-h") a.help = true;
+    else if (f == "--config") a.config = next();
+    else if (f == "--world") a.world = int(parse_int("--world", next(), 1)), have_world = true;
+    else if (f == "--set") {
+      const std::string s = next();
+      if (s.find('=') == std::string::npos || s[0] == '=') mt::input_error("--set expects KEY=VALUE, got '{}'", s);
+      a.sets.push_back(s);
+    } else if (f == "--json") a.json = true;
+    else if (f == "--memory-only") a.memory_only = true;
+    else if (f == "--verbose") a.verbose = true;
+    else if (f == "--memory-limit-mb") a.memory_limit_mb = parse_double("--memory-limit-mb", next());
+    else if (f == "--top") a.top = int(parse_int("--top", next(), 0));
+    else if (f == "--reps") a.reps = int(parse_int("--reps", next(), 1));
+    else if (f == "--overhead-us") a.net.op_overhead_us = parse_double("--overhead-us", next());
+    else if (f == "--p2p-latency-us") a.net.p2p_latency_us = parse_double("--p2p-latency-us", next());
+    else if (f == "--poll-share") a.net.poll_share = parse_double("--poll-share", next());
+    else if (f == "--sync-latency-us") a.net.oversubscribed_sync_us = parse_double("--sync-latency-us", next());
+    else if (f == "--step-sync-us") a.net.oversubscribed_step_sync_us = parse_double("--step-sync-us", next());
+    else if (f == "--calibration") a.calibration = next();
+    else mt::input_error("unknown argument '{}'\n{}", argv[i], kUsage);
+  }
+  if (a.help) return a;
+  if (a.config.empty()) mt::input_error("missing --config FILE\n{}", kUsage);
+  if (!have_world) mt::input_error("missing --world N (the number of ranks to plan for)\n{}", kUsage);
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (a.help) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const mt::Config base = mt::load_config(a.config, a.sets);
+    mt::plan::PlanOptions o;
+    o.world = a.world;
+    o.memory_limit_mb = a.memory_limit_mb;
+    o.time = !a.memory_only;
+    o.step.threads = base.train.threads > 0 ? base.train.threads : mt::default_compute_threads(a.world);
+    o.step.cores = omp_get_num_procs();
+    o.step.net = a.net;
+    mt::plan::CalibrationOptions co;
+    co.threads = o.step.threads;
+    co.reps = a.reps;
+    co.verbose = a.verbose;
+    mt::plan::Calibration cal(base.model, co);
+    const int loaded = a.calibration.empty() ? 0 : cal.load(a.calibration);
+
+    const std::vector<mt::plan::Layout> all = mt::plan::enumerate_layouts(base, a.world);
+    if (all.empty()) {
+      // Say why the config's own layout (or the plainest one) does not run on N ranks.
+      std::string why;
+      mt::plan::Layout plain;
+      plain.dp = a.world;
+      plain.micro_batch = base.train.micro_batch;
+      mt::plan::layout_valid(base, plain, a.world, &why);
+      mt::input_error("no layout of {} runs on {} ranks (e.g. {}: {})", a.config, a.world, mt::plan::describe(plain),
+                      why);
+    }
+    // What the time model leaves out: said once, on stderr, so that the JSON stays clean.
+    if (o.time) {
+      if (base.comm.compress != "none" && base.comm.compress != "bf16")
+        std::fprintf(stderr, "planner: note: comm.compress=%s: bucket reductions are timed as uncompressed fp32 "
+                             "(the encoding's cost and smaller messages are not modeled)\n",
+                     base.comm.compress.c_str());
+      if (base.comm.hierarchical)
+        std::fprintf(stderr, "planner: note: comm.hierarchical: the data-parallel all-reduce is timed as one flat "
+                             "ring over its slowest link\n");
+      if (base.optim.sync_every > 0)
+        std::fprintf(stderr, "planner: note: optim.sync_every=%d: steps are timed without gradient reduction; the "
+                             "parameter average every %d steps is not in the step time\n",
+                     base.optim.sync_every, base.optim.sync_every);
+    }
+    const std::vector<mt::plan::PlanRow> rows = mt::plan::plan_layouts(base, o, cal);
+    if (!a.calibration.empty() && o.time) cal.save(a.calibration);
+    if (a.json) {
+      std::fputs(mt::plan::format_json(rows).c_str(), stdout);
+    } else {
+      const mt::EmulateConfig& e = base.comm.emulate;
+      std::string network = "not emulated (shared memory)";
+      if (e.latency_us > 0 || e.bandwidth_gbps > 0 || e.inter_latency_us > 0 || e.inter_bandwidth_gbps > 0)
+        network = fmt::format("{} us / {} GB/s", e.latency_us, e.bandwidth_gbps) +
+                  (e.ranks_per_node > 0 ? fmt::format(", {} ranks per node, between nodes {} us / {} GB/s",
+                                                      e.ranks_per_node, e.inter_latency_us, e.inter_bandwidth_gbps)
+                                        : "");
+      const std::string within =
+          a.memory_limit_mb > 0 ? fmt::format(", {} within {} MiB", rows.size(), a.memory_limit_mb) : "";
+      std::printf("%s", fmt::format("planner: {} on {} ranks: {} valid layouts{}; {} compute thread{} per rank, {} "
+                                    "cores; network {}\n",
+                                    a.config, a.world, all.size(), within, o.step.threads,
+                                    o.step.threads == 1 ? "" : "s", o.step.cores, network)
+                            .c_str());
+      if (o.time)
+        std::printf("%s", fmt::format("compute timed in {:.1f} s ({} measurements{}); step_ms is predicted, "
+                                      "memory_mb the largest rank's peak tensor memory\n",
+                                      cal.seconds(), cal.measurements(),
+                                      loaded ? fmt::format(", {} more from {}", loaded, a.calibration) : "")
+                              .c_str());
+      std::fputs(mt::plan::format_table(rows, a.top).c_str(), stdout);
+      if (rows.empty()) std::printf("no layout fits within %g MiB per rank\n", a.memory_limit_mb);
+    }
+    return 0;
+  } catch (const mt::InputError& e) {
+    std::fprintf(stderr, "planner: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "planner: failed: %s\n", e.what());
+    return 1;
+  }
+}

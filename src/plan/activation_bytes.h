@@ -1,0 +1,32 @@
+// Bytes the trainer takes from arenas per micro-batch, computed without allocating: a mirror of
+// GPT::alloc_activations (one activation record, plus the input-gradient buffer the pipeline executor adds for a
+// stage after the first) and of GPT::backward's scratch. Arena allocations are rounded up to 64 bytes each, as
+// Arena::alloc does. tests/test_planner.cpp checks both against the real allocations, so a change to the model's
+// records shows up there.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "model/gpt.h"
+
+namespace mt::plan {
+
+// Rounds one allocation up as Arena::alloc does.
+inline int64_t arena_bytes(int64_t numel, DType t) { return (numel * int64_t(dtype_size(t)) + 63) / 64 * 64; }
+// Rounds one owning tensor up as Tensor::empty does (at least 64 bytes).
+inline int64_t tensor_bytes(int64_t numel, DType t) {
+  const int64_t b = (numel * int64_t(dtype_size(t)) + 63) / 64 * 64;
+  return b < 64 ? 64 : b;
+}
+
+// One activation record of stage `g` for B sequences of T tokens in `dtype` (split: what the zero-bubble weight
+// pass keeps too), plus the input-gradient buffer when the stage is not the first (PipelineRunner::acquire).
+int64_t record_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split);
+
+// What one backward pass of stage `g` takes from the executor's scratch arena (held until the next backward).
+int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split);
+
+// One pipeline receive buffer of stage `g` ([rows, C]: rows = B*T, or B*T/tp with sequence parallelism).
+int64_t recv_buffer_bytes(const GPTConfig& g, int B, int T, DType dtype);
+
+}  // namespace mt::plan

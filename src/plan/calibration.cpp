@@ -1,0 +1,279 @@
+// Timing the model's passes on this machine (see calibration.h).
+#include "plan/calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/errors.h"
+#include "core/threads.h"
+#include "model/gpt.h"
+#include "optim/optimizer.h"
+#include "plan/null_communicator.h"
+
+namespace mt::plan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kMinSeconds = 0.25;  // per measured shape, when its passes are short
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+// The lower quartile of the repetitions: a typical pass, but robust to bursts of outside load (which only ever
+// add time): on a quiet machine it lies ~2-3% below the median, and a burst over a quarter of the repetitions
+// leaves it untouched.
+double typical(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 4];
+}
+
+// Deterministic values of a modest scale (no denormals, nothing that overflows) into any float tensor.
+void fill(const Tensor& t, double scale, uint32_t salt) {
+  Tensor f = Tensor::empty(t.shape(), DType::F32);
+  float* p = f.data_as<float>();
+  uint32_t x = 2463534242u ^ salt;
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    p[i] = float(scale * ((x & 0xffff) / 32768.0 - 1.0));
+  }
+  copy_convert(t, f);
+}
+
+}  // namespace
+
+Calibration::Calibration(const ModelConfig& model, const CalibrationOptions& opts) : model_(model), opts_(opts) {
+  opts_.reps = std::max(1, opts_.reps);
+  opts_.max_timed_blocks = std::max(1, opts_.max_timed_blocks);
+}
+
+PassTimes Calibration::stage(const StageShape& s) {
+  const int K = opts_.max_timed_blocks;
+  if (s.blocks <= K) {
+    auto it = stages_.find(s);
+    if (it != stages_.end()) return it->second;
+    const auto t0 = Clock::now();
+    const PassTimes t = measure(s);
+    seconds_ += us_since(t0) * 1e-6;
+    ++measurements_;
+    return stages_[s] = t;
+  }
+  // More blocks than are timed: K blocks with the stage's ends, plus the rest at a middle stage's time per block.
+  StageShape timed = s, mid = s;
+  timed.blocks = mid.blocks = K;
+  mid.first = mid.last = false;
+  const PassTimes a = stage(timed), b = stage(mid);
+  const double extra = double(s.blocks - K) / K;
+  return {a.fwd + extra * b.fwd, a.bwd + extra * b.bwd, a.bwd_input + extra * b.bwd_input,
+          a.bwd_weight + extra * b.bwd_weight};
+}
+
+PassTimes Calibration::measure(const StageShape& s) {
+  set_compute_threads(opts_.threads);
+  // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
+  GPTConfig g;
+  g.n_head = model_.n_head;
+  g.d_model = model_.d_model;
+  g.seq_len = model_.seq_len;
+  g.vocab_size = model_.vocab_size;
+  g.tp = s.tp;
+  g.tp_rank = 0;
+  g.sequence_parallel = s.sp;
+  g.layer_begin = s.first ? 0 : 1;
+  g.layer_end = g.layer_begin + s.blocks;
+  g.n_layer = g.layer_end + (s.last ? 0 : 1);
+  GPT model(g, s.dtype);
+  model.init(1234, model_.init_std > 0 ? model_.init_std : 0.02);
+  NullCommunicator null(s.tp, 0);
+  if (s.tp > 1) model.set_tp_comm(&null);
+
+  const int T = model_.seq_len;
+  // k records in flight, used in 1F1B's steady-state order (the forward of the newest, the backward of the
+  // oldest), so that k - 1 other passes run between a micro-batch's forward and its backward, as in a schedule
+  // that holds k records: with k > 1 the backward finds its record out of the caches, as it does in a run.
+  const int k = std::max(1, s.inflight);
+  Arena records, scratch(Device::CPU, size_t(16) << 20);
+  std::vector<Activations> acts;
+  for (int i = 0; i < k; ++i) {
+    acts.push_back(model.alloc_activations(records, s.B, T, s.split));
+    Activations& a = acts.back();
+    int32_t* tok = a.tokens.data_as<int32_t>();
+    int32_t* tgt = a.targets.data_as<int32_t>();
+    for (int64_t j = 0; j < a.tokens.numel(); ++j) {
+      tok[j] = int32_t((j * 7919 + i) % model_.vocab_size);
+      tgt[j] = int32_t((j * 104729 + 1) % model_.vocab_size);
+    }
+    if (!s.first) fill(a.input(), 1.0, 1 + i);  // a later stage's input: forward reads it, nothing writes it
+  }
+  const Tensor none;
+  Tensor dout, dinput, loss_sum = Tensor::zeros({1}, DType::F32);
+  const Shape rows = acts[0].input().shape();
+  if (!s.last) {
+    dout = Tensor::empty(rows, s.dtype);
+    fill(dout, 1e-3, 2);
+  }
+  if (!s.first) dinput = Tensor::empty(rows, s.dtype);
+  const double dloss = 1.0 / (double(s.B) * T);
+
+  auto forward = [&](Activations& a) {
+    const auto t0 = Clock::now();
+    model.forward(a, s.last ? dloss : 0.0, s.last ? loss_sum : none);
+    return us_since(t0);
+  };
+  std::vector<double> f, b, bi, bw;
+  for (int i = 0; i + 1 < k; ++i) forward(acts[i]);  // fill the pipeline
+  // At least opts_.reps repetitions, more (up to 8x) while they take under kMinSeconds: short passes are noisy.
+  const auto started = Clock::now();
+  for (int rep = 0; rep <= opts_.reps || (rep <= 8 * opts_.reps && us_since(started) < kMinSeconds * 1e6); ++rep) {
+    const int j = rep + k - 1;
+    const double tf = forward(acts[j % k]);
+    Activations& a = acts[(j - (k - 1)) % k];
+    scratch.reset();
+    auto t0 = Clock::now();
+    model.backward(a, scratch, {}, s.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
+    const double tb = us_since(t0);
+    double tw = 0;
+    if (s.split) {
+      t0 = Clock::now();
+      model.backward_weights(a, {});
+      tw = us_since(t0);
+    }
+    if (rep == 0) continue;  // warm-up: first touches of the memory
+    f.push_back(tf);
+    (s.split ? bi : b).push_back(tb);
+    bw.push_back(tw);
+  }
+  PassTimes t;
+  t.fwd = typical(f);
+  if (s.split) {
+    t.bwd_input = typical(bi);
+    t.bwd_weight = typical(bw);
+  } else {
+    t.bwd = typical(b);
+  }
+  if (opts_.verbose)
+    std::fprintf(stderr, "calibration: %d block%s%s%s B=%d tp=%d%s %s%s, %d in flight (%zu reps): fwd %.0f us, "
+                 "bwd %.0f us%s\n", s.blocks, s.blocks == 1 ? "" : "s", s.first ? " +embedding" : "",
+                 s.last ? " +head" : "", s.B, s.tp, s.sp ? " sp" : "", dtype_name(s.dtype), s.split ? " split" : "",
+                 k, f.size(), t.fwd,
+                 s.split ? t.bwd_input + t.bwd_weight : t.bwd,
+                 s.split ? fmt::format(" (input {:.0f} + weight {:.0f})", t.bwd_input, t.bwd_weight).c_str() : "");
+  return t;
+}
+
+double Calibration::optimizer_us(int64_t numel, DType compute) {
+  numel = std::max<int64_t>(1, numel);
+  const auto key = std::make_pair(numel, int(compute));
+  auto it = optim_.find(key);
+  if (it != optim_.end()) return it->second;
+  const auto start = Clock::now();
+  set_compute_threads(opts_.threads);
+  const bool masters = compute != DType::F32;
+  OptimSegment seg;
+  seg.numel = numel;
+  seg.decay = true;
+  OptimizerSettings os;
+  Optimizer opt({seg}, numel, DType::F32, Device::CPU, os, nullptr, nullptr, nullptr, masters);
+  Tensor params = Tensor::empty({numel}, compute), grads = Tensor::empty({numel}, DType::F32);
+  fill(params, 0.02, 3);
+  if (masters) {
+    Tensor full = Tensor::empty({numel}, DType::F32);
+    fill(full, 0.02, 3);
+    opt.load_masters(full);
+  }
+  std::vector<double> t;
+  for (int rep = 0; rep <= opts_.reps; ++rep) {
+    fill(grads, 1e-3, 4);  // outside the timing: the backward pass writes them in a run
+    const auto t0 = Clock::now();
+    opt.step(params, grads, 1e-3);
+    if (rep > 0) t.push_back(us_since(t0));
+  }
+  const double us = typical(t);
+  seconds_ += us_since(start) * 1e-6;
+  ++measurements_;
+  if (opts_.verbose) std::fprintf(stderr, "calibration: optimizer over %lld elements (%s): %.0f us\n",
+                                  static_cast<long long>(numel), dtype_name(compute), us);
+  return optim_[key] = us;
+}
+
+double Calibration::zero_grads_us(int64_t numel) {
+  numel = std::max<int64_t>(1, numel);
+  auto it = zeroing_.find(numel);
+  if (it != zeroing_.end()) return it->second;
+  const auto start = Clock::now();
+  set_compute_threads(opts_.threads);
+  Tensor grads = Tensor::empty({numel}, DType::F32);
+  std::vector<double> t;
+  for (int rep = 0; rep <= opts_.reps; ++rep) {
+    fill(grads, 1e-3, 5);  // a step leaves them written (and in cache as far as they fit)
+    const auto t0 = Clock::now();
+    zero_(grads);
+    if (rep > 0) t.push_back(us_since(t0));
+  }
+  const double us = typical(t);
+  seconds_ += us_since(start) * 1e-6;
+  return zeroing_[numel] = us;
+}
+
+std::string Calibration::header() const {
+  return fmt::format("meshtrain planner calibration v1: n_head {} d_model {} seq_len {} vocab {} threads {} "
+                     "timed_blocks {}",
+                     model_.n_head, model_.d_model, model_.seq_len, model_.vocab_size, opts_.threads,
+                     opts_.max_timed_blocks);
+}
+
+int Calibration::load(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  if (!f || !std::getline(f, line) || line != header()) return 0;
+  int n = 0;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string kind;
+    in >> kind;
+    if (kind == "stage") {
+      StageShape s;
+      int dt = 0;
+      PassTimes t;
+      in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> t.fwd >> t.bwd >>
+          t.bwd_input >> t.bwd_weight;
+      s.dtype = static_cast<DType>(dt);
+      if (in) stages_[s] = t, ++n;
+    } else if (kind == "optimizer") {
+      int64_t numel = 0;
+      int dt = 0;
+      double us = 0;
+      in >> numel >> dt >> us;
+      if (in) optim_[{numel, dt}] = us, ++n;
+    } else if (kind == "zero") {
+      int64_t numel = 0;
+      double us = 0;
+      in >> numel >> us;
+      if (in) zeroing_[numel] = us, ++n;
+    }
+  }
+  return n;
+}
+
+void Calibration::save(const std::string& path) const {
+  std::ofstream f(path);
+  if (!f) throw InputError(fmt::format("--calibration: cannot write {}", path));
+  f << header() << "\n";
+  for (const auto& [s, t] : stages_)
+    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}\n", s.blocks, int(s.first),
+                     int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, t.fwd, t.bwd,
+                     t.bwd_input, t.bwd_weight);
+  for (const auto& [k, us] : optim_) f << fmt::format("optimizer {} {} {:.3f}\n", k.first, k.second, us);
+  for (const auto& [n, us] : zeroing_) f << fmt::format("zero {} {:.3f}\n", n, us);
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,80 @@
+// The compute side of the planner's time model: this machine's time for the passes of a pipeline stage, measured
+// by running the real model code (model/gpt.h, kernels/) on one process at the stage's shapes: its blocks, the
+// embedding on the first stage, the final LayerNorm, head and loss on the last, for the layout's micro-batch and
+// one tensor-parallel rank's shard (the tp collectives are no-ops here, the time model adds them), with the
+// compute threads a rank of the layout gets. Timings are cached per distinct shape.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "core/dtype.h"
+#include "train/config.h"
+
+namespace mt::plan {
+
+// What a stage's compute depends on.
+struct StageShape {
+  int blocks = 1;  // transformer blocks in the stage
+  bool first = true, last = true;  // holds the embedding / the head and loss
+  int B = 1;       // sequences per micro-batch
+  int tp = 1;
+  bool sp = false;  // sequence parallelism
+  DType dtype = DType::F32;
+  bool split = false;  // zero-bubble backward (input pass + weight pass) instead of one backward pass
+  int inflight = 1;    // activation records the schedule keeps: passes between a forward and its backward
+  auto key() const { return std::make_tuple(blocks, first, last, B, tp, sp, int(dtype), split, inflight); }
+  bool operator<(const StageShape& o) const { return key() < o.key(); }
+};
+
+// Microseconds per micro-batch at full speed (no other rank competing for the cores).
+struct PassTimes {
+  double fwd = 0;
+  double bwd = 0;                         // one-pass backward (split = false)
+  double bwd_input = 0, bwd_weight = 0;   // split backward (split = true)
+};
+
+struct CalibrationOptions {
+  int threads = 1;           // compute threads of one rank
+  int reps = 5;              // timed repetitions per shape (their lower quartile counts), after one warm-up
+  int max_timed_blocks = 4;  // a stage of more blocks is timed with this many and extrapolated per block
+  bool verbose = false;      // print each measurement to stderr
+};
+
+class Calibration {
+ public:
+  Calibration(const ModelConfig& model, const CalibrationOptions& opts);
+
+  // The stage's pass times (measured once per shape, then cached).
+  PassTimes stage(const StageShape& s);
+  // One optimizer step over `numel` elements of state (the gradient norm and AdamW; with 16-bit compute the
+  // fp32 masters and the cast into the compute copy), in us.
+  double optimizer_us(int64_t numel, DType compute);
+  // Zeroing a gradient buffer of `numel` fp32 elements (the step's start), in us.
+  double zero_grads_us(int64_t numel);
+
+  // A calibration file: the measurements as text lines, headed by what they depend on (the model's widths, the
+  // threads, the timed-blocks limit). load() takes a file's measurements when its header matches and returns
+  // how many it took (0 for a missing file or another header); save() writes every measurement so far. Reusing
+  // one keeps the timings of repeated plans identical (and quick); delete it when the machine changes.
+  int load(const std::string& path);
+  void save(const std::string& path) const;
+
+  const CalibrationOptions& options() const { return opts_; }
+  int measurements() const { return measurements_; }
+  double seconds() const { return seconds_; }  // spent measuring
+
+ private:
+  PassTimes measure(const StageShape& s);
+  std::string header() const;
+  ModelConfig model_;
+  CalibrationOptions opts_;
+  std::map<StageShape, PassTimes> stages_;
+  std::map<std::pair<int64_t, int>, double> optim_;
+  std::map<int64_t, double> zeroing_;
+  int measurements_ = 0;
+  double seconds_ = 0;
+};
+
+}  // namespace mt::plan

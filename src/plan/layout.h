@@ -1,0 +1,43 @@
+// A layout: one way to run a config on N ranks (the mesh, the pipeline schedule, the micro-batch size and ZeRO),
+// and the enumeration of every layout that the trainer's validate(cfg, world) accepts.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+
+namespace mt::plan {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved | zb1
+  int virtual_stages = 1;
+  int micro_batch = 1;
+  int zero = 0;
+
+  bool operator==(const Layout& o) const;
+  bool operator<(const Layout& o) const;  // a fixed order (dp, tp, pp, schedule, v, micro_batch, zero)
+};
+
+// The schedules a layout may use, in the order the enumeration tries them.
+const std::vector<std::string>& schedule_names();
+
+// `base` with the layout's keys set: parallel.dp/tp/pp/schedule/virtual_stages, train.micro_batch, optim.zero.
+// Every other key (model, global_batch, precision, network, stage_layers, ...) stays as given.
+Config apply_layout(const Config& base, const Layout& l);
+
+// Whether validate(apply_layout(base, l), world) accepts the layout; `why` (optional) gets the message if not.
+bool layout_valid(const Config& base, const Layout& l, int world, std::string* why = nullptr);
+
+// Every valid layout for `world` ranks, in Layout's order: dp*tp*pp = world, each schedule, virtual_stages
+// 1..n_layer for interleaved (1 otherwise), micro_batch over the divisors of global_batch / dp, zero 0 and 1;
+// kept when layout_valid. Throws InputError when world < 1.
+std::vector<Layout> enumerate_layouts(const Config& base, int world);
+
+// "dp2 tp1 pp2 1f1b mb4 zero1" (interleaved adds "v2").
+std::string describe(const Layout& l);
+
+// Micro-batches per step: global_batch / (dp * micro_batch).
+int micro_batches(const Config& base, const Layout& l);
+
+}  // namespace mt::plan

@@ -1,0 +1,106 @@
+// The memory model (see memory_model.h). Every term is the size of a tensor the trainer allocates, rounded as
+// Tensor::empty (owning) or Arena::alloc (records, buffers, scratch) round, so the prediction is exact wherever
+// the trainer's allocations follow the config alone.
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "comm/communicator.h"
+#include "model/pipeline_chunks.h"
+#include "parallel/grad_buckets.h"
+#include "plan/activation_bytes.h"
+#include "plan/null_communicator.h"
+#include "plan/schedule_usage.h"
+#include "train/model_config.h"
+
+namespace mt::plan {
+
+namespace {
+DType compute_dtype(const Config& c) {
+  return c.precision.compute == "bf16" ? DType::BF16 : c.precision.compute == "fp16" ? DType::F16 : DType::F32;
+}
+
+// What a GradReducer with an error-feedback compressor (int8, topk, powersgd) allocates for one chunk: its
+// residual and each bucket's compressor state and buffers. Their sizes follow each method's internals
+// (parallel/grad_compress*.cpp), so rather than mirror them the planner builds the reducer over a scratch
+// gradient buffer and a do-nothing communicator of dp ranks, and counts the host tensor bytes it took.
+int64_t compressed_reducer_bytes(const Config& cfg, int dp, const ParamTable& table, const std::vector<Bucket>& b) {
+  Tensor grads = Tensor::zeros({std::max<int64_t>(1, table.total_numel())}, DType::F32);
+  NullCommunicator null(dp, 0);
+  CompressOptions co;
+  co.method = cfg.comm.compress;
+  co.topk_fraction = cfg.comm.topk_fraction;
+  co.powersgd_rank = cfg.comm.powersgd_rank;
+  co.seed = cfg.train.seed;
+  const size_t before = host_tensor_bytes();
+  GradReducer reducer(null, grads, b, false, DType::F32, table, co);
+  return int64_t(host_tensor_bytes() - before);
+}
+}  // namespace
+
+MemoryPrediction predict_memory(const Config& cfg, int world) {
+  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp;
+  const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len;
+  const int m = cfg.train.global_batch / (dp * B);
+  const std::vector<int> layers = layers_per_stage(cfg);
+  GPTConfig base = gpt_config(cfg.model);
+  base.tp = tp;
+  base.tp_rank = 0;
+  base.sequence_parallel = cfg.parallel.sequence_parallel;
+  const DType dt = compute_dtype(cfg);
+  const bool mixed = dt != DType::F32, zero = cfg.optim.zero == 1, split = cfg.parallel.schedule == "zb1";
+  const bool local_sgd = cfg.optim.sync_every > 0;  // no gradient buckets: parameters are averaged instead
+  const bool reducers = (dp > 1 || zero) && !local_sgd;
+  const bool wire16 = cfg.precision.grad_reduce != "fp32" || cfg.comm.compress == "bf16";
+  const bool feedback = compress_with_feedback(cfg.comm.compress);
+
+  MemoryPrediction out;
+  for (int r = 0; r < pp; ++r) {
+    StageMemory s;
+    s.pp_rank = r;
+    const int64_t n = std::max<int64_t>(1, PipelineChunks::rank_table(base, layers, pp, r).total_numel());
+    s.params = double(tensor_bytes(n, dt));
+    s.grads = double(tensor_bytes(n, DType::F32));
+    int64_t state = n;
+    if (zero) state = 0;
+    const ScheduleUsage use = schedule_usage(cfg.parallel.schedule, pp, m, v, r);
+    for (int c = 0; c < v; ++c) {
+      const GPTConfig g = stage_config(base, layers, c * pp + r);
+      const ParamTable table = gpt_param_table(g);
+      if (reducers) {
+        const std::vector<Bucket> buckets =
+            make_buckets(table, table.total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
+        if (zero)
+          for (const Bucket& b : buckets) state += shard_range(b.numel(), dp, 0).size();
+        if (feedback) s.dp_state += double(compressed_reducer_bytes(cfg, dp, table, buckets));
+        else if (wire16) s.dp_state += double(tensor_bytes(table.total_numel(), DType::BF16));
+      }
+      s.activations += double(use.records[c]) * double(record_bytes(g, B, T, dt, split));
+      s.records += use.records[c];
+      s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split)));
+    }
+    state = std::max<int64_t>(1, state);
+    s.optimizer = double((mixed ? 3 : 2) * tensor_bytes(state, DType::F32));
+    const double one = double(tensor_bytes(1, DType::F32));
+    s.small = 4 * one /* optimizer scalars */ + 3 * one /* loss sum, global loss, step times */;
+    // With 16-bit compute the full fp32 masters exist while the optimizer (and the reducers before it) is built.
+    if (mixed) s.setup = s.params + s.grads + s.dp_state + s.optimizer + 4 * one + double(tensor_bytes(n, DType::F32));
+    if (local_sgd) {
+      // LocalSGD: the fp32 staging copy of the masters (16-bit compute), the anchor and the outer momentum
+      // (Nesterov); each step agrees on finiteness over dp through a one-element tensor.
+      if (mixed) s.dp_state += double(tensor_bytes(n, DType::F32));
+      if (cfg.optim.outer == "nesterov") s.dp_state += 2 * double(tensor_bytes(n, DType::F32));
+      if (dp > 1) s.small += one;
+    }
+    const int recvs = use.recv_actions + (cfg.train.eval_every > 0 ? use.eval_recvs : 0);
+    s.buffers = double(recvs) * double(recv_buffer_bytes(base, B, T, dt));
+    out.stages.push_back(s);
+    if (s.peak() > out.peak) {
+      out.peak = s.peak();
+      out.worst_stage = r;
+    }
+  }
+  return out;
+}
+
+}  // namespace mt::plan

@@ -1,0 +1,52 @@
+// Network costs of a layout (see net_model.h).
+#include "plan/net_model.h"
+
+#include <algorithm>
+
+#include "parallel/mesh.h"
+
+namespace mt::plan {
+
+NetModel::NetModel(const Config& cfg, const NetOptions& o) : net_(o) {
+  const EmulateConfig& e = cfg.comm.emulate;
+  opts_.latency_us = e.latency_us;
+  opts_.bandwidth_gbps = e.bandwidth_gbps;
+  opts_.ranks_per_node = e.ranks_per_node;
+  opts_.inter_latency_us = e.inter_latency_us;
+  opts_.inter_bandwidth_gbps = e.inter_bandwidth_gbps;
+}
+
+double NetModel::op_us(CommKind kind, int64_t bytes, int p, bool inter) const {
+  if (p <= 1 && kind != CommKind::Send && kind != CommKind::Recv) return net_.op_overhead_us;
+  const double emulated = opts_.emulating() ? predict_us(kind, bytes, p, link_model(opts_, inter)) : 0.0;
+  LinkModel shm;
+  shm.alpha_us = net_.shm_latency_us;
+  shm.beta_us_per_byte = 1e6 / (net_.shm_gbps * 1e9);
+  const double real = predict_us(kind, bytes, std::max(p, 2), shm);
+  return std::max(emulated, real) + net_.op_overhead_us;
+}
+
+MeshLinks mesh_links(const Config& cfg, int world) {
+  const int k = cfg.comm.emulate.ranks_per_node;
+  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp;
+  DeviceMesh mesh(dp, tp, pp, cfg.parallel.order, world, 0);
+  auto node = [&](int r) { return k > 0 ? r / k : 0; };
+  auto spans = [&](const std::vector<int>& ranks) {
+    return std::any_of(ranks.begin(), ranks.end(), [&](int r) { return node(r) != node(ranks[0]); });
+  };
+  MeshLinks l;
+  l.pp.assign(std::max(0, pp - 1), false);
+  for (int r = 0; r < world; ++r) {
+    l.tp = l.tp || spans(mesh.group_members(MeshAxis::TP, r));
+    l.dp = l.dp || spans(mesh.group_members(MeshAxis::DP, r));
+    const std::vector<int> stages = mesh.group_members(MeshAxis::PP, r);
+    for (int s = 0; s + 1 < pp; ++s) l.pp[s] = l.pp[s] || node(stages[s]) != node(stages[s + 1]);
+    if (pp > 1) l.emb = l.emb || node(stages.front()) != node(stages.back());
+  }
+  std::vector<int> all(world);
+  for (int r = 0; r < world; ++r) all[r] = r;
+  l.world = spans(all);
+  return l;
+}
+
+}  // namespace mt::plan

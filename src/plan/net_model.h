@@ -1,0 +1,55 @@
+// The communication side of the planner's time model: the alpha-beta prediction the network emulation uses
+// (predict_us, link_model in comm/comm_options.h) for every collective and message of a layout, on the link each
+// group of the mesh uses (intra- or inter-node, from comm.emulate.ranks_per_node and the mesh's rank order),
+// plus what an operation costs beyond the emulated link: handing it to a communication thread and back, and the
+// real shared-memory transfer where that is slower than the emulated one.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/comm_options.h"
+#include "train/config.h"
+
+namespace mt::plan {
+
+// What the communication runtime (communication threads, MPI, the kernel's scheduler) adds to the network's
+// alpha-beta time. Defaults measured on the 2-core development machine (docs/planner.md, "Calibration").
+struct NetOptions {
+  double op_overhead_us = 10;  // hand-off to a communication thread and back per operation (docs/comm.md: 5-10 us)
+  double shm_latency_us = 2;   // the real transfer between two processes of this machine (MPICH shared memory)
+  double shm_gbps = 5;         // its bandwidth (bench_allreduce: ~5-6 GB/s from 256 KiB up)
+  // A pipeline message's extra delay: the sender's communication thread picking it up, the receiver's noticing
+  // it (it polls outstanding receives every 25-200 us) and waking the compute thread, each needing a core.
+  double p2p_latency_us = 2000;
+  // The core share each pipeline rank's communication thread takes from the rank's compute while it polls the
+  // step's receives.
+  double poll_share = 0.65;
+  // A collective's or a message's extra wait inside the pipeline phase when the ranks' threads outnumber the
+  // cores: its peers are not running at the same moment (the scheduler time-slices them).
+  double oversubscribed_sync_us = 150;
+  // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
+  // gradient norm, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks drift further.
+  double oversubscribed_step_sync_us = 2000;
+};
+
+class NetModel {
+ public:
+  NetModel(const Config& cfg, const NetOptions& o);
+  // One operation over p ranks of a group whose links are inter-node or not: max(emulated, real) + overhead
+  // (the emulated delay includes the real operation; docs/comm.md). A group of one rank costs the overhead only.
+  double op_us(CommKind kind, int64_t bytes, int p, bool inter) const;
+  const CommOptions& comm() const { return opts_; }
+
+ private:
+  CommOptions opts_;
+  NetOptions net_;
+};
+
+// Which groups of a layout's mesh cross emulated nodes (the slowest group of each kind decides).
+struct MeshLinks {
+  bool tp = false, dp = false, emb = false, world = false;
+  std::vector<bool> pp;  // per stage boundary r -> r+1 (r = 0 .. pp-2)
+};
+MeshLinks mesh_links(const Config& cfg, int world);
+
+}  // namespace mt::plan

@@ -1,0 +1,39 @@
+// The planner: every valid layout of a config on N ranks (plan/layout.h), each with its predicted per-rank peak
+// memory (plan/memory_model.h) and step time (plan/step_model.h), ranked fastest first; and the table and JSON
+// that build/planner prints.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/calibration.h"
+#include "plan/layout.h"
+#include "plan/memory_model.h"
+#include "plan/step_model.h"
+
+namespace mt::plan {
+
+struct PlanRow {
+  Layout layout;
+  int micro_batches = 0;  // per step per dp rank
+  MemoryPrediction memory;
+  StepPrediction time;
+  bool timed = false;     // false when the time model was skipped (PlanOptions::time = false)
+  double memory_mb() const { return memory.peak / 1048576.0; }
+};
+
+struct PlanOptions {
+  int world = 1;
+  double memory_limit_mb = 0;  // > 0: leave out layouts whose predicted peak exceeds it
+  bool time = true;            // false: memory only (no calibration); rows then keep the enumeration's order
+  StepOptions step;
+};
+
+// Ranks by predicted step time, then memory; layouts over the memory limit are left out.
+std::vector<PlanRow> plan_layouts(const Config& base, const PlanOptions& o, Calibration& cal);
+
+// The readable table: the first `top` rows (0 = all) with layout, step_ms, tokens/s, memory_mb and the breakdown.
+std::string format_table(const std::vector<PlanRow>& rows, int top);
+// A JSON list of objects, one per row, in rank order.
+std::string format_json(const std::vector<PlanRow>& rows);
+
+}  // namespace mt::plan

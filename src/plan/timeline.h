@@ -1,0 +1,55 @@
+// A simulation of one training step's pipeline phase: every pipeline rank runs its schedule's action list
+// (parallel/schedule.h) in order, as PipelineRunner does, with each pass taking its measured compute time plus
+// its blocking tensor-parallel collectives, each message arriving a transfer time after its send, and the
+// cores shared: when the threads that want a core at a moment outnumber the machine's cores, each runs at
+// cores / threads of full speed (processor sharing). Wanting a core: a rank's compute threads while it
+// computes (plus what its pipeline communication thread, polling, takes from it), one thread while it waits in
+// a collective (its communication thread spins through a collective's first millisecond, docs/comm.md); a rank
+// waiting for a pipeline message wants none.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace mt::plan {
+
+struct PassCost {
+  double work_us = 0;  // compute at full speed
+  double wall_us = 0;  // blocking collectives inside the pass
+};
+
+struct ChunkCost {
+  PassCost fwd, bwd, bwd_input, bwd_weight;
+};
+
+struct TimelineInput {
+  std::string schedule;
+  int p = 1, m = 1, v = 1;
+  std::vector<std::vector<ChunkCost>> chunks;  // [pipeline rank][chunk]
+  std::vector<double> xfer_us;                 // per virtual-stage boundary s -> s+1 (p*v - 1 of them): one message
+  std::vector<double> start_work_us;           // per pipeline rank: compute before its list (zeroing gradients)
+  int ranks_per_stage = 1;                     // dp * tp ranks run each pipeline rank's list
+  int threads = 1;                             // compute threads per rank
+  double cores = 1;                            // cores of the machine
+  // Per pipeline rank: the core share its communication thread, polling the step's outstanding receives, takes
+  // from the cores while the rank computes (waking every 25-200 us, it preempts compute threads); empty: none.
+  std::vector<double> poll_share;
+};
+
+struct TimelineRank {
+  double list_start = 0;  // after the start work
+  double list_end = 0;    // its last action done
+  double span_end = 0;    // its last send complete too (the executor waits for them before the step goes on)
+  double busy = 0;        // wall time inside passes (as the executor's busy_ms)
+  double tp_wait = 0;     // of which in blocking collectives
+  std::vector<double> final_start, final_end;  // per chunk: its final gradient pass (dp buckets launch in it)
+};
+
+// Throws std::runtime_error if the lists deadlock (they never should: tests/test_schedule.cpp).
+std::vector<TimelineRank> simulate_timeline(const TimelineInput& in);
+
+// The speed of each computing rank when `busy` ranks of `threads` threads compute at once on `cores` cores.
+double shared_rate(double busy_ranks, int threads, double cores);
+// The same with `other` cores' worth of other threads (communication threads polling) competing for the cores.
+double shared_rate(double busy_ranks, int threads, double cores, double other);
+
+}  // namespace mt::plan

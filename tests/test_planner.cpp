@@ -1,0 +1,272 @@
+// The planner's pieces (src/plan/): the enumeration of layouts against a hand count and against every candidate
+// the trainer's validate() accepts; the byte mirrors of the model's arena allocations against the real
+// allocations (exact: the memory model is built from them); the schedule's record counts against the schedule
+// simulator's; and the timeline simulation against the schedule simulator's makespan with unit costs (exact),
+// plus its sharing of cores. Whole-program checks (memory against run.dir/memory.json, JSON, exit status) are
+// in tests/py/test_planner.py.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/arena.h"
+#include "core/errors.h"
+#include "model/gpt.h"
+#include "parallel/schedule.h"
+#include "plan/activation_bytes.h"
+#include "plan/layout.h"
+#include "plan/null_communicator.h"
+#include "plan/schedule_usage.h"
+#include "plan/timeline.h"
+#include "train/config.h"
+
+using namespace mt;
+using namespace mt::plan;
+
+namespace {
+
+// configs/tiny.yaml's values: 2 blocks, 2 heads, global batch 4.
+Config tiny() {
+  return load_config(std::string(MESHTRAIN_SOURCE_DIR) + "/configs/tiny.yaml", {});
+}
+
+}  // namespace
+
+TEST_CASE("enumeration: the count of layouts equals a hand count", "[planner]") {
+  const Config c = tiny();  // n_layer 2, n_head 2, d_model 32, global_batch 4
+  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2) x zero 0, 1.
+  CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 2);
+  // world 2: dp2 (mb 1, 2: 2 x 3 x 2 = 12), tp2 (mb 1, 2, 4: 18), pp2 (1f1b, gpipe, zb1 at mb 1, 2, 4: 18, plus
+  // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 4; v2 needs 4 stages of 2 blocks: none) = 52.
+  CHECK(enumerate_layouts(c, 2).size() == 12 + 18 + 18 + 4);
+  // world 4: dp4 (mb 1: 6), dp2 x tp2 (mb 1, 2: 12), dp2 x pp2 (mb 1, 2: 12, interleaved v1 at mb 1: 2),
+  // tp2 x pp2 (mb 1, 2, 4: 18, interleaved v1 at mb 1, 2: 4); tp4 (n_head 2) and pp4 (2 blocks) are invalid.
+  CHECK(enumerate_layouts(c, 4).size() == 6 + 12 + 14 + 22);
+  // world 3: dp3 does not divide global_batch 4, tp3 not n_head 2, pp3 exceeds 2 blocks.
+  CHECK(enumerate_layouts(c, 3).empty());
+  CHECK_THROWS_AS(enumerate_layouts(c, 0), InputError);
+}
+
+TEST_CASE("enumeration: every listed layout validates and none is missing", "[planner]") {
+  Config c = tiny();
+  c.model.n_layer = 4;
+  c.model.n_head = 4;
+  c.train.global_batch = 8;
+  for (int world : {1, 2, 4, 6, 8}) {
+    const std::vector<Layout> listed = enumerate_layouts(c, world);
+    const std::set<Layout> got(listed.begin(), listed.end());
+    CHECK(got.size() == listed.size());  // no duplicates
+    CHECK(std::is_sorted(listed.begin(), listed.end()));
+    // A superset of candidates: every size up to world, every schedule, v up to n_layer + 1, every micro-batch
+    // up to global_batch + 1.
+    std::set<Layout> want;
+    for (int dp = 1; dp <= world; ++dp)
+      for (int tp = 1; tp <= world; ++tp)
+        for (int pp = 1; pp <= world; ++pp)
+          for (const std::string& s : schedule_names())
+            for (int v = 1; v <= c.model.n_layer + 1; ++v)
+              for (int mb = 1; mb <= c.train.global_batch + 1; ++mb)
+                for (int zero = 0; zero <= 1; ++zero) {
+                  const Layout l{dp, tp, pp, s, v, mb, zero};
+                  bool ok = true;
+                  try {
+                    validate(apply_layout(c, l), world);
+                  } catch (const InputError&) {
+                    ok = false;
+                  }
+                  if (ok) want.insert(l);
+                }
+    INFO("world " << world);
+    CHECK(got == want);
+    CHECK(listed.empty() == (world == 6));  // 6 = 2 x 3: no size divides into 4 heads, 4 blocks and batch 8
+  }
+}
+
+TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[planner]") {
+  struct Case {
+    int tp;
+    bool sp;
+    int begin, end, n_layer;
+    DType dt;
+    bool split;
+    int B;
+  };
+  const Case cases[] = {
+      {1, false, 0, 2, 2, DType::F32, false, 2},  {1, false, 0, 1, 3, DType::F32, true, 3},
+      {1, false, 1, 2, 3, DType::BF16, false, 2}, {1, false, 2, 3, 3, DType::F32, true, 1},
+      {2, false, 0, 2, 2, DType::F32, false, 2},  {2, true, 0, 1, 2, DType::F32, true, 2},
+      {2, true, 1, 2, 2, DType::F16, false, 4},   {4, true, 1, 3, 4, DType::BF16, true, 2},
+      {4, false, 1, 2, 3, DType::F32, true, 1},
+  };
+  for (const Case& k : cases) {
+    GPTConfig g;
+    g.n_layer = k.n_layer;
+    g.n_head = 4;
+    g.d_model = 32;
+    g.seq_len = 8;
+    g.vocab_size = 70;  // padded per tp
+    g.tp = k.tp;
+    g.sequence_parallel = k.sp;
+    g.layer_begin = k.begin;
+    g.layer_end = k.end;
+    INFO(fmt::format("tp {} sp {} stage [{}, {}) of {} {} split {} B {}", k.tp, k.sp, k.begin, k.end, k.n_layer,
+                     dtype_name(k.dt), k.split, k.B));
+    GPT model(g, k.dt);
+    NullCommunicator null(k.tp, 0);
+    if (k.tp > 1) model.set_tp_comm(&null);
+    Arena rec, scratch;
+    Activations a = model.alloc_activations(rec, k.B, g.seq_len, k.split);
+    Tensor dinput;
+    if (!g.first_stage()) dinput = rec.alloc(a.input().shape(), k.dt);  // as PipelineRunner::acquire
+    CHECK(int64_t(rec.high_water_bytes()) == record_bytes(g, k.B, g.seq_len, k.dt, k.split));
+    CHECK(recv_buffer_bytes(g, k.B, g.seq_len, k.dt) == arena_bytes(a.input().numel(), k.dt));
+    // One backward pass's scratch (values are irrelevant; tokens must be in range).
+    for (int64_t i = 0; i < a.tokens.numel(); ++i) {
+      a.tokens.data_as<int32_t>()[i] = int32_t(i % g.vocab_size);
+      a.targets.data_as<int32_t>()[i] = int32_t((i + 1) % g.vocab_size);
+    }
+    Tensor dout, loss = Tensor::zeros({1}, DType::F32);
+    if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), k.dt);
+    model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor());
+    model.backward(a, scratch, {}, k.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
+    CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, g.seq_len, k.dt, k.split));
+  }
+}
+
+TEST_CASE("record counts per chunk match the schedules' activation bounds", "[planner]") {
+  for (int p : {2, 4})
+    for (int m : {1, 3, 8}) {
+      for (const char* name : {"gpipe", "1f1b", "zb1"}) {
+        const SimResult sim = simulate(schedule_by_name(name), p, m, 1);
+        for (int r = 0; r < p; ++r) {
+          INFO(name << " p=" << p << " m=" << m << " rank=" << r);
+          const ScheduleUsage u = schedule_usage(name, p, m, 1, r);
+          REQUIRE(u.records.size() == 1);
+          CHECK(u.records[0] == sim.ranks[r].peak_held);
+          // Receives: activations for every micro-batch past stage 0, gradients for every one before the last.
+          CHECK(u.recv_actions == (r > 0 ? m : 0) + (r < p - 1 ? m : 0));
+          CHECK(u.eval_recvs == (r > 0 ? m : 0));
+        }
+      }
+    }
+  // Interleaved, p = 2, v = 2: a pool per chunk, 6 and 4 records in all (docs/performance.md, pipeline section).
+  for (int m : {4, 8}) {
+    const ScheduleUsage u0 = schedule_usage("interleaved", 2, m, 2, 0), u1 = schedule_usage("interleaved", 2, m, 2, 1);
+    CHECK(u0.records[0] + u0.records[1] == 6);
+    CHECK(u1.records[0] + u1.records[1] == 4);
+    CHECK(u0.eval_recvs == m);      // chunk 1 of rank 0 is stage 2
+    CHECK(u1.eval_recvs == 2 * m);  // stages 1 and 3
+  }
+  // One stage: every schedule's list on p = 1.
+  CHECK(schedule_usage("1f1b", 1, 4, 1, 0).records[0] == 1);
+  CHECK(schedule_usage("gpipe", 1, 4, 1, 0).records[0] == 4);
+  CHECK(schedule_usage("1f1b", 1, 4, 1, 0).recv_actions == 0);
+}
+
+TEST_CASE("timeline: unit costs and free messages give the schedule simulator's makespan", "[planner]") {
+  // With F = 1, B = 2 (zb1: B = W = 1), no collectives, instant messages and a core per rank, the timeline is
+  // exactly parallel/schedule.h's simulate(): the same lists run in the same dependency order.
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb1"})
+    for (int p : {1, 2, 4})
+      for (int m : {1, 4, 8}) {
+        const int v = std::string(name) == "interleaved" ? 2 : 1;
+        if (v > 1 && (p < 2 || m % p)) continue;
+        TimelineInput in;
+        in.schedule = name;
+        in.p = p;
+        in.m = m;
+        in.v = v;
+        ChunkCost unit;
+        unit.fwd.work_us = 1;
+        unit.bwd.work_us = 2;
+        unit.bwd_input.work_us = 1;
+        unit.bwd_weight.work_us = 1;
+        in.chunks.assign(p, std::vector<ChunkCost>(v, unit));
+        in.xfer_us.assign(p * v - 1, 0.0);
+        in.cores = p;
+        const std::vector<TimelineRank> t = simulate_timeline(in);
+        const SimResult sim = simulate(schedule_by_name(name), p, m, v);
+        double end = 0;
+        for (int r = 0; r < p; ++r) {
+          end = std::max(end, t[r].list_end);
+          INFO(name << " p=" << p << " m=" << m << " rank " << r);
+          CHECK(t[r].busy == Approx(sim.ranks[r].busy).margin(1e-9));
+        }
+        INFO(name << " p=" << p << " m=" << m);
+        CHECK(end == Approx(sim.makespan).margin(1e-9));
+      }
+}
+
+TEST_CASE("timeline: ranks beyond the cores share them", "[planner]") {
+  TimelineInput in;
+  in.schedule = "1f1b";
+  in.p = 1;
+  in.m = 2;
+  ChunkCost c;
+  c.fwd = {10, 0};
+  c.bwd = {20, 5};  // 5 us of a blocking collective in each backward
+  in.chunks = {{c}};
+  in.ranks_per_stage = 4;  // dp 4
+  in.threads = 1;
+  in.cores = 2;
+  std::vector<TimelineRank> t = simulate_timeline(in);
+  // 4 ranks want a core each on 2 cores, computing or spinning in a collective: speed 1/2, so a forward lasts
+  // 20 us and a backward 40 + 5 us.
+  CHECK(t[0].list_end == Approx(2 * (20 + 45)));
+  CHECK(t[0].tp_wait == Approx(10));
+  // 2 compute threads per rank while computing, 1 spinning while waiting, on 4 cores. Forward: 8 threads, speed
+  // 1/2, 20 us. Backward: on average (2 * 20/r + 5) / (20/r + 5) threads per rank, so r = 4 / (4 * that), i.e.
+  // r^2 + 7 r - 4 = 0, r = (sqrt(65) - 7) / 2, lasting 20/r + 5.
+  in.threads = 2;
+  in.cores = 4;
+  t = simulate_timeline(in);
+  const double r = (std::sqrt(65.0) - 7) / 2;
+  CHECK(t[0].list_end == Approx(2 * (20 + 20 / r + 5)));
+  in.cores = 8;  // a core per thread: full speed
+  t = simulate_timeline(in);
+  CHECK(t[0].list_end == Approx(2 * (30 + 5)));
+  // Polling communication threads take their share: 4 ranks x 1 thread + 4 x 0.5 on 4 cores: speed 2/3.
+  in.threads = 1;
+  in.cores = 4;
+  in.poll_share = {0.5};
+  c.bwd = {20, 0};
+  in.chunks = {{c}};
+  t = simulate_timeline(in);
+  CHECK(t[0].list_end == Approx(2 * 30 * 1.5));
+  in.poll_share = {};
+  c.bwd = {20, 5};
+  // Two stages, one message of 7 us between them: stage 1 starts its forward at 10 + 7.
+  in.threads = 1;
+  in.p = 2;
+  in.cores = 100;
+  in.ranks_per_stage = 1;
+  in.m = 1;
+  in.chunks = {{c}, {c}};
+  in.xfer_us = {7};
+  t = simulate_timeline(in);
+  CHECK(t[1].list_end == Approx(10 + 7 + 10 + 25));
+  CHECK(t[0].list_end == Approx(10 + 7 + 10 + 25 + 7 + 25));
+  CHECK(shared_rate(3, 2, 4) == Approx(4.0 / 6));
+  CHECK(shared_rate(1, 8, 2) == Approx(1.0));  // one rank's own oversubscription is in its measured time
+}
+
+TEST_CASE("a layout applies its keys and describes itself", "[planner]") {
+  const Config c = tiny();
+  const Layout l{2, 1, 2, "interleaved", 1, 1, 1};
+  const Config a = apply_layout(c, l);
+  CHECK(a.parallel.dp == 2);
+  CHECK(a.parallel.pp == 2);
+  CHECK(a.parallel.schedule == "interleaved");
+  CHECK(a.train.micro_batch == 1);
+  CHECK(a.optim.zero == 1);
+  CHECK(a.model.n_layer == c.model.n_layer);
+  CHECK(describe(l) == "dp2 tp1 pp2 interleaved v1 mb1 zero1");
+  CHECK(micro_batches(c, l) == 2);
+  std::string why;
+  CHECK_FALSE(layout_valid(c, Layout{3, 1, 1, "1f1b", 1, 1, 0}, 3, &why));
+  CHECK(why.find("global_batch") != std::string::npos);
+}
