@@ -10,7 +10,6 @@
 #include <mpi.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 
 
 #include <chrono>
@@ -36,6 +35,7 @@
 #include "parallel/mesh.h"
 #include "train/comm_timeline.h"
 #include "train/dataset.h"
+#include "train/grad_reducers.h"
 #include "train/memory_report.h"
 #include "train/metrics.h"
 #include "train/model_config.h"
@@ -80,7 +80,6 @@ DType precision_dtype(const std::string& name) {
   return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
 }
 
-// comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
 // Collective over `group`: whether `flag` is true on any of its ranks.
 bool any_rank(bool flag, Communicator& group) {
   Tensor t = Tensor::zeros({1}, DType::F32);
@@ -89,6 +88,7 @@ bool any_rank(bool flag, Communicator& group) {
   return t.data_as<float>()[0] > 0;
 }
 
+// comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
   if (c.wait != "auto") return c.wait == "block";
   return ranks_on_node * threads_per_rank <= omp_get_num_procs();
@@ -184,31 +184,13 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                  cfg.parallel.schedule, n_micro);
   }
 
-  // Data parallelism: per chunk, buckets over its part of the flat gradient buffer; ZeRO-1 keeps only this
-  // rank's shards of the fp32 masters' moments. The tied wte copy is held back from the backward pass's
-  // launches until it has been summed between the first and last stage.
-  const bool zero = cfg.optim.zero == 1;
-  const int tied = model.tied_chunk();
-  std::vector<std::unique_ptr<GradReducer>> reducers(model.size());
-  std::vector<ChunkReduce> reduce(model.size());
-  CompressOptions compress;  // comm.compress: how the buckets travel (docs/compression.md)
-  compress.method = cfg.comm.compress;
-  compress.topk_fraction = cfg.comm.topk_fraction;
-  compress.powersgd_rank = cfg.comm.powersgd_rank;
-  compress.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
+  // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments.
   // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
+  const bool zero = cfg.optim.zero == 1;
   const bool local_sgd = cfg.optim.sync_every > 0;
-  if ((mesh.dp() > 1 || zero) && !local_sgd)
-    for (int c = 0; c < model.size(); ++c) {
-      const GPT& chunk = model.chunk(c);
-      reducers[c] = std::make_unique<GradReducer>(
-          dp, chunk.grads(),
-          make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(chunk.grad_dtype()),
-                       cfg.comm.bucket_mb * 1048576.0),
-          zero, precision_dtype(cfg.precision.grad_reduce), chunk.table(), compress);
-      reduce[c].reducer = reducers[c].get();
-      if (c == tied) reduce[c].ready_limit = chunk.table()[model.tied_param()].offset;
-    }
+  const int tied = model.tied_chunk();
+  ChunkReducers dp_reduce = make_grad_reducers(cfg, model, dp, mesh.dp(), rank0);
+  std::vector<std::unique_ptr<GradReducer>>& reducers = dp_reduce.owned;
   OptimizerSettings os;
   os.sgd = cfg.optim.name == "sgd";
   os.momentum = cfg.optim.momentum;
@@ -318,19 +300,6 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                                   mixed ? " and fp32 masters" : "")
                     : mixed ? " (AdamW moments and fp32 masters)" : "",
                n_micro, mb, T);
-  if (reducers[0]) {
-    int64_t wire = 0, state = 0;
-    for (const auto& r : reducers) wire += r->wire_bytes_per_step(), state += r->compress_state_bytes();
-    spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}, compression {}: {:.3f} MiB "
-                 "per step from this rank{}",
-                 reducers[0]->buckets().size(), cfg.comm.bucket_mb,
-                 zero                                                           ? "reduce-scatter + all-gather (ZeRO-1)"
-                 : cfg.comm.compress == "int8" || cfg.comm.compress == "topk" ? "all-gather of compressed buckets"
-                                                                                : "all-reduce",
-                 cfg.comm.overlap ? "on" : "off", cfg.comm.compress, wire / 1048576.0,
-                 state ? fmt::format(", error-feedback state {:.2f} MiB", state / 1048576.0) : "");
-  }
-
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", start_step - 1 > 0 ? start_step - 1 : -1);
   auto checkpoint = [&](int step) {
@@ -386,7 +355,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
         [&](int m, int32_t* tok, int32_t* tgt) {
           train_batches.fill(step - 1, int64_t(mesh.dp_rank()) * local_batch + int64_t(m) * mb, mb, tok, tgt);
         },
-        dloss * loss_scale, loss_sum, reduce, cfg.comm.overlap);
+        dloss * loss_scale, loss_sum, dp_reduce.hooks, cfg.comm.overlap);
     if (mesh.rank() == world - 1) maybe_fault(hooks, step);
     if (step == hooks.loss_nan_step && loss_rank && mesh.dp_rank() == mesh.dp() - 1)
       loss_sum.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
