@@ -17,6 +17,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "plan/null_communicator.h"
+#include "train/model_config.h"
 
 namespace mt::plan {
 
@@ -80,11 +81,7 @@ PassTimes Calibration::stage(const StageShape& s) {
 PassTimes Calibration::measure(const StageShape& s) {
   set_compute_threads(opts_.threads);
   // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
-  GPTConfig g;
-  g.n_head = model_.n_head;
-  g.d_model = model_.d_model;
-  g.seq_len = model_.seq_len;
-  g.vocab_size = model_.vocab_size;
+  GPTConfig g = gpt_config(model_);
   g.tp = s.tp;
   g.tp_rank = 0;
   g.sequence_parallel = s.sp;
