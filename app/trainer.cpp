@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "comm/comm_util.h"
 #include "comm/mpi_init.h"
 #include "core/errors.h"
 #include "train/checkpoint.h"
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   if (rank != 0) spdlog::set_level(spdlog::level::warn);
 
   int status = 0;
-  bool abort_job = false;
+  bool others_may_wait = false;
   try {
     mt::CliArgs args = mt::parse_cli(argc, argv);
     if (args.help) {
@@ -47,9 +48,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     spdlog::error("failed: {}", e.what());
     status = 1;
-    abort_job = true;  // the other ranks may be waiting on this one
+    others_may_wait = true;  // the other ranks may be waiting on this one
   }
-  if (abort_job && world > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  if (others_may_wait && world > 1) mt::abort_job(status);
   MPI_Finalize();
   return status;
 }

@@ -1,10 +1,12 @@
-// The Avg division and the watchdog's abort (comm_util.h).
+// The Avg division, the watchdog's abort and abort_job (comm_util.h).
 #include "comm/comm_util.h"
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace mt {
 
@@ -30,8 +32,13 @@ void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::stri
                "(comm.timeout_s = %g); aborting the job\n",
                world_rank, comm_kind_name(kind), static_cast<unsigned long long>(seq), comm.c_str(), waited_s,
                timeout_s);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  abort_job(1);
+}
+
+void abort_job(int status) {
+  std::fflush(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the job is ending anyway
+  MPI_Abort(MPI_COMM_WORLD, status);
   std::abort();
 }
 

@@ -1,5 +1,5 @@
 // Pieces the MPI and hierarchical backends share: the division that turns a Sum into an Avg, and the watchdog's
-// message and abort.
+// message, and ending the job without losing its last words.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,5 +15,9 @@ void divide_by_group_size(const Tensor& t, int p);
 // Prints which wait outlived comm.timeout_s (rank, operation, sequence number, communicator) and ends the job.
 [[noreturn]] void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::string& comm,
                                  double waited_s, double timeout_s);
+
+// MPI_Abort after flushing this rank's output and giving MPICH's launcher a moment to forward it: the launcher
+// can tear the job down before its proxy has passed on a rank's last lines (CI once lost the watchdog's line).
+[[noreturn]] void abort_job(int status);
 
 }  // namespace mt

@@ -20,6 +20,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "comm/comm_util.h"
 #include "comm/hierarchical_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/arena.h"
@@ -553,7 +554,7 @@ void run_training(const Config& cfg) {
     // destroy communicators whose peers never finish their operations.
     if (world > 1) {
       spdlog::error("[rank {}] {}", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const InputError*>(&e) ? 2 : 1);
+      abort_job(dynamic_cast<const InputError*>(&e) ? 2 : 1);
     }
     throw;
   }
