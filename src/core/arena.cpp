@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/device_memory.h"
+
 namespace mt {
 
 Tensor Arena::alloc(Shape shape, DType dtype) {
@@ -13,26 +15,31 @@ Tensor Arena::alloc(Shape shape, DType dtype) {
     offset_ = 0;
   }
   if (current_ == blocks_.size()) {
-    CHECK(device_ == Device::CPU, "Arena on {} needs the CUDA backend", device_name(device_));
     size_t size = std::max(block_bytes_, bytes);
-    void* p = std::aligned_alloc(64, size);
-    CHECK(p != nullptr, "out of host memory: arena block of {} bytes", size);
-    blocks_.push_back({std::shared_ptr<void>(p, std::free), size});
+    if (device_ == Device::CUDA) {
+      blocks_.push_back({detail::device_alloc(size), size});
+    } else {
+      void* p = std::aligned_alloc(64, size);
+      CHECK(p != nullptr, "out of host memory: arena block of {} bytes", size);
+      blocks_.push_back({std::shared_ptr<void>(p, std::free), size});
+    }
     ++block_allocations_;
     offset_ = 0;
   }
   void* p = static_cast<char*>(blocks_[current_].mem.get()) + offset_;
   offset_ += bytes;
   in_use_ += bytes;
-  count_host_tensor_bytes(int64_t(bytes));
+  if (device_ == Device::CPU) count_host_tensor_bytes(int64_t(bytes));
   high_water_ = std::max(high_water_, in_use_);
   return Tensor(p, shape, dtype, device_);
 }
 
-Arena::~Arena() { count_host_tensor_bytes(-int64_t(in_use_)); }
+Arena::~Arena() {
+  if (device_ == Device::CPU) count_host_tensor_bytes(-int64_t(in_use_));
+}
 
 void Arena::reset() {
-  count_host_tensor_bytes(-int64_t(in_use_));
+  if (device_ == Device::CPU) count_host_tensor_bytes(-int64_t(in_use_));
   current_ = 0;
   offset_ = 0;
   in_use_ = 0;

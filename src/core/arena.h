@@ -1,5 +1,7 @@
-// Arena: a bump allocator for the step loop. The first step grows it block by block; reset() rewinds it, and
-// later steps, making the same requests, reuse the same memory without allocating.
+// Arena: a bump allocator for the step loop, in host or GPU memory (GPU blocks come from the caching allocator).
+// The first step grows it block by block; reset() rewinds it, and later steps, making the same requests, reuse
+// the same memory without allocating. Host arenas count in host_tensor_bytes(); GPU memory is counted by the
+// caching allocator (device_memory_stats()).
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -1,4 +1,4 @@
-// Fatal checks for CUDA runtime and NCCL calls: CUDA_CHECK(call) / NCCL_CHECK(call) print the call, file:line,
+// Fatal checks for CUDA runtime, cuBLAS(Lt) and NCCL calls: CUDA_CHECK / CUBLAS_CHECK / NCCL_CHECK print the call, file:line,
 // the MPI rank and the library's error name and string, then abort (as CHECK does, core/check.h). Every CUDA
 // and NCCL call in the project goes through one of them. Include only from CUDA-enabled sources
 // (MESHTRAIN_WITH_CUDA); NCCL_CHECK also needs <nccl.h> included by the caller.
@@ -24,4 +24,17 @@
       ::mt::check_failed(#call, __FILE__, __LINE__,                                                       \
                          ::fmt::format("NCCL error {}: {}", static_cast<int>(mt_nccl_rc_),                \
                                        ncclGetErrorString(mt_nccl_rc_)));                                 \
+  } while (0)
+
+// After every kernel launch: a bad configuration or an earlier asynchronous fault surfaces here, at the launch.
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// cuBLAS / cuBLASLt calls; needs <cublasLt.h> (or <cublas_v2.h>) included by the caller.
+#define CUBLAS_CHECK(call)                                                                                \
+  do {                                                                                                    \
+    const cublasStatus_t mt_cublas_rc_ = (call);                                                          \
+    if (mt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                           \
+      ::mt::check_failed(#call, __FILE__, __LINE__,                                                       \
+                         ::fmt::format("cuBLAS error {}: {}", static_cast<int>(mt_cublas_rc_),            \
+                                       cublasGetStatusString(mt_cublas_rc_)));                            \
   } while (0)

@@ -1,4 +1,5 @@
-// Tensor allocation, zeroing and dtype-converting copies (host memory; the CUDA backend adds its own paths).
+// Tensor allocation, zeroing and dtype-converting copies: host memory here, GPU memory through
+// core/device_memory.h.
 #include "core/tensor.h"
 
 #include <omp.h>
@@ -7,6 +8,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+
+#include "core/device_memory.h"
 
 namespace mt {
 
@@ -33,8 +36,14 @@ size_t peak_host_tensor_bytes() { return g_peak_tensor_bytes.load(); }
 void reset_peak_host_tensor_bytes() { g_peak_tensor_bytes.store(g_tensor_bytes.load()); }
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  CHECK(device == Device::CPU, "Tensor::empty on {} needs the CUDA backend", device_name(device));
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  if (device == Device::CUDA) {
+    std::shared_ptr<void> mem = detail::device_alloc(bytes);
+    detail::device_zero(mem.get(), bytes);
+    Tensor t(mem.get(), shape, dtype, device);
+    t.owner_ = std::move(mem);
+    return t;
+  }
   const size_t held = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, held);
   CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
@@ -49,7 +58,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 }
 
 void zero_(const Tensor& t) {
-  CHECK(t.device() == Device::CPU, "zero_ on cpu only");
+  if (t.device() == Device::CUDA) return detail::device_zero(t.data(), t.nbytes());
   // The step zeroes the whole gradient buffer (tens of MB): one memset per thread, as one thread alone does
   // not reach the memory bandwidth.
   const size_t bytes = t.nbytes(), kGrain = size_t(1) << 20;
@@ -91,7 +100,7 @@ void store(void* p, DType t, int64_t i, double v) {
 
 void copy_convert(const Tensor& dst, const Tensor& src) {
   CHECK(dst.numel() == src.numel(), "copy of {} elements into {}", src.numel(), dst.numel());
-  CHECK(dst.device() == Device::CPU && src.device() == Device::CPU, "copy_convert on cpu only");
+  if (dst.device() == Device::CUDA || src.device() == Device::CUDA) return detail::device_copy_convert(dst, src);
   if (dst.dtype() == src.dtype()) {
     std::memmove(dst.data(), src.data(), src.nbytes());
     return;

@@ -53,6 +53,16 @@ decltype(auto) dispatch_storage(DType t, F&& f) {
   __builtin_unreachable();
 }
 
+// The device dispatch of a kernel's entry point, after its argument checks:
+//   if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::matmul_forward(...));
+// returns the GPU kernel's call in CUDA builds; without the backend the call is dropped (its declarations
+// in kernels/cuda/*.h need no CUDA header either way) and the kernel fails with no_cuda's message.
+#ifdef MESHTRAIN_WITH_CUDA
+#define MT_ON_CUDA(op, call) return call
+#else
+#define MT_ON_CUDA(op, call) ::mt::kernels::detail::no_cuda(op)
+#endif
+
 // The dtype of a CPU storage type (float, double, cpu::bf16, cpu::fp16).
 template <typename S>
 constexpr DType storage_dtype() {
