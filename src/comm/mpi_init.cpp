@@ -1,3 +1,4 @@
+// MPI start-up (MPI_THREAD_MULTIPLE) and this rank's place on its node.
 #include "comm/mpi_init.h"
 
 #include <mpi.h>
@@ -14,6 +15,16 @@ int init_mpi(int* argc, char*** argv) {
         "communicator calls MPI concurrently",
         provided, MPI_THREAD_MULTIPLE);
   return provided;
+}
+
+NodeRanks node_ranks() {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  NodeRanks r;
+  MPI_CHECK(MPI_Comm_rank(node, &r.local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &r.local_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return r;
 }
 
 }  // namespace mt

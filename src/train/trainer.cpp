@@ -23,6 +23,7 @@
 #include "comm/comm_util.h"
 #include "comm/hierarchical_communicator.h"
 #include "comm/mpi_communicator.h"
+#include "comm/mpi_init.h"
 #include "core/arena.h"
 #include "core/errors.h"
 #include "core/threads.h"
@@ -66,15 +67,6 @@ double read_scalar(const Tensor& t) {
 std::string format_duration(double seconds) {
   long s = std::lround(std::max(0.0, seconds));
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
-}
-
-int ranks_on_this_node() {
-  MPI_Comm node;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int n = 1;
-  MPI_CHECK(MPI_Comm_size(node, &n));
-  MPI_CHECK(MPI_Comm_free(&node));
-  return n;
 }
 
 DType precision_dtype(const std::string& name) {
@@ -519,10 +511,10 @@ void run_training(const Config& cfg) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
-  const int node_ranks = ranks_on_this_node();
-  const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(node_ranks);
+  const int on_node = node_ranks().local_size;
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
-  const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, node_ranks, threads));
+  const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads));
   // Declared before the communicators: their threads report into these until they are destroyed.
   CommTimeline timeline;
   Profiler prof(cfg.run.profile);
