@@ -137,7 +137,7 @@ void run_config(const Config& cfg) {
         [&] { mt::kernels::attention_forward(out, att, qkv, int(NH)); });
     mt::kernels::attention_forward(out, att, qkv, int(NH));
     add("attention_bwd", int(L), false, 2 * fl, f4 * N * C + f4 * 3 * N * C + att_bytes + f4 * 3 * N * C,
-        [&] { mt::kernels::attention_backward(dqkv, datt, dout, qkv, att, int(NH)); });
+        [&] { mt::kernels::attention_backward(dqkv, datt, dout, qkv, out, att, int(NH)); });
   }
 
   // ---- layernorm, gelu, residual adds ----

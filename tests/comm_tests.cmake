@@ -23,3 +23,13 @@ foreach(np 2 3)
   set_tests_properties(mixed_precision_reducer_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120
                        PROCESSORS ${np})
 endforeach()
+
+# Communicators on device tensors (tests/test_cuda_comm.cpp) on 2 and 4 ranks: all ranks share the machine's
+# GPU(s) through the MPI backend's pinned staging; the NCCL case runs only with a GPU per rank. Without a usable
+# GPU (or without the CUDA backend) every rank exits 77: skipped.
+foreach(np 2 4)
+  add_test(NAME test_cuda_comm_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_cuda_comm>)
+  set_tests_properties(test_cuda_comm_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300
+                       PROCESSORS ${np} SKIP_RETURN_CODE 77)
+endforeach()

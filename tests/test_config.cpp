@@ -337,6 +337,16 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"data.order=random"}), Contains("sequential, shuffle"));
   CHECK_THAT(validate_error({"comm.backend=gloo"}), Contains("auto, mpi, nccl"));
   CHECK_THAT(validate_error({"comm.backend=nccl"}), Contains("needs device=cuda"));
+  // Host-only features are refused on the GPU by name rather than run wrongly.
+  CHECK_THAT(validate_error({"device=cuda", "optim.sync_every=4"}), Contains("optim.sync_every=4 (local SGD) is not available with device=cuda"));
+  CHECK_THAT(validate_error({"device=cuda", "comm.compress=int8"}), Contains("comm.compress=int8 is not available with device=cuda"));
+  CHECK_THAT(validate_error({"device=cuda", "comm.hierarchical=true"}), Contains("comm.hierarchical is not available"));
+  CHECK_THAT(validate_error({"device=cuda", "run.checkpoint_every=10"}), Contains("(checkpoints) is not available"));
+  CHECK_THAT(validate_error({"device=cuda", "run.resume=ckpt/step_10"}), Contains("(resuming) is not available"));
+  Config gpu_ok;
+  for (const char* o : {"device=cuda", "comm.compress=bf16", "comm.backend=nccl", "optim.zero=1"})
+    apply_override(gpu_ok, o);
+  CHECK_NOTHROW(validate(gpu_ok, 1));
   for (const char* order : {"tp-dp", "tp-dp-dp", "tp-dp-pp-", "tp,dp,pp", "dp-pp-xx"})
     CHECK_THAT(validate_error({std::string("parallel.order=") + order}), Contains("parallel.order"));
   for (const char* order : {"tp-dp-pp", "pp-dp-tp", "dp-tp-pp"}) {
@@ -403,24 +413,31 @@ TEST_CASE("to_yaml round-trips every key") {
       "optim.outer_momentum=0.8", "precision.compute=bf16",
       "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
       "data.val_path='123'", "data.order=shuffle", "data.synthetic_tokens=9000000000", "data.val_fraction=0.25",
-      "comm.backend=nccl", "comm.bucket_mb=0.5", "comm.overlap=false", "comm.compress=bf16",
+      "comm.bucket_mb=0.5", "comm.overlap=false", "comm.compress=bf16",
       "comm.topk_fraction=0.05", "comm.powersgd_rank=2", "comm.hierarchical=true", "comm.wait=block", "comm.timeout_s=12.5",
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5", "run.dir=\" lead space\"",
       "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.resume=none", "run.profile=true",
-      "run.dump_grads=g.safetensors", "device=cuda"};
+      "run.dump_grads=g.safetensors"};
   for (const auto& a : changes) apply_override(c, a);
   // Local SGD excludes ZeRO-1, compression and checkpoints, so its key round-trips in a second config.
   Config local = c;
   for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0"})
     apply_override(local, a);
+  // device=cuda excludes the features that run on the host only (hierarchical, checkpoints): a third config.
+  Config gpu;
+  for (const char* a : {"device=cuda", "comm.backend=nccl"}) apply_override(gpu, a);
   // Every key is changed from its default, so the round trip below is not passing by accident.
   Config defaults;
   for (const std::string& k : config_keys()) {
     INFO(k);
-    CHECK((config_value(c, k) != config_value(defaults, k) || config_value(local, k) != config_value(defaults, k)));
+    CHECK((config_value(c, k) != config_value(defaults, k) || config_value(local, k) != config_value(defaults, k) ||
+           config_value(gpu, k) != config_value(defaults, k)));
   }
   CHECK(load_config(write_yaml("local.yaml", to_yaml(local)), {}).optim.sync_every == 4);
+  const Config gpu_back = load_config(write_yaml("gpu.yaml", to_yaml(gpu)), {});
+  CHECK(gpu_back.device == "cuda");
+  CHECK(gpu_back.comm.backend == "nccl");
   CHECK(c.data.path == "true");
   CHECK(c.run.dir == " lead space");
 

@@ -295,7 +295,7 @@ TEST_CASE("attention: gradient, causality, probabilities", "[attention]") {
   }
   Tensor dqkv = f64({B, T, 3 * C}), datt = f64({B, NH, T, T});
   fill_normal(dqkv, 3, 100.0), fill_normal(datt, 4, 100.0);  // dqkv overwritten, datt scratch
-  attention_backward(dqkv, datt, proj, qkv, att, NH);
+  attention_backward(dqkv, datt, proj, qkv, out, att, NH);
   gradcheck(loss, {{"qkv", qkv, dqkv}});
 
   // Causality: perturbing q, k, v of the last position leaves every earlier output bit-identical.
@@ -320,11 +320,11 @@ TEST_CASE("attention: fp32 agrees with fp64 at a model-like size", "[attention]"
   fill_normal(qkv, 1), fill_normal(g, 2);
   attention_forward(out, att, qkv, NH);
   Tensor dqkv = f64({B, T, 3 * C}), datt = f64({B, NH, T, T});
-  attention_backward(dqkv, datt, g, qkv, att, NH);
+  attention_backward(dqkv, datt, g, qkv, out, att, NH);
   Tensor o32 = f32({B, T, C}), a32 = f32({B, NH, T, T}), d32 = f32({B, T, 3 * C}), da32 = f32({B, NH, T, T});
   Tensor q32 = to32(qkv);
   attention_forward(o32, a32, q32, NH);
-  attention_backward(d32, da32, to32(g), q32, a32, NH);
+  attention_backward(d32, da32, to32(g), q32, o32, a32, NH);
   // Scores are 16-term dot products of O(1) values (|s| ~ 4), exponentiated: ~1e-6 relative error in fp32.
   REQUIRE(max_err(o32, out, 1e-4, 1e-5) <= 1);
   REQUIRE(max_err(a32, att, 1e-4, 1e-6) <= 1);

@@ -225,11 +225,11 @@ TEST_CASE("attention 16-bit: backward against fp32 on the same inputs", "[attent
       attention_forward(out16, att16, qkv16, int(NH));
       Tensor dqkv16 = convert(normal32({B, T, 3 * C}, 3, 100.0), f.dt);  // overwritten
       Tensor datt16 = normal32({B, NH, T, T}, 4, 100.0);                  // scratch, fp32
-      attention_backward(dqkv16, datt16, dout16, qkv16, att16, int(NH));
+      attention_backward(dqkv16, datt16, dout16, qkv16, out16, att16, int(NH));
 
       Tensor dqkv32 = f32({B, T, 3 * C}), datt32 = f32({B, NH, T, T});
       attention_backward(dqkv32, datt32, convert(dout16, DType::F32), convert(qkv16, DType::F32),
-                         convert(att16, DType::F32), int(NH));
+                         convert(out16, DType::F32), convert(att16, DType::F32), int(NH));
       REQUIRE(!any_nan(dqkv32));
       REQUIRE(mismatches(datt16, datt32) == 0);
       REQUIRE(mismatches_rounded(dqkv16, dqkv32) == 0);
@@ -469,7 +469,7 @@ TEST_CASE("16-bit attention and cross-entropy refuse accumulation buffers that a
   const Tensor qkv = Tensor::empty({B, T, 3 * C}, DType::F16), out = Tensor::empty({B, T, C}, DType::F16);
   m = check_failure([&] {
     attention_backward(Tensor::empty({B, T, 3 * C}, DType::F16), Tensor::empty({B, NH, T, T}, DType::F16), out, qkv,
-                       Tensor::empty({B, NH, T, T}, DType::F16), int(NH));
+                       out, Tensor::empty({B, NH, T, T}, DType::F16), int(NH));
   });
   CHECK(contains(m, "attention_backward: datt is fp16, expected fp32 (the accumulation dtype of fp16)"));
   m = check_failure([&] { attention_forward(out, Tensor::empty({B, NH, T, T}, DType::F32), qkv, int(NH)); });

@@ -278,7 +278,9 @@ class HierarchicalCommunicator : public Communicator {
 
  private:
   void check_cpu(const Tensor& t, const char* what) const {
-    CHECK(t.device() == Device::CPU, "{} on '{}': the MPI backend takes host tensors", what, name());
+    CHECK(t.device() == Device::CPU, "{} on hierarchical communicator '{}': the tensor is on {}; comm.hierarchical "
+          "takes host tensors only (device tensors: the flat MPI backend or NCCL)", what, name(),
+          device_name(t.device()));
     CHECK(t.numel() == 0 || t.defined(), "{} on '{}': undefined tensor", what, name());
   }
 

@@ -5,6 +5,9 @@
 // rule keeps their matching in order), and completed later, so that two ranks sending to each other before
 // receiving never deadlock on a serialised queue. With network emulation each operation is held back until its
 // start plus the alpha-beta prediction; the thread sleeps meanwhile, so callers' compute overlaps the delay.
+// Device (Device::CUDA) tensors, in CUDA builds, go through pinned host buffers (comm/cuda/device_staging.h):
+// the thread copies them to the host after the compute stream's work issued before the operation, runs the same
+// host algorithm, and copies the result back before the handle completes (docs/comm.md, "Device tensors").
 #include "comm/mpi_communicator.h"
 
 #include <sys/prctl.h>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "comm/comm_util.h"
+#include "comm/cuda/device_staging.h"  // an interface only; created in CUDA builds
 #include "core/check.h"
 #include "core/dtype.h"
 
@@ -173,6 +177,12 @@ struct Op {
   double predicted_us = 0;  // emulated minimum duration
   double issue_us = 0;
   std::shared_ptr<MpiWork> work;
+  // Device operations: the caller's device tensors; from stage_in on, a and b are host views of host_block (a
+  // pinned block of the communicator's DeviceStaging, given back when the operation finishes).
+  bool on_device = false;
+  Tensor dev_a, dev_b;
+  DeviceStaging::Event inputs_ready = nullptr;  // recorded on the compute stream at issue
+  void* host_block = nullptr;
 };
 
 class MpiCommunicator : public Communicator {
@@ -232,7 +242,7 @@ class MpiCommunicator : public Communicator {
   double total_wait_us() const override { return shared_->wait_ns.load(std::memory_order_relaxed) * 1e-3; }
 
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
-    check_cpu(t, "all_reduce");
+    check_tensor(t, "all_reduce");
     mpi_op(t.dtype(), op);  // checks the dtype
     to_int(t.numel(), "all_reduce");
     Op o;
@@ -245,8 +255,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) override {
-    check_cpu(in, "reduce_scatter");
-    check_cpu(out, "reduce_scatter");
+    check_tensor(in, "reduce_scatter");
+    check_tensor(out, "reduce_scatter");
+    check_same_device(in, out, "reduce_scatter");
     mpi_op(in.dtype(), op);
     CHECK(in.dtype() == out.dtype(), "reduce_scatter: input {} and output {}", dtype_name(in.dtype()),
           dtype_name(out.dtype()));
@@ -265,8 +276,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
-    check_cpu(in, "all_gather");
-    check_cpu(out, "all_gather");
+    check_tensor(in, "all_gather");
+    check_tensor(out, "all_gather");
+    check_same_device(in, out, "all_gather");
     CHECK(in.dtype() == out.dtype(), "all_gather: input {} and output {}", dtype_name(in.dtype()),
           dtype_name(out.dtype()));
     const ShardRange s = shard_range(out.numel(), size_, rank_);
@@ -283,7 +295,7 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr broadcast_async(const Tensor& t, int root) override {
-    check_cpu(t, "broadcast");
+    check_tensor(t, "broadcast");
     CHECK(root >= 0 && root < size_, "broadcast on '{}': root {} of {} ranks", name(), root, size_);
     to_int(t.numel(), "broadcast");
     Op o;
@@ -306,9 +318,24 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  void check_cpu(const Tensor& t, const char* what) const {
-    CHECK(t.device() == Device::CPU, "{} on '{}': the MPI backend takes host tensors", what, name());
+  // Host or device tensors (device ones are staged; a build without CUDA refuses them in staging()).
+  void check_tensor(const Tensor& t, const char* what) const {
     CHECK(t.numel() == 0 || t.defined(), "{} on '{}': undefined tensor", what, name());
+  }
+  void check_same_device(const Tensor& in, const Tensor& out, const char* what) const {
+    CHECK(in.device() == out.device(), "{} on '{}': input on {}, output on {}; the MPI backend needs both on the "
+          "same device", what, name(), device_name(in.device()), device_name(out.device()));
+  }
+
+  // The staging of device tensors, created by the first device operation (CPU runs never touch CUDA).
+  DeviceStaging& staging() {
+    std::call_once(staging_once_, [&] {
+#ifdef MESHTRAIN_WITH_CUDA
+      staging_ = make_device_staging();
+#endif
+    });
+    CHECK(staging_ != nullptr, "communicator '{}': a tensor on cuda, but this build has no CUDA backend", name());
+    return *staging_;
   }
 
   double predict(CommKind k, int64_t bytes, int peer = -1) const {
@@ -319,7 +346,7 @@ class MpiCommunicator : public Communicator {
 
   WorkPtr p2p(CommKind kind, const Tensor& t, int peer, int tag) {
     const char* what = comm_kind_name(kind);
-    check_cpu(t, what);
+    check_tensor(t, what);
     CHECK(peer >= 0 && peer < size_, "{} on '{}': peer {} of {} ranks", what, name(), peer, size_);
     CHECK(tag >= 0, "{} on '{}': negative tag {}", what, name(), tag);
     to_int(t.numel(), what);
@@ -334,6 +361,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr enqueue(Op o) {
+    // Device operations start after the compute stream's work issued so far (their inputs' producers).
+    o.on_device = o.a.device() == Device::CUDA;
+    if (o.on_device) o.inputs_ready = staging().record_inputs_ready();
     {
       std::lock_guard<std::mutex> lk(qm_);
       CHECK(!stop_, "communicator '{}' is shutting down", name());
@@ -406,6 +436,7 @@ class MpiCommunicator : public Communicator {
             CHECK(count == p.op.a.numel(), "recv on '{}' from {} tag {}: expected {} elements, got {}", name(),
                   p.op.peer, p.op.tag, p.op.a.numel(), count);
           }
+          if (p.op.on_device) stage_out(p.op);  // inside the emulated time, like the message itself
         }
       }
       if (p.mpi_done && trace_clock_us() >= p.deadline_us) {
@@ -434,6 +465,7 @@ class MpiCommunicator : public Communicator {
   }
 
   void finish(Op& op, double start_us) {
+    if (op.host_block) staging_->release(op.host_block);  // its copies are complete (stage_out synchronised)
     CommEvent ev;
     ev.comm = name();
     ev.op = comm_kind_name(op.kind);
@@ -477,8 +509,69 @@ class MpiCommunicator : public Communicator {
     }
   }
 
+  // Device operation: keeps the caller's tensors in dev_a/dev_b and points a/b at host views of one pinned block
+  // laid out for the host algorithm, with its inputs copied in (after the compute work issued before the op).
+  void stage_in(Op& op) {
+    DeviceStaging& st = *staging_;
+    st.begin(op.inputs_ready);
+    op.inputs_ready = nullptr;
+    op.dev_a = op.a;
+    op.dev_b = op.b;
+    const auto host_view = [](void* p, const Tensor& like) { return Tensor(p, like.shape(), like.dtype()); };
+    bool downloaded = false;
+    const auto download = [&](const Tensor& host, const Tensor& dev) {
+      st.download(host.data(), dev.data(), dev.nbytes());
+      downloaded |= dev.nbytes() > 0;
+    };
+    switch (op.kind) {
+      case CommKind::ReduceScatter: {  // [input | output]: apart, so the host algorithm needs no scratch
+        const size_t out_at = (op.dev_a.nbytes() + 63) / 64 * 64;
+        char* block = static_cast<char*>(op.host_block = st.acquire(out_at + op.dev_b.nbytes()));
+        op.a = host_view(block, op.dev_a);
+        op.b = host_view(block ? block + out_at : nullptr, op.dev_b);
+        download(op.a, op.dev_a);
+        break;
+      }
+      case CommKind::AllGather: {  // the output, this rank's input already in its own shard: MPI runs in place
+        op.host_block = st.acquire(op.dev_b.nbytes());
+        op.b = host_view(op.host_block, op.dev_b);
+        op.a = op.b.slice(shard_range(op.dev_b.numel(), size_, rank_).begin, op.dev_a.shape());
+        download(op.a, op.dev_a);
+        break;
+      }
+      case CommKind::Barrier: break;  // no tensors: never a device operation
+      default: {  // all_reduce, broadcast, send, recv: one tensor
+        op.host_block = st.acquire(op.dev_a.nbytes());
+        op.a = host_view(op.host_block, op.dev_a);
+        const bool reads_input = op.kind != CommKind::Recv && (op.kind != CommKind::Broadcast || rank_ == op.peer);
+        if (reads_input) download(op.a, op.dev_a);
+        break;
+      }
+    }
+    if (downloaded) st.synchronize();
+  }
+
+  // Device operation: copies the result from the host views back into the caller's tensors and waits for it, so
+  // the handle completes with the result in device memory.
+  void stage_out(Op& op) {
+    DeviceStaging& st = *staging_;
+    switch (op.kind) {
+      case CommKind::ReduceScatter:
+      case CommKind::AllGather: st.upload(op.dev_b.data(), op.b.data(), op.dev_b.nbytes()); break;
+      case CommKind::Broadcast:
+        if (rank_ != op.peer) st.upload(op.dev_a.data(), op.a.data(), op.dev_a.nbytes());
+        break;
+      case CommKind::AllReduce:
+      case CommKind::Recv: st.upload(op.dev_a.data(), op.a.data(), op.dev_a.nbytes()); break;
+      case CommKind::Send:
+      case CommKind::Barrier: return;
+    }
+    st.synchronize();
+  }
+
   void execute(Op& op) {
     const double start = trace_clock_us();
+    if (op.on_device) stage_in(op);
     op_bytes_ = std::max<int64_t>(op.bytes, static_cast<int64_t>(op.b.nbytes()));
     const Tensor& a = op.a;
     const Tensor& b = op.b;
@@ -565,6 +658,7 @@ class MpiCommunicator : public Communicator {
         return;  // completed by poll_pending
       }
     }
+    if (op.on_device) stage_out(op);
     if (op.predicted_us > 0) sleep_until(start + op.predicted_us);
     finish(op, start);
   }
@@ -582,6 +676,11 @@ class MpiCommunicator : public Communicator {
   uint64_t seq_ = 0;
   bool stop_ = false;
   std::thread thread_;
+
+  // Device tensors only: created by the first device operation's issuing thread (staging_once_), then used by the
+  // communication thread (the queue's mutex orders the two); destroyed after the thread has been joined.
+  std::once_flag staging_once_;
+  std::unique_ptr<DeviceStaging> staging_;
 
   // Communication thread only.
   std::vector<Pending> pending_;

@@ -8,6 +8,8 @@
 // for the operation (cudaStreamWaitEvent: no host synchronisation); nccl_wait_host() blocks the host instead.
 // barrier() blocks the host. A watchdog thread ends the job (MPI_Abort) when an operation that could run has
 // not finished within opts.timeout_s. Network emulation (opts' latency/bandwidth) is not applied by NCCL.
+// An operation keeps its tensors alive until it has completed on the device. NCCL needs one GPU per rank: ranks
+// that share a GPU use the MPI backend, which stages device tensors through host memory.
 // See docs/mesh.md for the design, including uneven reduce_scatter/all_gather shards.
 #pragma once
 #include <mpi.h>

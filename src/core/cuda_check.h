@@ -29,12 +29,12 @@
 // After every kernel launch: a bad configuration or an earlier asynchronous fault surfaces here, at the launch.
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-// cuBLAS / cuBLASLt calls; needs <cublasLt.h> (or <cublas_v2.h>) included by the caller.
+// cuBLASLt calls; needs <cublasLt.h> included by the caller (the status text comes from cuBLASLt, so no libcublas).
 #define CUBLAS_CHECK(call)                                                                                \
   do {                                                                                                    \
     const cublasStatus_t mt_cublas_rc_ = (call);                                                          \
     if (mt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                           \
       ::mt::check_failed(#call, __FILE__, __LINE__,                                                       \
                          ::fmt::format("cuBLAS error {}: {}", static_cast<int>(mt_cublas_rc_),            \
-                                       cublasGetStatusString(mt_cublas_rc_)));                            \
+                                       cublasLtGetStatusString(mt_cublas_rc_)));                            \
   } while (0)

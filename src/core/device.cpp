@@ -8,8 +8,10 @@ namespace mt {
 #ifndef MESHTRAIN_WITH_CUDA
 bool cuda_built() { return false; }
 bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
 void cuda_init(int) { MT_CHECK(false, "device=cuda: this build has no CUDA backend (nvcc and NCCL were not found)"); }
 int cuda_device_index() { return -1; }
+CUstream_st* cuda_compute_stream() { return nullptr; }
 void device_synchronize(Device) {}
 DeviceMemoryStats device_memory_stats() { return {}; }
 void reset_device_memory_peak() {}
@@ -29,6 +31,14 @@ Tensor to_host(const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), t.dtype());
   copy_convert(h, t);  // device to host copies synchronise
   return h;
+}
+
+double read_scalar(const Tensor& t) {
+  MT_CHECK(t.numel() >= 1 && (t.dtype() == DType::F32 || t.dtype() == DType::F64),
+           "read_scalar: {} tensor of {} elements", dtype_name(t.dtype()), t.numel());
+  double v = 0;
+  copy_convert(Tensor(&v, {1}, DType::F64), t.slice(0, {1}));
+  return v;
 }
 
 }  // namespace mt

@@ -7,16 +7,21 @@
 
 #include "core/tensor.h"
 
+struct CUstream_st;  // cudaStream_t == CUstream_st*, so this header needs no CUDA header
+
 namespace mt {
 
 bool cuda_built();      // compiled with the CUDA backend (MESHTRAIN_WITH_CUDA)
 bool cuda_available();  // built with it, and this process sees at least one usable GPU
+int cuda_device_count();  // GPUs visible to this process (0 without the backend)
 
 // Selects GPU (local_rank mod the visible GPUs) for this process and creates its compute stream; idempotent.
 // Several ranks on one node share GPUs round-robin (several ranks on one GPU is allowed: correctness tests).
 // Fails with a message when no GPU is usable.
 void cuda_init(int local_rank);
 int cuda_device_index();  // the selected GPU (-1 before cuda_init)
+// The stream every kernel runs on (nullptr without the backend), for code that passes it on (NCCL).
+CUstream_st* cuda_compute_stream();
 
 // Blocks the host until everything issued to the device's compute stream has finished (no-op for cpu).
 void device_synchronize(Device d);
@@ -33,5 +38,7 @@ void reset_device_memory_peak();
 // A host copy of `t` (itself when t is already on the host): for reading device results (losses, norms,
 // checkpoints) outside the step's hot path. Synchronises with the compute stream.
 Tensor to_host(const Tensor& t);
+// Element 0 of a 1-element fp32 or fp64 tensor on any device, as a double (a device read synchronises).
+double read_scalar(const Tensor& t);
 
 }  // namespace mt

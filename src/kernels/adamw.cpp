@@ -2,6 +2,7 @@
 #include "kernels/adamw.h"
 
 #include "kernels/cpu/adamw_cpu.h"
+#include "kernels/cuda/adamw_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -21,7 +22,8 @@ void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, co
         "{}: params/grads/m/v have {}/{}/{}/{} elements", op, params.numel(), grads.numel(), m.numel(), v.numel());
   CHECK(grad_scale.numel() == 1, "{}: grad_scale must have 1 element, has {}", op, grad_scale.numel());
   CHECK(h.step >= 1, "{}: step counts from 1, got {}", op, h.step);
-  if (params.device() == Device::CUDA) no_cuda(op);
+  // On the GPU grad_scale stays in device memory (the kernel reads it): no host synchronisation.
+  if (params.device() == Device::CUDA) MT_ON_CUDA(op, gpu::adamw_update(params, grads, m, v, grad_scale, h));
   const double gs = grad_scale.dtype() == DType::F32 ? double(*grad_scale.data_as<float>())
                                                      : *grad_scale.data_as<double>();
   const int64_t n = params.numel();

@@ -2,6 +2,7 @@
 #include "kernels/attention.h"
 
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cuda/attention_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -29,13 +30,21 @@ void acc(const char* op, const Tensor& t, const char* name, const Tensor& qkv, c
 }
 }  // namespace
 
+Shape attention_record_shape(Device d, int64_t B, int64_t NH, int64_t T) {
+  return d == Device::CUDA ? Shape{B, NH, T} : Shape{B, NH, T, T};
+}
+
 void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int n_head) {
   const char* op = "attention_forward";
   int64_t B, T, C;
   dims(op, qkv, n_head, B, T, C);
   same(op, out, "out", qkv, Shape{B, T, C});
+  if (qkv.device() == Device::CUDA) {
+    // att is the log-sum-exp record, in the accumulation dtype.
+    acc(op, att, "att", qkv, attention_record_shape(Device::CUDA, B, n_head, T));
+    MT_ON_CUDA(op, gpu::attention_forward(out, att, qkv, B, T, C, n_head));
+  }
   same(op, att, "att", qkv, Shape{B, n_head, T, T});
-  if (qkv.device() == Device::CUDA) no_cuda(op);
   dispatch_storage(qkv.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::attention_forward<S>(storage_ptr<S>(out), storage_ptr<S>(att), storage_ptr<S>(qkv), B, T, C, n_head);
@@ -43,15 +52,22 @@ void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, 
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& datt, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& att, int n_head) {
+                        const Tensor& out, const Tensor& att, int n_head) {
   const char* op = "attention_backward";
   int64_t B, T, C;
   dims(op, qkv, n_head, B, T, C);
   same(op, dqkv, "dqkv", qkv, qkv.shape());
   same(op, dout, "dout", qkv, Shape{B, T, C});
+  if (qkv.device() == Device::CUDA) {
+    same(op, out, "out", qkv, Shape{B, T, C});
+    const Shape record = attention_record_shape(Device::CUDA, B, n_head, T);
+    acc(op, att, "att", qkv, record);
+    acc(op, datt, "datt", qkv, record);
+    MT_ON_CUDA(op, gpu::attention_backward(dqkv, datt, dout, qkv, out, att, B, T, C, n_head));
+  }
+  // The cpu recomputes nothing from out: the probabilities in att are all it needs.
   same(op, att, "att", qkv, Shape{B, n_head, T, T});
   acc(op, datt, "datt", qkv, Shape{B, n_head, T, T});
-  if (qkv.device() == Device::CUDA) no_cuda(op);
   dispatch_storage(qkv.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::attention_backward<S>(storage_ptr<S>(dqkv), datt.data_as<cpu::acc_t<S>>(), storage_ptr<S>(dout),

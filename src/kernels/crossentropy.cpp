@@ -2,6 +2,7 @@
 #include "kernels/crossentropy.h"
 
 #include "kernels/cpu/crossentropy_cpu.h"
+#include "kernels/cuda/crossentropy_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -32,7 +33,10 @@ void softmax_xent_forward_backward(const Tensor& losses, const Tensor& dlogits, 
     CHECK(dlogits.numel() == logits.numel(), "{}: dlogits has shape {}, logits {}", op, dlogits.shape().str(),
           logits.shape().str());
   }
-  if (logits.device() == Device::CUDA) no_cuda(op);
+  // Device targets are not range-checked here (that would synchronise); the GPU kernel gives an out-of-range
+  // target a NaN loss and never uses it as an address (kernels/cuda/crossentropy_cuda.cu).
+  if (logits.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::softmax_xent_forward_backward(losses, dlogits, logits, targets, vocab, dloss));
   const int32_t* t = targets.data_as<int32_t>();
   for (int64_t n = 0; n < N; ++n)
     CHECK(t[n] >= 0 && t[n] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[n], n, vocab);

@@ -2,6 +2,7 @@
 #include "kernels/elementwise.h"
 
 #include "kernels/cpu/elementwise_cpu.h"
+#include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -14,7 +15,7 @@ void add_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_same_device(out, a, op, "out", "a"), check_same_device(b, a, op, "b", "a");
   CHECK(out.numel() == a.numel() && b.numel() == a.numel(), "{}: out/a/b have {}/{}/{} elements", op, out.numel(),
         a.numel(), b.numel());
-  if (a.device() == Device::CUDA) no_cuda(op);
+  if (a.device() == Device::CUDA) MT_ON_CUDA(op, gpu::add_forward(out, a, b));
   dispatch_storage(a.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::add_forward<S>(storage_ptr<S>(out), storage_ptr<S>(a), storage_ptr<S>(b), a.numel());
@@ -26,7 +27,7 @@ void accumulate(const Tensor& dst, const Tensor& src) {
   check_defined(dst, op, "dst"), check_defined(src, op, "src");
   check_activation(dst, op, "dst"), check_activation(src, op, "src"), check_same_device(src, dst, op, "src", "dst");
   CHECK(dst.numel() == src.numel(), "{}: dst has {} elements, src {}", op, dst.numel(), src.numel());
-  if (dst.device() == Device::CUDA) no_cuda(op);
+  if (dst.device() == Device::CUDA) MT_ON_CUDA(op, gpu::accumulate(dst, src));
   dispatch_storage(dst.dtype(), [&](auto d) {
     dispatch_storage(src.dtype(), [&](auto s) {
       using D = decltype(d);
@@ -43,7 +44,7 @@ void bias_add(const Tensor& out, const Tensor& bias) {
   const int64_t OC = bias.numel();
   CHECK(OC >= 1 && out.numel() % OC == 0 && out.dim(-1) == OC,
         "{}: out {} does not end in the bias's {} elements", op, out.shape().str(), OC);
-  if (out.device() == Device::CUDA) no_cuda(op);
+  if (out.device() == Device::CUDA) MT_ON_CUDA(op, gpu::bias_add(out, bias));
   dispatch_storage(out.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::bias_add<S>(storage_ptr<S>(out), storage_ptr<S>(bias), out.numel() / OC, OC);

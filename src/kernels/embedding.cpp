@@ -2,6 +2,7 @@
 #include "kernels/embedding.h"
 
 #include "kernels/cpu/embedding_cpu.h"
+#include "kernels/cuda/embedding_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -17,7 +18,9 @@ void check_tokens(const char* op, const Tensor& tokens, const Tensor& table, int
   CHECK(tokens.ndim() == 2, "{}: tokens must be [B, T], has shape {}", op, tokens.shape().str());
   check_same_device(tokens, table, op, "tokens", "wte");
   B = tokens.dim(0), T = tokens.dim(1);
-  // Token ids index memory: an id out of range is a data error that must stop here, not corrupt the heap.
+  // Token ids index memory: an id out of range is a data error that must stop here, not corrupt the heap. Device
+  // ids are not read here (that would synchronise): the GPU kernels never index with an id outside [0, bound)
+  // and write NaN for it instead (kernels/cuda/embedding_cuda.cu).
   if (tokens.device() == Device::CPU) {
     const int32_t* t = tokens.data_as<int32_t>();
     for (int64_t i = 0; i < B * T; ++i)
@@ -46,7 +49,9 @@ void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wt
   check_tables(op, wte, wpe, T, C);
   check_defined(out, op, "out"), check_same_dtype(out, wte, op, "out", "wte");
   check_same_device(out, wte, op, "out", "wte"), check_shape(out, Shape{B, T, C}, op, "out");
-  if (wte.device() == Device::CUDA) no_cuda(op);
+  if (wte.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::embedding_forward(out, tokens, wte, wpe, v0,
+                                          vocab_bound < 0 ? v0 + wte.dim(0) : vocab_bound));
   dispatch_storage(wte.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::embedding_forward<S>(storage_ptr<S>(out), tokens.data_as<int32_t>(), storage_ptr<S>(wte),
@@ -64,7 +69,9 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& do
   check_defined(dout, op, "dout"), check_activation(dout, op, "dout");
   check_acc_dtype(dwte, dout.dtype(), op, "dwte");  // (and so dwpe, of dwte's dtype)
   check_same_device(dout, dwte, op, "dout", "dwte"), check_shape(dout, Shape{B, T, C}, op, "dout");
-  if (dwte.device() == Device::CUDA) no_cuda(op);
+  if (dwte.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::embedding_backward(dwte, dwpe, dout, tokens, v0,
+                                           vocab_bound < 0 ? v0 + dwte.dim(0) : vocab_bound));
   dispatch_storage(dout.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;

@@ -2,6 +2,8 @@
 #include "kernels/matmul.h"
 
 #include "kernels/cpu/matmul_cpu.h"
+#include "kernels/cuda/matmul_cuda.h"
+#include "kernels/gelu.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -37,7 +39,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     check_same_dtype(bias, inp, op, "bias", "inp"), check_same_device(bias, inp, op, "bias", "inp");
     CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
   }
-  if (inp.device() == Device::CUDA) no_cuda(op);
+  if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::matmul_forward(out, inp, weight, bias, N, C, OC, layout));
   dispatch_storage(inp.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::matmul_forward<S>(storage_ptr<S>(out), storage_ptr<S>(inp), storage_ptr<S>(weight), storage_ptr<S>(bias), N,
@@ -69,13 +71,43 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     check_acc_dtype(dbias, inp.dtype(), op, "dbias"), check_same_device(dbias, inp, op, "dbias", "inp");
     CHECK(dbias.numel() == OC, "{}: dbias has {} elements, expected {}", op, dbias.numel(), OC);
   }
-  if (inp.device() == Device::CUDA) no_cuda(op);
+  if (inp.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout));
   dispatch_storage(inp.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;
     cpu::matmul_backward<S>(storage_ptr<S>(dinp), storage_ptr<A>(dweight), storage_ptr<A>(dbias),
                             storage_ptr<S>(dout), storage_ptr<S>(inp), storage_ptr<S>(weight), N, C, OC, layout);
   });
+}
+
+void matmul_bias_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias, WeightLayout layout) {
+  const char* op = "matmul_bias_gelu_forward";
+  check_defined(pre, op, "pre"), check_defined(out, op, "out"), check_defined(inp, op, "inp");
+  check_defined(weight, op, "weight"), check_activation(inp, op, "inp");
+  check_same_dtype(pre, inp, op, "pre", "inp"), check_same_dtype(out, inp, op, "out", "inp");
+  check_same_device(pre, inp, op, "pre", "inp"), check_same_device(out, inp, op, "out", "inp");
+  check_same_dtype(weight, inp, op, "weight", "inp"), check_same_device(weight, inp, op, "weight", "inp");
+  int64_t C, OC;
+  weight_dims(weight, inp, layout, op, C, OC);
+  const int64_t N = inp.numel() / C;
+  CHECK(pre.numel() == N * OC && pre.dim(-1) == OC, "{}: pre has shape {}, expected {} rows of {}", op,
+        pre.shape().str(), N, OC);
+  CHECK(out.shape() == pre.shape(), "{}: out has shape {}, pre {}", op, out.shape().str(), pre.shape().str());
+  CHECK(out.data() != pre.data(), "{}: out and pre must not alias (the backward pass reads pre)", op);
+  if (bias.defined()) {
+    check_same_dtype(bias, inp, op, "bias", "inp"), check_same_device(bias, inp, op, "bias", "inp");
+    CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
+  }
+#ifdef MESHTRAIN_WITH_CUDA
+  // One cuBLASLt call with the GELU_AUX_BIAS epilogue where it applies (16-bit, OC a multiple of 8).
+  if (inp.device() == Device::CUDA && gpu::matmul_bias_gelu_forward(pre, out, inp, weight, bias, N, C, OC, layout))
+    return;
+#endif
+  // The composition: on the CPU, and on the GPU for fp32/fp64 (rounded as the unfused layers are).
+  matmul_forward(pre, inp, weight, bias, layout);
+  gelu_forward(out, pre);
 }
 
 }  // namespace mt::kernels

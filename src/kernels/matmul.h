@@ -15,6 +15,13 @@ enum class WeightLayout { InOut, OutIn };
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     WeightLayout layout);
 
+// pre[N, OC] = inp @ W + bias (saved for the backward pass), out[N, OC] = gelu_tanh(pre), both overwritten (they
+// must not alias; bias may be undefined). The CPU runs matmul_forward then gelu_forward; CUDA fuses the GELU as
+// cuBLASLt's GELU_AUX_BIAS epilogue for bf16/fp16 when OC is a multiple of 8 (its aux leading-dimension rule), and
+// composes the two kernels otherwise (fp32, fp64). The backward pass is gelu_backward then matmul_backward.
+void matmul_bias_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias, WeightLayout layout = WeightLayout::InOut);
+
 // dinp[N, C] = dout @ W^T    (overwritten; skipped when dinp is undefined)
 // dweight   += inp^T @ dout  (accumulated in A, in the weight's layout; skipped when dweight is undefined)
 // dbias     += sum_n dout    (accumulated in A; skipped when dbias is undefined)

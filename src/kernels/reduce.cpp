@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/reduce_cpu.h"
+#include "kernels/cuda/reduce_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -28,7 +29,8 @@ template <bool kSquare>
 void accumulate_reduction(const char* op, const Tensor& acc, const Tensor& x) {
   check_scalar(op, acc, "acc");
   check_defined(x, op, "x"), check_activation(x, op, "x"), check_same_device(acc, x, op, "acc", "x");
-  if (x.device() == Device::CUDA) no_cuda(op);
+  if (x.device() == Device::CUDA)
+    MT_ON_CUDA(op, kSquare ? gpu::sum_squares_accumulate(acc, x) : gpu::sum_accumulate(acc, x));
   const double s = dispatch_storage(x.dtype(), [&](auto t) {
     using S = decltype(t);
     return kSquare ? cpu::sum_squares(storage_ptr<S>(x), x.numel()) : cpu::sum(storage_ptr<S>(x), x.numel());
@@ -50,7 +52,9 @@ void clip_scale(const Tensor& scale, const Tensor& norm, const Tensor& norm_sq, 
         inv_loss_scale);
   check_scalar(op, scale, "scale"), check_scalar(op, norm, "norm"), check_scalar(op, norm_sq, "norm_sq");
   check_same_device(scale, norm_sq, op, "scale", "norm_sq"), check_same_device(norm, norm_sq, op, "norm", "norm_sq");
-  if (norm_sq.device() == Device::CUDA) no_cuda(op);
+  // On the GPU the norm never leaves the device: one device thread computes norm and scale.
+  if (norm_sq.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::clip_scale(scale, norm, norm_sq, max_norm, inv_loss_scale));
   const double n = std::sqrt(load1(norm_sq)) * inv_loss_scale;  // the unscaled gradients' norm
   // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), applied only when it is < 1.
   // A non-finite norm gives a non-finite or zero scale, as in PyTorch; the loss scaler deals with it.

@@ -1,6 +1,7 @@
-// sgd_update: argument checks and the CPU loop (kernels/sgd.h).
+// sgd_update: argument checks, the CPU loop and the dispatch to the GPU kernel (kernels/sgd.h).
 #include "kernels/sgd.h"
 
+#include "kernels/cuda/sgd_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -32,7 +33,8 @@ void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& buf, co
   CHECK(grads.numel() == params.numel() && buf.numel() == params.numel(), "{}: params/grads/buf have {}/{}/{} elements",
         op, params.numel(), grads.numel(), buf.numel());
   CHECK(grad_scale.numel() == 1, "{}: grad_scale must have 1 element, has {}", op, grad_scale.numel());
-  if (params.device() == Device::CUDA) no_cuda(op);
+  // On the GPU grad_scale stays in device memory (the kernel reads it): no host synchronisation.
+  if (params.device() == Device::CUDA) MT_ON_CUDA(op, gpu::sgd_update(params, grads, buf, grad_scale, h));
   const double gs = grad_scale.dtype() == DType::F32 ? double(*grad_scale.data_as<float>())
                                                      : *grad_scale.data_as<double>();
   const int64_t n = params.numel();

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/vocab_parallel_cpu.h"
+#include "kernels/cuda/vocab_parallel_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -21,7 +22,6 @@ Dims check_logits(const Tensor& logits, int64_t v0, int64_t vocab, const char* o
   CHECK(logits.ndim() >= 1 && logits.dim(-1) >= 1, "{}: logits has shape {}", op, logits.shape().str());
   CHECK(v0 >= 0, "{}: v0 {} must be >= 0", op, v0);
   CHECK(vocab >= 1, "{}: vocab {} must be >= 1", op, vocab);
-  if (logits.device() == Device::CUDA) no_cuda(op);
   const int64_t Vl = logits.dim(-1);
   return {logits.numel() / Vl, Vl, std::clamp<int64_t>(vocab - v0, 0, Vl)};
 }
@@ -39,6 +39,9 @@ void check_targets(const Tensor& targets, const Tensor& logits, int64_t N, int64
   CHECK(targets.dtype() == DType::I32, "{}: targets must be int32, is {}", op, dtype_name(targets.dtype()));
   check_same_device(targets, logits, op, "targets", "logits");
   CHECK(targets.numel() == N, "{}: targets has {} elements, expected N={}", op, targets.numel(), N);
+  // Device targets are not read here (that would synchronise): the GPU kernels never use an out-of-range target
+  // as an address and give it a NaN loss (kernels/cuda/vocab_parallel_cuda.cu).
+  if (targets.device() == Device::CUDA) return;
   const int32_t* t = targets.data_as<int32_t>();
   for (int64_t n = 0; n < N; ++n)
     CHECK(t[n] >= 0 && t[n] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[n], n, vocab);
@@ -57,6 +60,7 @@ void vocab_parallel_xent_local_max(const Tensor& row_max, const Tensor& logits, 
   const char* op = "vocab_parallel_xent_local_max";
   const Dims d = check_logits(logits, v0, vocab, op);
   check_row_buffer(row_max, logits, d.N, op, "row_max");
+  if (logits.device() == Device::CUDA) MT_ON_CUDA(op, gpu::vocab_parallel_xent_local_max(row_max, logits, d.nreal));
   dispatch_storage(logits.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::vocab_parallel_xent_local_max<S>(row_max.data_as<cpu::acc_t<S>>(), storage_ptr<S>(logits), d.N, d.Vl,
@@ -71,6 +75,8 @@ void vocab_parallel_xent_local_sums(const Tensor& stats, const Tensor& logits, c
   check_row_buffer(stats, logits, 2 * d.N, op, "stats");
   check_row_buffer(row_max, logits, d.N, op, "row_max");
   check_targets(targets, logits, d.N, vocab, op);
+  if (logits.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::vocab_parallel_xent_local_sums(stats, logits, targets, row_max, v0, d.nreal));
   dispatch_storage(logits.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;
@@ -96,6 +102,9 @@ void vocab_parallel_xent_finish(const Tensor& losses, const Tensor& dlogits, con
     CHECK(dlogits.numel() == logits.numel() && dlogits.dim(-1) == d.Vl, "{}: dlogits has shape {}, logits {}", op,
           dlogits.shape().str(), logits.shape().str());
   }
+  if (logits.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::vocab_parallel_xent_finish(losses, dlogits, logits, targets, row_max, stats, v0, vocab,
+                                                   d.nreal, dloss));
   dispatch_storage(logits.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;

@@ -128,8 +128,9 @@ int64_t GPT::num_parameters() const {
 }
 
 void GPT::init(uint64_t seed, double std, const Tensor& into) {
-  CHECK(device_ == Device::CPU, "init on cpu; the CUDA backend initialises on the host and copies");
   const Tensor flat = into.defined() ? into : params_;
+  CHECK(flat.device() == Device::CPU, "init writes host memory: a GPU model is initialised into a host buffer, "
+        "then copied");
   CHECK(flat.numel() == params_.numel(), "init: a buffer of {} elements for {} parameters", flat.numel(),
         params_.numel());
   const double proj_std = std / std::sqrt(2.0 * cfg_.n_layer);  // GPT-2: residual projections scaled by 1/sqrt(2L)
@@ -175,7 +176,8 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
     la.ln1_mean = arena.alloc({Ns}, acc);
     la.ln1_rstd = arena.alloc({Ns}, acc);
     la.qkv = arena.alloc({N, 3 * C}, dtype_);
-    la.att = arena.alloc({B, NH, T, T}, dtype_);
+    // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32.
+    la.att = arena.alloc(kernels::attention_record_shape(device_, B, NH, T), device_ == Device::CUDA ? acc : dtype_);
     la.atty = arena.alloc({N, C}, dtype_);
     la.res_attn = arena.alloc({Ns, Cf}, dtype_);
     la.ln2 = arena.alloc({Ns, Cf}, dtype_);
@@ -261,29 +263,39 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
     const Tensor pos = param(wpe_).slice(0, {int64_t(a.T) * C});
     for (int b = 0; b < a.B; ++b) kernels::accumulate(a.residual[0].slice(int64_t(b) * a.T * C, {int64_t(a.T) * C}), pos);
   }
+  // Each skip connection's add is fused with the LayerNorm that reads its result (kernels/layernorm.h: the same
+  // values as the add followed by the LayerNorm): the block's ln_2, and the next block's ln_1 (ln_f after the
+  // last block of the last stage). Only the first block's ln_1 reads the stage's input alone.
   const int L = cfg_.stage_layers();
+  const bool last = cfg_.last_stage();
+  kernels::layernorm_forward(a.layers[0].ln1, a.layers[0].ln1_mean, a.layers[0].ln1_rstd, a.residual[0],
+                             param(layer_param(0, LN1_W)), param(layer_param(0, LN1_B)));
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& x = a.residual[l];
     const Tensor& out = a.residual[l + 1];
-    kernels::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, param(layer_param(l, LN1_W)),
-                               param(layer_param(l, LN1_B)));
     kernels::matmul_forward(la.qkv, gathered(la.ln1), param(layer_param(l, QKV_W)), param(layer_param(l, QKV_B)),
                             WeightLayout::InOut);
     kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), NHl);
-    // c_proj writes into res_attn, then the skip connection is added in place.
+    // c_proj writes into res_attn, then the skip connection is added in place (with ln_2).
     row_parallel(la.res_attn, la.atty, param(layer_param(l, ATTPROJ_W)), param(layer_param(l, ATTPROJ_B)));
-    kernels::accumulate(la.res_attn, x);
-    kernels::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, param(layer_param(l, LN2_W)),
-                               param(layer_param(l, LN2_B)));
-    kernels::matmul_forward(la.fch, gathered(la.ln2), param(layer_param(l, FC_W)), param(layer_param(l, FC_B)),
-                            WeightLayout::InOut);
-    kernels::gelu_forward(la.fch_gelu, la.fch);
+    kernels::residual_layernorm_forward(la.res_attn, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, x,
+                                        param(layer_param(l, LN2_W)), param(layer_param(l, LN2_B)));
+    kernels::matmul_bias_gelu_forward(la.fch, la.fch_gelu, gathered(la.ln2), param(layer_param(l, FC_W)),
+                                      param(layer_param(l, FC_B)));
     row_parallel(out, la.fch_gelu, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
-    kernels::accumulate(out, la.res_attn);
+    if (l + 1 < L) {
+      LayerActivations& next = a.layers[l + 1];
+      kernels::residual_layernorm_forward(out, next.ln1, next.ln1_mean, next.ln1_rstd, out, la.res_attn,
+                                          param(layer_param(l + 1, LN1_W)), param(layer_param(l + 1, LN1_B)));
+    } else if (last) {
+      kernels::residual_layernorm_forward(out, a.lnf, a.lnf_mean, a.lnf_rstd, out, la.res_attn, param(lnf_w_),
+                                          param(lnf_b_));
+    } else {
+      kernels::accumulate(out, la.res_attn);
+    }
   }
-  if (!cfg_.last_stage()) return;  // a.output() goes on to the next stage
-  kernels::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual[L], param(lnf_w_), param(lnf_b_));
+  if (!last) return;  // a.output() goes on to the next stage
   // The tied LM head reads wte [Vp, C] as an [out, in] weight.
   kernels::matmul_forward(a.logits, gathered(a.lnf), param(wte_), none, WeightLayout::OutIn);
   if (!tp) {
@@ -407,7 +419,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     matmul_bwd(datty, P(ATTPROJ_W), P(ATTPROJ_B), gathered_dres(), la.atty, split ? kept->d_attproj : none);
     const Tensor dqkv_l = split ? kept->dqkv : dqkv;
     kernels::attention_backward(dqkv_l.view({a.B, a.T, 3 * Cl}), datt, datty.view({a.B, a.T, Cl}),
-                                la.qkv.view({a.B, a.T, 3 * Cl}), la.att, NHl);
+                                la.qkv.view({a.B, a.T, 3 * Cl}), la.atty.view({a.B, a.T, Cl}), la.att, NHl);
     matmul_bwd(dln_full, P(QKV_W), P(QKV_B), dqkv_l, gathered(la.ln1), none);
     reduce_partial();
     ln_backward(P(LN1_W), P(LN1_B), a.residual[l], la.ln1_mean, la.ln1_rstd);

@@ -23,7 +23,8 @@ class PipelineChunks {
  public:
   // CHECKs that layers_per_stage has p*v positive entries summing to base.n_layer (config validation reports
   // these as input errors first).
-  PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank, DType dtype);
+  PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank, DType dtype,
+                 Device device = Device::CPU);
 
   // The rank-wide parameter table of pipeline rank `rank` without building its chunks (to know another
   // rank's layout, e.g. when gathering the model for export).

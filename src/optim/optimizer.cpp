@@ -1,6 +1,8 @@
 // Optimizer step: clip by global norm (computed on the device), then AdamW per segment.
 #include "optim/optimizer.h"
 
+#include "core/device.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -82,8 +84,9 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
   if (norm_group_) norm_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   if (pp_group_) pp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
   kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip, 1.0 / loss_scale);
-  const double norm = norm_.dtype() == DType::F64 ? norm_.data_as<double>()[0] : norm_.data_as<float>()[0];
-  if (!std::isfinite(norm)) return false;
+  // The step's one host read of a device value: a non-finite norm skips the update (fp16 overflow, or the run's
+  // non-finite policy). 4 bytes; on the GPU it waits for the backward pass and the reductions to finish.
+  if (!std::isfinite(read_scalar(norm_))) return false;
   ++t_;
   kernels::AdamWHyper h;
   h.lr = lr;

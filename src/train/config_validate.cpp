@@ -211,6 +211,15 @@ void validate_values(const Config& c) {
   require_one_of("device", c.device, {"cpu", "cuda"});
   require(cm.backend != "nccl" || c.device == "cuda", "comm.backend=nccl needs device=cuda, got device={}",
           c.device);
+  // Features whose state or arithmetic still lives in host loops (docs/cuda.md lists them).
+  if (c.device == "cuda") {
+    const char* gap = "is not available with device=cuda yet (docs/cuda.md)";
+    require(c.optim.sync_every == 0, "optim.sync_every={} (local SGD) {}", c.optim.sync_every, gap);
+    require(cm.compress == "none" || cm.compress == "bf16", "comm.compress={} {}", cm.compress, gap);
+    require(!cm.hierarchical, "comm.hierarchical {}", gap);
+    require(r.checkpoint_every == 0, "run.checkpoint_every={} (checkpoints) {}", r.checkpoint_every, gap);
+    require(r.resume == "auto" || r.resume == "none", "run.resume={} (resuming) {}", r.resume, gap);
+  }
 }
 
 void validate(const Config& c, int world_size) {

@@ -28,7 +28,8 @@ double ms_between(double t0_us, double t1_us) { return (t1_us - t0_us) / 1000.0;
 PipelineRunner::PipelineRunner(PipelineChunks& model, Communicator* pp, const std::string& schedule, int m, int B,
                                int T, Profiler& prof)
     : model_(model), pp_(pp), prof_(prof), p_(pp ? pp->size() : 1), v_(model.size()), m_(m), B_(B), T_(T),
-      split_(schedule == "zb1"), scratch_(Device::CPU, size_t(16) << 20) {
+      split_(schedule == "zb1"), buffers_(model.params().device()),
+      scratch_(model.params().device(), size_t(16) << 20) {
   CHECK(p_ * v_ == model.num_stages(), "{} pipeline ranks x {} chunks != {} stages", p_, v_, model.num_stages());
   CHECK(p_ == 1 || pp, "a pipeline of {} ranks needs its communicator", p_);
   const int rank = pp ? pp->rank() : 0;
@@ -88,7 +89,7 @@ PipelineRunner::Record& PipelineRunner::acquire(int chunk) {
     const GPT& g = model_.chunk(chunk);
     size_t bytes = pool.empty() ? size_t(64) << 20 : pool.front()->arena->high_water_bytes();
     auto rec = std::make_unique<Record>();
-    rec->arena = std::make_unique<Arena>(Device::CPU, bytes);
+    rec->arena = std::make_unique<Arena>(g.params().device(), bytes);
     rec->acts = g.alloc_activations(*rec->arena, B_, T_, split_);
     if (!g.config().first_stage()) rec->dinput = rec->arena->alloc(rec->acts.input().shape(), g.params().dtype());
     pool.push_back(std::move(rec));
@@ -166,7 +167,16 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
       case ActionKind::Forward: {
         Record& r = acquire(a.chunk);
         live[k] = &r;
-        fill(a.micro_batch, r.acts.tokens.data_as<int32_t>(), r.acts.targets.data_as<int32_t>());
+        if (r.acts.tokens.device() == Device::CPU) {
+          fill(a.micro_batch, r.acts.tokens.data_as<int32_t>(), r.acts.targets.data_as<int32_t>());
+        } else {
+          // Copies from pageable memory return once the data is staged, so the vectors can be refilled next.
+          tokens_.resize(r.acts.tokens.numel());
+          targets_.resize(r.acts.targets.numel());
+          fill(a.micro_batch, tokens_.data(), targets_.data());
+          copy_convert(r.acts.tokens, Tensor(tokens_.data(), r.acts.tokens.shape(), DType::I32));
+          copy_convert(r.acts.targets, Tensor(targets_.data(), r.acts.targets.shape(), DType::I32));
+        }
         if (!model.config().first_stage()) {
           CHECK(received_act[k], "schedule: forward of micro-batch {} chunk {} before its input arrived",
                 a.micro_batch, a.chunk);

@@ -82,7 +82,8 @@ class PipelineRunner {
   Profiler& prof_;
   int p_, v_, m_, B_, T_;
   bool split_;
-  Arena buffers_, scratch_;
+  Arena buffers_, scratch_;                 // on the model's device
+  std::vector<int32_t> tokens_, targets_;   // a GPU model's micro-batch, filled on the host, then copied
   std::vector<std::vector<std::unique_ptr<Record>>> pool_;  // per chunk
   Plan train_, eval_;
   int eval_n_ = -1;

@@ -37,7 +37,8 @@ void inject_grad_inf(const PipelineChunks& model) {
   const ParamTable& t = model.table();
   int p = 0;
   while (p + 1 < t.size() && t[p].shard.whole()) ++p;
-  model.grads().data_as<float>()[t[p].offset] = std::numeric_limits<float>::infinity();
+  float inf = std::numeric_limits<float>::infinity();
+  copy_convert(model.grads().slice(t[p].offset, {1}), Tensor(&inf, {1}, DType::F32));  // host or GPU
   spdlog::warn("MESHTRAIN_INJECT: inf injected into the gradient of {} on this rank", t[p].name);
 }
 

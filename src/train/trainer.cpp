@@ -24,7 +24,9 @@
 #include "comm/hierarchical_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_init.h"
+#include "comm/nccl_communicator.h"
 #include "core/arena.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/threads.h"
 #include "data/batcher.h"
@@ -60,10 +62,6 @@ struct SetupError : InputError {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-double read_scalar(const Tensor& t) {
-  return t.dtype() == DType::F64 ? t.data_as<double>()[0] : t.data_as<float>()[0];
-}
-
 std::string format_duration(double seconds) {
   long s = std::lround(std::max(0.0, seconds));
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
@@ -71,6 +69,29 @@ std::string format_duration(double seconds) {
 
 DType precision_dtype(const std::string& name) {
   return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
+}
+
+// The NCCL communicator of a mesh axis, on this rank's GPU and ordered after its compute stream.
+std::unique_ptr<Communicator> make_device_communicator(MPI_Comm c, const std::string& name, const CommOptions& o) {
+#ifdef MESHTRAIN_WITH_CUDA
+  return make_nccl_communicator(c, name, o, cuda_compute_stream());
+#else
+  (void)c, (void)o;
+  MT_CHECK(false, "communicator {}: NCCL needs the CUDA backend", name);
+  return nullptr;
+#endif
+}
+
+// A GPU model's memory at the end of training: the caching allocator's peak and what it holds, the activation
+// records, and whether the steps after the first allocated from the driver (they should not).
+void log_gpu_memory(const PipelineRunner& runner, int chunks, uint64_t mallocs_after_first_step) {
+  const DeviceMemoryStats s = device_memory_stats();
+  double records = 0;
+  for (int c = 0; c < chunks; ++c) records += double(runner.records(c) * runner.record_bytes(c));
+  spdlog::info("GPU memory: peak {:.1f} MiB in tensors (activation records {:.1f} MiB), {:.1f} MiB held from the "
+               "driver in {} cudaMalloc calls, {} of them after the first step",
+               s.peak / 1048576.0, records / 1048576.0, s.reserved / 1048576.0, s.driver_allocations,
+               s.driver_allocations - mallocs_after_first_step);
 }
 
 // Collective over `group`: whether `flag` is true on any of its ranks.
@@ -116,13 +137,14 @@ void agree_on_setup(const std::string& error, MPI_Comm world) {
 
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
-void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, CommTimeline& timeline,
+void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, bool nccl, CommTimeline& timeline,
                    Profiler& prof, const CommOptions& copts, int threads) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
   Communicator& dp = *comms.dp;
-  spdlog::info("{}, device {}, {} compute threads per rank, communication waits {}{}", mesh.describe(), cfg.device,
-               threads, copts.blocking_waits ? "block" : "poll",
+  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(), cfg.device,
+               cfg.device == "cuda" ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
+               nccl ? "nccl" : copts.blocking_waits ? "mpi, blocking waits" : "mpi, polled waits",
                copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
                                                copts.bandwidth_gbps)
                                  : "");
@@ -141,8 +163,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   // the fp32 master weights start in `masters` (init or load) and move into the optimizer once it exists.
   const DType compute = precision_dtype(cfg.precision.compute);
   const bool mixed = compute != DType::F32;
-  PipelineChunks model(gcfg, stage_layers, mesh.pp(), mesh.pp_rank(), compute);
-  Tensor masters = mixed ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
+  const Device dev = cfg.device == "cuda" ? Device::CUDA : Device::CPU;
+  PipelineChunks model(gcfg, stage_layers, mesh.pp(), mesh.pp_rank(), compute, dev);
+  // The initial weights are made (or loaded) in fp32 on the host: on a CPU in fp32 straight into the parameters,
+  // otherwise into `masters`, then copied to the compute copy (rounded) and the optimizer's masters.
+  const bool host_masters = mixed || dev == Device::CUDA;
+  Tensor masters = host_masters ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
   if (mesh.tp() > 1) model.set_tp_comm(comms.tp.get());
   Communicator* tp_norm = mesh.tp() > 1 ? comms.tp.get() : nullptr;
   Dataset data;
@@ -157,7 +183,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     data = load_dataset(cfg);
     if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std, masters);
     else model.load_safetensors(cfg.model.init_from, masters);
-    if (mixed) copy_convert(model.params(), masters);
+    if (host_masters) copy_convert(model.params(), masters);
   } catch (const InputError& e) {
     setup_error = e.what();
   }
@@ -218,12 +244,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     for (OptimSegment& g : segments)
       if (g.offset >= lo && g.offset + g.numel <= hi) g.in_norm = false;
   }
-  auto opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, Device::CPU, os, zero ? &dp : nullptr,
+  auto opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, dev, os, zero ? &dp : nullptr,
                                          tp_norm, mesh.pp() > 1 ? comms.pp.get() : nullptr, mixed);
-  if (mixed) {
-    opt->load_masters(masters);
-    masters = Tensor();  // the optimizer holds its (under ZeRO-1: this rank's) share from here on
-  }
+  if (mixed) opt->load_masters(masters);
+  if (host_masters) masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
   std::unique_ptr<LocalSGD> local;
   if (local_sgd) {
     LocalSGDSettings ls;
@@ -263,6 +287,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     CheckpointInfo info;
     const double l0 = trace_clock_us();
     try {
+      if (dev == Device::CUDA)
+        input_error("run.resume: found {}, and resuming is not available with device=cuda yet (docs/cuda.md); "
+                    "set run.resume=none or use another run.dir", resume_dir);
       info = restore_checkpoint(resume_dir, cfg, model, *opt);
       if (fp16) scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
       nonfinite_skipped = info.state.nonfinite_skipped;
@@ -277,7 +304,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   LRSchedule sched{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
 
   PipelineRunner runner(model, comms.pp.get(), cfg.parallel.schedule, n_micro, mb, T, prof);
-  Tensor loss_sum = Tensor::zeros({1}, DType::F32);
+  Tensor loss_sum = Tensor::zeros({1}, DType::F32, dev);
   Batcher train_batches(&data.train.tokens, T, gb, cfg.data.order, cfg.train.seed);
   Batcher val_batches(&data.val.tokens, T, gb, "sequential", cfg.train.seed);
   spdlog::info("precision: compute {}, gradients and master weights fp32, data-parallel reduction in {}{}",
@@ -303,6 +330,16 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                                              cfg.run.keep_checkpoints);
     spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
   };
+  // The whole model in one safetensors file from a flat fp32 buffer (parameters or gradients) of every rank.
+  // The gather runs on host memory, so NCCL-backed meshes gather through MPI communicators made for it.
+  auto export_safetensors = [&](const std::string& path, const Tensor& flat) {
+    const Tensor host = to_host(flat);
+    if (!nccl) return write_gathered_safetensors(path, model, host, mesh, comms, gcfg, stage_layers);
+    MeshComms mpi = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
+      return make_mpi_communicator(c, name, copts);
+    });
+    write_gathered_safetensors(path, model, host, mesh, mpi, gcfg, stage_layers);
+  };
   // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); dp averages them.
   const double dloss = 1.0 / (double(local_batch) * T);
   const int64_t tokens_per_step = int64_t(gb) * T;
@@ -317,7 +354,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const bool loss_rank = mesh.is_last_stage() && mesh.tp_rank() == 0;
   Tensor loss_total = Tensor::zeros({1}, DType::F32);
   auto global_loss = [&]() {
-    loss_total.data_as<float>()[0] = loss_rank ? loss_sum.data_as<float>()[0] : 0.0f;
+    loss_total.data_as<float>()[0] = loss_rank ? float(read_scalar(loss_sum)) : 0.0f;
     if (world > 1) comms.world->all_reduce(loss_total, ReduceOp::Sum);
     return double(loss_total.data_as<float>()[0]);
   };
@@ -333,6 +370,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   };
   Tensor times = Tensor::zeros({6}, DType::F32);  // step, comm, exposed, pipeline span, -busy, MB sent: max over ranks
   double total_ms = 0, last_loss = 0, last_val = -1;
+  uint64_t gpu_mallocs_after_first_step = 0;  // the caching allocator's cudaMalloc count once warm
   const auto run_start = Clock::now();
   if (start_step > cfg.train.steps)
     spdlog::info("nothing to train: the checkpoint is at step {}, train.steps is {}", start_step - 1, cfg.train.steps);
@@ -350,8 +388,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
         },
         dloss * loss_scale, loss_sum, dp_reduce.hooks, cfg.comm.overlap);
     if (mesh.rank() == world - 1) maybe_fault(hooks, step);
-    if (step == hooks.loss_nan_step && loss_rank && mesh.dp_rank() == mesh.dp() - 1)
-      loss_sum.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    if (step == hooks.loss_nan_step && loss_rank && mesh.dp_rank() == mesh.dp() - 1) {
+      float nan = std::numeric_limits<float>::quiet_NaN();
+      copy_convert(loss_sum, Tensor(&nan, {1}, DType::F32));
+    }
     if (tied >= 0) {
       // Sum the tied embedding's gradient between the first stage (embedding) and the last (head).
       const double w0 = trace_clock_us();
@@ -367,7 +407,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       if (zero) {
         if (rank0) spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
       } else {
-        write_gathered_safetensors(cfg.run.dump_grads, model, model.grads(), mesh, comms, gcfg, stage_layers);
+        export_safetensors(cfg.run.dump_grads, model.grads());
       }
     }
     const double lr = sched.at(step);
@@ -451,6 +491,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       checkpoint(step);
     total_ms += row.step_ms;
     last_loss = row.loss;
+    if (step == start_step) gpu_mallocs_after_first_step = device_memory_stats().driver_allocations;
     if (step % cfg.run.log_every == 0 || step == cfg.train.steps || step == 1) {
       const double eta_s = (cfg.train.steps - step) * (ms_since(run_start) / (step - start_step + 1)) / 1000.0;
       spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms/step{} | "
@@ -464,17 +505,18 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
   }
 
-  // The training's peak, before the export gathers whole tensors.
-  const size_t training_peak = peak_host_tensor_bytes();
+  // The training's peak (of GPU memory for a GPU model), before the export gathers whole tensors.
+  const size_t training_peak = dev == Device::CUDA ? device_memory_stats().peak : peak_host_tensor_bytes();
+  if (dev == Device::CUDA) log_gpu_memory(runner, model.size(), gpu_mallocs_after_first_step);
   // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
   Tensor weights = model.params();
   if (mixed) {
-    weights = Tensor::zeros(model.params().shape(), DType::F32);
+    weights = Tensor::zeros(model.params().shape(), DType::F32, dev);
     opt->store_masters(weights);
     if (zero)
       for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk_view(weights, c));
   }
-  write_gathered_safetensors(cfg.run.dir + "/model.safetensors", model, weights, mesh, comms, gcfg, stage_layers);
+  export_safetensors(cfg.run.dir + "/model.safetensors", weights);
   if (rank0) model.chunk(0).export_hf_config(cfg.run.dir + "/config.json");
   if (prof.enabled()) {
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
@@ -503,15 +545,26 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
 }  // namespace
 
 void run_training(const Config& cfg) {
-  // Valid names that later versions implement: refuse them up front rather than train something else.
-  if (cfg.device != "cpu") input_error("device={}: this build has no CUDA backend; use device=cpu", cfg.device);
-  if (cfg.comm.backend == "nccl") input_error("comm.backend=nccl needs device=cuda");
-
+  const bool gpu = cfg.device == "cuda";
+  if (gpu && !cuda_built())
+    input_error("device=cuda: this build has no CUDA backend (nvcc and NCCL were not found when it was configured)");
   int world = 1, rank = 0;
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
-  const int on_node = node_ranks().local_size;
+  const NodeRanks node = node_ranks();
+  const int on_node = node.local_size;
+  if (gpu) {
+    if (!cuda_available()) input_error("device=cuda: no usable GPU on this node");
+    cuda_init(node.local_rank);
+  }
+  // NCCL needs a GPU of its own per rank; comm.backend=auto takes it when every rank on the node has one, and
+  // MPI (device tensors staged through pinned host memory) otherwise, e.g. several ranks sharing one GPU.
+  const bool nccl = gpu && (cfg.comm.backend == "nccl" ||
+                            (cfg.comm.backend == "auto" && world > 1 && on_node <= cuda_device_count()));
+  if (nccl && on_node > cuda_device_count())
+    input_error("comm.backend=nccl: {} ranks on this node share {} GPUs; NCCL needs one GPU per rank (use "
+                "comm.backend=mpi)", on_node, cuda_device_count());
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
   const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads));
@@ -526,8 +579,10 @@ void run_training(const Config& cfg) {
           hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), cfg.comm.emulate.ranks_per_node), 0);
       if (!l.error.empty()) input_error("comm.hierarchical: the dp group of rank {}: {}", r, l.error);
     }
+  // The world communicator carries host values (metrics, the loss): MPI whatever the backend.
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
     if (name == "dp" && cfg.comm.hierarchical) return make_hierarchical_communicator(c, name, copts);
+    if (nccl && name != "world") return make_device_communicator(c, name, copts);
     return make_mpi_communicator(c, name, copts);
   });
   for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
@@ -536,7 +591,7 @@ void run_training(const Config& cfg) {
       prof.comm(e);
     });
   try {
-    train_on_mesh(cfg, mesh, comms, timeline, prof, copts, threads);
+    train_on_mesh(cfg, mesh, comms, nccl, timeline, prof, copts, threads);
   } catch (const SetupError&) {
     throw;  // every rank is here together: communicators shut down cleanly, main exits with status 2
   } catch (const StoppedTogether&) {

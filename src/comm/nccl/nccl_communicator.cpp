@@ -53,7 +53,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // One issued operation. Its events are destroyed with it (cudaEventDestroy of a pending event is allowed: the
-// runtime releases it once it completes).
+// runtime releases it once it completes). It holds the caller's tensors until it is retired (done), as the MPI
+// backend does: an owning tensor dropped by the caller right after issue must not go back to the caching
+// allocator, and be handed out to compute-stream work, while the communication stream still reads or writes it.
 struct Op {
   CommKind kind = CommKind::AllReduce;
   uint64_t seq = 0;
@@ -62,6 +64,7 @@ struct Op {
   cudaEvent_t ready = nullptr;  // on the compute stream: the operation's inputs are written
   cudaEvent_t start = nullptr;  // on the communication stream, before the NCCL call (timing)
   cudaEvent_t done = nullptr;   // on the communication stream, after the NCCL call and any copy-out
+  Tensor keep_a, keep_b;        // the operation's tensors, dropped by the watchdog when it retires the op
   ~Op() {
     for (cudaEvent_t e : {ready, start, done})
       if (e) cudaEventDestroy(e);  // no CHECK: may run during teardown after a CUDA error was reported
@@ -173,7 +176,7 @@ class NcclCommunicator : public Communicator {
 
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_device(t, "all_reduce");
-    return issue(CommKind::AllReduce, int64_t(t.nbytes()), false, [&] {
+    return issue(CommKind::AllReduce, int64_t(t.nbytes()), false, t, Tensor(), [&] {
       if (t.numel() > 0)
         NCCL_CHECK(ncclAllReduce(t.data(), t.data(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), nccl_,
                                  comm_stream_));
@@ -188,7 +191,7 @@ class NcclCommunicator : public Communicator {
     const int64_t n = in.numel(), c = (n + size_ - 1) / size_, mine = shard_range(n, size_, rank_).size();
     MT_CHECK(out.numel() == mine, "reduce_scatter on '{}': out has {} elements, rank {}'s shard of {} is {}", name(),
              out.numel(), rank_, n, mine);
-    return issue(CommKind::ReduceScatter, int64_t(in.nbytes()), false, [&] {
+    return issue(CommKind::ReduceScatter, int64_t(in.nbytes()), false, in, out, [&] {
       if (n == 0) return;
       const size_t es = dtype_size(in.dtype());
       const ncclDataType_t ty = nccl_type(in.dtype());
@@ -216,7 +219,7 @@ class NcclCommunicator : public Communicator {
     const int64_t n = out.numel(), c = (n + size_ - 1) / size_, mine = shard_range(n, size_, rank_).size();
     MT_CHECK(in.numel() == mine, "all_gather on '{}': in has {} elements, rank {}'s shard of {} is {}", name(),
              in.numel(), rank_, n, mine);
-    return issue(CommKind::AllGather, int64_t(in.nbytes()), false, [&] {
+    return issue(CommKind::AllGather, int64_t(in.nbytes()), false, in, out, [&] {
       if (n == 0) return;
       const size_t es = dtype_size(in.dtype());
       const ncclDataType_t ty = nccl_type(in.dtype());
@@ -238,7 +241,7 @@ class NcclCommunicator : public Communicator {
   WorkPtr broadcast_async(const Tensor& t, int root) override {
     check_device(t, "broadcast");
     MT_CHECK(root >= 0 && root < size_, "broadcast root {} of {}", root, size_);
-    return issue(CommKind::Broadcast, int64_t(t.nbytes()), false, [&] {
+    return issue(CommKind::Broadcast, int64_t(t.nbytes()), false, t, Tensor(), [&] {
       if (t.numel() > 0)
         NCCL_CHECK(ncclBroadcast(t.data(), t.data(), size_t(t.numel()), nccl_type(t.dtype()), root, nccl_,
                                  comm_stream_));
@@ -251,7 +254,7 @@ class NcclCommunicator : public Communicator {
   WorkPtr send_async(const Tensor& t, int peer, int /*tag*/) override {
     check_device(t, "send");
     MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send to {} on '{}' of {}", peer, name(), size_);
-    return issue(CommKind::Send, int64_t(t.nbytes()), false, [&] {
+    return issue(CommKind::Send, int64_t(t.nbytes()), false, t, Tensor(), [&] {
       if (t.numel() > 0)
         NCCL_CHECK(ncclSend(t.data(), size_t(t.numel()), nccl_type(t.dtype()), peer, nccl_, comm_stream_));
     });
@@ -260,7 +263,7 @@ class NcclCommunicator : public Communicator {
   WorkPtr recv_async(const Tensor& t, int peer, int /*tag*/) override {
     check_device(t, "recv");
     MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, "recv from {} on '{}' of {}", peer, name(), size_);
-    return issue(CommKind::Recv, int64_t(t.nbytes()), false, [&] {
+    return issue(CommKind::Recv, int64_t(t.nbytes()), false, t, Tensor(), [&] {
       if (t.numel() > 0)
         NCCL_CHECK(ncclRecv(t.data(), size_t(t.numel()), nccl_type(t.dtype()), peer, nccl_, comm_stream_));
     });
@@ -268,7 +271,7 @@ class NcclCommunicator : public Communicator {
 
   // A one-element all-reduce; its handle waits on the host (a barrier is about the host).
   WorkPtr barrier_async() override {
-    return issue(CommKind::Barrier, 0, true, [&] {
+    return issue(CommKind::Barrier, 0, true, Tensor(), Tensor(), [&] {
       NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, nccl_, comm_stream_));
     });
   }
@@ -292,10 +295,12 @@ class NcclCommunicator : public Communicator {
   }
 
   template <typename Body>
-  WorkPtr issue(CommKind kind, int64_t bytes, bool host, Body&& body) {
+  WorkPtr issue(CommKind kind, int64_t bytes, bool host, const Tensor& a, const Tensor& b, Body&& body) {
     std::lock_guard<std::mutex> issue_lock(issue_mu_);  // NCCL calls on one communicator must not interleave
     auto op = std::make_shared<Op>();
     op->kind = kind;
+    op->keep_a = a;
+    op->keep_b = b;
     op->seq = ++seq_;
     op->bytes = bytes;
     op->issue_us = trace_clock_us();
@@ -334,6 +339,7 @@ class NcclCommunicator : public Communicator {
       }
       if (event_done(front->done)) {
         report(*front);
+        front->keep_a = front->keep_b = Tensor();  // only this thread touches them after issue
         std::lock_guard<std::mutex> lk(mu_);
         inflight_.pop_front();
         front.reset();

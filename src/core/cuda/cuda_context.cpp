@@ -25,10 +25,12 @@ std::once_flag g_once;
 
 bool cuda_built() { return true; }
 
-bool cuda_available() {
+int cuda_device_count() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 void cuda_init(int local_rank) {
   std::call_once(g_once, [&] {
@@ -55,6 +57,7 @@ void cuda_init(int local_rank) {
 }
 
 int cuda_device_index() { return g_ctx.device; }
+CUstream_st* cuda_compute_stream() { return compute_stream(); }
 
 cudaStream_t compute_stream() {
   MT_CHECK(g_ctx.stream != nullptr, "CUDA used before cuda_init()");

@@ -1,0 +1,13 @@
+// GPU SGD with momentum over flat buffers (kernels/sgd.h): declarations only, without CUDA headers, so every build
+// can include them. The entry point in kernels/sgd.cpp checks the arguments.
+#pragma once
+#include "core/tensor.h"
+#include "kernels/sgd.h"
+
+namespace mt::kernels::gpu {
+
+// params and buf updated in place; grad_scale[0] is read on the device (no host synchronisation).
+void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& buf, const Tensor& grad_scale,
+                const SGDHyper& h);
+
+}  // namespace mt::kernels::gpu

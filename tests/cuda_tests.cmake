@@ -1,0 +1,6 @@
+# GPU runs of the whole trainer (tests/py/test_cuda_parity.py): the GPU path against the CPU path, and 2 ranks
+# sharing one GPU (dp2, tp2, pp2 over comm.backend=mpi) against the single-rank GPU run. Reported as skipped
+# (exit 77) where the build has no CUDA backend or no GPU is usable. Included from tests/CMakeLists.txt.
+add_test(NAME cuda_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_parity.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_parity)
+set_tests_properties(cuda_parity PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
