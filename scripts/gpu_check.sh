@@ -278,6 +278,8 @@ CMAKE_ARGS=(
   -DMPI_C_LIB_NAMES=mpich -DMPI_mpich_LIBRARY="$PREFIX/$ARCH_LIB/libmpich.so"
   -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpiexec"
   -DNCCL_INCLUDE_DIR="$NCCL_INC" -DNCCL_LIBRARY="$NCCL_LIB"
+  # The script tests run with this machine's python3 (its torch and numpy), not /usr/bin/python3.
+  -DMESHTRAIN_PYTHON="$(command -v python3)"
 )
 [[ -n "$NVCC" ]] && CMAKE_ARGS+=(-DCMAKE_CUDA_COMPILER="$NVCC")
 BUILD_OK=1   # 0 once configure or build has failed: the tests are then skipped, the benchmark runs without meshtrain

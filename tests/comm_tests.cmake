@@ -12,7 +12,7 @@ endforeach()
 add_executable(watchdog_probe ${CMAKE_CURRENT_SOURCE_DIR}/watchdog_probe.cpp)
 target_link_libraries(watchdog_probe PRIVATE meshtrain)
 add_test(NAME comm_watchdog
-         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/py/test_watchdog.py ${MPIEXEC_EXECUTABLE}
+         COMMAND ${MT_PY} ${CMAKE_CURRENT_SOURCE_DIR}/py/test_watchdog.py ${MPIEXEC_EXECUTABLE}
                  ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:watchdog_probe>)
 set_tests_properties(comm_watchdog PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 60 PROCESSORS 4)
 

@@ -11,6 +11,6 @@ endforeach()
 
 # The trainer with comm.hierarchical: identical to the flat all-reduce, faster on two tiers, uneven nodes refused.
 add_test(NAME hierarchical_trainer
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/py/test_hierarchical_trainer.py $<TARGET_FILE:trainer>
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_hierarchical_trainer.py $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/test_work/hierarchical_trainer ${MPIEXEC_EXECUTABLE})
 set_tests_properties(hierarchical_trainer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 180 PROCESSORS 4)

@@ -7,6 +7,6 @@ foreach(np 2 3)
                        PROCESSORS ${np})
 endforeach()
 add_test(NAME local_sgd
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/py/test_local_sgd.py $<TARGET_FILE:trainer>
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_local_sgd.py $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/test_work/local_sgd ${MPIEXEC_EXECUTABLE})
 set_tests_properties(local_sgd PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300 PROCESSORS 2)

@@ -1,8 +1,5 @@
-# Research tools (issue 9): scripts/sweep.py over a small grid through mpiexec (its CSVs against each point's
+# Research tools: scripts/sweep.py over a small grid through mpiexec (its CSVs against each point's
 # metrics.jsonl, a failing point recorded without stopping the sweep) and scripts/plot.py's figures as PNG files.
-if(NOT DEFINED MT_PY)
-  set(MT_PY /usr/bin/python3)  # Debian's interpreter: the one that sees python3-matplotlib
-endif()
 if(NOT DEFINED MT_WORK)
   set(MT_WORK ${CMAKE_BINARY_DIR}/test_work)
 endif()

@@ -1,5 +1,8 @@
 # Whole-program tests: the trainer run end to end, against PyTorch and against every bad input.
-set(MT_PY /usr/bin/python3)  # Debian's interpreter: the one that sees python3-torch
+# The Python of the script tests: Debian's by default (it sees python3-torch and python3-matplotlib); a machine whose
+# torch and numpy live elsewhere (a GPU machine's virtual environment) passes -DMESHTRAIN_PYTHON=... instead.
+set(MESHTRAIN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python interpreter for the script tests (needs torch, numpy)")
+set(MT_PY ${MESHTRAIN_PYTHON})
 set(MT_WORK ${CMAKE_BINARY_DIR}/test_work)
 
 add_test(NAME pytorch_parity
