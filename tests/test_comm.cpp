@@ -12,8 +12,10 @@
 #include "comm/mpi_communicator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "rank_values.h"
 
 using namespace mt;
+using namespace mt::test;
 
 namespace {
 
@@ -27,32 +29,6 @@ std::unique_ptr<Communicator> world(const CommOptions& o = test_opts(), const ch
   return make_mpi_communicator(MPI_COMM_WORLD, name, o);
 }
 
-// Element i as fp32, whatever the tensor's type.
-float get(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::F32: return static_cast<const float*>(t.data())[i];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(t.data())[i]);
-    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(t.data())[i]);
-    default: FAIL("unexpected dtype"); return 0;
-  }
-}
-void set(const Tensor& t, int64_t i, float v) {
-  switch (t.dtype()) {
-    case DType::F32: static_cast<float*>(t.data())[i] = v; break;
-    case DType::BF16: static_cast<uint16_t*>(t.data())[i] = float_to_bf16(v); break;
-    case DType::F16: static_cast<uint16_t*>(t.data())[i] = float_to_fp16(v); break;
-    default: FAIL("unexpected dtype");
-  }
-}
-
-// Rank r's input: r + 1 + i % 7 (exact in every type; sums over 4 ranks stay exact integers below 64).
-float input(int r, int64_t i) { return static_cast<float>(r + 1 + i % 7); }
-float expected(ReduceOp op, int p, int64_t i) {
-  const float sum = static_cast<float>(p * (p + 1) / 2 + p * (i % 7));
-  if (op == ReduceOp::Sum) return sum;
-  if (op == ReduceOp::Avg) return sum / static_cast<float>(p);  // (p+1)/2 + i%7: exact
-  return static_cast<float>(p + i % 7);
-}
 
 const std::vector<int64_t> kSizes = {0, 1, 2, 3, 5, 7, 13, 1000, 4099};
 const std::vector<DType> kTypes = {DType::F32, DType::BF16, DType::F16};

@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "rank_values.h"
 #ifdef MESHTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -27,6 +28,7 @@
 #endif
 
 using namespace mt;
+using namespace mt::test;
 
 namespace {
 
@@ -40,32 +42,6 @@ std::unique_ptr<Communicator> world(const CommOptions& o = test_opts(), const ch
   return make_mpi_communicator(MPI_COMM_WORLD, name, o);
 }
 
-// Element i of a host tensor as fp32, whatever its type.
-float get(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::F32: return static_cast<const float*>(t.data())[i];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(t.data())[i]);
-    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(t.data())[i]);
-    default: FAIL("unexpected dtype"); return 0;
-  }
-}
-void set(const Tensor& t, int64_t i, float v) {
-  switch (t.dtype()) {
-    case DType::F32: static_cast<float*>(t.data())[i] = v; break;
-    case DType::BF16: static_cast<uint16_t*>(t.data())[i] = float_to_bf16(v); break;
-    case DType::F16: static_cast<uint16_t*>(t.data())[i] = float_to_fp16(v); break;
-    default: FAIL("unexpected dtype");
-  }
-}
-
-// Rank r's input: r + 1 + i % 7 (exact in every type; sums over up to 8 ranks stay exact integers).
-float input(int r, int64_t i) { return static_cast<float>(r + 1 + i % 7); }
-float expected(ReduceOp op, int p, int64_t i) {
-  const float sum = static_cast<float>(p * (p + 1) / 2 + p * (i % 7));
-  if (op == ReduceOp::Sum) return sum;
-  if (op == ReduceOp::Avg) return sum / static_cast<float>(p);  // (p+1)/2 + i%7: exact for p = 1, 2, 4
-  return static_cast<float>(p + i % 7);
-}
 
 // A pattern that names the rank, for broadcast and send/recv: rr * 16 + i % 16 (exact in bf16 up to 16 ranks).
 float rank_pattern(int rr, int64_t i) { return static_cast<float>(rr * 16 + i % 16); }

@@ -18,8 +18,10 @@
 #include "core/dtype.h"
 #include "core/errors.h"
 #include "core/tensor.h"
+#include "rank_values.h"
 
 using namespace mt;
+using namespace mt::test;
 
 namespace {
 
@@ -30,31 +32,6 @@ CommOptions test_opts(int ranks_per_node) {
   return o;
 }
 
-float get(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::F32: return static_cast<const float*>(t.data())[i];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(t.data())[i]);
-    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(t.data())[i]);
-    default: FAIL("unexpected dtype"); return 0;
-  }
-}
-void set(const Tensor& t, int64_t i, float v) {
-  switch (t.dtype()) {
-    case DType::F32: static_cast<float*>(t.data())[i] = v; break;
-    case DType::BF16: static_cast<uint16_t*>(t.data())[i] = float_to_bf16(v); break;
-    case DType::F16: static_cast<uint16_t*>(t.data())[i] = float_to_fp16(v); break;
-    default: FAIL("unexpected dtype");
-  }
-}
-
-// Rank r's input r + 1 + i % 7: exact in every type; sums over 4 ranks are integers below 64.
-float input(int r, int64_t i) { return static_cast<float>(r + 1 + i % 7); }
-float expected(ReduceOp op, int p, int64_t i) {
-  const float sum = static_cast<float>(p * (p + 1) / 2 + p * (i % 7));
-  if (op == ReduceOp::Sum) return sum;
-  if (op == ReduceOp::Avg) return sum / static_cast<float>(p);
-  return static_cast<float>(p + i % 7);
-}
 Tensor filled(int64_t n, DType dt, int r) {
   Tensor t = Tensor::empty({n}, dt);
   for (int64_t i = 0; i < n; ++i) set(t, i, input(r, i));

@@ -17,8 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The update's scalars, each rounded to the parameter type once (as the CPU's AdamWConsts).
 template <typename P>
 struct AdamWConsts {

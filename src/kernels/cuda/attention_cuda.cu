@@ -60,8 +60,6 @@ bool allow_shared_bytes(Kernel kernel, size_t bytes) {
   return true;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // ------------------------------------------------------------------------------------------------------------
 // D_i = sum_k dO_ik O_ik per (b, h, i), in the accumulation type: one warp per row, lanes over the head's columns.
 template <typename S>

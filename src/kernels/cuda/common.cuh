@@ -52,6 +52,42 @@ inline int grid_for(int64_t n, int threads, int max_blocks = 65535) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, max_blocks)));
 }
 
+// 16 bytes of S: the unit of the vectorised loads and stores.
+template <typename S>
+struct alignas(16) Pack {
+  static constexpr int kN = 16 / int(sizeof(S));
+  S v[kN];
+};
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// V consecutive elements at p widened to A: one 16-byte load when V > 1 (p then 16-byte aligned).
+template <int V, typename S, typename A>
+__device__ __forceinline__ void load_n(A (&x)[V], const S* p) {
+  if constexpr (V == 1) {
+    x[0] = to_acc(p[0]);
+  } else {
+    static_assert(V == Pack<S>::kN, "a vector access is one 16-byte pack");
+    const Pack<S> pk = *reinterpret_cast<const Pack<S>*>(p);
+#pragma unroll
+    for (int i = 0; i < V; ++i) x[i] = to_acc(pk.v[i]);
+  }
+}
+
+// V consecutive elements at p, each rounded once from A to S.
+template <int V, typename S, typename A>
+__device__ __forceinline__ void store_n(S* p, const A (&x)[V]) {
+  if constexpr (V == 1) {
+    p[0] = from_acc<S>(x[0]);
+  } else {
+    static_assert(V == Pack<S>::kN, "a vector access is one 16-byte pack");
+    Pack<S> pk;
+#pragma unroll
+    for (int i = 0; i < V; ++i) pk.v[i] = from_acc<S>(x[i]);
+    *reinterpret_cast<Pack<S>*>(p) = pk;
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

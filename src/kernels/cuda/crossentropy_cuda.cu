@@ -20,14 +20,6 @@ namespace {
 
 constexpr int kMaxThreads = 512;
 
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / int(sizeof(S));
-  S v[kN];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 __device__ __forceinline__ float exp_acc(float x) { return expf(x); }
 __device__ __forceinline__ double exp_acc(double x) { return exp(x); }
 
@@ -77,29 +69,6 @@ __device__ MaxSum<A> block_combine(MaxSum<A> v) {
   }
   __syncthreads();
   return result;
-}
-
-// V consecutive logits at p widened to A (p 16-byte aligned when V > 1).
-template <int V, typename S, typename A>
-__device__ __forceinline__ void load_n(A (&x)[V], const S* p) {
-  if constexpr (V == 1) {
-    x[0] = to_acc(p[0]);
-  } else {
-    const Pack<S> pk = *reinterpret_cast<const Pack<S>*>(p);
-#pragma unroll
-    for (int i = 0; i < V; ++i) x[i] = to_acc(pk.v[i]);
-  }
-}
-template <int V, typename S, typename A>
-__device__ __forceinline__ void store_n(S* p, const A (&x)[V]) {
-  if constexpr (V == 1) {
-    p[0] = from_acc<S>(x[0]);
-  } else {
-    Pack<S> pk;
-#pragma unroll
-    for (int i = 0; i < V; ++i) pk.v[i] = from_acc<S>(x[i]);
-    *reinterpret_cast<Pack<S>*>(p) = pk;
-  }
 }
 
 // One block per row; V divides Vp.

@@ -14,14 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / int(sizeof(S));
-  S v[kN];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename S, int V>
 __global__ void add_kernel(S* out, const S* a, const S* b, int64_t n) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x, first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

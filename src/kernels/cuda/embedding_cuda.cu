@@ -19,14 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / int(sizeof(S));
-  S v[kN];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename A>
 __device__ __forceinline__ A quiet_nan() {
   return A(__int_as_float(0x7fc00000));

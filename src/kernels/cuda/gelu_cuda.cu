@@ -15,14 +15,6 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;
 constexpr int kThreads = 256;
 
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / int(sizeof(S));
-  S v[kN];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 __device__ __forceinline__ float tanh_acc(float x) { return tanhf(x); }
 __device__ __forceinline__ double tanh_acc(double x) { return tanh(x); }
 

@@ -20,41 +20,6 @@ constexpr int kForwardRowsPerBlock = 8;  // 256 threads: a warp per row
 constexpr int kBackwardThreads = 512;    // 16 warps share one block's dweight/dbias partial sums
 constexpr size_t kMaxSharedBytes = 48 * 1024;
 
-// 16 bytes of S: one vector load or store.
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / int(sizeof(S));
-  S v[kN];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// V consecutive elements at p (p aligned to 16 bytes when V > 1), widened to A.
-template <int V, typename S, typename A>
-__device__ __forceinline__ void load_n(A (&x)[V], const S* p) {
-  if constexpr (V == 1) {
-    x[0] = to_acc(p[0]);
-  } else {
-    static_assert(V == Pack<S>::kN, "a vector access is one 16-byte pack");
-    const Pack<S> pk = *reinterpret_cast<const Pack<S>*>(p);
-#pragma unroll
-    for (int i = 0; i < V; ++i) x[i] = to_acc(pk.v[i]);
-  }
-}
-
-// V consecutive elements at p, each rounded once from A to S.
-template <int V, typename S, typename A>
-__device__ __forceinline__ void store_n(S* p, const A (&x)[V]) {
-  if constexpr (V == 1) {
-    p[0] = from_acc<S>(x[0]);
-  } else {
-    Pack<S> pk;
-#pragma unroll
-    for (int i = 0; i < V; ++i) pk.v[i] = from_acc<S>(x[i]);
-    *reinterpret_cast<Pack<S>*>(p) = pk;
-  }
-}
-
 __device__ __forceinline__ float rsqrt_acc(float x) { return 1.0f / sqrtf(x); }  // IEEE sqrt and divide, as the CPU
 __device__ __forceinline__ double rsqrt_acc(double x) { return 1.0 / sqrt(x); }
 

@@ -18,14 +18,6 @@ constexpr int kThreads = 256;
 constexpr int kMaxPartials = 1024;
 __device__ double g_partials[kMaxPartials];
 
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int kN = 16 / int(sizeof(S));
-  S v[kN];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <bool kSquare>
 __device__ __forceinline__ double term(double v) {
   return kSquare ? v * v : v;

@@ -13,8 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename P>
 struct SGDConsts {
   P decay, lr, momentum;
