@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "core/cuda/cuda_context.h"
 #include "core/cuda_check.h"
 #include "core/device_memory.h"
@@ -65,7 +67,7 @@ void device_copy_convert(const Tensor& dst, const Tensor& src) {
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 4096));
   cast_kernel<<<blocks, threads, 0, compute_stream()>>>(dst.data(), dst.dtype(), src.data(), src.dtype(), n);
-  CUDA_CHECK(cudaGetLastError());
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace mt::detail

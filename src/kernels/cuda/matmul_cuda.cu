@@ -58,7 +58,7 @@ struct Gemm {
   bool accumulate = false;  // beta = 1 (else 0)
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // BIAS / GELU_AUX_BIAS: m elements of cd's type
-  void* aux = nullptr;         // GELU_AUX(_BIAS): the pre-GELU values, [m, n] with leading dimension aux_ld
+  void* aux = nullptr;         // GELU_AUX(_BIAS): the pre-GELU values in D's type, [m, n], leading dimension aux_ld
   int64_t aux_ld = 0;
 };
 
@@ -122,9 +122,11 @@ GemmPlan make_plan(Lt& s, const Gemm& g) {
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
   if (g.aux) {
+    // int64_t, in elements. EPILOGUE_AUX_DATA_TYPE is left unset on purpose: unset, the GELU input matrix has D's
+    // element type (cublasLt.h), which is what pre holds; setting it is only meant for fp8 outputs, and "if set
+    // for an unsupported matrix data, scale, and compute type combination, calling cublasLtMatmul() will return
+    // CUBLAS_INVALID_VALUE": a fatal error at the call rather than a heuristic miss the caller can fall back from.
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
-    const int32_t aux_type = cuda_type(g.cd);
-    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type);
   }
   set_pointers(p.desc, g);
   // Layouts describe the stored matrices: op(A) = A^T means A is stored [k, m].
