@@ -234,11 +234,6 @@ void check_attention(int64_t B, int64_t T, int64_t NH, int64_t HS, DType dt, boo
 
 }  // namespace
 
-TEST_CASE("cuda matmul/attention: record shapes (no GPU needed)", "[cuda][attention]") {
-  REQUIRE(attention_record_shape(Device::CPU, 2, 3, 5) == Shape{2, 3, 5, 5});
-  REQUIRE(attention_record_shape(Device::CUDA, 2, 3, 5) == Shape{2, 3, 5});
-}
-
 TEST_CASE("cuda matmul: forward and backward against the cpu, odd shapes", "[cuda][matmul]") {
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64})
     for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn})

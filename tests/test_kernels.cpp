@@ -644,3 +644,10 @@ TEST_CASE("adamw: matches PyTorch's AdamW formula over several steps", "[adamw]"
     REQUIRE(q.data_as<double>()[i] ==
             Approx(-h.lr * g.data_as<double>()[i] / (std::abs(g.data_as<double>()[i]) + h.eps)).epsilon(1e-12));
 }
+
+// Runs without a GPU: the shape of attention's saved record on each device (cpu: the probabilities; cuda: the
+// flash kernel's log-sum-exp per query).
+TEST_CASE("attention record shapes per device") {
+  CHECK(kernels::attention_record_shape(Device::CPU, 2, 3, 5) == Shape{2, 3, 5, 5});
+  CHECK(kernels::attention_record_shape(Device::CUDA, 2, 3, 5) == Shape{2, 3, 5});
+}

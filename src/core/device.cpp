@@ -36,8 +36,14 @@ Tensor to_host(const Tensor& t) {
 double read_scalar(const Tensor& t) {
   MT_CHECK(t.numel() >= 1 && (t.dtype() == DType::F32 || t.dtype() == DType::F64),
            "read_scalar: {} tensor of {} elements", dtype_name(t.dtype()), t.numel());
-  double v = 0;
-  copy_convert(Tensor(&v, {1}, DType::F64), t.slice(0, {1}));
+  // Read in t's own dtype: a plain copy, with no conversion staged through a temporary (twice per step on a GPU).
+  if (t.dtype() == DType::F64) {
+    double v = 0;
+    copy_convert(Tensor(&v, {1}, DType::F64), t.slice(0, {1}));
+    return v;
+  }
+  float v = 0;
+  copy_convert(Tensor(&v, {1}, DType::F32), t.slice(0, {1}));
   return v;
 }
 

@@ -1,4 +1,4 @@
-// matmul_forward / matmul_backward: argument checks and device dispatch (kernels/matmul.h has the contract).
+// matmul_forward, matmul_bias_gelu_forward, matmul_backward: argument checks and device dispatch (kernels/matmul.h has the contract).
 #include "kernels/matmul.h"
 
 #include "kernels/cpu/matmul_cpu.h"
@@ -21,24 +21,29 @@ void weight_dims(const Tensor& weight, const Tensor& inp, WeightLayout layout, c
   CHECK(in_dim == C, "{}: inp has {} columns but weight {} ({}) expects {}", op, C, weight.shape().str(),
         layout == WeightLayout::InOut ? "InOut" : "OutIn", in_dim);
 }
+// The checks of a forward product res[N, OC] = inp @ W (+ bias), giving N, C and OC.
+void check_forward(const char* op, const char* res_name, const Tensor& res, const Tensor& inp, const Tensor& weight,
+                   const Tensor& bias, WeightLayout layout, int64_t& N, int64_t& C, int64_t& OC) {
+  check_defined(res, op, res_name), check_defined(inp, op, "inp"), check_defined(weight, op, "weight");
+  check_activation(inp, op, "inp");
+  check_same_dtype(res, inp, op, res_name, "inp"), check_same_dtype(weight, inp, op, "weight", "inp");
+  check_same_device(res, inp, op, res_name, "inp"), check_same_device(weight, inp, op, "weight", "inp");
+  weight_dims(weight, inp, layout, op, C, OC);
+  N = inp.numel() / C;
+  CHECK(res.numel() == N * OC && res.dim(-1) == OC, "{}: {} has shape {}, expected {} rows of {}", op, res_name,
+        res.shape().str(), N, OC);
+  if (bias.defined()) {
+    check_same_dtype(bias, inp, op, "bias", "inp"), check_same_device(bias, inp, op, "bias", "inp");
+    CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
+  }
+}
 }  // namespace
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     WeightLayout layout) {
   const char* op = "matmul_forward";
-  check_defined(out, op, "out"), check_defined(inp, op, "inp"), check_defined(weight, op, "weight");
-  check_activation(inp, op, "inp");
-  check_same_dtype(out, inp, op, "out", "inp"), check_same_dtype(weight, inp, op, "weight", "inp");
-  check_same_device(out, inp, op, "out", "inp"), check_same_device(weight, inp, op, "weight", "inp");
-  int64_t C, OC;
-  weight_dims(weight, inp, layout, op, C, OC);
-  const int64_t N = inp.numel() / C;
-  CHECK(out.numel() == N * OC && out.dim(-1) == OC, "{}: out has shape {}, expected {} rows of {}", op,
-        out.shape().str(), N, OC);
-  if (bias.defined()) {
-    check_same_dtype(bias, inp, op, "bias", "inp"), check_same_device(bias, inp, op, "bias", "inp");
-    CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
-  }
+  int64_t N, C, OC;
+  check_forward(op, "out", out, inp, weight, bias, layout, N, C, OC);
   if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::matmul_forward(out, inp, weight, bias, N, C, OC, layout));
   dispatch_storage(inp.dtype(), [&](auto s) {
     using S = decltype(s);
@@ -84,22 +89,12 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 void matmul_bias_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& weight,
                               const Tensor& bias, WeightLayout layout) {
   const char* op = "matmul_bias_gelu_forward";
-  check_defined(pre, op, "pre"), check_defined(out, op, "out"), check_defined(inp, op, "inp");
-  check_defined(weight, op, "weight"), check_activation(inp, op, "inp");
-  check_same_dtype(pre, inp, op, "pre", "inp"), check_same_dtype(out, inp, op, "out", "inp");
-  check_same_device(pre, inp, op, "pre", "inp"), check_same_device(out, inp, op, "out", "inp");
-  check_same_dtype(weight, inp, op, "weight", "inp"), check_same_device(weight, inp, op, "weight", "inp");
-  int64_t C, OC;
-  weight_dims(weight, inp, layout, op, C, OC);
-  const int64_t N = inp.numel() / C;
-  CHECK(pre.numel() == N * OC && pre.dim(-1) == OC, "{}: pre has shape {}, expected {} rows of {}", op,
-        pre.shape().str(), N, OC);
+  int64_t N, C, OC;
+  check_forward(op, "pre", pre, inp, weight, bias, layout, N, C, OC);
+  check_defined(out, op, "out");
+  check_same_dtype(out, inp, op, "out", "inp"), check_same_device(out, inp, op, "out", "inp");
   CHECK(out.shape() == pre.shape(), "{}: out has shape {}, pre {}", op, out.shape().str(), pre.shape().str());
   CHECK(out.data() != pre.data(), "{}: out and pre must not alias (the backward pass reads pre)", op);
-  if (bias.defined()) {
-    check_same_dtype(bias, inp, op, "bias", "inp"), check_same_device(bias, inp, op, "bias", "inp");
-    CHECK(bias.numel() == OC, "{}: bias has {} elements, expected {}", op, bias.numel(), OC);
-  }
 #ifdef MESHTRAIN_WITH_CUDA
   // One cuBLASLt call with the GELU_AUX_BIAS epilogue where it applies (16-bit, OC a multiple of 8).
   if (inp.device() == Device::CUDA && gpu::matmul_bias_gelu_forward(pre, out, inp, weight, bias, N, C, OC, layout))
