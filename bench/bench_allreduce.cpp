@@ -1,5 +1,7 @@
 // all_reduce through the Communicator (its communication thread, handles, events) against raw MPI_Allreduce on
-// the same buffers, fp32 sum, 1 KiB .. 64 MiB. Run: mpiexec -n 2 build/bench/bench_allreduce [--max-mib 64]
+// the same buffers, fp32 sum, 1 KiB .. 64 MiB.
+// Run: mpiexec -n 2 build/bench/bench_allreduce [--max-mib 64] [--transport shm|poll|block]
+// (shm: the shared-memory transport; poll, block: the MPI transport with that comm.wait)
 // Prints, per size, algorithm bandwidth (bytes / time) for both and their ratio (communicator / raw).
 #include <mpi.h>
 
@@ -11,9 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 
 using namespace mt;
@@ -21,8 +24,11 @@ using namespace mt;
 int main(int argc, char** argv) {
   init_mpi(&argc, &argv);
   int64_t max_mib = 64;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string mode = "shm";
+  for (int i = 1; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--max-mib")) max_mib = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--transport")) mode = argv[i + 1];
+  }
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -30,11 +36,13 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
   {
     CommOptions opts;
-    auto comm = make_mpi_communicator(MPI_COMM_WORLD, "world", opts);
-    const char* mode = std::getenv("MESHTRAIN_COMM_WAIT");
+    opts.transport = mode == "shm" ? CommOptions::Transport::Shm : CommOptions::Transport::Mpi;
+    opts.blocking_waits = mode == "block";
+    auto comm = make_communicator(MPI_COMM_WORLD, "world", opts);
     if (rank == 0)
-      std::printf("all_reduce fp32 sum, %d ranks, comm thread wait mode: %s\n%10s %12s %12s %8s\n", size,
-                  mode ? mode : "poll", "bytes", "raw GB/s", "comm GB/s", "ratio");
+      std::printf("all_reduce fp32 sum, %d ranks, communicator: %s\n%10s %12s %12s %8s\n", size,
+                  mode == "shm" ? "shared memory" : ("mpi, comm.wait=" + mode).c_str(), "bytes", "raw GB/s",
+                  "comm GB/s", "ratio");
     for (int64_t bytes = 1024; bytes <= max_mib * 1024 * 1024; bytes *= 4) {
       const int64_t n = bytes / 4;
       Tensor t = Tensor::empty({n}, DType::F32);

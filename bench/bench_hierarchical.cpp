@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "comm/hierarchical_communicator.h"
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 
 using namespace mt;
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
     o.bandwidth_gbps = s.intra_gbps;
     o.inter_latency_us = s.inter_latency_us;
     o.inter_bandwidth_gbps = s.inter_gbps;
-    auto flat = make_mpi_communicator(MPI_COMM_WORLD, "flat", o);
+    auto flat = make_communicator(MPI_COMM_WORLD, "flat", o);
     auto hier = make_hierarchical_communicator(MPI_COMM_WORLD, "hier", o);
     for (int64_t bytes : s.sizes) {
       const int64_t n = bytes / 4;

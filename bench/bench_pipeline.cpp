@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "bench_timing.h"
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 #include "core/threads.h"
 #include "model/pipeline_chunks.h"
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     CommOptions opts;
     opts.blocking_waits = true;  // one compute thread per rank: communication threads must not spin
     MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
-      return make_mpi_communicator(c, name, opts);
+      return make_communicator(c, name, opts);
     });
     GPTConfig cfg;
     cfg.n_layer = layers_total;

@@ -1,5 +1,6 @@
 // The communication layer: exact collectives at any world size (run with mpiexec -n 1, 2, 3 or 4), ordering,
-// events, network emulation and the alpha-beta model. Every rank runs every case in the same order.
+// events, network emulation and the alpha-beta model, for both host transports (shared memory, and MPI with
+// polled waits). Every rank runs every case in the same order.
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
@@ -9,7 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
+#include "comm/shm_communicator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "rank_values.h"
@@ -19,15 +21,23 @@ using namespace mt::test;
 
 namespace {
 
-CommOptions test_opts() {
+using Transport = CommOptions::Transport;
+
+CommOptions test_opts(Transport t) {
   CommOptions o;
   o.timeout_s = 60;  // a mismatched rank aborts the job instead of hanging CI
+  o.transport = t;
   return o;
 }
 
-std::unique_ptr<Communicator> world(const CommOptions& o = test_opts(), const char* name = "world") {
-  return make_mpi_communicator(MPI_COMM_WORLD, name, o);
+std::unique_ptr<Communicator> world(const CommOptions& o, const char* name = "world") {
+  return make_communicator(MPI_COMM_WORLD, name, o);
 }
+
+// The case runs once per host transport (Catch2 re-enters it for each generated value, on every rank alike).
+#define EACH_TRANSPORT()                                                     \
+  const Transport transport = GENERATE(Transport::Shm, Transport::Mpi); \
+  INFO((transport == Transport::Shm ? "shared-memory transport" : "MPI transport"))
 
 
 const std::vector<int64_t> kSizes = {0, 1, 2, 3, 5, 7, 13, 1000, 4099};
@@ -90,7 +100,8 @@ TEST_CASE("alpha-beta predictions") {
 }
 
 TEST_CASE("all_reduce: exact sums, averages and maxima for fp32, bf16, fp16 at uneven and zero sizes") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank();
   for (DType dt : kTypes)
     for (ReduceOp op : kOps)
@@ -106,7 +117,8 @@ TEST_CASE("all_reduce: exact sums, averages and maxima for fp32, bf16, fp16 at u
 }
 
 TEST_CASE("reduce_scatter gives each rank its shard, and all_gather of the shards equals all_reduce") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank();
   for (DType dt : kTypes)
     for (ReduceOp op : kOps)
@@ -129,7 +141,8 @@ TEST_CASE("reduce_scatter gives each rank its shard, and all_gather of the shard
 }
 
 TEST_CASE("reduce_scatter into its own shard of the input and all_gather in place (the ZeRO layout)") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank();
   for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{1001}}) {
     Tensor buf = Tensor::empty({n}, DType::F32);
@@ -145,7 +158,8 @@ TEST_CASE("reduce_scatter into its own shard of the input and all_gather in plac
 }
 
 TEST_CASE("all_gather concatenates shards in rank order") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank();
   for (DType dt : kTypes)
     for (int64_t n : kSizes) {
@@ -162,7 +176,8 @@ TEST_CASE("all_gather concatenates shards in rank order") {
 }
 
 TEST_CASE("broadcast from the last rank") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank(), root = p - 1;
   for (DType dt : kTypes)
     for (int64_t n : kSizes) {
@@ -176,7 +191,8 @@ TEST_CASE("broadcast from the last rank") {
 }
 
 TEST_CASE("send/recv around a ring, every rank sending before receiving (large messages do not deadlock)") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank();
   for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{1} << 20}) {
     Tensor out = Tensor::empty({n}, DType::F32), in = Tensor::empty({n}, DType::F32);
@@ -204,13 +220,15 @@ TEST_CASE("send/recv around a ring, every rank sending before receiving (large m
 }
 
 TEST_CASE("barrier") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   for (int i = 0; i < 5; ++i) c->barrier();
   CHECK(c->barrier_async() != nullptr);
 }
 
 TEST_CASE("many async operations issued back to back complete in order with the right results") {
-  auto c = world();
+  EACH_TRANSPORT();
+  auto c = world(test_opts(transport));
   const int p = c->size(), r = c->rank();
   std::vector<CommEvent> events;
   std::mutex m;
@@ -254,12 +272,13 @@ TEST_CASE("many async operations issued back to back complete in order with the 
 }
 
 TEST_CASE("two communicators (world and a split) run concurrently") {
+  EACH_TRANSPORT();
   int wr = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   MPI_Comm half;
   MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half);
-  auto a = world(test_opts(), "a");
-  auto b = make_mpi_communicator(half, "b", test_opts());
+  auto a = world(test_opts(transport), "a");
+  auto b = make_communicator(half, "b", test_opts(transport));
   MPI_Comm_free(&half);
   std::vector<Tensor> ta, tb;
   std::vector<WorkPtr> w;
@@ -281,8 +300,9 @@ TEST_CASE("two communicators (world and a split) run concurrently") {
 }
 
 TEST_CASE("emulation: operations take at least the predicted time, off the caller's thread") {
-  CommOptions o = test_opts();
-  o.latency_us = 3000;
+  EACH_TRANSPORT();
+  CommOptions o = test_opts(transport);
+  o.latency_us = 20000;
   o.bandwidth_gbps = 0.5;  // 4 MB: 8 ms per full transfer
   auto c = world(o);
   const int p = c->size(), r = c->rank();
@@ -301,8 +321,10 @@ TEST_CASE("emulation: operations take at least the predicted time, off the calle
   CHECK(took >= want);
   CHECK(get(t, 5) == expected(ReduceOp::Sum, p, 5));
   if (want > 0) {
-    CHECK(issue_cost < 0.2 * want);                         // the caller was not delayed at issue
-    CHECK(c->total_wait_us() - wait0 >= 0.5 * want);        // but blocked in wait()
+    // Structure, not speed: issuing returned long before the emulated time (>= 56 ms here) had passed, and the
+    // caller then blocked in wait(). Both hold on a loaded machine.
+    CHECK(issue_cost < 0.5 * want);
+    CHECK(c->total_wait_us() - wait0 >= 0.25 * want);
   }
 
   // Point-to-point: alpha + n beta, at any size (p = 1 sends to itself).
@@ -318,18 +340,23 @@ TEST_CASE("emulation: operations take at least the predicted time, off the calle
   c->barrier();
   CHECK(now_us() - t0 >= predict_us(CommKind::Barrier, 0, p, link));
 
-  // Compute overlaps the emulated delay: sleeping on the caller while the op is in flight costs no extra time.
-  t0 = now_us();
-  w = c->all_reduce_async(t, ReduceOp::Sum);
-  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(want)));
-  w->wait();
-  const double overlapped = now_us() - t0;
-  CHECK(overlapped >= want);
-  if (want > 0) CHECK(overlapped < 1.6 * want + 20000);
+  // The emulated delay passes while the caller computes: an operation left alone completes by itself, and
+  // waiting on it afterwards costs the caller nothing.
+  if (want > 0) {
+    c->barrier();
+    w = c->all_reduce_async(t, ReduceOp::Sum);
+    const double w0 = c->total_wait_us();
+    t0 = now_us();
+    while (!w->done() && now_us() - t0 < 100 * want) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(w->done());
+    w->wait();
+    CHECK(c->total_wait_us() - w0 < 0.25 * want);
+  }
 }
 
 TEST_CASE("emulation: a group spanning emulated nodes uses the inter-node link") {
-  CommOptions o = test_opts();
+  EACH_TRANSPORT();
+  CommOptions o = test_opts(transport);
   o.latency_us = 100;
   o.inter_latency_us = 5000;
   o.ranks_per_node = 1;  // every rank its own node
@@ -341,7 +368,8 @@ TEST_CASE("emulation: a group spanning emulated nodes uses the inter-node link")
   c->all_reduce(t, ReduceOp::Sum);
   CHECK(now_us() - t0 >= predict_us(CommKind::AllReduce, 256, p, link_model(o, p > 1)));
 
-  o.ranks_per_node = 64;  // one node: intra links only
+  o.ranks_per_node = 64;     // one node: intra links only
+  o.inter_latency_us = 1e6;  // so that "it did not take the inter-node link" holds on a loaded machine
   auto d = world(o);
   d->barrier();
   t0 = now_us();
@@ -349,4 +377,75 @@ TEST_CASE("emulation: a group spanning emulated nodes uses the inter-node link")
   const double took = now_us() - t0;
   CHECK(took >= predict_us(CommKind::AllReduce, 256, p, link_model(o, false)));
   if (p > 1) CHECK(took < predict_us(CommKind::AllReduce, 256, p, link_model(o, true)));
+}
+
+// The shared-memory transport with tiny rounds and slots, so that every operation takes many rounds or chunks.
+TEST_CASE("shared memory: collectives in many rounds and messages in many chunks") {
+  ShmSizes tiny;
+  tiny.half_bytes = 256;
+  tiny.slot_bytes = 64;
+  tiny.slots = 2;
+  auto c = make_shm_transport(MPI_COMM_WORLD, "tiny", test_opts(Transport::Shm), tiny);
+  const int p = c->size(), r = c->rank();
+  for (DType d : kTypes)
+    for (ReduceOp op : kOps)
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64} * p + 5, int64_t{1000}}) {
+        INFO(dtype_name(d) << " n=" << n);
+        Tensor t = Tensor::empty({n}, d), rs_in = Tensor::empty({n}, d);
+        for (int64_t i = 0; i < n; ++i) set(t, i, input(r, i)), set(rs_in, i, input(r, i));
+        c->all_reduce(t, op);
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) bad += get(t, i) != expected(op, p, i);
+        CHECK(bad == 0);
+        const ShardRange mine = shard_range(n, p, r);
+        Tensor shard = Tensor::empty({mine.size()}, d), all = Tensor::empty({n}, d);
+        c->reduce_scatter(rs_in, shard, op);
+        c->all_gather(shard, all);
+        bad = 0;
+        for (int64_t i = 0; i < n; ++i) bad += get(all, i) != expected(op, p, i);
+        CHECK(bad == 0);
+      }
+  Tensor b = Tensor::empty({777}, DType::F32);
+  for (int64_t i = 0; i < 777; ++i) set(b, i, input(r, i));
+  c->broadcast(b, p - 1);
+  int bad = 0;
+  for (int64_t i = 0; i < 777; ++i) bad += get(b, i) != input(p - 1, i);
+  CHECK(bad == 0);
+
+  // Messages of many chunks, received in another order than sent (tags 1, 2), and two with the same tag, which
+  // must arrive in the order sent; all sent before anything is received.
+  const int to = (r + 1) % p, from = (r + p - 1) % p;
+  const int64_t n = 300;
+  std::vector<Tensor> out(4), in(4);
+  for (int k = 0; k < 4; ++k) {
+    out[k] = Tensor::empty({n + k}, DType::F32);
+    in[k] = Tensor::empty({n + k}, DType::F32);
+    for (int64_t i = 0; i < n + k; ++i) set(out[k], i, static_cast<float>(r * 10000 + k * 1000 + i));
+  }
+  const int tags[4] = {1, 2, 5, 5};
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < 4; ++k) works.push_back(c->send_async(out[k], to, tags[k]));
+  for (int k : {1, 0, 2, 3}) works.push_back(c->recv_async(in[k], from, tags[k]));
+  for (auto& w : works) w->wait();
+  bad = 0;
+  for (int k = 0; k < 4; ++k)
+    for (int64_t i = 0; i < n + k; ++i) bad += get(in[k], i) != static_cast<float>(from * 10000 + k * 1000 + i);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("shared memory: a receive posted after its message arrived, and a collective between") {
+  auto c = make_communicator(MPI_COMM_WORLD, "late", test_opts(Transport::Shm));
+  const int p = c->size(), r = c->rank();
+  Tensor msg = Tensor::empty({5000}, DType::BF16), got = Tensor::empty({5000}, DType::BF16);
+  for (int64_t i = 0; i < 5000; ++i) set(msg, i, static_cast<float>(r + i % 50));
+  auto s = c->send_async(msg, (r + 1) % p, 9);
+  Tensor t = Tensor::empty({100}, DType::F32);
+  for (int64_t i = 0; i < 100; ++i) set(t, i, input(r, i));
+  c->all_reduce(t, ReduceOp::Sum);  // every message is sent (or on its way) before any receive is posted
+  c->recv(got, (r + p - 1) % p, 9);
+  s->wait();
+  int bad = 0;
+  for (int64_t i = 0; i < 5000; ++i) bad += get(got, i) != static_cast<float>((r + p - 1) % p + i % 50);
+  for (int64_t i = 0; i < 100; ++i) bad += get(t, i) != expected(ReduceOp::Sum, p, i);
+  CHECK(bad == 0);
 }

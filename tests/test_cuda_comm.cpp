@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 #include "core/device.h"
 #include "core/dtype.h"
@@ -35,11 +35,12 @@ namespace {
 CommOptions test_opts() {
   CommOptions o;
   o.timeout_s = 120;  // a mismatched rank aborts the job instead of hanging CI
+  o.transport = CommOptions::Transport::Mpi;  // the transport that stages device tensors
   return o;
 }
 
 std::unique_ptr<Communicator> world(const CommOptions& o = test_opts(), const char* name = "world") {
-  return make_mpi_communicator(MPI_COMM_WORLD, name, o);
+  return make_communicator(MPI_COMM_WORLD, name, o);
 }
 
 

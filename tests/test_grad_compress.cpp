@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/grad_compress.h"
 
@@ -28,7 +28,7 @@ constexpr double kU = 0x1p-24;  // fp32 unit roundoff: a rounded result is withi
 std::unique_ptr<Communicator> world() {
   CommOptions o;
   o.timeout_s = 60;  // a mismatched rank aborts the job instead of hanging CI
-  return make_mpi_communicator(MPI_COMM_WORLD, "dp", o);
+  return make_communicator(MPI_COMM_WORLD, "dp", o);
 }
 
 CompressOptions options(const std::string& method, double fraction = 0.01, int rank = 4) {

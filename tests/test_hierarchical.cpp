@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/hierarchical_communicator.h"
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "core/dtype.h"
 #include "core/errors.h"
 #include "core/tensor.h"
@@ -174,7 +174,7 @@ TEST_CASE("hierarchical all_reduce equals the flat all_reduce bit for bit for ev
         continue;
       }
       auto h = make_hierarchical_communicator(g.comm, "dp", o);
-      auto flat = make_mpi_communicator(g.comm, "flat", o);
+      auto flat = make_communicator(g.comm, "flat", o);
       const int p = h->size(), r = h->rank();
       REQUIRE(p == flat->size());
       REQUIRE(r == flat->rank());

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "optim/local_sgd.h"
 #include "optim/optimizer.h"
 
@@ -19,7 +19,7 @@ double local_value(int64_t i, int r, int round) { return 0.25 * double(i % 7) + 
 TEST_CASE("local SGD: plain average and outer Nesterov steps match the formulas", "[local_sgd]") {
   CommOptions o;
   o.timeout_s = 60;
-  auto dp = make_mpi_communicator(MPI_COMM_WORLD, "dp", o);
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
   const int P = dp->size(), r = dp->rank();
   const int64_t n = 37;
   for (bool mixed : {false, true}) {

@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "core/arena.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
@@ -218,7 +218,7 @@ TEST_CASE("optimizer: a loss scale is divided out exactly, and a non-finite norm
 TEST_CASE("gradient buckets reduced in bf16: half the bytes, rank-valued sums exact, back in fp32", "[mixed][reducer]") {
   CommOptions o;
   o.timeout_s = 60;
-  auto dp = make_mpi_communicator(MPI_COMM_WORLD, "dp", o);
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
   const int P = dp->size(), r = dp->rank();
   ParamTable table;
   table.add("a", {300}, {300}, true, Shard{});

@@ -3,6 +3,7 @@
 // emulation field 0 means "no emulation" for that term (0 latency, unlimited bandwidth). See docs/comm.md.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace mt {
 
@@ -13,15 +14,22 @@ struct CommOptions {
   double inter_latency_us = 0;      // alpha of links between nodes
   double inter_bandwidth_gbps = 0;  // bandwidth between nodes, GB/s (0 = unlimited)
   double timeout_s = 300;           // watchdog: a wait() longer than this aborts the job (0 = wait forever)
-  // true: collectives are blocking MPI calls, which spin while a peer is late (fastest when every thread has a
-  // core); false: nonblocking calls polled with back-off, which leave the cores to compute (for nodes with more
-  // threads than cores). MESHTRAIN_COMM_WAIT=poll|block overrides it.
+  // Which transport moves the data (comm.backend): Auto takes shared memory for a group whose ranks share one
+  // machine's memory and MPI otherwise (make_communicator.h).
+  enum class Transport { Auto, Shm, Mpi };
+  Transport transport = Transport::Auto;
+  // The MPI transport only (comm.wait): true: collectives are blocking MPI calls, which spin while a peer is late;
+  // false: nonblocking calls polled with back-off, which leave the cores to compute.
   bool blocking_waits = false;
 
   bool emulating() const {
     return latency_us > 0 || bandwidth_gbps > 0 || inter_latency_us > 0 || inter_bandwidth_gbps > 0;
   }
 };
+
+// The emulated node of each of `world_ranks` (world rank / ranks_per_node; every rank on node 0 when
+// ranks_per_node <= 0), as comm.emulate.ranks_per_node defines nodes.
+std::vector<int> emulated_nodes(const std::vector<int>& world_ranks, int ranks_per_node);
 
 // One emulated link: time(n bytes) = alpha_us + n * beta_us_per_byte.
 struct LinkModel {

@@ -42,6 +42,13 @@ const char* comm_kind_name(CommKind k) {
   return "?";
 }
 
+std::vector<int> emulated_nodes(const std::vector<int>& world_ranks, int ranks_per_node) {
+  std::vector<int> nodes(world_ranks.size(), 0);
+  if (ranks_per_node > 0)
+    for (size_t i = 0; i < world_ranks.size(); ++i) nodes[i] = world_ranks[i] / ranks_per_node;
+  return nodes;
+}
+
 static int ceil_log2(int p) {
   int k = 0;
   while ((1 << k) < p) ++k;

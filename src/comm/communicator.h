@@ -9,6 +9,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/comm_options.h"
 #include "core/tensor.h"
@@ -32,6 +34,9 @@ struct CommEvent {
   int64_t bytes = 0;      // payload bytes this rank contributes
   double issue_us = 0;    // timestamps in microseconds on the process's steady clock (trace_clock_us())
   double start_us = 0, end_us = 0;  // when the operation ran (including emulated network delay)
+  // When the communication thread was running (not asleep) on this operation's behalf, on the same clock: what
+  // the trace shows on the communication thread's row. Empty where a backend has no thread of its own.
+  std::vector<std::pair<double, double>> thread_run_us;
 };
 
 double trace_clock_us();
@@ -73,6 +78,9 @@ class Communicator {
 
   // Total time callers have spent blocked in wait() on this communicator's handles (exposed communication).
   virtual double total_wait_us() const = 0;
+  // CPU time (us) the communicator's own threads have used since it was created, from their thread CPU clocks
+  // (comm_cpu_ms in metrics.jsonl). 0 where a backend has no thread of its own.
+  virtual double thread_cpu_us() const { return 0; }
 
   // Completed operations are reported here, from the communication thread (the sink must be thread-safe), for
   // the time accounting and the trace. Set it before issuing operations.

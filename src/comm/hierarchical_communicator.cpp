@@ -30,7 +30,8 @@
 #include <utility>
 
 #include "comm/comm_util.h"
-#include "comm/mpi_communicator.h"
+#include "comm/comm_work.h"
+#include "comm/make_communicator.h"
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/errors.h"
@@ -66,13 +67,6 @@ HierarchicalLayout hierarchical_layout(const std::vector<int>& node_of, int rank
   return l;
 }
 
-std::vector<int> emulated_nodes(const std::vector<int>& world_ranks, int ranks_per_node) {
-  std::vector<int> nodes(world_ranks.size(), 0);
-  if (ranks_per_node > 0)
-    for (size_t i = 0; i < world_ranks.size(); ++i) nodes[i] = world_ranks[i] / ranks_per_node;
-  return nodes;
-}
-
 double predict_hierarchical_us(int64_t bytes, int k, int m, const CommOptions& opts) {
   // The emulation puts every rank on one node when ranks_per_node is 0, so only then is the middle phase intra-node.
   const LinkModel intra = link_model(opts, false), inter = link_model(opts, opts.ranks_per_node > 0);
@@ -85,19 +79,11 @@ double predict_hierarchical_us(int64_t bytes, int k, int m, const CommOptions& o
 
 namespace {
 
-// State a handle shares with its communicator (a handle may outlive the communicator).
-struct Shared {
-  std::string name;
-  double timeout_s = 0;
-  int world_rank = 0;
-  std::atomic<int64_t> wait_ns{0};
-};
-
 // Completed by the worker (collectives), or bound to the flat communicator's handle (send/recv), whose completion
 // it then follows.
 class HierWork : public Work {
  public:
-  HierWork(std::shared_ptr<Shared> s, CommKind kind, uint64_t seq) : s_(std::move(s)), kind_(kind), seq_(seq) {}
+  HierWork(std::shared_ptr<WaitStats> s, CommKind kind, uint64_t seq) : s_(std::move(s)), kind_(kind), seq_(seq) {}
 
   void wait() override {
     if (done()) return;
@@ -146,7 +132,7 @@ class HierWork : public Work {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s_->timeout_s);
   }
 
-  std::shared_ptr<Shared> s_;
+  std::shared_ptr<WaitStats> s_;
   CommKind kind_;
   uint64_t seq_;
   mutable std::mutex m_;
@@ -168,7 +154,7 @@ std::unique_ptr<Communicator> split(MPI_Comm group, int colour, int key, const s
                                     const CommOptions& opts) {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(group, colour, key, &c));
-  auto comm = make_mpi_communicator(c, name, opts);  // duplicates c
+  auto comm = make_communicator(c, name, opts);  // duplicates c
   MPI_CHECK(MPI_Comm_free(&c));
   return comm;
 }
@@ -179,12 +165,9 @@ class HierarchicalCommunicator : public Communicator {
                            const HierarchicalLayout& layout) {
     MPI_CHECK(MPI_Comm_rank(group, &rank_));
     MPI_CHECK(MPI_Comm_size(group, &size_));
-    shared_ = std::make_shared<Shared>();
-    shared_->name = name;
-    shared_->timeout_s = opts.timeout_s;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &shared_->world_rank));
+    shared_ = make_wait_stats(name, opts.timeout_s);
     // The same calls in the same order on every rank (k and m are the same for the whole group).
-    flat_ = make_mpi_communicator(group, name, opts);
+    flat_ = make_communicator(group, name, opts);
     auto intra = split(group, layout.node, rank_, name + ".intra", opts);
     auto inter = split(group, layout.local_rank, rank_, name + ".inter", opts);
     MT_CHECK(intra->size() == layout.ranks_per_node && intra->rank() == layout.local_rank && inter->size() == layout.nodes,
@@ -199,6 +182,7 @@ class HierarchicalCommunicator : public Communicator {
         if (sink_) sink_(e);
       });
     worker_ = std::thread([this] { run(); });
+    worker_handle_ = worker_.native_handle();
   }
 
   ~HierarchicalCommunicator() override {
@@ -216,7 +200,13 @@ class HierarchicalCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const std::string& name() const override { return shared_->name; }
-  double total_wait_us() const override { return shared_->wait_ns.load(std::memory_order_relaxed) * 1e-3; }
+  double total_wait_us() const override { return shared_->total_wait_us(); }
+  double thread_cpu_us() const override {
+    double us = mt::thread_cpu_us(worker_handle_);
+    for (const Communicator* c : {flat_.get(), intra_.get(), inter_.get()})
+      if (c) us += c->thread_cpu_us();
+    return us;
+  }
 
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_cpu(t, "all_reduce");
@@ -354,7 +344,7 @@ class HierarchicalCommunicator : public Communicator {
   }
 
   int rank_ = 0, size_ = 1;
-  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<WaitStats> shared_;
   std::unique_ptr<Communicator> flat_, intra_, inter_;  // intra_/inter_ null when their group has one rank
 
   std::mutex qm_;
@@ -363,6 +353,7 @@ class HierarchicalCommunicator : public Communicator {
   uint64_t seq_ = 0;
   bool stop_ = false;
   std::thread worker_;
+  std::thread::native_handle_type worker_handle_{};
 };
 
 // Node id of every group rank: emulated (world rank / ranks_per_node) or real (the lowest group rank sharing
@@ -372,15 +363,7 @@ std::vector<int> group_nodes(MPI_Comm group, const CommOptions& opts) {
   MPI_CHECK(MPI_Comm_rank(group, &rank));
   MPI_CHECK(MPI_Comm_size(group, &size));
   if (opts.ranks_per_node > 0) {
-    std::vector<int> mine(size), world(size);
-    for (int i = 0; i < size; ++i) mine[i] = i;
-    MPI_Group g, gw;
-    MPI_CHECK(MPI_Comm_group(group, &g));
-    MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &gw));
-    MPI_CHECK(MPI_Group_translate_ranks(g, size, mine.data(), gw, world.data()));
-    MPI_CHECK(MPI_Group_free(&g));
-    MPI_CHECK(MPI_Group_free(&gw));
-    return emulated_nodes(world, opts.ranks_per_node);
+    return emulated_nodes(world_ranks(group), opts.ranks_per_node);
   }
   MPI_Comm shm = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm));

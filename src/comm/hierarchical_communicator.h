@@ -29,10 +29,8 @@ struct HierarchicalLayout {
 // hold different numbers of the group's ranks, `error` says which (and the other fields are meaningless).
 HierarchicalLayout hierarchical_layout(const std::vector<int>& node_of, int rank);
 
-// The emulated node of each of `world_ranks` (world rank / ranks_per_node; every rank on node 0 when
-// ranks_per_node <= 0), as comm.emulate.ranks_per_node defines nodes. For validating a mesh before any
-// communicator exists: hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), k), 0).error.
-std::vector<int> emulated_nodes(const std::vector<int>& world_ranks, int ranks_per_node);
+// To validate a mesh before any communicator exists:
+// hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), k), 0).error (emulated_nodes: comm_options.h).
 
 // Alpha-beta time (us) of the three-phase all-reduce of `bytes` with k ranks per node and m nodes:
 //   2(k-1)(a_i + bytes/k b_i) + 2(m-1)(a_e + bytes/(k m) b_e)

@@ -1,9 +1,8 @@
-// The MPI backend of Communicator (host memory). Each communicator duplicates its MPI communicator and runs its
-// operations, in issue order, on one communication thread of its own, so collectives progress while compute
-// runs. Requires MPI_THREAD_MULTIPLE (mt::init_mpi). Destroy every communicator before MPI_Finalize.
-// In CUDA builds it also takes device tensors (all of an operation's tensors on one device): they are staged
-// through pinned host buffers after the compute stream's work issued before the operation, and wait() returns
-// once the result is back in device memory (the host blocks, as for host tensors). docs/comm.md, "Device tensors".
+// The MPI transport of Communicator (host memory; device memory staged through pinned buffers in CUDA builds):
+// its operations run in issue order on a communication thread of its own (queued_communicator.h), so collectives
+// progress while compute runs. Requires MPI_THREAD_MULTIPLE (mt::init_mpi). Destroy every communicator before
+// MPI_Finalize. Most code wants make_communicator (make_communicator.h), which picks the transport and adds the
+// network emulation.
 #pragma once
 #include <mpi.h>
 
@@ -16,6 +15,7 @@ namespace mt {
 
 // `comm` is duplicated (MPI_Comm_dup, collective over comm); the caller keeps ownership of its own handle.
 // `name` names the communicator in events, traces and watchdog messages ("dp", "tp", "pp", "world").
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name, const CommOptions& opts);
+// Uses opts.timeout_s and opts.blocking_waits; no emulation.
+std::unique_ptr<Communicator> make_mpi_transport(MPI_Comm comm, const std::string& name, const CommOptions& opts);
 
 }  // namespace mt

@@ -88,7 +88,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(data.order, "window order: sequential | shuffle (seeded, independent of the mesh)"),
       MT_KEY(data.synthetic_tokens, "length of the generated synthetic token stream"),
       MT_KEY(data.val_fraction, "fraction of the stream held out for validation when val_path is \"\""),
-      MT_KEY(comm.backend, "communication backend: auto | mpi | nccl"),
+      MT_KEY(comm.backend, "communication backend: auto (shared memory for the ranks of one machine, mpi across "
+                            "machines, nccl for GPUs with one each) | shm | mpi | nccl"),
       MT_KEY(comm.bucket_mb, "size of a data-parallel gradient bucket in MiB"),
       MT_KEY(comm.overlap, "overlap gradient reduction with the backward pass"),
       MT_KEY(comm.compress, "data-parallel gradient compression: none | bf16 | int8 | topk | powersgd (int8, topk "
@@ -97,8 +98,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(comm.powersgd_rank, "comm.compress=powersgd: rank of each gradient matrix's approximation"),
       MT_KEY(comm.hierarchical, "data-parallel all-reduce in three phases: reduce-scatter inside each node, "
                                 "all-reduce across nodes, all-gather inside"),
-      MT_KEY(comm.wait, "how communication threads wait for peers: auto (block when the node has a core per "
-                        "compute thread, else poll) | poll | block"),
+      MT_KEY(comm.wait, "how the MPI transport's threads wait for peers: auto (block when the node has a core "
+                        "per compute thread, else poll) | poll | block; the shared-memory transport always sleeps"),
       MT_KEY(comm.timeout_s, "watchdog: abort a communication wait that lasts longer than this (seconds)"),
       MT_KEY(comm.emulate.latency_us, "emulated per-message latency within a node (us); 0 = no emulation"),
       MT_KEY(comm.emulate.bandwidth_gbps, "emulated link bandwidth within a node (GB/s); 0 = unlimited"),

@@ -180,7 +180,7 @@ void validate_values(const Config& c) {
           static_cast<int64_t>(m.seq_len) + 1);  // 64-bit: seq_len may be INT_MAX
 
   const CommConfig& cm = c.comm;
-  require_one_of("comm.backend", cm.backend, {"auto", "mpi", "nccl"});
+  require_one_of("comm.backend", cm.backend, {"auto", "shm", "mpi", "nccl"});
   require_one_of("comm.wait", cm.wait, {"auto", "poll", "block"});
   require(cm.bucket_mb > 0, "comm.bucket_mb must be > 0, got {}", cm.bucket_mb);
   require(cm.timeout_s > 0, "comm.timeout_s must be > 0, got {}", cm.timeout_s);
@@ -211,6 +211,8 @@ void validate_values(const Config& c) {
   require_one_of("device", c.device, {"cpu", "cuda"});
   require(cm.backend != "nccl" || c.device == "cuda", "comm.backend=nccl needs device=cuda, got device={}",
           c.device);
+  require(cm.backend != "shm" || c.device == "cpu", "comm.backend=shm moves host tensors only, got device={} (use "
+          "auto, mpi or nccl)", c.device);
   // Features whose state or arithmetic still lives in host loops (docs/cuda.md lists them).
   if (c.device == "cuda") {
     const char* gap = "is not available with device=cuda yet (docs/cuda.md)";

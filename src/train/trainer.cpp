@@ -22,7 +22,7 @@
 
 #include "comm/comm_util.h"
 #include "comm/hierarchical_communicator.h"
-#include "comm/mpi_communicator.h"
+#include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 #include "comm/nccl_communicator.h"
 #include "core/arena.h"
@@ -102,14 +102,30 @@ bool any_rank(bool flag, Communicator& group) {
   return t.data_as<float>()[0] > 0;
 }
 
+// How the host communicators move data, for the log line.
+std::string transport_description(const CommOptions& o) {
+  const std::string mpi = o.blocking_waits ? "mpi, blocking waits" : "mpi, polled waits";
+  switch (o.transport) {
+    case CommOptions::Transport::Shm: return "shared memory";
+    case CommOptions::Transport::Mpi: return mpi;
+    case CommOptions::Transport::Auto: break;
+  }
+  return "shared memory within a node, " + mpi + " across nodes";
+}
+
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
   if (c.wait != "auto") return c.wait == "block";
   return ranks_on_node * threads_per_rank <= omp_get_num_procs();
 }
 
-CommOptions comm_options(const CommConfig& c, bool blocking) {
+// comm.backend for the host transports: shm and mpi force one; auto (and nccl, for the communicators NCCL does not
+// take) choose per group. Device tensors go through the MPI transport, which stages them in pinned host memory.
+CommOptions comm_options(const CommConfig& c, bool blocking, bool gpu) {
   CommOptions o;
+  o.transport = c.backend == "shm" ? CommOptions::Transport::Shm
+                : c.backend == "mpi" || gpu ? CommOptions::Transport::Mpi
+                                            : CommOptions::Transport::Auto;
   o.blocking_waits = blocking;
   o.latency_us = c.emulate.latency_us;
   o.bandwidth_gbps = c.emulate.bandwidth_gbps;
@@ -144,7 +160,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   Communicator& dp = *comms.dp;
   spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(), cfg.device,
                cfg.device == "cuda" ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
-               nccl ? "nccl" : copts.blocking_waits ? "mpi, blocking waits" : "mpi, polled waits",
+               nccl ? "nccl" : transport_description(copts),
                copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
                                                copts.bandwidth_gbps)
                                  : "");
@@ -336,7 +352,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const Tensor host = to_host(flat);
     if (!nccl) return write_gathered_safetensors(path, model, host, mesh, comms, gcfg, stage_layers);
     MeshComms mpi = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
-      return make_mpi_communicator(c, name, copts);
+      return make_communicator(c, name, copts);
     });
     write_gathered_safetensors(path, model, host, mesh, mpi, gcfg, stage_layers);
   };
@@ -567,7 +583,7 @@ void run_training(const Config& cfg) {
                 "comm.backend=mpi)", on_node, cuda_device_count());
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
-  const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads));
+  const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads), gpu);
   // Declared before the communicators: their threads report into these until they are destroyed.
   CommTimeline timeline;
   Profiler prof(cfg.run.profile);
@@ -583,7 +599,7 @@ void run_training(const Config& cfg) {
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
     if (name == "dp" && cfg.comm.hierarchical) return make_hierarchical_communicator(c, name, copts);
     if (nccl && name != "world") return make_device_communicator(c, name, copts);
-    return make_mpi_communicator(c, name, copts);
+    return make_communicator(c, name, copts);
   });
   for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
     if (c) c->set_event_sink([&](const CommEvent& e) {

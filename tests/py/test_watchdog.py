@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
 """A stopped rank must not hang the job: run watchdog_probe on 4 ranks (the last one SIGSTOPs itself before an
 all-reduce) with comm.timeout_s = 5 and check the job ends non-zero within timeout + a few seconds, with the
-watchdog's line naming the rank, communicator, operation and sequence number; once with each way of waiting
-(comm.wait poll on 4 ranks, block on 2).
+watchdog's line naming the rank, communicator, operation and sequence number; once with each transport and way
+of waiting (shared memory on 4 ranks; the MPI transport's comm.wait poll on 4 ranks, block on 2).
 
 usage: test_watchdog.py MPIEXEC NUMPROC_FLAG WATCHDOG_PROBE"""
-import os
 import re
 import subprocess
 import sys
@@ -17,12 +16,13 @@ grace_s = 10.0
 
 
 def run(wait, ranks):
-    """One job of `ranks` ranks whose communicators wait by `wait` (poll: polled nonblocking calls; block:
-    blocking MPI calls, which spin: 2 ranks, so the spinning peer does not starve the 2-core CI machine)."""
+    """One job of `ranks` ranks whose communicators wait by `wait` (shm: the shared-memory transport, which
+    sleeps; poll: MPI's polled nonblocking calls; block: blocking MPI calls, which spin: 2 ranks, so the spinning
+    peer does not starve the 2-core CI machine)."""
     t0 = time.monotonic()
     try:
-        p = subprocess.run([mpiexec, npflag, str(ranks), probe, str(timeout_s)], capture_output=True, text=True,
-                           timeout=timeout_s + 40, env=dict(os.environ, MESHTRAIN_COMM_WAIT=wait))
+        p = subprocess.run([mpiexec, npflag, str(ranks), probe, str(timeout_s), wait], capture_output=True,
+                           text=True, timeout=timeout_s + 40)
     except subprocess.TimeoutExpired:
         print("FAIL: the job hung (no end within %.0f s)" % (timeout_s + 40))
         return False
@@ -45,4 +45,4 @@ def run(wait, ranks):
     return ok
 
 
-sys.exit(0 if all([run("poll", 4), run("block", 2)]) else 1)
+sys.exit(0 if all([run("shm", 4), run("poll", 4), run("block", 2)]) else 1)
