@@ -54,56 +54,79 @@ struct alignas(64) SlotHeader {
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-// fp32, or 16-bit values accumulated in fp32 and rounded after every addition (as MPI's and NCCL's 16-bit sums).
-struct Reducer {
-  DType dtype;
-  ReduceOp op;
+// Reduces p ranks' pieces. The order of the additions is a pairwise tree over ranks, split at the largest power of
+// two below the count ((r0 + r1) + (r2 + r3), ((r0 + r1) + (r2 + r3)) + (r4 + r5), ...): the order of MPICH's
+// recursive doubling, so that a hierarchical all-reduce (pairs inside nodes, then across) and the flat one agree
+// bit for bit, and more accurate than a running sum. 16-bit values are added in fp32 and rounded after every
+// addition (as MPI's and NCCL's 16-bit sums are).
+class Reducer {
+ public:
+  // Kept by the communicator across operations, so its buffers are allocated once.
+  void set(DType dtype, ReduceOp op) {
+    dtype_ = dtype;
+    max_ = op == ReduceOp::Max;
+  }
 
+  // out[i] = the reduction of src[0][i] .. src[p-1][i]; out may be one of the sources.
+  void reduce(const std::vector<const char*>& src, void* out, int64_t n) {
+    if (n <= 0) return;
+    result_.resize(static_cast<size_t>(n));
+    tree(src, 0, static_cast<int>(src.size()), result_.data(), n, 0);
+    for (int64_t i = 0; i < n; ++i) store(out, i, result_[i]);
+  }
+
+ private:
   float load(const void* p, int64_t i) const {
-    switch (dtype) {
+    switch (dtype_) {
       case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
       case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
       default: return static_cast<const float*>(p)[i];
     }
   }
-  float round(float x) const {
-    switch (dtype) {
-      case DType::BF16: return bf16_to_float(float_to_bf16(x));
-      case DType::F16: return fp16_to_float(float_to_fp16(x));
-      default: return x;
-    }
-  }
   void store(void* p, int64_t i, float x) const {
-    switch (dtype) {
+    switch (dtype_) {
       case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(x); break;
       case DType::F16: static_cast<uint16_t*>(p)[i] = float_to_fp16(x); break;
       default: static_cast<float*>(p)[i] = x; break;
     }
   }
-  // out[i] = src[0][i] (+ or max) src[1][i] ... in rank order; out may be one of the sources.
-  void reduce(const std::vector<const char*>& src, void* out, int64_t n, std::vector<float>& acc) const {
-    acc.resize(static_cast<size_t>(n));
-    const bool max = op == ReduceOp::Max;
-    if (dtype == DType::F32) {
-      std::memcpy(acc.data(), src[0], static_cast<size_t>(n) * 4);
-      for (size_t q = 1; q < src.size(); ++q) {
-        const float* s = reinterpret_cast<const float*>(src[q]);
-        if (max)
-          for (int64_t i = 0; i < n; ++i) acc[i] = s[i] > acc[i] ? s[i] : acc[i];
-        else
-          for (int64_t i = 0; i < n; ++i) acc[i] += s[i];
-      }
-      std::memcpy(out, acc.data(), static_cast<size_t>(n) * 4);
+  float round(float x) const {
+    switch (dtype_) {
+      case DType::BF16: return bf16_to_float(float_to_bf16(x));
+      case DType::F16: return fp16_to_float(float_to_fp16(x));
+      default: return x;
+    }
+  }
+
+  // out = the reduction of ranks [lo, hi).
+  void tree(const std::vector<const char*>& src, int lo, int hi, float* out, int64_t n, size_t depth) {
+    if (hi - lo == 1) {
+      if (dtype_ == DType::F32)
+        std::memcpy(out, src[lo], static_cast<size_t>(n) * 4);
+      else
+        for (int64_t i = 0; i < n; ++i) out[i] = load(src[lo], i);
       return;
     }
-    for (int64_t i = 0; i < n; ++i) acc[i] = load(src[0], i);
-    for (size_t q = 1; q < src.size(); ++q)
-      for (int64_t i = 0; i < n; ++i) {
-        const float x = load(src[q], i);
-        acc[i] = max ? (x > acc[i] ? x : acc[i]) : round(acc[i] + x);
-      }
-    for (int64_t i = 0; i < n; ++i) store(out, i, acc[i]);
+    int span = 1;
+    while (span * 2 < hi - lo) span *= 2;
+    tree(src, lo, lo + span, out, n, depth + 1);
+    if (scratch_.size() <= depth) scratch_.resize(depth + 1);
+    std::vector<float>& right = scratch_[depth];
+    right.resize(static_cast<size_t>(n));
+    tree(src, lo + span, hi, right.data(), n, depth + 1);
+    const float* r = right.data();
+    if (max_)
+      for (int64_t i = 0; i < n; ++i) out[i] = r[i] > out[i] ? r[i] : out[i];
+    else if (dtype_ == DType::F32)
+      for (int64_t i = 0; i < n; ++i) out[i] += r[i];
+    else
+      for (int64_t i = 0; i < n; ++i) out[i] = round(out[i] + r[i]);
   }
+
+  DType dtype_ = DType::F32;
+  bool max_ = false;
+  std::vector<float> result_;
+  std::vector<std::vector<float>> scratch_;  // one per tree level
 };
 
 class ShmCommunicator : public QueuedCommunicator {
@@ -222,7 +245,7 @@ class ShmCommunicator : public QueuedCommunicator {
     if (n == 0) return;
     const int64_t piece = half_ / (p * es);  // elements of one shard per round
     const int64_t rounds = (shard_range(n, p, 0).size() + piece - 1) / piece;
-    const Reducer red{in.dtype(), rop};
+    reducer_.set(in.dtype(), rop);
     char* src = static_cast<char*>(in.data());
     char* dst = static_cast<char*>(out.data());
     std::vector<const char*> parts(p);
@@ -235,12 +258,12 @@ class ShmCommunicator : public QueuedCommunicator {
       sync();
       for (int q = 0; q < p; ++q) parts[q] = half(q, round_) + me * piece * es;
       if (all) {
-        red.reduce(parts, mine + me * piece * es, len(me), acc_);
+        reducer_.reduce(parts, mine + me * piece * es, len(me));
         sync();
         for (int q = 0; q < p; ++q)
           std::memcpy(dst + (shard_range(n, p, q).begin + off) * es, half(q, round_) + q * piece * es, len(q) * es);
       } else {
-        red.reduce(parts, dst + off * es, len(me), acc_);  // the output may alias this round's input: copied already
+        reducer_.reduce(parts, dst + off * es, len(me));  // the output may alias this round's input: copied already
       }
     }
   }
@@ -472,7 +495,7 @@ class ShmCommunicator : public QueuedCommunicator {
 
   // Communication thread only.
   uint64_t barriers_ = 0, round_ = 0;
-  std::vector<float> acc_;
+  Reducer reducer_;
   std::vector<char> copy_;
   int pending_p2p_ = 0;
   std::vector<std::deque<Send>> sends_;          // per receiver, in issue order
