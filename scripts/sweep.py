@@ -27,7 +27,8 @@ thread per rank (OMP_NUM_THREADS=1, train.threads=1); --threads N forces N; trai
 
 steps.csv, one row per point per metrics.jsonl row (every optimizer step):
   point, label, settings, np, <each grid/point key>, then every metrics field the trainer wrote: step, loss, lr,
-  grad_norm, tokens, step_ms, tokens_per_s, compute_ms, comm_ms, exposed_comm_ms, bubble_ms, comm_bytes, val_loss
+  grad_norm, tokens, step_ms, tokens_per_s, compute_ms, comm_ms, comm_cpu_ms, exposed_comm_ms, bubble_ms,
+  comm_bytes, val_loss
   (only on evaluation rows; empty elsewhere), and extra fields such as loss_scale, skipped_steps when present.
   A null (non-finite) value is an empty cell.
 
@@ -43,8 +44,8 @@ summary.csv, one row per point:
   error        the trainer's error message (its first "error" log line), empty when ok
   steps        metrics rows written
   final_loss, final_val_loss   the last step's loss and the last evaluation's val_loss
-  step_ms_median, tokens_per_s_median, compute_ms_median, comm_ms_median, exposed_comm_ms_median,
-  bubble_ms_median, comm_bytes_median
+  step_ms_median, tokens_per_s_median, compute_ms_median, comm_ms_median, comm_cpu_ms_median,
+  exposed_comm_ms_median, bubble_ms_median, comm_bytes_median
                medians over the steps after the first --warmup steps (over all steps if there are no more)
   step_ms_mean, compute_ms_mean, exposed_comm_ms_mean, bubble_ms_mean
                means over the same steps: the trainer reports compute_ms = step_ms - exposed_comm_ms - bubble_ms
@@ -76,8 +77,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESH_KEYS = ("np", "parallel.dp", "parallel.tp", "parallel.pp")
 METRIC_ORDER = ["step", "loss", "lr", "grad_norm", "tokens", "step_ms", "tokens_per_s", "compute_ms", "comm_ms",
-                "exposed_comm_ms", "bubble_ms", "comm_bytes", "val_loss"]
-MEDIAN_FIELDS = ["step_ms", "tokens_per_s", "compute_ms", "comm_ms", "exposed_comm_ms", "bubble_ms", "comm_bytes"]
+                "comm_cpu_ms", "exposed_comm_ms", "bubble_ms", "comm_bytes", "val_loss"]
+MEDIAN_FIELDS = ["step_ms", "tokens_per_s", "compute_ms", "comm_ms", "comm_cpu_ms", "exposed_comm_ms", "bubble_ms",
+                 "comm_bytes"]
 MEAN_FIELDS = ["step_ms", "compute_ms", "exposed_comm_ms", "bubble_ms"]  # additive: compute = step - exposed - bubble
 SUMMARY_TAIL = (["dp", "tp", "pp", "threads", "status", "returncode", "error", "steps", "final_loss",
                  "final_val_loss"] + [f + "_median" for f in MEDIAN_FIELDS] + [f + "_mean" for f in MEAN_FIELDS] +

@@ -13,6 +13,9 @@ struct StepMetrics {
   int64_t tokens = 0;  // cumulative
   double step_ms = 0, tokens_per_s = 0;
   double compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, bubble_ms = 0;
+  // CPU time the communication threads of the rank used this step (their thread CPU clocks, all of the rank's
+  // communicators), maximum over ranks: near 0 when they only slept while operations were in flight.
+  double comm_cpu_ms = 0;
   double val_loss = -1;  // written only when >= 0 (evaluation rows)
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
   double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used

@@ -31,12 +31,17 @@ void Profiler::comm(const CommEvent& e) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = std::find(comm_names_.begin(), comm_names_.end(), e.comm);
-  const int row = 2 + static_cast<int>(it - comm_names_.begin());
+  const int index = static_cast<int>(it - comm_names_.begin());
   if (it == comm_names_.end()) comm_names_.push_back(e.comm);
-  events_ += event(e.comm + " " + e.op, "comm", row, e.start_us, e.end_us,
+  events_ += event(e.comm + " " + e.op, "comm", 2 + index, e.start_us, e.end_us,
                    fmt::format(", \"args\": {{\"seq\": {}, \"bytes\": {}, \"queued_us\": {:.1f}}}", e.seq, e.bytes,
                                e.start_us - e.issue_us)) +
              "@PID@},\n";
+  // When the communication thread ran for this operation, on the communicator's thread row.
+  for (const auto& [start, end] : e.thread_run_us)
+    events_ += event("running", "comm_thread", kThreadRow0 + index, start, end,
+                     fmt::format(", \"args\": {{\"op\": \"{} {}\", \"seq\": {}}}", e.comm, e.op, e.seq)) +
+               "@PID@},\n";
 }
 
 void Profiler::write(const std::string& path, MPI_Comm world) const {
@@ -51,7 +56,10 @@ void Profiler::write(const std::string& path, MPI_Comm world) const {
     for (size_t i = 0; i < comm_names_.size(); ++i)
       mine += fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"tid\": {}, \"args\": {{\"name\": \"comm {}\"}}, "
                           "\"pid\": @PID@}},\n",
-                          2 + i, comm_names_[i]);
+                          2 + i, comm_names_[i]) +
+              fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"tid\": {}, \"args\": {{\"name\": \"comm {} "
+                          "thread\"}}, \"pid\": @PID@}},\n",
+                          kThreadRow0 + i, comm_names_[i]);
   }
   mine += "{\"name\": \"thread_name\", \"ph\": \"M\", \"tid\": 0, \"args\": {\"name\": \"compute\"}, \"pid\": @PID@},\n"
           "{\"name\": \"thread_name\", \"ph\": \"M\", \"tid\": 1, \"args\": {\"name\": \"waits on communication\"}, "

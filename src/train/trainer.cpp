@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -366,6 +367,16 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       if (c) w += c->total_wait_us();
     return w;
   };
+  // CPU time of this rank's communication threads (comm_cpu_ms). Each communicator object once: a hierarchical
+  // communicator's count already includes its sub-communicators, and an emulated one its inner transport's.
+  std::vector<Communicator*> cpu_comms;
+  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
+    if (c && std::find(cpu_comms.begin(), cpu_comms.end(), c) == cpu_comms.end()) cpu_comms.push_back(c);
+  auto comm_cpu_us = [&] {
+    double us = 0;
+    for (Communicator* c : cpu_comms) us += c->thread_cpu_us();
+    return us;
+  };
   // The loss lives on the last stage, complete on each of its tp ranks: one of them contributes it.
   const bool loss_rank = mesh.is_last_stage() && mesh.tp_rank() == 0;
   Tensor loss_total = Tensor::zeros({1}, DType::F32);
@@ -384,7 +395,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       }, loss_sum);
     return global_loss() / (double(cfg.train.eval_batches) * gb * T);
   };
-  Tensor times = Tensor::zeros({6}, DType::F32);  // step, comm, exposed, pipeline span, -busy, MB sent: max over ranks
+  // step, comm, exposed, pipeline span, -busy, MB sent, comm thread CPU: max over ranks
+  Tensor times = Tensor::zeros({7}, DType::F32);
   double total_ms = 0, last_loss = 0, last_val = -1;
   uint64_t gpu_mallocs_after_first_step = 0;  // the caching allocator's cudaMalloc count once warm
   const auto run_start = Clock::now();
@@ -392,7 +404,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     spdlog::info("nothing to train: the checkpoint is at step {}, train.steps is {}", start_step - 1, cfg.train.steps);
   for (int step = start_step; step <= cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
-    const double t0_us = trace_clock_us(), wait0 = wait_us();
+    const double t0_us = trace_clock_us(), wait0 = wait_us(), cpu0 = comm_cpu_us();
     zero_(model.grads());
     zero_(loss_sum);
     timeline.take_bytes();  // evaluation traffic since the last step is not this step's
@@ -474,6 +486,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk(c).params());
       prof.wait("all-gather parameters", g0, trace_clock_us());
     }
+    const double cpu_ms = (comm_cpu_us() - cpu0) / 1000.0;  // inside the step's window: at most threads x step_ms
     const double step_ms = ms_since(t0);
     const double comm_ms = timeline.busy_ms(t0_us, trace_clock_us());
     const double exposed_ms = (wait_us() - wait0) / 1000.0;
@@ -487,10 +500,12 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     tm[3] = float(rs.span_ms);
     tm[4] = float(-rs.busy_ms);
     tm[5] = float(timeline.take_bytes() / 1048576.0);  // MiB: fp32 holds any step's traffic exactly enough
+    tm[6] = float(std::max(0.0, cpu_ms));
     if (world > 1) comms.world->all_reduce(times, ReduceOp::Max);
     if (finite_loss) row.grad_norm = read_scalar(opt->grad_norm());
     row.step_ms = tm[0];
     row.comm_ms = tm[1];
+    row.comm_cpu_ms = tm[6];
     row.exposed_comm_ms = tm[2];
     row.bubble_ms = mesh.pp() > 1 ? std::max(0.0f, tm[3] + tm[4]) : 0.0;
     row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
@@ -514,7 +529,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                    "ETA {}",
                    step, cfg.train.steps, row.loss, row.val_loss >= 0 ? fmt::format(" | val {:.4f}", row.val_loss) : "",
                    lr, row.grad_norm, row.tokens_per_s, row.step_ms,
-                   world > 1 ? fmt::format(" (comm {:.1f}, exposed {:.1f}{})", row.comm_ms, row.exposed_comm_ms,
+                   world > 1 ? fmt::format(" (comm {:.1f}, comm cpu {:.1f}, exposed {:.1f}{})", row.comm_ms,
+                                           row.comm_cpu_ms, row.exposed_comm_ms,
                                            mesh.pp() > 1 ? fmt::format(", bubble {:.1f}", row.bubble_ms) : "")
                              : "",
                    format_duration(eta_s));

@@ -2,6 +2,8 @@
 spans, each collective, and the waits on communication; metrics.jsonl's comm_ms is consistent with the trace
 (each step's comm_ms is at most its step_ms). The trace also shows data parallelism's overlap: with
 comm.overlap=true gradient buckets are issued while the backward pass runs; with false, only after it.
+comm_cpu_ms (the communication threads' CPU time per step) is in every row and within its structural bound, and
+each rank's communication threads appear as "running" slices on "comm <name> thread" rows.
 Standard library only.
 Usage: test_profile_trace.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import collections
@@ -11,6 +13,35 @@ import subprocess
 import sys
 
 mpiexec, trainer, src, work = sys.argv[1:5]
+# Communication threads per rank in these runs: world, dp, tp and pp, one thread each (no network emulation, no
+# hierarchical dp, pp = 1 so no embedding group). N threads cannot use more than N x step_ms of CPU in a step.
+COMM_THREADS = 4
+
+
+def check_comm_cpu(rows):
+    for row in rows:
+        assert "comm_cpu_ms" in row, row
+        assert 0 <= row["comm_cpu_ms"] <= COMM_THREADS * row["step_ms"], row
+    keys = list(rows[0])
+    assert keys.index("comm_cpu_ms") == keys.index("comm_ms") + 1, keys
+
+
+def check_thread_rows(run_dir, events):
+    """Every rank has "running" slices (cat comm_thread) on its own "comm <name> thread" rows."""
+    trace = json.load(open(os.path.join(run_dir, "trace.json")))
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    running = [e for e in events if e["cat"] == "comm_thread"]
+    assert running and all(e["name"] == "running" and e["dur"] >= 0 for e in running), running[:3]
+    rows = {names.get((e["pid"], e["tid"]), "") for e in running}
+    assert all(r.startswith("comm ") and r.endswith(" thread") for r in rows), rows
+    # Thread rows are rows of their own, not the compute, wait or collective rows.
+    other = {(e["pid"], e["tid"]) for e in events if e["cat"] != "comm_thread"}
+    assert not other & {(e["pid"], e["tid"]) for e in running}, "a running slice shares a row with other events"
+    for pid in (0, 1):
+        n = sum(e["pid"] == pid for e in running)
+        assert n > 0, f"rank {pid} has no running slice on a comm thread row"
+    print(f"comm thread rows: {sorted(rows)}, {len(running)} running slices")
 
 
 def traced_run(name, overlap, sets=("parallel.dp=2",)):
@@ -44,8 +75,12 @@ assert {"forward", "backward", "optimizer", "dp all_reduce"} <= names, names
 # Both ranks issue the same collectives in the same order: equal counts per communicator operation.
 per_rank = [collections.Counter(e["name"] for e in events if e["pid"] == p and e["cat"] == "comm") for p in (0, 1)]
 assert per_rank[0] == per_rank[1], per_rank
-for row in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl"))):
+rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+for row in rows:
     assert 0 < row["comm_ms"] <= row["step_ms"] and 0 <= row["exposed_comm_ms"] <= row["step_ms"], row
+check_comm_cpu(rows)
+print(f"comm_cpu_ms per step: {[r['comm_cpu_ms'] for r in rows]} (comm_ms {[r['comm_ms'] for r in rows]})")
+check_thread_rows(run_dir, events)
 during = [buckets_issued_during_backward(events, p) for p in (0, 1)]
 print(f"overlap on: buckets issued during the backward pass per rank: {during}")
 assert all(n > 0 for n in during), "overlap on, but no bucket was issued during a backward pass"
@@ -60,4 +95,6 @@ print(f"tp=2 collectives in the trace: {dict(tp_ops)}")
 assert tp_ops["tp all_reduce"] > 0, "no tensor-parallel all-reduce in the trace"
 rows = [json.loads(line) for line in open(os.path.join(tp_dir, "metrics.jsonl"))]
 assert all(r["comm_ms"] > 0 and r["exposed_comm_ms"] > 0 for r in rows), rows
+check_comm_cpu(rows)
+check_thread_rows(tp_dir, tp_events)
 print("ok")

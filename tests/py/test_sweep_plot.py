@@ -57,8 +57,8 @@ def check_summary(out):
     cols, rows = read_csv(os.path.join(out, "summary.csv"))
     need = ["point", "label", "settings", "np", "parallel.tp", "dp", "tp", "pp", "status", "returncode", "error",
             "steps", "final_loss", "final_val_loss", "step_ms_median", "tokens_per_s_median", "compute_ms_median",
-            "comm_ms_median", "exposed_comm_ms_median", "bubble_ms_median", "comm_bytes_median", "peak_rss_mib",
-            "run_dir"]
+            "comm_ms_median", "comm_cpu_ms_median", "exposed_comm_ms_median", "bubble_ms_median",
+            "comm_bytes_median", "peak_rss_mib", "run_dir"]
     missing = [c for c in need if c not in cols]
     check(not missing, f"summary.csv has the {len(need)} expected columns (missing: {missing})")
     by = {r["point"]: r for r in rows}
@@ -78,7 +78,8 @@ def check_summary(out):
         ok = (r["steps"] == str(len(m)) == str(STEPS) and same(r["final_loss"], m[-1]["loss"])
               and same(r["final_val_loss"], vals[-1])
               and all(same(r[f + "_median"], statistics.median(x[f] for x in measured))
-                      for f in ("step_ms", "tokens_per_s", "compute_ms", "exposed_comm_ms", "bubble_ms", "comm_bytes")))
+                      for f in ("step_ms", "tokens_per_s", "compute_ms", "comm_ms", "comm_cpu_ms", "exposed_comm_ms",
+                                "bubble_ms", "comm_bytes")))
         ok &= all(abs(float(r[f + "_mean"]) - statistics.fmean(x[f] for x in measured)) < 1e-4
                   for f in ("step_ms", "compute_ms", "exposed_comm_ms", "bubble_ms"))
         check(ok, f"{name}: steps, final losses, medians and means of steps {WARMUP + 1}..{STEPS} agree with "
