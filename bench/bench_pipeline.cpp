@@ -1,26 +1,48 @@
-// Pipeline bubbles and activation memory per schedule, measured against theory in the same run.
-// Run: mpiexec -n 2 build/bench/bench_pipeline [--steps 12] [--layers 8] (p = the number of ranks)
+// Pipeline bubbles, speed-up and activation memory per schedule, measured against theory and against a
+// one-rank baseline in the same run.
+// Run: mpiexec -n 2 build/bench/bench_pipeline [--steps 12] [--layers 8] [--d-model 128] [--micro-batch 2]
+//        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block]          (p = the number of ranks)
 //
-// A GPT (L blocks of C = 256, vocabulary 64 so the head is ~1% of a stage) is cut into p stages; each rank times
-// its own passes (forward F, one-pass backward B, and the zero-bubble split: input pass Bi, weight pass W), then
-// runs every schedule for m = 4 and 8 micro-batches through the trainer's executor. Per step, the pipeline
-// phase lasts as long as its slowest rank (span); a rank's bubble is span minus its own compute, and the bubble
-// fraction is that over span, averaged over ranks. Theory, with the measured pass times:
+// A GPT (L blocks of C channels, 4 heads, sequence T, vocabulary 64 so the head is ~1% of a stage; defaults L 8,
+// C 128, T 64, micro-batch 2) is cut into p stages of L/p blocks; every rank computes with one thread. Each rank
+// times its own passes (forward F, one-pass backward B, and the zero-bubble split: input pass Bi, weight pass W),
+// then the baseline and the schedules run, --steps counted steps each after 2 warm-up steps:
+//   baseline     rank 0 alone runs the whole model (all L blocks) for the same m micro-batches, forward and
+//                backward of each as a pipeline step does (the executor with one stage, no communication), while
+//                the other ranks sleep in a barrier (MPI_Ibarrier polled with 0.5 ms sleeps, so they leave the
+//                cores alone); --steps steps before the pipeline runs and --steps after, the median of all is the
+//                baseline time (the medians before and after are printed too: they differ when the machine's
+//                speed drifted). The table is printed at the end.
+//   schedules    gpipe, 1f1b, interleaved (v = 2 chunks per rank) and zb1 for each m through the trainer's
+//                executor, every step started by a barrier on all ranks.
+// Per step, the pipeline phase lasts as long as its slowest rank (span); a rank's bubble is span minus its own
+// compute, and the bubble fraction is that over span, averaged over ranks. Theory, with the measured pass times:
 //   gpipe, 1f1b   (p-1) / (m + p-1)
-//   interleaved   (p-1)/v / (m + (p-1)/v)                           (v = 2 chunks per rank)
+//   interleaved   (p-1)/v / (m + (p-1)/v)
 //   zb1           (p-1)(F + Bi - W) / (m(F + Bi + W) + (p-1)(F + Bi - W))   (ZB-H1; a third of 1F1B's when F = Bi = W)
-// The baseline is the same work without a pipeline: the sum of the ranks' compute, against the span (speed-up).
-// On a small shared machine the ranks' compute times for identical work differ from step to step by up to 20% of
-// the span (the two ranks' communication threads, memory traffic, other processes); the formulas assume equal
-// stages, and an imbalance of x adds up to about x to the measured bubble. So each configuration runs --steps
-// steps and reports the one whose ranks' compute times were closest (its imbalance is printed).
+// Printed per schedule and m: the median over steps of the bubble fraction (the figure) and its min, the formula's
+// value, the difference and whether it is within 0.05 (the bar); the span (median and min over steps); the
+// speed-up = baseline time (median) / span (median) with its bar, >= 1.6x for p = 2 (none printed for other p),
+// and the ideal speed-up p(1 - formula), which is m p / (m + p-1) for gpipe and 1f1b (1.78x for p 2, m 8;
+// 1.60x for m 4, where the bar equals the ideal); the median imbalance between the ranks' compute times over the
+// span (a diagnostic: the formulas assume equal stages, and an imbalance of x adds up to about x to the bubble);
+// work, the median over steps of the ranks' summed compute over the baseline (1.00: the stages' passes, run
+// side by side, cost what the whole model costs alone; above 1 they slow each other down, e.g. through shared
+// caches and memory bandwidth, and speed-up ~ p (1 - bubble) / work); and the peak activation memory per stage.
+// --backend sets the pipeline communicator's transport: shm (shared memory, threads sleep on futexes; the
+// default), mpi-poll (MPI, nonblocking calls polled with back-off), mpi-block (MPI, blocking calls that spin).
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +58,8 @@ using namespace mt;
 
 namespace {
 
+constexpr int kVocab = 64, kHeads = 4, kWarmup = 2;
+
 struct PassTimes {
   double F = 0, B = 0, Bi = 0, W = 0;  // ms per micro-batch on this rank's stage
 };
@@ -46,7 +70,8 @@ PassTimes time_passes(const GPTConfig& cfg, const std::vector<int>& layers, int 
   g.init(1, 0.02);
   Arena arena, scratch;
   Activations a = g.alloc_activations(arena, B, T, true);
-  for (int64_t i = 0; i < a.tokens.numel(); ++i) a.tokens.data_as<int32_t>()[i] = a.targets.data_as<int32_t>()[i] = i % 64;
+  for (int64_t i = 0; i < a.tokens.numel(); ++i)
+    a.tokens.data_as<int32_t>()[i] = a.targets.data_as<int32_t>()[i] = i % kVocab;
   zero_(a.input());
   const bool last = g.config().last_stage();
   Tensor dout = last ? Tensor() : Tensor::zeros(a.output().shape(), DType::F32);
@@ -70,62 +95,155 @@ double theory(const std::string& schedule, int p, int m, int v, const PassTimes&
   return (p - 1.0) / (m + p - 1.0);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+// A barrier whose waiters sleep (MPICH's MPI_Barrier spins), so a rank timing alone keeps its core to itself.
+void sleeping_barrier() {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    usleep(500);
+  }
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t c = line.find(':');
+      return c == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", c + 1));
+    }
+  return "unknown";
+}
+
+[[noreturn]] void usage(int rank, const char* why) {
+  if (rank == 0)
+    std::fprintf(stderr, "bench_pipeline: %s\nusage: mpiexec -n P bench_pipeline [--steps 12] [--layers 8] "
+                 "[--d-model 128] [--micro-batch 2] [--seq 64] [--micro-batches 4,8] "
+                 "[--backend shm|mpi-poll|mpi-block]\n", why);
+  MPI_Finalize();
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   init_mpi(&argc, &argv);
-  int steps = 12, layers_total = 8;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--layers")) layers_total = std::atoi(argv[i + 1]);
-  }
   int rank = 0, p = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
+  int steps = 12, layers_total = 8, d_model = 128, B = 2, T = 64;
+  std::string ms_arg = "4,8", backend = "shm";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage(rank, ("missing value for " + a).c_str());
+    const char* v = argv[++i];
+    if (a == "--steps") steps = std::atoi(v);
+    else if (a == "--layers") layers_total = std::atoi(v);
+    else if (a == "--d-model") d_model = std::atoi(v);
+    else if (a == "--micro-batch") B = std::atoi(v);
+    else if (a == "--seq") T = std::atoi(v);
+    else if (a == "--micro-batches") ms_arg = v;
+    else if (a == "--backend") backend = v;
+    else usage(rank, ("unknown option " + a).c_str());
+  }
+  std::vector<int> ms;
+  {
+    std::stringstream ss(ms_arg);
+    for (std::string tok; std::getline(ss, tok, ',');) ms.push_back(std::atoi(tok.c_str()));
+  }
+  if (steps < 1 || B < 1 || T < 1 || d_model < kHeads || d_model % kHeads || ms.empty() ||
+      *std::min_element(ms.begin(), ms.end()) < 1)
+    usage(rank, "--steps, --micro-batch, --seq and every m must be positive, --d-model a multiple of 4");
+  if (layers_total % (2 * p)) usage(rank, "--layers must be a multiple of 2p (interleaved runs 2 chunks per rank)");
+  CommOptions opts;
+  if (backend == "shm") {
+    opts.transport = CommOptions::Transport::Shm;
+  } else if (backend == "mpi-poll" || backend == "mpi-block") {
+    opts.transport = CommOptions::Transport::Mpi;
+    opts.blocking_waits = backend == "mpi-block";
+  } else {
+    usage(rank, "--backend must be shm, mpi-poll or mpi-block");
+  }
   set_compute_threads(1);
   {
     DeviceMesh mesh(1, 1, p, "tp-dp-pp", p, rank);
-    CommOptions opts;
-    opts.blocking_waits = true;  // one compute thread per rank: communication threads must not spin
     MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
       return make_communicator(c, name, opts);
     });
     GPTConfig cfg;
     cfg.n_layer = layers_total;
-    cfg.n_head = 4;
-    cfg.d_model = 256;
-    cfg.seq_len = 64;
-    cfg.vocab_size = 64;
-    const int B = 4, T = cfg.seq_len;
+    cfg.n_head = kHeads;
+    cfg.d_model = d_model;
+    cfg.seq_len = T;
+    cfg.vocab_size = kVocab;
     const std::vector<int> even(p, layers_total / p);
     const PassTimes mine = time_passes(cfg, even, rank, B, T);
     // Theory uses the mean over stages of each pass time.
     double sums[4] = {mine.F, mine.B, mine.Bi, mine.W}, means[4];
     MPI_Allreduce(sums, means, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     PassTimes avg{means[0] / p, means[1] / p, means[2] / p, means[3] / p};
-    if (rank == 0) {
-      std::printf("pipeline of %d ranks, GPT L=%d C=%d T=%d V=%d, micro-batch %d, 1 compute thread per rank\n", p,
-                  layers_total, cfg.d_model, T, cfg.vocab_size, B);
-      std::printf("pass times per micro-batch (mean over stages): F %.2f ms, B %.2f ms, split B: input %.2f ms + "
-                  "weight %.2f ms\n\n", avg.F, avg.B, avg.Bi, avg.W);
-      std::printf("%-12s %3s %9s %9s %7s %6s %9s %9s %9s  %s\n", "schedule", "m", "bubble", "theory", "diff", "ok",
-                  "imbalance", "span ms", "speed-up", "peak activations per stage (records)");
-    }
+
     Profiler prof(false);
+    auto make_fill = [&](std::mt19937& rng) {
+      return FillFn([&rng, B, T](int, int32_t* tok, int32_t* tgt) {
+        for (int i = 0; i < B * T; ++i) tok[i] = tgt[i] = int32_t(rng() % kVocab);
+      });
+    };
+
+    // Baseline: the whole model on rank 0 alone, one thread, the same m micro-batches per step; --steps steps
+    // before the pipeline runs and --steps after (a drift of the machine's speed in between shows as a difference
+    // of the two medians), the figure is the median of all.
+    std::vector<std::vector<double>> base_before(ms.size()), base_after(ms.size());
+    std::unique_ptr<PipelineChunks> whole;  // rank 0's
+    if (rank == 0) whole = std::make_unique<PipelineChunks>(cfg, std::vector<int>{layers_total}, 1, 0, DType::F32);
+    auto run_baseline = [&](std::vector<std::vector<double>>& times) {
+      sleeping_barrier();
+      if (rank == 0) {
+        for (size_t j = 0; j < ms.size(); ++j) {
+          whole->init(1, 0.02);
+          PipelineRunner runner(*whole, nullptr, "1f1b", ms[j], B, T, prof);
+          Tensor loss = Tensor::zeros({1}, DType::F32);
+          std::mt19937 rng(0);
+          const FillFn fill = make_fill(rng);
+          for (int s = 0; s < steps + kWarmup; ++s) {
+            zero_(whole->grads());
+            const RunStats st = runner.train(fill, 1e-3, loss, {}, false);
+            if (s >= kWarmup) times[j].push_back(st.span_ms);
+          }
+        }
+      }
+      sleeping_barrier();
+    };
+    run_baseline(base_before);
+
+    struct Row {
+      std::string schedule;
+      int m, j;
+      double bubble, bubble_min, formula, span, span_min, imbalance, work_ms;
+      std::string mem;
+    };
+    std::vector<Row> rows;
     for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zb1"}) {
       const int v = std::string(schedule) == "interleaved" ? 2 : 1;
       const std::vector<int> layers(p * v, layers_total / (p * v));
-      for (int m : {4, 8}) {
+      for (size_t j = 0; j < ms.size(); ++j) {
+        const int m = ms[j];
         PipelineChunks model(cfg, layers, p, rank, DType::F32);
         model.init(1, 0.02);
         PipelineRunner runner(model, comms.pp.get(), schedule, m, B, T, prof);
         Tensor loss = Tensor::zeros({1}, DType::F32);
         std::mt19937 rng(rank);
-        const FillFn fill = [&](int, int32_t* tok, int32_t* tgt) {
-          for (int i = 0; i < B * T; ++i) tok[i] = tgt[i] = int32_t(rng() % 64);
-        };
-        std::vector<double> fractions, spans, speedups, imbalance;
-        for (int s = 0; s < steps + 2; ++s) {
+        const FillFn fill = make_fill(rng);
+        std::vector<double> fractions, spans, imbalance, work;
+        for (int s = 0; s < steps + kWarmup; ++s) {
           zero_(model.grads());
           MPI_Barrier(MPI_COMM_WORLD);  // every rank starts the step together
           const RunStats st = runner.train(fill, 1e-3, loss, {}, false);
@@ -134,11 +252,11 @@ int main(int argc, char** argv) {
           MPI_Allreduce(&st.busy_ms, &busy_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
           MPI_Allreduce(&st.busy_ms, &busy_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
           MPI_Allreduce(&st.busy_ms, &busy_min, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-          if (s < 2) continue;  // warm-up: records and buffers allocated
+          if (s < kWarmup) continue;  // warm-up: records and buffers allocated
           fractions.push_back((p * span - busy_sum) / (p * span));
           spans.push_back(span);
-          speedups.push_back(busy_sum / span);
           imbalance.push_back((busy_max - busy_min) / span);
+          work.push_back(busy_sum);
         }
         double act = 0;
         int records = 0;
@@ -151,16 +269,47 @@ int main(int argc, char** argv) {
         MPI_Gather(&act, 1, MPI_DOUBLE, acts.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         MPI_Gather(&records, 1, MPI_INT, recs.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
         if (rank == 0) {
-          // The step whose stages ran closest to equal speed (the formulas' assumption; see the header).
-          const size_t best = std::min_element(imbalance.begin(), imbalance.end()) - imbalance.begin();
-          const double measured = fractions[best], th = theory(schedule, p, m, v, avg);
           std::string mem;
-          for (int r = 0; r < p; ++r) mem += (r ? ", " : "") + std::to_string(acts[r]).substr(0, 5) + " MiB (" +
-                                             std::to_string(recs[r]) + ")";
-          std::printf("%-12s %3d %9.3f %9.3f %+7.3f %6s %9.3f %9.1f %8.2fx  %s\n", schedule, m, measured, th,
-                      measured - th, std::abs(measured - th) <= 0.05 ? "yes" : "NO", imbalance[best], spans[best],
-                      speedups[best], mem.c_str());
+          for (int r = 0; r < p; ++r) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%s%.2f MiB (%d)", r ? ", " : "", acts[r], recs[r]);
+            mem += buf;
+          }
+          rows.push_back({schedule, m, int(j), median(fractions), minimum(fractions), theory(schedule, p, m, v, avg),
+                          median(spans), minimum(spans), median(imbalance), median(work), mem});
         }
+      }
+    }
+    run_baseline(base_after);
+
+    if (rank == 0) {
+      std::vector<double> base_med(ms.size());
+      std::printf("CPU: %s\n", cpu_model().c_str());
+      std::printf("pipeline of %d ranks (--backend %s), GPT L=%d C=%d T=%d V=%d, micro-batch %d, 1 compute thread "
+                  "per rank; %d steps per configuration after %d warm-up steps\n",
+                  p, backend.c_str(), layers_total, cfg.d_model, T, cfg.vocab_size, B, steps, kWarmup);
+      std::printf("pass times per micro-batch (mean over stages): F %.2f ms, B %.2f ms, split B: input %.2f ms + "
+                  "weight %.2f ms; sum of the stages' F + B: %.2f ms\n", avg.F, avg.B, avg.Bi, avg.W,
+                  p * (avg.F + avg.B));
+      for (size_t j = 0; j < ms.size(); ++j) {
+        std::vector<double> all = base_before[j];
+        all.insert(all.end(), base_after[j].begin(), base_after[j].end());
+        base_med[j] = median(all);
+        std::printf("baseline m=%d (rank 0 alone, whole model, 1 thread): %.1f ms (median; before %.1f, after %.1f, "
+                    "min %.1f), %.2f ms per micro-batch\n", ms[j], base_med[j], median(base_before[j]),
+                    median(base_after[j]), minimum(all), base_med[j] / ms[j]);
+      }
+      std::printf("bars: |bubble - formula| <= 0.05; speed-up = baseline / span %s\n\n",
+                  p == 2 ? ">= 1.6x" : "(no bar for this p; the bar is set for p = 2)");
+      std::printf("%-12s %3s %7s %6s %7s %7s %4s %8s %8s %8s %8s %6s %4s %6s %5s  %s\n", "schedule", "m", "bubble",
+                  "min", "formula", "diff", "ok", "span ms", "min", "base ms", "speed-up", "ideal", "ok", "imbal", "work",
+                  "peak activations per stage (records)");
+      for (const Row& r : rows) {
+        const double base = base_med[r.j], speedup = base / r.span, ideal = p * (1.0 - r.formula);
+        std::printf("%-12s %3d %7.3f %6.3f %7.3f %+7.3f %4s %8.1f %8.1f %8.1f %7.2fx %5.2fx %4s %6.3f %5.2f  %s\n",
+                    r.schedule.c_str(), r.m, r.bubble, r.bubble_min, r.formula, r.bubble - r.formula,
+                    std::abs(r.bubble - r.formula) <= 0.05 ? "yes" : "NO", r.span, r.span_min, base, speedup, ideal,
+                    p == 2 ? (speedup >= 1.6 ? "yes" : "NO") : "-", r.imbalance, r.work_ms / base, r.mem.c_str());
       }
     }
   }
