@@ -1,7 +1,9 @@
 // Pipeline bubbles, speed-up and activation memory per schedule, measured against theory and against a
 // one-rank baseline in the same run.
 // Run: mpiexec -n 2 build/bench/bench_pipeline [--steps 12] [--layers 8] [--d-model 128] [--micro-batch 2]
-//        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block]          (p = the number of ranks)
+//        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0]  (p = the number of ranks)
+// --pin 1 (the default, as the trainer's train.pin_threads): each rank's compute thread on a core of its own when
+// the ranks fit the cores; 0: the OS places them.
 //
 // A GPT (L blocks of C channels, 4 heads, sequence T, vocabulary 64 so the head is ~1% of a stage; defaults L 8,
 // C 128, T 64, micro-batch 2) is cut into p stages of L/p blocks; every rank computes with one thread. Each rank
@@ -32,6 +34,7 @@
 // --backend sets the pipeline communicator's transport: shm (shared memory, threads sleep on futexes; the
 // default), mpi-poll (MPI, nonblocking calls polled with back-off), mpi-block (MPI, blocking calls that spin).
 #include <mpi.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,7 +130,7 @@ std::string cpu_model() {
   if (rank == 0)
     std::fprintf(stderr, "bench_pipeline: %s\nusage: mpiexec -n P bench_pipeline [--steps 12] [--layers 8] "
                  "[--d-model 128] [--micro-batch 2] [--seq 64] [--micro-batches 4,8] "
-                 "[--backend shm|mpi-poll|mpi-block]\n", why);
+                 "[--backend shm|mpi-poll|mpi-block] [--pin 1|0]\n", why);
   MPI_Finalize();
   std::exit(2);
 }
@@ -141,6 +144,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   int steps = 12, layers_total = 8, d_model = 128, B = 2, T = 64;
   std::string ms_arg = "4,8", backend = "shm";
+  bool pin = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) usage(rank, ("missing value for " + a).c_str());
@@ -152,6 +156,7 @@ int main(int argc, char** argv) {
     else if (a == "--seq") T = std::atoi(v);
     else if (a == "--micro-batches") ms_arg = v;
     else if (a == "--backend") backend = v;
+    else if (a == "--pin") pin = std::atoi(v) != 0;
     else usage(rank, ("unknown option " + a).c_str());
   }
   std::vector<int> ms;
@@ -175,9 +180,15 @@ int main(int argc, char** argv) {
   set_compute_threads(1);
   {
     DeviceMesh mesh(1, 1, p, "tp-dp-pp", p, rank);
+    // As the trainer does (train.pin_threads): this rank's threads on a core of its own when the ranks fit.
+    const NodeRanks node = node_ranks();
+    const std::vector<int> cores = pin && node.local_size <= omp_get_num_procs() ? rank_cores(node.local_rank, 1)
+                                                                                  : std::vector<int>();
+    bind_calling_thread(cores);
     MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
       return make_communicator(c, name, opts);
     });
+    if (!cores.empty()) pin_compute_threads(cores);
     GPTConfig cfg;
     cfg.n_layer = layers_total;
     cfg.n_head = kHeads;

@@ -2,6 +2,8 @@
 #include "core/threads.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -30,5 +32,34 @@ void set_compute_threads(int n) {
 }
 
 int compute_threads() { return omp_get_max_threads(); }
+
+std::vector<int> rank_cores(int first, int n) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (first < 0 || n < 1 || first + n > static_cast<int>(cpus.size())) return {};
+  return std::vector<int>(cpus.begin() + first, cpus.begin() + first + n);
+}
+
+static void bind_thread(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+void bind_calling_thread(const std::vector<int>& cpus) {
+  if (!cpus.empty()) bind_thread(cpus);
+}
+
+void pin_compute_threads(const std::vector<int>& cpus) {
+  const int n = compute_threads();
+  CHECK(static_cast<int>(cpus.size()) >= n, "pinning {} compute threads to {} cpus", n, cpus.size());
+#pragma omp parallel num_threads(n)
+  bind_thread({cpus[omp_get_thread_num()]});
+}
 
 }  // namespace mt

@@ -611,12 +611,25 @@ void run_training(const Config& cfg) {
           hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), cfg.comm.emulate.ranks_per_node), 0);
       if (!l.error.empty()) input_error("comm.hierarchical: the dp group of rank {}: {}", r, l.error);
     }
+  // train.pin_threads, when every compute thread of the node gets a core: the communication threads made below
+  // inherit this rank's cores (they then delay only this rank's compute), the compute threads get one each.
+  const std::vector<int> cores = cfg.train.pin_threads && on_node * threads <= omp_get_num_procs()
+                                     ? rank_cores(node.local_rank * threads, threads)
+                                     : std::vector<int>();
+  bind_calling_thread(cores);
   // The world communicator carries host values (metrics, the loss): MPI whatever the backend.
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
     if (name == "dp" && cfg.comm.hierarchical) return make_hierarchical_communicator(c, name, copts);
     if (nccl && name != "world") return make_device_communicator(c, name, copts);
     return make_communicator(c, name, copts);
   });
+  // The communication threads, created next, inherit the rank's cores; the compute threads get one each after.
+  if (!cores.empty()) {
+    pin_compute_threads(cores);
+    if (mesh.rank() == 0)
+      spdlog::info("train.pin_threads: each rank's threads on cores of its own, one per compute thread (rank 0: "
+                   "cpu {}{})", cores.front(), cores.size() > 1 ? fmt::format("-{}", cores.back()) : "");
+  }
   for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
     if (c) c->set_event_sink([&](const CommEvent& e) {
       timeline.record(e);
