@@ -180,9 +180,9 @@ int main(int argc, char** argv) {
   set_compute_threads(1);
   {
     DeviceMesh mesh(1, 1, p, "tp-dp-pp", p, rank);
-    // As the trainer does (train.pin_threads): this rank's threads on a core of its own when the ranks fit.
+    // As the trainer does (train.pin_threads): this rank's threads on a core of its own when the ranks fill the cores.
     const NodeRanks node = node_ranks();
-    const std::vector<int> cores = pin && node.local_size <= omp_get_num_procs() ? rank_cores(node.local_rank, 1)
+    const std::vector<int> cores = pin && node.local_size == omp_get_num_procs() ? rank_cores(node.local_rank, 1)
                                                                                   : std::vector<int>();
     bind_calling_thread(cores);
     MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {

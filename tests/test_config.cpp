@@ -335,8 +335,9 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"optim.schedule=step"}), Contains("cosine, linear, constant"));
   CHECK_THAT(validate_error({"data.source=web"}), Contains("synthetic, tokens, text"));
   CHECK_THAT(validate_error({"data.order=random"}), Contains("sequential, shuffle"));
-  CHECK_THAT(validate_error({"comm.backend=gloo"}), Contains("auto, mpi, nccl"));
+  CHECK_THAT(validate_error({"comm.backend=gloo"}), Contains("auto, shm, mpi, nccl"));
   CHECK_THAT(validate_error({"comm.backend=nccl"}), Contains("needs device=cuda"));
+  CHECK_THAT(validate_error({"device=cuda", "comm.backend=shm"}), Contains("host tensors only"));
   // Host-only features are refused on the GPU by name rather than run wrongly.
   CHECK_THAT(validate_error({"device=cuda", "optim.sync_every=4"}), Contains("optim.sync_every=4 (local SGD) is not available with device=cuda"));
   CHECK_THAT(validate_error({"device=cuda", "comm.compress=int8"}), Contains("comm.compress=int8 is not available with device=cuda"));
@@ -405,7 +406,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
       "parallel.stage_layers=[1, 2, 3, 1, 4, 1]",
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
-      "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.skip_nonfinite=true",
+      "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.pin_threads=false", "train.skip_nonfinite=true",
       "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
       "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "optim.name=sgd",

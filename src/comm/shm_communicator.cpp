@@ -146,7 +146,11 @@ class ShmCommunicator : public QueuedCommunicator {
     MPI_CHECK(MPI_Info_create(&info));
     MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));  // each segment page-aligned, near its owner
     void* mine = nullptr;
-    MPI_CHECK(MPI_Win_allocate_shared(segment, 1, info, comm_, &mine, &win_));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));  // a clear message instead of MPI's abort
+    const int rc = MPI_Win_allocate_shared(segment, 1, info, comm_, &mine, &win_);
+    CHECK(rc == MPI_SUCCESS, "communicator '{}': the shared-memory transport could not allocate {:.1f} MiB of shared "
+          "memory per rank (MPI error {}); is /dev/shm large enough (containers: --shm-size)? comm.backend=mpi "
+          "avoids it", name, segment / 1048576.0, rc);
     MPI_CHECK(MPI_Info_free(&info));
     std::memset(mine, 0, static_cast<size_t>(segment));
     new (mine) Control();

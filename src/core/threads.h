@@ -14,7 +14,7 @@ void set_compute_threads(int n);
 // The thread count last set (or OpenMP's default before any call).
 int compute_threads();
 
-// Core pinning (train.pin_threads). Why: when every thread of a node has a core, a pinned compute thread keeps
+// Core pinning (train.pin_threads). Why: when a job's compute threads fill the node's cores, a pinned one keeps
 // its caches, and a rank's short-lived communication threads, kept on that rank's own cores, delay only their
 // own rank's compute instead of another rank's (a pipeline's critical path); unpinned, the scheduler moves them
 // around (measured in docs/performance.md).

@@ -61,8 +61,9 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(train.eval_every, "evaluate every this many steps; 0 = off"),
       MT_KEY(train.eval_batches, "global batches per evaluation"),
       MT_KEY(train.threads, "compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node"),
-      MT_KEY(train.pin_threads, "pin each compute thread to a core of its own when ranks x threads fit the node's "
-                                "cores (communication threads stay free to run anywhere); false = the OS places them"),
+      MT_KEY(train.pin_threads, "when ranks x compute threads fill the node's cores: each rank's threads on cores of "
+                                "its own, one per compute thread (its communication threads share them); false = "
+                                "the OS places every thread"),
       MT_KEY(train.skip_nonfinite, "skip (and count) a step whose loss or gradient norm is inf or NaN instead of "
                                    "stopping the run"),
       MT_KEY(optim.lr, "peak learning rate"),

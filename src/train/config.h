@@ -30,7 +30,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0 = off
   int eval_every = 0, eval_batches = 4;
   int threads = 0;  // compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node
-  bool pin_threads = true;  // pin each compute thread to a core of its own when the node's cores suffice
+  bool pin_threads = true;  // each rank's threads on cores of its own when its compute threads fill the node
   bool skip_nonfinite = false;  // skip a step whose loss or gradient norm is inf/NaN instead of stopping
 };
 

@@ -611,9 +611,10 @@ void run_training(const Config& cfg) {
           hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), cfg.comm.emulate.ranks_per_node), 0);
       if (!l.error.empty()) input_error("comm.hierarchical: the dp group of rank {}: {}", r, l.error);
     }
-  // train.pin_threads, when every compute thread of the node gets a core: the communication threads made below
+  // train.pin_threads, when the job's compute threads fill the node's cores, one each (a job that leaves cores
+  // free may share the node with another, which would pin to the same first cores): the communication threads below
   // inherit this rank's cores (they then delay only this rank's compute), the compute threads get one each.
-  const std::vector<int> cores = cfg.train.pin_threads && on_node * threads <= omp_get_num_procs()
+  const std::vector<int> cores = cfg.train.pin_threads && on_node * threads == omp_get_num_procs()
                                      ? rank_cores(node.local_rank * threads, threads)
                                      : std::vector<int>();
   bind_calling_thread(cores);
