@@ -1,6 +1,6 @@
 // Hierarchical all-reduce over a group spread evenly over nodes (k of its ranks on each of m nodes).
 //
-// all_reduce runs as three dependent phases on two MPI communicators split from the group:
+// all_reduce runs as three dependent phases on two communicators split from the group (make_communicator):
 //   1. reduce_scatter inside the node ("<name>.intra", k ranks): local rank j gets shard_range(n, k, j) of the
 //      node's sum, written into its own slice of the buffer;
 //   2. all_reduce of that shard across nodes ("<name>.inter", the m ranks with local rank j, one per node);

@@ -1,9 +1,10 @@
 // Hierarchical all-reduce (comm.hierarchical): a Communicator over a group whose all_reduce runs in three phases,
 // reduce-scatter inside each node, all-reduce of this rank's shard across nodes, all-gather inside the node, so
 // only 1/k of the buffer crosses the slow links between nodes (k = the group's ranks per node). The phases run on
-// two ordinary MPI communicators ("<name>.intra", "<name>.inter"); every other operation goes to a flat MPI
-// communicator over the whole group ("<name>"). Everything passes through one worker queue, so operations run in
-// issue order as the Communicator contract requires. See docs/hierarchical.md.
+// two ordinary communicators ("<name>.intra", "<name>.inter", from make_communicator, each emulating its own
+// link); every other operation goes to a flat communicator over the whole group ("<name>"). Everything passes
+// through one worker queue, so operations run in issue order as the Communicator contract requires. See
+// docs/hierarchical.md.
 #pragma once
 #include <mpi.h>
 
