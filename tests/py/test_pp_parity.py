@@ -70,6 +70,8 @@ CASES.append(("dp2_tp2_pp2_uneven_zero_sp_zb1", 2, 2, 2,
                "parallel.schedule=zb1"], False))
 CASES.append(("dp2_tp2_pp2_interleaved_uneven", 2, 2, 2,
               ["parallel.schedule=interleaved", "parallel.virtual_stages=2", "parallel.stage_layers=[3,1,2,2]"], False))
+# The MPI transport (the others run on shared memory, comm.backend=auto): the same mesh, every axis over MPI.
+CASES.append(("dp2_tp2_pp2_1f1b_mpi", 2, 2, 2, ["comm.backend=mpi"], False))
 
 failures = 0
 for name, dp, tp, pp, sets, grads in CASES:
