@@ -1,8 +1,9 @@
 """Pipeline parallelism composed into full 3D meshes reproduces the single-rank run, on 8 ranks:
 every factorization 8 = dp x tp x pp with the 1f1b schedule; every schedule (gpipe, 1f1b, interleaved with two
 chunks per rank, zb1) on dp2 x tp2 x pp2 and on dp2 x tp1 x pp4; two other mesh order strings; and uneven
-stages (parallel.stage_layers) with ZeRO-1 and sequence parallelism. Every step's loss must be within 1e-5
-relative of the single-rank run over 20 steps, and so must the validation losses of steps 10 and 20 (evaluated
+stages (parallel.stage_layers) with ZeRO-1 and sequence parallelism; one 2x2x2 mesh on the MPI transport (the
+others on shared memory). Every step's loss must be within 1e-5 relative of the single-rank run over 20 steps,
+and so must the validation losses of steps 10 and 20 (evaluated
 forward-only through the pipeline). The step-1 gradients of four layouts (gathered from every tp and
 pp shard, the tied embedding summed between the first and last stage) must match the single-rank run's tensor
 by tensor within 1e-5 (||g - g_ref|| / ||g_ref||), and the exported model, gathered from all stages and tp
