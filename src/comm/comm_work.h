@@ -36,7 +36,6 @@ class CommWork : public Work {
   // Called once, by the thread that finished the operation (its results must be in place).
   void complete();
   CommKind kind() const { return kind_; }
-  uint64_t seq() const { return seq_; }
 
  private:
   std::shared_ptr<WaitStats> s_;

@@ -1,7 +1,8 @@
 // The network-emulation wrapper (emulated_communicator.h).
 //
 // Timing model. The inner communicator reports each finished operation with the moment it could start on the
-// wire (a collective: when every rank had arrived; a receive: when the message was sent, or posted if later).
+// wire (shared memory: a collective when every rank had arrived, a receive when its message was sent or posted,
+// whichever is later; MPI: when its thread started the call or posted the message).
 //   collectives   start = max(inner start, end of the previous collective), end = start + prediction
 //                 (one link per communicator: its collectives take turns on it, as they would on a real one)
 //   send, recv    end = inner start + prediction (each direction is its own link)
@@ -119,7 +120,8 @@ class EmulatedCommunicator : public Communicator {
       Due d;
       d.work = it->second.work;
       d.event = e;
-      const bool p2p = e.op == comm_kind_name(CommKind::Send) || e.op == comm_kind_name(CommKind::Recv);
+      const CommKind kind = it->second.work->kind();
+      const bool p2p = kind == CommKind::Send || kind == CommKind::Recv;
       const double start = p2p ? e.start_us : std::max(e.start_us, link_free_us_);
       d.event.start_us = start;
       d.at_us = start + it->second.predicted_us;

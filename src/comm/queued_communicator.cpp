@@ -48,7 +48,7 @@ void QueuedCommunicator::check_count(int64_t n, const char* what) const {
         max_elements_);
 }
 
-void QueuedCommunicator::check_reduce(const Tensor& t, ReduceOp, const char* what) const {
+void QueuedCommunicator::check_reduce(const Tensor& t, const char* what) const {
   const DType d = t.dtype();
   CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F16,
         "{} on '{}': reductions take fp32, bf16 or fp16 tensors, got {}", what, name(), dtype_name(d));
@@ -56,7 +56,7 @@ void QueuedCommunicator::check_reduce(const Tensor& t, ReduceOp, const char* wha
 
 WorkPtr QueuedCommunicator::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_defined(t, "all_reduce");
-  check_reduce(t, op, "all_reduce");
+  check_reduce(t, "all_reduce");
   check_count(t.numel(), "all_reduce");
   Op o;
   o.kind = CommKind::AllReduce;
@@ -71,7 +71,7 @@ WorkPtr QueuedCommunicator::reduce_scatter_async(const Tensor& in, const Tensor&
   check_defined(out, "reduce_scatter");
   CHECK(in.device() == out.device(), "reduce_scatter on '{}': input on {}, output on {}; both must be on the same "
         "device", name(), device_name(in.device()), device_name(out.device()));
-  check_reduce(in, op, "reduce_scatter");
+  check_reduce(in, "reduce_scatter");
   CHECK(in.dtype() == out.dtype(), "reduce_scatter: input {} and output {}", dtype_name(in.dtype()),
         dtype_name(out.dtype()));
   const ShardRange s = shard_range(in.numel(), size_, rank_);

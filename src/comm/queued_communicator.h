@@ -91,7 +91,7 @@ class QueuedCommunicator : public Communicator {
  private:
   void check_defined(const Tensor& t, const char* what) const;
   void check_count(int64_t n, const char* what) const;
-  void check_reduce(const Tensor& t, ReduceOp op, const char* what) const;
+  void check_reduce(const Tensor& t, const char* what) const;
   WorkPtr p2p(CommKind kind, const Tensor& t, int peer, int tag);
   WorkPtr enqueue(Op o);
   void run();

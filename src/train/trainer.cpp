@@ -618,13 +618,13 @@ void run_training(const Config& cfg) {
                                      ? rank_cores(node.local_rank * threads, threads)
                                      : std::vector<int>();
   bind_calling_thread(cores);
-  // The world communicator carries host values (metrics, the loss): MPI whatever the backend.
+  // The world communicator carries host values (metrics, the loss): a host transport whatever the backend.
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
     if (name == "dp" && cfg.comm.hierarchical) return make_hierarchical_communicator(c, name, copts);
     if (nccl && name != "world") return make_device_communicator(c, name, copts);
     return make_communicator(c, name, copts);
   });
-  // The communication threads, created next, inherit the rank's cores; the compute threads get one each after.
+  // The communication threads, created above, have the rank's cores; now the compute threads get one each.
   if (!cores.empty()) {
     pin_compute_threads(cores);
     if (mesh.rank() == 0)
