@@ -66,6 +66,13 @@ const std::vector<KeyDesc>& key_table() {
                                 "the OS places every thread"),
       MT_KEY(train.skip_nonfinite, "skip (and count) a step whose loss or gradient norm is inf or NaN instead of "
                                    "stopping the run"),
+      MT_KEY(train.straggler.ranks, "emulated stragglers: the global ranks slowed down; [] = every rank (when "
+                                    "slowdown or delay_ms is set)"),
+      MT_KEY(train.straggler.slowdown, "those ranks' forward and backward passes take this many times as long "
+                                       "(>= 1; the extra is slept, using no CPU)"),
+      MT_KEY(train.straggler.delay_ms, "mean of a random delay (slept) before each step on those ranks; 0 = none"),
+      MT_KEY(train.straggler.delay_sigma, "tail of that delay: sigma of a log-normal with that mean, seeded by "
+                                          "train.seed, rank and step; 0 = the same delay every step"),
       MT_KEY(optim.lr, "peak learning rate"),
       MT_KEY(optim.min_lr, "learning rate at the end of the decay"),
       MT_KEY(optim.warmup_steps, "linear warm-up steps from 0 to lr"),
@@ -82,6 +89,10 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(optim.outer, "local SGD outer optimizer on the averaged change: none | nesterov (DiLoCo)"),
       MT_KEY(optim.outer_lr, "local SGD outer learning rate (optim.outer=nesterov)"),
       MT_KEY(optim.outer_momentum, "local SGD outer Nesterov momentum (optim.outer=nesterov)"),
+      MT_KEY(optim.staleness, "stale-synchronous data parallelism: 0 = synchronous; S >= 1 = gradient averages "
+                              "run in the background, no replica more than S steps ahead of the slowest"),
+      MT_KEY(optim.staleness_policy, "with staleness S: newest (apply every average already complete, S steps "
+                                     "late at most) | fixed (exactly S steps late: repeats bit for bit)"),
       MT_KEY(precision.compute, "compute dtype: fp32 | bf16 | fp16 (master weights stay fp32)"),
       MT_KEY(precision.grad_reduce, "dtype of the data-parallel gradient reduction: fp32 | bf16"),
       MT_KEY(precision.loss_scale, "fp16 loss scale: dynamic | a positive number"),

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "train/straggler.h"
+
 namespace mt {
 
 struct ModelConfig {
@@ -32,6 +34,7 @@ struct TrainConfig {
   int threads = 0;  // compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node
   bool pin_threads = true;  // each rank's threads on cores of its own when its compute threads fill the node
   bool skip_nonfinite = false;  // skip a step whose loss or gradient norm is inf/NaN instead of stopping
+  StragglerSettings straggler;  // emulated slow ranks (train/straggler.h)
 };
 
 struct OptimConfig {
@@ -48,6 +51,10 @@ struct OptimConfig {
   int sync_every = 0;
   std::string outer = "none";  // none (plain averaging) | nesterov (SGD with Nesterov momentum)
   double outer_lr = 0.7, outer_momentum = 0.9;
+  // Stale-synchronous data parallelism (docs/staleness.md): 0 = synchronous; S >= 1 = each step's gradient average
+  // runs in the background and no replica runs more than S steps ahead of the slowest.
+  int staleness = 0;
+  std::string staleness_policy = "newest";  // newest (apply every ready average) | fixed (exactly S steps late)
 };
 
 struct PrecisionConfig {

@@ -58,6 +58,29 @@ void check_stage_split(const Config& c) {
   require(sum == m.n_layer, "{} sums to {} layers, but model.n_layer={}", given, sum, m.n_layer);
 }
 
+// optim.staleness > 0: whole replicas apply gradient averages at their own pace, so every rank of a replica must
+// hold its whole state and step alone (docs/staleness.md says why each combination is refused).
+void check_staleness(const Config& c) {
+  const OptimConfig& o = c.optim;
+  require(o.staleness >= 0, "optim.staleness must be >= 0 (0 = synchronous), got {}", o.staleness);
+  require_one_of("optim.staleness_policy", o.staleness_policy, {"newest", "fixed"});
+  if (o.staleness == 0) return;
+  const std::string s = fmt::format("optim.staleness={} (stale-synchronous data parallelism)", o.staleness);
+  require(c.parallel.tp == 1 && c.parallel.pp == 1,
+          "{} works over data parallelism only: parallel.tp={} and parallel.pp={} need every rank of a replica to "
+          "apply the same update in the same step; set both to 1", s, c.parallel.tp, c.parallel.pp);
+  require(o.zero == 0, "{} needs optim.zero=0: under ZeRO-1 a replica updates only its shard and needs the others' "
+          "shards back in the same step", s);
+  require(o.sync_every == 0, "{} and optim.sync_every={} (local SGD) are two different ways not to wait for the "
+          "slowest replica; choose one", s, o.sync_every);
+  require(c.comm.compress == "none" && c.precision.grad_reduce == "fp32",
+          "{} averages fp32 gradients: set comm.compress=none and precision.grad_reduce=fp32 (got {} and {})", s,
+          c.comm.compress, c.precision.grad_reduce);
+  require(c.precision.compute != "fp16", "{} with precision.compute=fp16: replicas at different steps could scale "
+          "their losses differently within one average; use bf16 or fp32", s);
+  require(c.device == "cpu", "{} runs on device=cpu only so far, got device={}", s, c.device);
+}
+
 }  // namespace
 
 std::vector<int> layers_per_stage(const Config& c) {
@@ -130,6 +153,17 @@ void validate_values(const Config& c) {
   require(t.eval_every >= 0, "train.eval_every must be >= 0 (0 = off), got {}", t.eval_every);
   require(t.eval_batches >= 1, "train.eval_batches must be >= 1, got {}", t.eval_batches);
   require(t.threads >= 0, "train.threads must be >= 0 (0 = automatic), got {}", t.threads);
+  const StragglerSettings& st = t.straggler;
+  require(st.slowdown >= 1, "train.straggler.slowdown must be >= 1 (1 = off), got {}", st.slowdown);
+  require(st.delay_ms >= 0, "train.straggler.delay_ms must be >= 0 (0 = off), got {}", st.delay_ms);
+  // A log-normal's tail grows as exp(sigma * z): beyond 3 a rare step would sleep for hours.
+  require(st.delay_sigma >= 0 && st.delay_sigma <= 3, "train.straggler.delay_sigma must be in [0, 3], got {}",
+          st.delay_sigma);
+  for (size_t i = 0; i < st.ranks.size(); ++i) {
+    require(st.ranks[i] >= 0, "train.straggler.ranks: rank {} is negative", st.ranks[i]);
+    require(std::count(st.ranks.begin(), st.ranks.end(), st.ranks[i]) == 1,
+            "train.straggler.ranks: rank {} is listed twice", st.ranks[i]);
+  }
 
   const OptimConfig& o = c.optim;
   require(o.lr > 0, "optim.lr must be > 0, got {}", o.lr);
@@ -149,6 +183,7 @@ void validate_values(const Config& c) {
   require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);
   require(o.outer_momentum >= 0 && o.outer_momentum < 1, "optim.outer_momentum must be in [0, 1), got {}",
           o.outer_momentum);
+  check_staleness(c);
   // Local SGD keeps a whole optimizer state per replica and averages parameters, not gradients.
   require(o.sync_every == 0 || o.zero == 0, "optim.sync_every={} (local SGD) needs optim.zero=0: each replica keeps "
           "its whole optimizer state", o.sync_every);
@@ -226,6 +261,9 @@ void validate_values(const Config& c) {
 
 void validate(const Config& c, int world_size) {
   validate_values(c);
+  for (int r : c.train.straggler.ranks)
+    require(r < world_size, "train.straggler.ranks: rank {} is outside the {} ranks of this run (0 .. {})", r,
+            world_size, world_size - 1);
   const ParallelConfig& p = c.parallel;
   const int dp = resolved_dp(c, world_size);
   // Three factors below 2^31 each: their product may not fit 64 bits (dp = tp = pp = 2^30 passes validate_values).

@@ -11,7 +11,8 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   out.owned.resize(model.size());
   out.hooks.resize(model.size());
   const bool zero = cfg.optim.zero == 1;
-  if ((dp_size == 1 && !zero) || cfg.optim.sync_every > 0) return out;
+  // Local SGD averages parameters instead, and optim.staleness averages whole steps' gradients in the background.
+  if ((dp_size == 1 && !zero) || cfg.optim.sync_every > 0 || cfg.optim.staleness > 0) return out;
   CompressOptions compress;  // comm.compress: how the buckets travel (docs/compression.md)
   compress.method = cfg.comm.compress;
   compress.topk_fraction = cfg.comm.topk_fraction;

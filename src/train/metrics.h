@@ -16,6 +16,14 @@ struct StepMetrics {
   // CPU time the communication threads of the rank used this step (their thread CPU clocks, all of the rank's
   // communicators), maximum over ranks: near 0 when they only slept while operations were in flight.
   double comm_cpu_ms = 0;
+  // The rank that worked longest this step (its step time minus its waits for collectives and, in a pipeline,
+  // for its neighbours) and the mean over the other ranks of how much less they worked: the time they spent
+  // waiting for it. Both 0 on one rank.
+  int slowest_rank = 0;
+  double straggler_wait_ms = 0;
+  // optim.staleness > 0 (written when >= 0): how many steps old the gradient averages applied this step were,
+  // the maximum and the mean over ranks of each rank's mean (0 = applied in the step that computed them).
+  double staleness_max = -1, staleness_mean = -1;
   double val_loss = -1;  // written only when >= 0 (evaluation rows)
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
   double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used

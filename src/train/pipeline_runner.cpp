@@ -155,6 +155,8 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
     GPT& model = model_.chunk(a.chunk);
     const bool last_stage = model.config().last_stage();
     const double t0 = trace_clock_us();
+    const bool compute = !is_recv(a.kind) && a.kind != ActionKind::SendAct && a.kind != ActionKind::SendGrad;
+    if (compute) stretch_.begin();
     switch (a.kind) {
       case ActionKind::RecvAct:
       case ActionKind::RecvGrad: {
@@ -203,7 +205,12 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         if (reduce && !reduce->empty() && plan.final_grads[i] && (*reduce)[a.chunk].reducer) {
           const ChunkReduce cr = (*reduce)[a.chunk];
           cr.reducer->begin_micro_batch(true);
-          if (overlap) ready = [cr](int64_t end) { cr.reducer->grads_ready(std::min(end, cr.ready_limit)); };
+          // A straggler's buckets go out as late as its slower compute would issue them.
+          if (overlap)
+            ready = [cr, this](int64_t end) {
+              stretch_.account();
+              cr.reducer->grads_ready(std::min(end, cr.ready_limit));
+            };
         }
         if (a.kind == ActionKind::BackwardWeight) {
           model.backward_weights(r.acts, ready);
@@ -219,7 +226,8 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         break;
       }
     }
-    if (!is_recv(a.kind) && a.kind != ActionKind::SendAct && a.kind != ActionKind::SendGrad) {
+    if (compute) {
+      stretch_.settle();
       const double t1 = trace_clock_us();
       st.busy_ms += ms_between(t0, t1);
       if (prof_.enabled()) prof_.compute(pass_name(a.kind), t0, t1);

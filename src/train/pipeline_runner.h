@@ -16,6 +16,7 @@
 #include "parallel/grad_buckets.h"
 #include "parallel/schedule.h"
 #include "train/profiler.h"
+#include "train/straggler.h"
 
 namespace mt {
 
@@ -50,6 +51,10 @@ class PipelineRunner {
                  bool overlap);
   // Forward passes only over n micro-batches (evaluation): the last stage adds the summed losses to loss_sum.
   RunStats forward_only(int n, const FillFn& fill, const Tensor& loss_sum);
+
+  // train.straggler's slowdown of this rank: every forward and backward pass takes `factor` times as long, the
+  // extra spent sleeping, with the gradient buckets issued as late as the slower pass would issue them.
+  void set_compute_stretch(double factor) { stretch_ = ComputeStretch(factor); }
 
   const std::vector<Action>& actions() const { return train_.actions; }
   // Activation records allocated so far per chunk (the most ever alive at once) and their bytes per record.
@@ -86,6 +91,7 @@ class PipelineRunner {
   std::vector<int32_t> tokens_, targets_;   // a GPU model's micro-batch, filled on the host, then copied
   std::vector<std::vector<std::unique_ptr<Record>>> pool_;  // per chunk
   Plan train_, eval_;
+  ComputeStretch stretch_;
   int eval_n_ = -1;
 };
 

@@ -1,0 +1,167 @@
+#include "train/step_report.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace mt {
+
+namespace {
+
+std::string format_duration(double seconds) {
+  long s = std::lround(std::max(0.0, seconds));
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+// One rank's figures of a step. Every rank writes its own in its row of a world x kFigures table, zeros elsewhere,
+// and one Sum all-reduce gives every rank all of them exactly (a sum with zeros), whatever their signs.
+struct RankFigures {
+  float step_ms, comm_ms, exposed_ms;
+  float span_ms, busy_ms;  // the pipeline phase
+  float mib_sent;          // MiB: fp32 holds any step's traffic exactly enough
+  float comm_cpu_ms;
+  float own_ms;            // the step less its waits for other ranks
+  float staleness_max, staleness_mean;  // of the averages this rank applied (optim.staleness)
+  float loss_sum;          // this rank's summed token losses (optim.staleness: the loss travels with the figures)
+};
+constexpr int kFigures = sizeof(RankFigures) / sizeof(float);
+static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is reduced as a float array");
+
+}  // namespace
+
+StepMeter::StepMeter(TrainingRun& run, CommTimeline& timeline) : run_(run), timeline_(timeline) {
+  MeshComms& c = run.comms;
+  // Exposed communication: compute blocked on collectives. Waits for pipeline neighbours are the bubble instead.
+  for (Communicator* x : {c.world.get(), c.dp.get(), c.tp.get(), c.emb.get()})
+    if (x) blocking_.push_back(x);
+  // A hierarchical communicator's CPU count already includes its sub-communicators, and an emulated one its inner
+  // transport's; the same object may serve two axes.
+  for (Communicator* x : {c.world.get(), c.dp.get(), c.tp.get(), c.pp.get(), c.emb.get()})
+    if (x && std::find(threads_.begin(), threads_.end(), x) == threads_.end()) threads_.push_back(x);
+}
+
+double StepMeter::wait_us() const {
+  double w = 0;
+  for (Communicator* c : blocking_) w += c->total_wait_us();
+  return w;
+}
+
+double StepMeter::comm_cpu_us() const {
+  double us = 0;
+  for (Communicator* c : threads_) us += c->thread_cpu_us();
+  return us;
+}
+
+void StepMeter::begin() {
+  t0_us_ = trace_clock_us();
+  wait0_ = wait_us();
+  cpu0_ = comm_cpu_us();
+  timeline_.take_bytes();
+}
+
+std::vector<float>& StepMeter::measure(const StepResult& s) {
+  const double now = trace_clock_us();
+  RankFigures f;
+  f.step_ms = float((now - t0_us_) / 1000.0);
+  f.comm_ms = float(timeline_.busy_ms(t0_us_, now));
+  f.exposed_ms = float((wait_us() - wait0_) / 1000.0);
+  f.span_ms = float(s.pipeline.span_ms);
+  f.busy_ms = float(s.pipeline.busy_ms);
+  f.mib_sent = float(timeline_.take_bytes() / 1048576.0);
+  f.comm_cpu_ms = float(std::max(0.0, (comm_cpu_us() - cpu0_) / 1000.0));  // at most threads x step_ms
+  // Waits for others: collectives, and in a pipeline its neighbours (the bubble).
+  const double bubble = run_.mesh.pp() > 1 ? s.pipeline.span_ms - s.pipeline.busy_ms : 0.0;
+  f.own_ms = float(std::max(0.0, double(f.step_ms) - f.exposed_ms - bubble));
+  f.staleness_max = float(s.staleness_max);
+  f.staleness_mean = float(s.staleness_mean);
+  f.loss_sum = float(s.local_loss_sum);
+  table_.assign(size_t(kFigures) * run_.mesh.world_size(), 0.0f);
+  std::memcpy(table_.data() + size_t(kFigures) * run_.mesh.rank(), &f, sizeof f);
+  return table_;
+}
+
+void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row) const {
+  const int world = run_.mesh.world_size();
+  std::vector<RankFigures> all(world);
+  std::memcpy(all.data(), table.data(), sizeof(RankFigures) * world);
+  RankFigures m = all[0];  // the maximum over ranks of each figure
+  for (const RankFigures& f : all) {
+    m.step_ms = std::max(m.step_ms, f.step_ms);
+    m.comm_ms = std::max(m.comm_ms, f.comm_ms);
+    m.exposed_ms = std::max(m.exposed_ms, f.exposed_ms);
+    m.span_ms = std::max(m.span_ms, f.span_ms);
+    m.busy_ms = std::min(m.busy_ms, f.busy_ms);  // the least busy stage
+    m.mib_sent = std::max(m.mib_sent, f.mib_sent);
+    m.comm_cpu_ms = std::max(m.comm_cpu_ms, f.comm_cpu_ms);
+    m.staleness_max = std::max(m.staleness_max, f.staleness_max);
+  }
+  row.step_ms = m.step_ms;
+  row.comm_ms = m.comm_ms;
+  row.comm_cpu_ms = m.comm_cpu_ms;
+  row.exposed_comm_ms = m.exposed_ms;
+  // The bubble of a stage is the pipeline phase's length (its slowest stage) minus the stage's own compute in it.
+  row.bubble_ms = run_.mesh.pp() > 1 ? std::max(0.0f, m.span_ms - m.busy_ms) : 0.0;
+  row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
+  row.tokens_per_s = run_.tokens_per_step / (row.step_ms / 1000.0);
+  row.comm_bytes = std::llround(double(m.mib_sent) * 1048576.0);
+  int slowest = 0;
+  double waited = 0, stale_sum = 0, loss_sum = 0;
+  for (int r = 0; r < world; ++r)
+    if (all[r].own_ms > all[slowest].own_ms) slowest = r;
+  for (int r = 0; r < world; ++r) {
+    waited += all[slowest].own_ms - all[r].own_ms;
+    stale_sum += all[r].staleness_mean;
+    loss_sum += all[r].loss_sum;
+  }
+  row.slowest_rank = slowest;
+  row.straggler_wait_ms = world > 1 ? waited / (world - 1) : 0.0;
+  if (run_.cfg.optim.staleness > 0) {
+    row.staleness_max = m.staleness_max;
+    row.staleness_mean = stale_sum / world;
+    row.loss = loss_sum / double(run_.tokens_per_step);
+  }
+}
+
+void StepMeter::end(const StepResult& s, StepMetrics& row) {
+  std::vector<float>& table = measure(s);
+  if (run_.mesh.world_size() > 1) {
+    Tensor view(table.data(), {int64_t(table.size())}, DType::F32);
+    run_.comms.world->all_reduce(view, ReduceOp::Sum);
+  }
+  fill_row(table, row);
+}
+
+void PendingRows::add(const StepMetrics& row, const std::vector<float>& table) {
+  q_.push_back({row, table, nullptr});
+  Pending& p = q_.back();
+  if (world_) p.work = world_->all_reduce_async(Tensor(p.table.data(), {int64_t(p.table.size())}, DType::F32),
+                                                ReduceOp::Sum);
+}
+
+void PendingRows::flush(bool all, const std::function<void(StepMetrics&)>& report) {
+  while (!q_.empty() && (all || !q_.front().work || q_.front().work->done())) {
+    Pending& p = q_.front();
+    if (p.work) p.work->wait();
+    meter_.fill_row(p.table, p.row);
+    report(p.row);
+    q_.pop_front();
+  }
+}
+
+void log_step(const StepMetrics& row, int steps, bool multi_rank, bool pipeline, double eta_s) {
+  spdlog::info("step {:>5}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.4f} | {:.0f} tok/s | {:.1f} ms/step{} | "
+               "ETA {}",
+               row.step, steps, row.loss, row.val_loss >= 0 ? fmt::format(" | val {:.4f}", row.val_loss) : "", row.lr,
+               row.grad_norm, row.tokens_per_s, row.step_ms,
+               multi_rank ? fmt::format(" (comm {:.1f}, comm cpu {:.1f}, exposed {:.1f}{}, slowest rank {}: others "
+                                        "waited {:.1f})",
+                                        row.comm_ms, row.comm_cpu_ms, row.exposed_comm_ms,
+                                        pipeline ? fmt::format(", bubble {:.1f}", row.bubble_ms) : "",
+                                        row.slowest_rank, row.straggler_wait_ms)
+                          : "",
+               format_duration(eta_s));
+}
+
+}  // namespace mt

@@ -1,0 +1,66 @@
+// Reporting a step: what one rank measured (wall time, communication in flight, compute blocked on collectives,
+// the pipeline's span and busy time, bytes sent, communication-thread CPU), combined over the ranks into the row
+// of metrics.jsonl, and the console line.
+#pragma once
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "train/comm_timeline.h"
+#include "train/metrics.h"
+#include "train/train_step.h"
+
+namespace mt {
+
+class StepMeter {
+ public:
+  StepMeter(TrainingRun& run, CommTimeline& timeline);
+  // At the start of a step (forgets traffic since the last step, e.g. an evaluation's).
+  void begin();
+  // At the end of the step's work: fills row's timings, each the maximum over ranks, comm_bytes and the slowest
+  // rank (collective over the world).
+  void end(const StepResult& s, StepMetrics& row);
+  // end() in two halves, for a reduction that runs in the background (optim.staleness): this rank's figures in
+  // its row of a world-sized table (zeros elsewhere; valid until the next measure), and the row from that table
+  // summed over the ranks (with optim.staleness also the loss and the staleness seen).
+  std::vector<float>& measure(const StepResult& s);
+  void fill_row(const std::vector<float>& table, StepMetrics& row) const;
+
+ private:
+  double wait_us() const;
+  double comm_cpu_us() const;
+
+  TrainingRun& run_;
+  CommTimeline& timeline_;
+  std::vector<Communicator*> blocking_;  // whose waits are exposed communication (not the pipeline's)
+  std::vector<Communicator*> threads_;   // each communicator object once, for their threads' CPU time
+  double t0_us_ = 0, wait0_ = 0, cpu0_ = 0;
+  std::vector<float> table_;  // the step's figures of every rank, reduced as one
+};
+
+// optim.staleness: rows whose figures are still being summed over the ranks in the background, so that reporting
+// a step never waits for the slowest rank.
+class PendingRows {
+ public:
+  PendingRows(const StepMeter& meter, Communicator* world) : meter_(meter), world_(world) {}
+  // row: what this rank knows of the step; table: its figures from StepMeter::measure.
+  void add(const StepMetrics& row, const std::vector<float>& table);
+  // Completes the rows whose figures have arrived, in step order (with `all`, every row, waiting for them), and
+  // passes each to report.
+  void flush(bool all, const std::function<void(StepMetrics&)>& report);
+
+ private:
+  struct Pending {
+    StepMetrics row;
+    std::vector<float> table;
+    WorkPtr work;
+  };
+  const StepMeter& meter_;
+  Communicator* world_;    // null on one rank
+  std::deque<Pending> q_;  // a deque: the tables in flight never move
+};
+
+// The console line of a step (every run.log_every steps, the first and the last).
+void log_step(const StepMetrics& row, int steps, bool multi_rank, bool pipeline, double eta_s);
+
+}  // namespace mt

@@ -1,0 +1,40 @@
+// One optimizer step of a built run, and the evaluation pass. Per step: zero gradients; run this rank's pipeline
+// schedule over its model chunks (with pp = 1: forward and backward per micro-batch), each micro-batch's forward
+// scaling the loss's gradient by 1 / tokens on this dp rank, backward passes accumulating, and each chunk's last
+// gradient pass starting its finished gradient buckets' all-reduce (average over dp) or, under ZeRO-1,
+// reduce-scatter; sum the tied embedding's gradient between the first and last stage; wait for the buckets; clip
+// and step the optimizer (under ZeRO-1 on this rank's shards, then all-gather); local SGD's parameter average when
+// due. With optim.staleness the average runs in the background instead (parallel/stale_gradients.h), and the step
+// applies the averages that are ready. Activation records and scratch are sized by the first step, so steady-state steps allocate nothing.
+#pragma once
+#include <string>
+
+#include "train/training_run.h"
+
+namespace mt {
+
+struct StepResult {
+  double loss = 0;         // mean token loss over the whole global batch, the same on every rank
+  double lr = 0;
+  double loss_scale = 1;   // the scale this step's backward pass used (fp16)
+  bool finite_loss = true;
+  bool applied = false;    // the optimizer updated the weights (false: a skipped step)
+  RunStats pipeline;       // this rank's schedule span and busy time
+  // optim.staleness > 0: this rank's summed token losses (the global loss is known once the figures of every
+  // rank arrive) and the age in steps of the averages it applied (max, mean; 0 when it applied none).
+  double local_loss_sum = 0;
+  double staleness_max = 0, staleness_mean = 0;
+  // Non-empty when the run must stop (a non-finite loss or norm without train.skip_nonfinite): every rank
+  // returns the same message at the same step, and the caller records the step, then stops them together.
+  std::string stop;
+};
+
+// sync_point: the step ends in a state every replica shares (evaluation, checkpoint, the last step); matters only
+// with optim.staleness, where it applies every gradient average still in flight.
+StepResult train_step(TrainingRun& run, int step, bool sync_point, Profiler& prof);
+
+// The mean validation loss over train.eval_batches global batches (the same windows each time), each dp rank
+// taking its share, micro-batch by micro-batch through the pipeline. Collective over the world.
+double evaluate(TrainingRun& run);
+
+}  // namespace mt

@@ -1,0 +1,315 @@
+#include "train/training_run.h"
+
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/comm_util.h"
+#include "comm/make_communicator.h"
+#include "core/arena.h"
+#include "core/device.h"
+#include "core/errors.h"
+#include "train/checkpoint.h"
+#include "train/memory_report.h"
+#include "train/model_config.h"
+#include "train/model_gather.h"
+#include "train/resume.h"
+#include "train/zero_shards.h"
+
+namespace mt {
+
+namespace {
+
+DType precision_dtype(const std::string& name) {
+  return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
+}
+
+// Model, data and initial weights. The initial weights are made (or loaded) in fp32 on the host: on a CPU in fp32
+// straight into the parameters, otherwise into `masters`, then copied to the compute copy (rounded); the
+// optimizer takes the fp32 masters from there once it exists.
+Tensor build_model_and_data(TrainingRun& r) {
+  const Config& cfg = r.cfg;
+  const DeviceMesh& mesh = r.mesh;
+  r.model = std::make_unique<PipelineChunks>(r.gcfg, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute, r.dev);
+  PipelineChunks& model = *r.model;
+  const bool host_masters = r.mixed || r.dev == Device::CUDA;
+  Tensor masters = host_masters ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
+  if (mesh.tp() > 1) model.set_tp_comm(r.comms.tp.get());
+  // Set-up reads files and may fail with bad input on some ranks only: every rank learns whether any failed
+  // before the first collective of the run, so they all stop with exit status 2 instead of leaving peers waiting.
+  std::string setup_error;
+  try {
+    if (mesh.rank() == 0) {
+      std::filesystem::create_directories(cfg.run.dir);
+      std::ofstream f(cfg.run.dir + "/config.yaml");
+      if (!f) input_error("run.dir: cannot write {}/config.yaml", cfg.run.dir);
+      f << to_yaml(cfg);
+    }
+    r.data = load_dataset(cfg);
+    if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std, masters);
+    else model.load_safetensors(cfg.model.init_from, masters);
+    if (host_masters) copy_convert(model.params(), masters);
+  } catch (const InputError& e) {
+    setup_error = e.what();
+  }
+  agree_on_setup(setup_error, MPI_COMM_WORLD);
+  spdlog::info("data: {}", r.data.train.description);
+  if (r.data.entropy_rate_nats >= 0)
+    spdlog::info("data: best achievable loss (entropy rate) {:.4f} nats; uniform guess ln(V) = {:.4f}",
+                 r.data.entropy_rate_nats, std::log(double(cfg.model.vocab_size)));
+  spdlog::info("model: GPT-2 L={} NH={} C={} T={} V={} (padded {}): {:.3f}M parameters{}", cfg.model.n_layer,
+               cfg.model.n_head, cfg.model.d_model, r.T, cfg.model.vocab_size,
+               padded_vocab(cfg.model.vocab_size, mesh.tp()), model.num_parameters() / 1e6,
+               cfg.model.init_from.empty() ? "" : ", from " + cfg.model.init_from);
+  if (mesh.pp() > 1) {
+    std::string stages;
+    for (size_t s = 0; s < r.stage_layers.size(); ++s) stages += fmt::format("{}{}", s ? ", " : "", r.stage_layers[s]);
+    spdlog::info("pipeline: {} stages of [{}] blocks over {} ranks ({} chunk{} each), schedule {}, {} micro-batches",
+                 r.stage_layers.size(), stages, mesh.pp(), model.size(), model.size() > 1 ? "s" : "",
+                 cfg.parallel.schedule, r.n_micro);
+  }
+  return host_masters ? masters : Tensor();
+}
+
+// The optimizer over this rank's segments. In fp32 the parameters are the master weights: under ZeRO-1 each rank
+// updates its shards of them in place and all-gathers the rest; the moments are sharded (packed, 1/dp of the full
+// optimizer's). With a 16-bit compute copy the optimizer keeps the fp32 masters of its segments (sharded like the
+// moments), casts each updated segment into the compute copy, and under ZeRO-1 the all-gather carries the
+// compute dtype.
+void build_optimizer(TrainingRun& r) {
+  const Config& cfg = r.cfg;
+  PipelineChunks& model = *r.model;
+  OptimizerSettings os;
+  os.sgd = cfg.optim.name == "sgd";
+  os.momentum = cfg.optim.momentum;
+  os.beta1 = cfg.optim.beta1;
+  os.beta2 = cfg.optim.beta2;
+  os.eps = cfg.optim.eps;
+  os.weight_decay = cfg.optim.weight_decay;
+  os.grad_clip = cfg.train.grad_clip;
+  std::vector<OptimSegment> segments;
+  int64_t state_numel = model.table().total_numel();
+  if (r.zero) {
+    state_numel = 0;
+    for (int c = model.size() - 1; c >= 0; --c) {
+      for (OptimSegment g : zero_segments(model.chunk(c).table(), *r.dp_reduce.owned[c])) {
+        g.offset += model.base(c);
+        g.state_offset += state_numel;
+        segments.push_back(g);
+      }
+      state_numel += r.dp_reduce.owned[c]->shard_numel();
+    }
+  } else {
+    segments = param_segments(model.table());
+  }
+  if (model.tied_copy_is_head()) {
+    // The gradient norm counts the tied embedding once: the first stage's copy.
+    const ParamSpec& wte = model.chunk(r.tied).table()[model.tied_param()];
+    const int64_t lo = model.base(r.tied) + wte.offset, hi = lo + wte.numel();
+    for (OptimSegment& g : segments)
+      if (g.offset >= lo && g.offset + g.numel <= hi) g.in_norm = false;
+  }
+  const DeviceMesh& mesh = r.mesh;
+  r.opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, r.dev, os, r.zero ? r.comms.dp.get() : nullptr,
+                                      mesh.tp() > 1 ? r.comms.tp.get() : nullptr,
+                                      mesh.pp() > 1 ? r.comms.pp.get() : nullptr, r.mixed);
+}
+
+// Local SGD: the replicas step alone and average their parameters every optim.sync_every steps.
+void build_local_sgd(TrainingRun& r) {
+  const Config& cfg = r.cfg;
+  LocalSGDSettings ls;
+  ls.sync_every = cfg.optim.sync_every;
+  ls.nesterov = cfg.optim.outer == "nesterov";
+  ls.outer_lr = cfg.optim.outer_lr;
+  ls.outer_momentum = cfg.optim.outer_momentum;
+  r.local = std::make_unique<LocalSGD>(ls, *r.comms.dp, r.model->params(), *r.opt);
+  if (r.mesh.rank() == 0)
+    spdlog::info("local SGD: {} replicas step alone and average their parameters every {} steps ({}); outer "
+                 "state {:.1f} MiB",
+                 r.mesh.dp(), ls.sync_every,
+                 ls.nesterov ? fmt::format("outer Nesterov SGD, lr {:g}, momentum {:g}", ls.outer_lr, ls.outer_momentum)
+                             : "plain average",
+                 r.local->state_bytes() / 1048576.0);
+}
+
+// Resume: the newest complete checkpoint (run.resume: auto), a given one, or none. Its masters and moments, laid
+// out for this mesh whatever mesh wrote them, replace the initial state; the compute copy is their rounding.
+// Every rank reads the same checkpoint, so a bad one stops them all with exit status 2.
+void resume(TrainingRun& r) {
+  const Config& cfg = r.cfg;
+  const std::string resume_dir = cfg.run.resume == "none"   ? ""
+                                 : cfg.run.resume == "auto" ? latest_checkpoint(r.ckpt_root)
+                                                            : cfg.run.resume;
+  if (resume_dir.empty()) return;
+  std::string error;
+  CheckpointInfo info;
+  const double l0 = trace_clock_us();
+  try {
+    if (r.dev == Device::CUDA)
+      input_error("run.resume: found {}, and resuming is not available with device=cuda yet (docs/cuda.md); "
+                  "set run.resume=none or use another run.dir", resume_dir);
+    info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt);
+    if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
+    r.nonfinite_skipped = info.state.nonfinite_skipped;
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  agree_on_setup(error, MPI_COMM_WORLD);
+  r.start_step = int(info.state.step) + 1;
+  spdlog::info("resumed from {} (step {}, written on {}) in {:.0f} ms", resume_dir, info.state.step, info.mesh,
+               (trace_clock_us() - l0) / 1000.0);
+}
+
+void log_precision_and_memory(const TrainingRun& r) {
+  const PipelineChunks& model = *r.model;
+  spdlog::info("precision: compute {}, gradients and master weights fp32, data-parallel reduction in {}{}",
+               dtype_name(r.compute), r.cfg.precision.grad_reduce,
+               r.fp16 ? (r.scaler.dynamic() ? fmt::format(", dynamic loss scale from {:g}", r.scaler.scale())
+                                            : fmt::format(", fixed loss scale {:g}", r.scaler.scale()))
+                      : "");
+  spdlog::info("memory per rank: parameters {:.1f} MiB ({}), gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} "
+               "bytes){} ({} micro-batches of {} x {} tokens per step per rank)",
+               model.params().nbytes() / 1048576.0, dtype_name(r.compute), model.grads().nbytes() / 1048576.0,
+               r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
+               r.zero ? fmt::format(" (ZeRO-1: this rank's 1/{} shard of the AdamW moments{})", r.mesh.dp(),
+                                    r.mixed ? " and fp32 masters" : "")
+                      : r.mixed ? " (AdamW moments and fp32 masters)" : "",
+               r.n_micro, r.mb, r.T);
+}
+
+}  // namespace
+
+void agree_on_setup(const std::string& error, MPI_Comm world) {
+  int failed = error.empty() ? 0 : 1, any = failed;
+  MPI_CHECK(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world));
+  if (!any) return;
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  if (failed && rank != 0) spdlog::error("[rank {}] {}", rank, error);  // main prints rank 0's message
+  throw SetupError(failed ? error : "stopped: another rank's set-up failed (its message says why)");
+}
+
+std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
+                                                bool nccl, const CommOptions& copts, Profiler& prof) {
+  auto run = std::make_unique<TrainingRun>(cfg, mesh, comms);
+  TrainingRun& r = *run;
+  const bool rank0 = mesh.rank() == 0;
+  r.nccl = nccl;
+  r.copts = copts;
+  r.T = cfg.model.seq_len;
+  r.mb = cfg.train.micro_batch;
+  r.gb = cfg.train.global_batch;
+  r.local_batch = r.gb / mesh.dp();
+  r.n_micro = r.local_batch / r.mb;
+  r.tokens_per_step = int64_t(r.gb) * r.T;
+  r.gcfg = gpt_config(cfg.model);
+  r.gcfg.tp = mesh.tp();
+  r.gcfg.tp_rank = mesh.tp_rank();
+  r.gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
+  r.stage_layers = layers_per_stage(cfg);
+  // Mixed precision: the model's parameters and activations are in the compute dtype, its gradients in fp32.
+  r.compute = precision_dtype(cfg.precision.compute);
+  r.mixed = r.compute != DType::F32;
+  r.fp16 = r.compute == DType::F16;  // fp16 multiplies the loss's gradient by the scaler's scale
+  r.dev = cfg.device == "cuda" ? Device::CUDA : Device::CPU;
+  Tensor masters = build_model_and_data(r);
+
+  // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments.
+  // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
+  r.zero = cfg.optim.zero == 1;
+  r.local_sgd = cfg.optim.sync_every > 0;
+  r.tied = r.model->tied_chunk();
+  r.dp_reduce = make_grad_reducers(cfg, *r.model, *comms.dp, mesh.dp(), rank0);
+  build_optimizer(r);
+  if (r.mixed) r.opt->load_masters(masters);
+  masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
+  if (r.local_sgd) build_local_sgd(r);
+  if (r.fp16) r.scaler = LossScaler::from_config(cfg.precision.loss_scale);
+  if (!r.fp16 && cfg.precision.loss_scale != "dynamic" && rank0)
+    spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
+                 cfg.precision.loss_scale);
+  r.hooks = TestHooks::from_env();
+  r.ckpt_root = cfg.run.dir + "/checkpoints";
+  resume(r);
+  r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+  r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb, r.T,
+                                              prof);
+  if (cfg.optim.staleness > 0) {
+    const StalenessPolicy policy =
+        cfg.optim.staleness_policy == "fixed" ? StalenessPolicy::Fixed : StalenessPolicy::Newest;
+    r.stale = std::make_unique<StaleGradients>(*comms.dp, r.model->grads().numel(), cfg.optim.staleness, policy);
+    if (rank0)
+      spdlog::info("stale-synchronous data parallelism: gradient averages in the background, no replica more than "
+                   "{} steps ahead of the slowest, {} policy; {} gradient slots of {:.1f} MiB",
+                   cfg.optim.staleness, cfg.optim.staleness_policy, cfg.optim.staleness + 1,
+                   r.stale->state_bytes() / (cfg.optim.staleness + 1) / 1048576.0);
+  }
+  r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
+  if (r.straggler.chosen) r.runner->set_compute_stretch(r.straggler.slowdown);
+  const StragglerSettings& st = cfg.train.straggler;
+  if (rank0 && (st.slowdown > 1 || st.delay_ms > 0)) {
+    std::string who = st.ranks.empty() ? "every rank" : "rank";
+    for (size_t i = 0; i < st.ranks.size(); ++i) who += fmt::format("{}{}", i ? ", " : " ", st.ranks[i]);
+    spdlog::info("train.straggler: {} computes {:g}x slower{} (slept: no CPU)", who, st.slowdown,
+                 st.delay_ms > 0 ? fmt::format(" and sleeps {:g} ms on average (log-normal sigma {:g}) before each step",
+                                               st.delay_ms, st.delay_sigma)
+                                 : "");
+  }
+  r.loss_sum = Tensor::zeros({1}, DType::F32, r.dev);
+  r.train_batches = std::make_unique<Batcher>(&r.data.train.tokens, r.T, r.gb, cfg.data.order, cfg.train.seed);
+  r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, "sequential", cfg.train.seed);
+  log_precision_and_memory(r);
+  return run;
+}
+
+void checkpoint_run(TrainingRun& r, int step) {
+  const double t0 = trace_clock_us();
+  const TrainState st{step, r.opt->steps_taken(), r.scaler.scale(), r.scaler.good_in_a_row(),
+                      r.scaler.skipped_steps(), r.nonfinite_skipped};
+  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, checkpoint_shard(*r.model, *r.opt, r.mesh, r.zero),
+                                           *r.comms.world, r.cfg.run.keep_checkpoints);
+  spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
+}
+
+void export_run_safetensors(TrainingRun& r, const std::string& path, const Tensor& flat) {
+  const Tensor host = to_host(flat);
+  if (!r.nccl) return write_gathered_safetensors(path, *r.model, host, r.mesh, r.comms, r.gcfg, r.stage_layers);
+  // The gather runs on host memory, so NCCL-backed meshes gather through MPI communicators made for it.
+  MeshComms mpi = make_mesh_comms(r.mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
+    return make_communicator(c, name, r.copts);
+  });
+  write_gathered_safetensors(path, *r.model, host, r.mesh, mpi, r.gcfg, r.stage_layers);
+}
+
+void finish_run(TrainingRun& r, size_t training_peak) {
+  PipelineChunks& model = *r.model;
+  // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
+  Tensor weights = model.params();
+  if (r.mixed) {
+    weights = Tensor::zeros(model.params().shape(), DType::F32, r.dev);
+    r.opt->store_masters(weights);
+    if (r.zero)
+      for (int c = model.size() - 1; c >= 0; --c)
+        r.dp_reduce.owned[c]->all_gather_params(model.chunk_view(weights, c));
+  }
+  export_run_safetensors(r, r.cfg.run.dir + "/model.safetensors", weights);
+  if (r.mesh.rank() == 0) model.chunk(0).export_hf_config(r.cfg.run.dir + "/config.json");
+  RankMemory mem;
+  mem.params = double(model.params().nbytes());
+  mem.grads = double(model.grads().nbytes());
+  mem.optimizer = double(r.opt->state_bytes());
+  for (int c = 0; c < model.size(); ++c) {
+    mem.activations += double(r.runner->records(c) * r.runner->record_bytes(c));
+    mem.records += double(r.runner->records(c));
+  }
+  mem.buffers = double(r.runner->buffer_bytes());
+  mem.peak_tensors = double(training_peak);
+  mem.peak_rss = peak_rss_bytes();
+  report_memory(mem, r.mesh, *r.comms.world, r.cfg.run.dir + "/memory.json");
+}
+
+}  // namespace mt

@@ -1,0 +1,96 @@
+// Building a run: everything one rank holds while it trains (the model chunks, data, gradient reducers, optimizer,
+// local SGD, loss scaler, the state resumed from a checkpoint, the pipeline runner and the batchers), made once
+// from the config on an established mesh, with the start-up log lines that describe it. The step loop
+// (trainer.cpp) then runs train_step (train_step.h) on it step by step.
+#pragma once
+#include <mpi.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/errors.h"
+#include "data/batcher.h"
+#include "model/pipeline_chunks.h"
+#include "optim/local_sgd.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "parallel/mesh.h"
+#include "parallel/stale_gradients.h"
+#include "train/config.h"
+#include "train/dataset.h"
+#include "train/grad_reducers.h"
+#include "train/pipeline_runner.h"
+#include "train/profiler.h"
+#include "train/straggler.h"
+#include "train/test_hooks.h"
+
+namespace mt {
+
+// Bad input found by every rank together (see agree_on_setup): the ranks exit with status 2 in step.
+struct SetupError : InputError {
+  using InputError::InputError;
+};
+
+// Throws SetupError on every rank when any rank's set-up failed (`error` non-empty on that rank).
+void agree_on_setup(const std::string& error, MPI_Comm world);
+
+struct TrainingRun {
+  const Config& cfg;
+  const DeviceMesh& mesh;
+  MeshComms& comms;
+  bool nccl;        // the mesh's device communicators are NCCL (host gathers need MPI ones of their own)
+  CommOptions copts;  // of the host communicators
+
+  // Shapes: tokens per sequence, sequences per micro-batch and per step, this dp rank's share, micro-batches.
+  int T, mb, gb, local_batch, n_micro;
+  int64_t tokens_per_step;
+  GPTConfig gcfg;                 // the whole model's, with this rank's tp place
+  std::vector<int> stage_layers;  // blocks of each virtual pipeline stage
+  DType compute;
+  Device dev;
+  bool mixed, fp16, zero, local_sgd;
+  int tied;  // the chunk whose tied embedding gradient is summed between first and last stage, or -1
+
+  std::unique_ptr<PipelineChunks> model;
+  Dataset data;
+  ChunkReducers dp_reduce;
+  std::unique_ptr<Optimizer> opt;
+  std::unique_ptr<LocalSGD> local;
+  std::unique_ptr<StaleGradients> stale;  // optim.staleness > 0
+  double last_grad_norm = std::nan("");  // with stale: the norm of the last average applied (none yet)
+  RankStraggler straggler;                // this rank's part of train.straggler
+  LossScaler scaler{LossScalerSettings{false, 1.0}};
+  TestHooks hooks;
+  LRSchedule sched;
+  std::unique_ptr<PipelineRunner> runner;
+  Tensor loss_sum;  // this rank's summed token losses of the step (the last stage's), on the model's device
+  std::unique_ptr<Batcher> train_batches, val_batches;
+
+  std::string ckpt_root;  // run.dir/checkpoints
+  int start_step = 1;     // after a resume, the checkpoint's step + 1
+  int64_t nonfinite_skipped = 0;  // steps skipped under train.skip_nonfinite
+
+  TrainingRun(const Config& c, const DeviceMesh& m, MeshComms& mc) : cfg(c), mesh(m), comms(mc) {}
+};
+
+// Builds the run: model (initialised or loaded), data, reducers, optimizer, local SGD, scaler, then the newest
+// checkpoint's state when run.resume finds one. Set-up that may fail on some ranks only (files) is agreed on
+// before the first collective, so bad input stops every rank with SetupError.
+std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
+                                                bool nccl, const CommOptions& copts, Profiler& prof);
+
+// Writes checkpoint `step` of the run (collective over the world).
+void checkpoint_run(TrainingRun& run, int step);
+
+// The whole model in one safetensors file from a flat fp32 buffer (parameters or gradients) of every rank.
+void export_run_safetensors(TrainingRun& run, const std::string& path, const Tensor& flat);
+
+// The end of a run: the fp32 weights exported to run.dir/model.safetensors (and config.json), the memory report.
+// training_peak: the peak tensor bytes of the training, measured before the export gathers whole tensors.
+void finish_run(TrainingRun& run, size_t training_peak);
+
+}  // namespace mt
