@@ -385,12 +385,36 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.compress=topk", "optim.zero=1"}), Contains("needs optim.zero=0"));
   CHECK_THAT(validate_error({"comm.compress=int8", "precision.grad_reduce=bf16"}),
              Contains("needs precision.grad_reduce=fp32"));
+  // Stragglers and staleness (docs/staleness.md).
+  CHECK_THAT(validate_error({"train.straggler.slowdown=0.5"}), Contains("train.straggler.slowdown must be >= 1"));
+  CHECK_THAT(validate_error({"train.straggler.delay_ms=-1"}), Contains("train.straggler.delay_ms must be >= 0"));
+  CHECK_THAT(validate_error({"train.straggler.delay_sigma=4"}), Contains("train.straggler.delay_sigma"));
+  CHECK_THAT(validate_error({"train.straggler.ranks=[-1]"}), Contains("train.straggler.ranks: rank -1 is negative"));
+  CHECK_THAT(validate_error({"train.straggler.ranks=[1, 1]"}), Contains("rank 1 is listed twice"));
+  CHECK_THAT(validate_error({"train.straggler.ranks=[4]"}, 4), Contains("train.straggler.ranks: rank 4 is outside"));
+  {
+    Config ok;
+    apply_override(ok, "train.straggler.ranks=[3]");
+    apply_override(ok, "train.micro_batch=2");
+    CHECK_NOTHROW(validate(ok, 4));
+  }
+  CHECK_THAT(validate_error({"optim.staleness=-1"}), Contains("optim.staleness must be >= 0"));
+  CHECK_THAT(validate_error({"optim.staleness_policy=oldest"}), Contains("optim.staleness_policy"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "optim.zero=1"}), Contains("needs optim.zero=0"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "parallel.tp=2"}, 2), Contains("data parallelism only"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "parallel.pp=2"}, 2), Contains("data parallelism only"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "optim.sync_every=4"}), Contains("choose one"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "comm.compress=int8"}), Contains("comm.compress=none"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "precision.compute=fp16"}), Contains("use bf16 or fp32"));
+  CHECK_THAT(validate_error({"optim.staleness=2", "device=cuda"}), Contains("device=cpu only"));
 
   // Accepted values.
   for (const char* ok : {"run.resume=none", "run.resume=auto", "run.resume=runs/x/checkpoints/step_00000010",
                          "precision.loss_scale=65536", "precision.loss_scale=2.5e4", "precision.loss_scale=dynamic", "precision.compute=bf16",
                          "data.val_fraction=0", "optim.zero=1", "optim.min_lr=0", "train.grad_clip=0",
-                         "comm.compress=bf16", "optim.sync_every=1", "optim.name=sgd"}) {
+                         "comm.compress=bf16", "optim.sync_every=1", "optim.name=sgd", "optim.staleness=3",
+                         "optim.staleness_policy=fixed", "train.straggler.slowdown=2",
+                         "train.straggler.delay_sigma=3"}) {
     Config c;
     apply_override(c, ok);
     CHECK_NOTHROW(validate(c, 1));
@@ -407,6 +431,8 @@ TEST_CASE("to_yaml round-trips every key") {
       "parallel.stage_layers=[1, 2, 3, 1, 4, 1]",
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
       "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.pin_threads=false", "train.skip_nonfinite=true",
+      "train.straggler.ranks=[1, 2]", "train.straggler.slowdown=1.5", "train.straggler.delay_ms=3.5",
+      "train.straggler.delay_sigma=0.5",
       "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
       "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "optim.name=sgd",
@@ -428,12 +454,17 @@ TEST_CASE("to_yaml round-trips every key") {
   // device=cuda excludes the features that run on the host only (hierarchical, checkpoints): a third config.
   Config gpu;
   for (const char* a : {"device=cuda", "comm.backend=nccl"}) apply_override(gpu, a);
+  // Staleness needs a data-parallel-only mesh without ZeRO-1: a fourth config.
+  Config stale;
+  for (const char* a : {"optim.staleness=2", "optim.staleness_policy=fixed"}) apply_override(stale, a);
+  CHECK(load_config(write_yaml("stale.yaml", to_yaml(stale)), {}).optim.staleness == 2);
+  CHECK(config_value(load_config(write_yaml("stale2.yaml", to_yaml(stale)), {}), "optim.staleness_policy") == "fixed");
   // Every key is changed from its default, so the round trip below is not passing by accident.
   Config defaults;
   for (const std::string& k : config_keys()) {
     INFO(k);
     CHECK((config_value(c, k) != config_value(defaults, k) || config_value(local, k) != config_value(defaults, k) ||
-           config_value(gpu, k) != config_value(defaults, k)));
+           config_value(gpu, k) != config_value(defaults, k) || config_value(stale, k) != config_value(defaults, k)));
   }
   CHECK(load_config(write_yaml("local.yaml", to_yaml(local)), {}).optim.sync_every == 4);
   const Config gpu_back = load_config(write_yaml("gpu.yaml", to_yaml(gpu)), {});

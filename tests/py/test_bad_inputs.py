@@ -119,6 +119,14 @@ MPI_CASES = [
       "train.global_batch=6", "train.micro_batch=2"],
      ["parallel.schedule=interleaved", "train.global_batch", "parallel.dp", "train.micro_batch", "= 6 / (1*2) = 3",
       "multiple of parallel.pp=2"]),
+    ("negative staleness on 2 ranks", 2, ["optim.staleness=-1"], ["optim.staleness", ">= 0"]),
+    ("staleness with ZeRO-1 on 2 ranks", 2, ["optim.staleness=2", "optim.zero=1"], ["optim.staleness", "optim.zero=0"]),
+    ("staleness with tensor parallelism on 2 ranks", 2, ["optim.staleness=1", "parallel.tp=2"],
+     ["optim.staleness", "parallel.tp=2"]),
+    ("staleness with pipeline parallelism on 2 ranks", 2, ["optim.staleness=1", "parallel.pp=2"],
+     ["optim.staleness", "parallel.pp=2"]),
+    ("straggler rank outside the world on 2 ranks", 2, ["train.straggler.ranks=[2]", "train.straggler.slowdown=2"],
+     ["train.straggler.ranks", "rank 2", "outside"]),
     ("missing data file on 2 ranks", 2, ["data.source=tokens", f"data.path={path('nope.bin')}"], ["nope.bin"]),
 ]
 
