@@ -12,6 +12,10 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   int64_t tokens = 0;  // cumulative
   double step_ms = 0, tokens_per_s = 0;
+  // Wall-clock time from the start of the run's first step to the end of this one on the rank that got there last
+  // (evaluations and checkpoints included): the time to reach this step's loss. With optim.staleness ranks are at
+  // different steps, and this, not the sum of step_ms, is the run's time.
+  double elapsed_ms = 0;
   double compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, bubble_ms = 0;
   // CPU time the communication threads of the rank used this step (their thread CPU clocks, all of the rank's
   // communicators), maximum over ranks: near 0 when they only slept while operations were in flight.

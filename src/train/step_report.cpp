@@ -25,6 +25,7 @@ struct RankFigures {
   float own_ms;            // the step less its waits for other ranks
   float staleness_max, staleness_mean;  // of the averages this rank applied (optim.staleness)
   float loss_sum;          // this rank's summed token losses (optim.staleness: the loss travels with the figures)
+  float elapsed_ms;        // since the first step began, at the end of this one
 };
 constexpr int kFigures = sizeof(RankFigures) / sizeof(float);
 static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is reduced as a float array");
@@ -56,6 +57,7 @@ double StepMeter::comm_cpu_us() const {
 
 void StepMeter::begin() {
   t0_us_ = trace_clock_us();
+  if (start_us_ < 0) start_us_ = t0_us_;
   wait0_ = wait_us();
   cpu0_ = comm_cpu_us();
   timeline_.take_bytes();
@@ -77,6 +79,7 @@ std::vector<float>& StepMeter::measure(const StepResult& s) {
   f.staleness_max = float(s.staleness_max);
   f.staleness_mean = float(s.staleness_mean);
   f.loss_sum = float(s.local_loss_sum);
+  f.elapsed_ms = float((now - start_us_) / 1000.0);
   table_.assign(size_t(kFigures) * run_.mesh.world_size(), 0.0f);
   std::memcpy(table_.data() + size_t(kFigures) * run_.mesh.rank(), &f, sizeof f);
   return table_;
@@ -96,7 +99,9 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row) cons
     m.mib_sent = std::max(m.mib_sent, f.mib_sent);
     m.comm_cpu_ms = std::max(m.comm_cpu_ms, f.comm_cpu_ms);
     m.staleness_max = std::max(m.staleness_max, f.staleness_max);
+    m.elapsed_ms = std::max(m.elapsed_ms, f.elapsed_ms);
   }
+  row.elapsed_ms = m.elapsed_ms;
   row.step_ms = m.step_ms;
   row.comm_ms = m.comm_ms;
   row.comm_cpu_ms = m.comm_cpu_ms;

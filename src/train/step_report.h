@@ -35,6 +35,7 @@ class StepMeter {
   std::vector<Communicator*> blocking_;  // whose waits are exposed communication (not the pipeline's)
   std::vector<Communicator*> threads_;   // each communicator object once, for their threads' CPU time
   double t0_us_ = 0, wait0_ = 0, cpu0_ = 0;
+  double start_us_ = -1;  // when the first step began
   std::vector<float> table_;  // the step's figures of every rank, reduced as one
 };
 

@@ -110,7 +110,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", run.start_step - 1 > 0 ? run.start_step - 1 : -1);
   StepMeter meter(run, timeline);
-  double total_ms = 0, last_loss = 0, last_val = -1;
+  double total_ms = 0, last_elapsed_ms = 0, last_loss = 0, last_val = -1;
   uint64_t gpu_mallocs_after_first_step = 0;  // the caching allocator's cudaMalloc count once warm
   const auto run_start = Clock::now();
   const int start_step = run.start_step;
@@ -127,6 +127,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     if (cfg.run.checkpoint_every > 0 && (step % cfg.run.checkpoint_every == 0 || step == cfg.train.steps))
       checkpoint_run(run, step);
     total_ms += row.step_ms;
+    last_elapsed_ms = row.elapsed_ms;
     last_loss = row.loss;
     if (step == start_step) gpu_mallocs_after_first_step = device_memory_stats().driver_allocations;
     if (step % cfg.run.log_every == 0 || step == cfg.train.steps || step == 1) {
@@ -180,7 +181,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                "{}/model.safetensors and config.json",
                steps_run, start_step > 1 ? fmt::format(" (from step {})", start_step) : "", last_loss,
                last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
-               steps_run ? run.tokens_per_step * steps_run / (total_ms / 1000.0) : 0.0, peak_rss_bytes() / 1048576.0,
+               // Replicas at different steps (optim.staleness): the run's wall time, not the sum of the slowest
+               // rank's step times.
+               steps_run ? run.tokens_per_step * steps_run / ((run.stale ? last_elapsed_ms : total_ms) / 1000.0) : 0.0,
+               peak_rss_bytes() / 1048576.0,
                cfg.run.dir);
 }
 
