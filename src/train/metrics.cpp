@@ -23,9 +23,10 @@ std::string to_json(const StepMetrics& m) {
       "{{\"step\": {}, \"loss\": {}, \"lr\": {:.10g}, \"grad_norm\": {}, \"tokens\": {}, "
       "\"step_ms\": {:.4f}, \"elapsed_ms\": {:.3f}, \"tokens_per_s\": {:.2f}, \"compute_ms\": {:.4f}, \"comm_ms\": {:.4f}, "
       "\"comm_cpu_ms\": {:.4f}, \"exposed_comm_ms\": {:.4f}, \"bubble_ms\": {:.4f}, \"comm_bytes\": {}, "
-      "\"slowest_rank\": {}, \"straggler_wait_ms\": {:.4f}",
+      "\"slowest_rank\": {}, \"straggler_wait_ms\": {:.4f}, \"slowest_exposed_comm_ms\": {:.4f}",
       m.step, num(m.loss), m.lr, num(m.grad_norm), m.tokens, m.step_ms, m.elapsed_ms, m.tokens_per_s, m.compute_ms, m.comm_ms,
-      m.comm_cpu_ms, m.exposed_comm_ms, m.bubble_ms, m.comm_bytes, m.slowest_rank, m.straggler_wait_ms);
+      m.comm_cpu_ms, m.exposed_comm_ms, m.bubble_ms, m.comm_bytes, m.slowest_rank, m.straggler_wait_ms,
+      m.slowest_exposed_comm_ms);
   if (m.loss_scale > 0) s += fmt::format(", \"loss_scale\": {:.10g}", m.loss_scale);
   if (m.skipped_steps >= 0) s += fmt::format(", \"skipped_steps\": {}", m.skipped_steps);
   if (m.staleness_max >= 0)

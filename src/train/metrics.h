@@ -25,6 +25,9 @@ struct StepMetrics {
   // waiting for it. Both 0 on one rank.
   int slowest_rank = 0;
   double straggler_wait_ms = 0;
+  // The slowest rank's own exposed communication: what the step could not hide even where nobody was waited for
+  // (exposed_comm_ms, the maximum over ranks, also counts the other ranks' wait for the slowest).
+  double slowest_exposed_comm_ms = 0;
   // optim.staleness > 0 (written when >= 0): how many steps old the gradient averages applied this step were,
   // the maximum and the mean over ranks of each rank's mean (0 = applied in the step that computed them).
   double staleness_max = -1, staleness_mean = -1;

@@ -121,6 +121,7 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row) cons
     loss_sum += all[r].loss_sum;
   }
   row.slowest_rank = slowest;
+  row.slowest_exposed_comm_ms = all[slowest].exposed_ms;
   row.straggler_wait_ms = world > 1 ? waited / (world - 1) : 0.0;
   if (run_.cfg.optim.staleness > 0) {
     row.staleness_max = m.staleness_max;
