@@ -82,6 +82,13 @@ class Communicator {
   // (comm_cpu_ms in metrics.jsonl). 0 where a backend has no thread of its own.
   virtual double thread_cpu_us() const { return 0; }
 
+  // comm.emulate.schedule: the emulated link within a node (latency_us, bandwidth_gbps; the inter-node link keeps its
+  // setting) for operations issued from now on. Returns false where no network is emulated.
+  virtual bool set_emulated_link(double latency_us, double bandwidth_gbps) {
+    (void)latency_us, (void)bandwidth_gbps;
+    return false;
+  }
+
   // Completed operations are reported here, from the communication thread (the sink must be thread-safe), for
   // the time accounting and the trace. Set it before issuing operations.
   void set_event_sink(std::function<void(const CommEvent&)> sink) { sink_ = std::move(sink); }

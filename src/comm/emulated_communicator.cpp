@@ -78,6 +78,12 @@ class EmulatedCommunicator : public Communicator {
   WorkPtr barrier_async() override {
     return issue(CommKind::Barrier, 0, -1, [&] { return inner_->barrier_async(); });
   }
+  bool set_emulated_link(double latency_us, double bandwidth_gbps) override {
+    std::lock_guard<std::mutex> lk(m_);  // issue() predicts under this lock
+    opts_.latency_us = latency_us;
+    opts_.bandwidth_gbps = bandwidth_gbps;
+    return true;
+  }
 
  private:
   struct Issued {

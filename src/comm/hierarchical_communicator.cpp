@@ -208,6 +208,13 @@ class HierarchicalCommunicator : public Communicator {
     return us;
   }
 
+  bool set_emulated_link(double latency_us, double bandwidth_gbps) override {
+    bool any = false;
+    for (Communicator* c : {flat_.get(), intra_.get(), inter_.get()})
+      if (c) any = c->set_emulated_link(latency_us, bandwidth_gbps) || any;
+    return any;
+  }
+
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_cpu(t, "all_reduce");
     CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
