@@ -68,10 +68,6 @@ std::string format_duration(double seconds) {
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
 }
 
-DType precision_dtype(const std::string& name) {
-  return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
-}
-
 // The NCCL communicator of a mesh axis, on this rank's GPU and ordered after its compute stream.
 std::unique_ptr<Communicator> make_device_communicator(MPI_Comm c, const std::string& name, const CommOptions& o) {
 #ifdef MESHTRAIN_WITH_CUDA
@@ -116,7 +112,7 @@ std::string transport_description(const CommOptions& o) {
 
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
-  if (c.wait != "auto") return c.wait == "block";
+  if (c.wait != CommWait::Auto) return c.wait == CommWait::Block;
   return ranks_on_node * threads_per_rank <= omp_get_num_procs();
 }
 
@@ -124,9 +120,9 @@ bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank
 // take) choose per group. Device tensors go through the MPI transport, which stages them in pinned host memory.
 CommOptions comm_options(const CommConfig& c, bool blocking, bool gpu) {
   CommOptions o;
-  o.transport = c.backend == "shm" ? CommOptions::Transport::Shm
-                : c.backend == "mpi" || gpu ? CommOptions::Transport::Mpi
-                                            : CommOptions::Transport::Auto;
+  o.transport = c.backend == CommBackend::Shm ? CommOptions::Transport::Shm
+                : c.backend == CommBackend::Mpi || gpu ? CommOptions::Transport::Mpi
+                                                       : CommOptions::Transport::Auto;
   o.blocking_waits = blocking;
   o.latency_us = c.emulate.latency_us;
   o.bandwidth_gbps = c.emulate.bandwidth_gbps;
@@ -159,8 +155,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
   Communicator& dp = *comms.dp;
-  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(), cfg.device,
-               cfg.device == "cuda" ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
+  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(),
+               name_of(cfg.device),
+               cfg.device == Device::CUDA ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
                nccl ? "nccl" : transport_description(copts),
                copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
                                                copts.bandwidth_gbps)
@@ -178,9 +175,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const std::vector<int> stage_layers = layers_per_stage(cfg);
   // Mixed precision: the model's parameters and activations are in the compute dtype, its gradients in fp32;
   // the fp32 master weights start in `masters` (init or load) and move into the optimizer once it exists.
-  const DType compute = precision_dtype(cfg.precision.compute);
+  const DType compute = cfg.precision.compute;
   const bool mixed = compute != DType::F32;
-  const Device dev = cfg.device == "cuda" ? Device::CUDA : Device::CPU;
+  const Device dev = cfg.device;
   PipelineChunks model(gcfg, stage_layers, mesh.pp(), mesh.pp_rank(), compute, dev);
   // The initial weights are made (or loaded) in fp32 on the host: on a CPU in fp32 straight into the parameters,
   // otherwise into `masters`, then copied to the compute copy (rounded) and the optimizer's masters.
@@ -217,7 +214,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     for (size_t s = 0; s < stage_layers.size(); ++s) stages += fmt::format("{}{}", s ? ", " : "", stage_layers[s]);
     spdlog::info("pipeline: {} stages of [{}] blocks over {} ranks ({} chunk{} each), schedule {}, {} micro-batches",
                  stage_layers.size(), stages, mesh.pp(), model.size(), model.size() > 1 ? "s" : "",
-                 cfg.parallel.schedule, n_micro);
+                 name_of(cfg.parallel.schedule), n_micro);
   }
 
   // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments.
@@ -228,7 +225,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   ChunkReducers dp_reduce = make_grad_reducers(cfg, model, dp, mesh.dp(), rank0);
   std::vector<std::unique_ptr<GradReducer>>& reducers = dp_reduce.owned;
   OptimizerSettings os;
-  os.sgd = cfg.optim.name == "sgd";
+  os.sgd = cfg.optim.name == OptimizerKind::SGD;
   os.momentum = cfg.optim.momentum;
   os.beta1 = cfg.optim.beta1;
   os.beta2 = cfg.optim.beta2;
@@ -269,7 +266,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   if (local_sgd) {
     LocalSGDSettings ls;
     ls.sync_every = cfg.optim.sync_every;
-    ls.nesterov = cfg.optim.outer == "nesterov";
+    ls.nesterov = cfg.optim.outer == OuterOptimizer::Nesterov;
     ls.outer_lr = cfg.optim.outer_lr;
     ls.outer_momentum = cfg.optim.outer_momentum;
     local = std::make_unique<LocalSGD>(ls, dp, model.params(), *opt);
@@ -323,9 +320,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   PipelineRunner runner(model, comms.pp.get(), cfg.parallel.schedule, n_micro, mb, T, prof);
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, dev);
   Batcher train_batches(&data.train.tokens, T, gb, cfg.data.order, cfg.train.seed);
-  Batcher val_batches(&data.val.tokens, T, gb, "sequential", cfg.train.seed);
+  Batcher val_batches(&data.val.tokens, T, gb, DataOrder::Sequential, cfg.train.seed);
   spdlog::info("precision: compute {}, gradients and master weights fp32, data-parallel reduction in {}{}",
-               dtype_name(compute), cfg.precision.grad_reduce,
+               dtype_name(compute), dtype_name(cfg.precision.grad_reduce),
                fp16 ? (scaler.dynamic() ? fmt::format(", dynamic loss scale from {:g}", scaler.scale())
                                         : fmt::format(", fixed loss scale {:g}", scaler.scale()))
                     : "");
@@ -577,7 +574,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
 }  // namespace
 
 void run_training(const Config& cfg) {
-  const bool gpu = cfg.device == "cuda";
+  const bool gpu = cfg.device == Device::CUDA;
   if (gpu && !cuda_built())
     input_error("device=cuda: this build has no CUDA backend (nvcc and NCCL were not found when it was configured)");
   int world = 1, rank = 0;
@@ -592,8 +589,8 @@ void run_training(const Config& cfg) {
   }
   // NCCL needs a GPU of its own per rank; comm.backend=auto takes it when every rank on the node has one, and
   // MPI (device tensors staged through pinned host memory) otherwise, e.g. several ranks sharing one GPU.
-  const bool nccl = gpu && (cfg.comm.backend == "nccl" ||
-                            (cfg.comm.backend == "auto" && world > 1 && on_node <= cuda_device_count()));
+  const bool nccl = gpu && (cfg.comm.backend == CommBackend::Nccl ||
+                            (cfg.comm.backend == CommBackend::Auto && world > 1 && on_node <= cuda_device_count()));
   if (nccl && on_node > cuda_device_count())
     input_error("comm.backend=nccl: {} ranks on this node share {} GPUs; NCCL needs one GPU per rank (use "
                 "comm.backend=mpi)", on_node, cuda_device_count());
