@@ -162,10 +162,10 @@ int main(int argc, char** argv) {
     }
     // What the time model leaves out: said once, on stderr, so that the JSON stays clean.
     if (o.time) {
-      if (base.comm.compress != "none" && base.comm.compress != "bf16")
+      if (base.comm.compress != mt::CompressMethod::None && base.comm.compress != mt::CompressMethod::BF16)
         std::fprintf(stderr, "planner: note: comm.compress=%s: bucket reductions are timed as uncompressed fp32 "
                              "(the encoding's cost and smaller messages are not modeled)\n",
-                     base.comm.compress.c_str());
+                     mt::name_of(base.comm.compress));
       if (base.comm.hierarchical)
         std::fprintf(stderr, "planner: note: comm.hierarchical: the data-parallel all-reduce is timed as one flat "
                              "ring over its slowest link\n");

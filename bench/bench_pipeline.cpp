@@ -89,9 +89,9 @@ PassTimes time_passes(const GPTConfig& cfg, const std::vector<int>& layers, int 
   return t;
 }
 
-double theory(const std::string& schedule, int p, int m, int v, const PassTimes& t) {
-  if (schedule == "interleaved") return (p - 1.0) / v / (m + (p - 1.0) / v);
-  if (schedule == "zb1") {
+double theory(PipelineSchedule schedule, int p, int m, int v, const PassTimes& t) {
+  if (schedule == PipelineSchedule::Interleaved) return (p - 1.0) / v / (m + (p - 1.0) / v);
+  if (schedule == PipelineSchedule::ZB1) {
     const double bubble = (p - 1) * std::max(0.0, t.F + t.Bi - t.W);
     return bubble / (m * (t.F + t.Bi + t.W) + bubble);
   }
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         for (size_t j = 0; j < ms.size(); ++j) {
           whole->init(1, 0.02);
-          PipelineRunner runner(*whole, nullptr, "1f1b", ms[j], B, T, prof);
+          PipelineRunner runner(*whole, nullptr, PipelineSchedule::OneFOneB, ms[j], B, T, prof);
           Tensor loss = Tensor::zeros({1}, DType::F32);
           std::mt19937 rng(0);
           const FillFn fill = make_fill(rng);
@@ -236,14 +236,15 @@ int main(int argc, char** argv) {
     run_baseline(base_before);
 
     struct Row {
-      std::string schedule;
+      PipelineSchedule schedule;
       int m, j;
       double bubble, bubble_min, formula, span, span_min, imbalance, work_ms;
       std::string mem;
     };
     std::vector<Row> rows;
-    for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zb1"}) {
-      const int v = std::string(schedule) == "interleaved" ? 2 : 1;
+    for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
+                                      PipelineSchedule::Interleaved, PipelineSchedule::ZB1}) {
+      const int v = schedule == PipelineSchedule::Interleaved ? 2 : 1;
       const std::vector<int> layers(p * v, layers_total / (p * v));
       for (size_t j = 0; j < ms.size(); ++j) {
         const int m = ms[j];
@@ -318,7 +319,7 @@ int main(int argc, char** argv) {
       for (const Row& r : rows) {
         const double base = base_med[r.j], speedup = base / r.span, ideal = p * (1.0 - r.formula);
         std::printf("%-12s %3d %7.3f %6.3f %7.3f %+7.3f %4s %8.1f %8.1f %8.1f %7.2fx %5.2fx %4s %6.3f %5.2f  %s\n",
-                    r.schedule.c_str(), r.m, r.bubble, r.bubble_min, r.formula, r.bubble - r.formula,
+                    name_of(r.schedule), r.m, r.bubble, r.bubble_min, r.formula, r.bubble - r.formula,
                     std::abs(r.bubble - r.formula) <= 0.05 ? "yes" : "NO", r.span, r.span_min, base, speedup, ideal,
                     p == 2 ? (speedup >= 1.6 ? "yes" : "NO") : "-", r.imbalance, r.work_ms / base, r.mem.c_str());
       }

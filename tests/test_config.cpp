@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 
 #include "core/errors.h"
@@ -92,7 +94,7 @@ TEST_CASE("defaults are the documented ones and validate on one rank") {
   CHECK(c.comm.timeout_s == 300);
   CHECK(c.run.log_every == 1);
   CHECK(c.run.resume == "auto");
-  CHECK(c.device == "cpu");
+  CHECK(c.device == Device::CPU);
   CHECK_NOTHROW(validate(c, 1));
 }
 
@@ -111,10 +113,10 @@ TEST_CASE("configs/gpt.yaml loads with the documented values") {
   CHECK(c.optim.lr == 3e-3);
   CHECK(c.optim.min_lr == 3e-4);
   CHECK(c.optim.warmup_steps == 20);
-  CHECK(c.optim.schedule == "cosine");
+  CHECK(c.optim.schedule == LRDecay::Cosine);
   CHECK(c.optim.weight_decay == 0.1);
-  CHECK(c.precision.compute == "fp32");
-  CHECK(c.data.source == "synthetic");
+  CHECK(c.precision.compute == DType::F32);
+  CHECK(c.data.source == DataSource::Synthetic);
   CHECK(c.run.log_every == 10);
   CHECK(c.run.dir == "runs/gpt");
   CHECK(c.source_path == source_file("configs/gpt.yaml"));
@@ -468,8 +470,8 @@ TEST_CASE("to_yaml round-trips every key") {
   }
   CHECK(load_config(write_yaml("local.yaml", to_yaml(local)), {}).optim.sync_every == 4);
   const Config gpu_back = load_config(write_yaml("gpu.yaml", to_yaml(gpu)), {});
-  CHECK(gpu_back.device == "cuda");
-  CHECK(gpu_back.comm.backend == "nccl");
+  CHECK(gpu_back.device == Device::CUDA);
+  CHECK(gpu_back.comm.backend == CommBackend::Nccl);
   CHECK(c.data.path == "true");
   CHECK(c.run.dir == " lead space");
 
@@ -493,6 +495,90 @@ TEST_CASE("to_yaml round-trips every key") {
   std::vector<std::string> emitted;
   collect_keys(YAML::Load(yaml), "", emitted);
   CHECK(emitted == config_keys());
+}
+
+TEST_CASE("every enum key round-trips each of its names, and refuses others naming the key and the choices") {
+  // The spellings users' files and scripts rely on; as a number, the field each key sets.
+  struct EnumKey {
+    std::string key;
+    std::vector<std::string> names;
+    std::function<int(const Config&)> value;
+  };
+  const std::vector<EnumKey> keys = {
+      {"parallel.schedule", {"1f1b", "gpipe", "interleaved", "zb1"},
+       [](const Config& c) { return int(c.parallel.schedule); }},
+      {"optim.schedule", {"cosine", "linear", "constant"}, [](const Config& c) { return int(c.optim.schedule); }},
+      {"optim.name", {"adamw", "sgd"}, [](const Config& c) { return int(c.optim.name); }},
+      {"optim.outer", {"none", "nesterov"}, [](const Config& c) { return int(c.optim.outer); }},
+      {"optim.staleness_policy", {"newest", "fixed"}, [](const Config& c) { return int(c.optim.staleness_policy); }},
+      {"precision.compute", {"fp32", "bf16", "fp16"}, [](const Config& c) { return int(c.precision.compute); }},
+      {"precision.grad_reduce", {"fp32", "bf16"}, [](const Config& c) { return int(c.precision.grad_reduce); }},
+      {"data.source", {"synthetic", "tokens", "text"}, [](const Config& c) { return int(c.data.source); }},
+      {"data.order", {"sequential", "shuffle"}, [](const Config& c) { return int(c.data.order); }},
+      {"comm.backend", {"auto", "shm", "mpi", "nccl"}, [](const Config& c) { return int(c.comm.backend); }},
+      {"comm.compress", {"none", "bf16", "int8", "topk", "powersgd"},
+       [](const Config& c) { return int(c.comm.compress); }},
+      {"comm.wait", {"auto", "poll", "block"}, [](const Config& c) { return int(c.comm.wait); }},
+      {"device", {"cpu", "cuda"}, [](const Config& c) { return int(c.device); }},
+  };
+  // What some values need besides, so that load_config's validation passes.
+  const std::map<std::string, std::vector<std::string>> needs = {
+      {"parallel.schedule=interleaved", {"parallel.pp=2"}},
+      {"data.source=tokens", {"data.path=t.bin"}},
+      {"data.source=text", {"data.path=t.txt"}},
+      {"comm.backend=nccl", {"device=cuda"}},
+  };
+  std::vector<std::string> enum_keys;
+  for (const std::string& k : config_keys())
+    if (!config_choices(k).empty()) enum_keys.push_back(k);
+  std::vector<std::string> listed;
+  for (const EnumKey& e : keys) listed.push_back(e.key);
+  CHECK(enum_keys == listed);  // every enum key is in the list above, in the table's order
+  CHECK(config_choices("parallel.order").empty());
+
+  for (const EnumKey& e : keys) {
+    CHECK(config_choices(e.key) == e.names);
+    std::set<int> values;
+    for (const std::string& name : e.names) {
+      const std::string set = e.key + "=" + name;
+      INFO(set);
+      Config c;
+      apply_override(c, set);
+      CHECK(config_value(c, e.key) == name);
+      values.insert(e.value(c));
+      if (needs.count(set))
+        for (const std::string& o : needs.at(set)) apply_override(c, o);
+      const Config back = load_config(write_yaml("enum.yaml", to_yaml(c)), {});
+      CHECK(e.value(back) == e.value(c));
+      CHECK(config_value(back, e.key) == name);
+    }
+    CHECK(values.size() == e.names.size());  // each name its own value
+
+    std::string list;
+    for (const std::string& n : e.names) list += (list.empty() ? "" : ", ") + n;
+    CHECK_THAT(validate_error({e.key + "=bogus"}), Contains(e.key + "='bogus' is not one of: " + list));
+    CHECK_THAT(load_error(e.key + ": Bogus\n"), Contains(e.key + "='Bogus' is not one of: " + list));
+  }
+  CHECK_THAT(validate_error({"precision.grad_reduce=fp16"}),
+             Contains("precision.grad_reduce='fp16' is not one of: fp32, bf16"));
+  // A DType the precision keys do not take, set in code, fails validation with the same message.
+  Config wide;
+  wide.precision.compute = DType::F64;
+  CHECK_THAT(input_error_of([&] { validate(wide, 1); }), Contains("precision.compute='fp64' is not one of: fp32"));
+  wide = Config{};
+  wide.precision.grad_reduce = DType::F16;
+  CHECK_THAT(input_error_of([&] { validate(wide, 1); }),
+             Contains("precision.grad_reduce='fp16' is not one of: fp32, bf16"));
+  // The parse function of an enum (core/enum_names.h) reads the same table.
+  PipelineSchedule s = PipelineSchedule::OneFOneB;
+  CHECK((parse_name("zb1", s) && s == PipelineSchedule::ZB1));
+  CHECK_FALSE(parse_name("ZB1", s));
+  CHECK(s == PipelineSchedule::ZB1);  // unchanged by a name the table lacks
+  // The names are text, as before: quoted in config.yaml and --help.
+  CHECK_THAT(to_yaml(Config{}), Contains("schedule: \"1f1b\""));
+  CHECK_THAT(help_text(), Contains("\"cosine\""));
+  CHECK_THAT(load_error("parallel: {schedule: [1f1b]}\n"),
+             Contains("parallel.schedule: expected a string, got a list"));
 }
 
 TEST_CASE("parallel.stage_layers: flow and block lists, --set, and [] or null for the even split") {
@@ -557,7 +643,7 @@ TEST_CASE("layers_per_stage: even split, explicit split, interleaved chunks") {
   v.model.n_layer = 8;
   v.parallel.pp = 2;
   v.parallel.virtual_stages = 2;
-  v.parallel.schedule = "interleaved";
+  v.parallel.schedule = PipelineSchedule::Interleaved;
   CHECK(layers_per_stage(v) == std::vector<int>{2, 2, 2, 2});
   v.model.n_layer = 6;
   v.parallel.stage_layers = {2, 1, 1, 2};

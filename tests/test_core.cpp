@@ -110,15 +110,15 @@ TEST_CASE("the arena reuses its memory after reset", "[arena]") {
 }
 
 TEST_CASE("learning-rate schedules", "[lr]") {
-  LRSchedule s{"cosine", 1.0, 0.1, 10, 110};
+  LRSchedule s{LRDecay::Cosine, 1.0, 0.1, 10, 110};
   CHECK(s.at(1) == Approx(0.1));   // linear warmup from lr/warmup
   CHECK(s.at(10) == Approx(1.0));  // peak at the end of warmup
   CHECK(s.at(60) == Approx(0.55)); // half-way through the decay: (lr + min_lr) / 2
   CHECK(s.at(110) == Approx(0.1)); // min_lr at the last step
-  LRSchedule lin{"linear", 1.0, 0.0, 0, 100};
+  LRSchedule lin{LRDecay::Linear, 1.0, 0.0, 0, 100};
   CHECK(lin.at(25) == Approx(0.75));
   CHECK(lin.at(100) == Approx(0.0).margin(1e-12));
-  LRSchedule flat{"constant", 0.3, 0.0, 5, 100};
+  LRSchedule flat{LRDecay::Constant, 0.3, 0.0, 5, 100};
   CHECK(flat.at(5) == Approx(0.3));
   CHECK(flat.at(77) == Approx(0.3));
 }

@@ -190,7 +190,7 @@ TEST_CASE("batcher: sequential windows follow the contract formula") {
   std::vector<int32_t> toks(1000);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(i);
   const int T = 16, GB = 8;
-  Batcher b(&toks, T, GB, "sequential", 1);
+  Batcher b(&toks, T, GB, DataOrder::Sequential, 1);
   const int64_t N = 1000, M = N - T - 1;
   for (int64_t s = 0; s < 20; ++s)
     for (int64_t g = 0; g < GB; ++g) CHECK(b.window_offset(s, g) == ((s * GB + g) * T) % M);
@@ -207,7 +207,7 @@ TEST_CASE("batcher: wrap-around stays in bounds and follows the modulus") {
   std::vector<int32_t> toks(50);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(i);
   const int T = 8, GB = 3;
-  Batcher b(&toks, T, GB, "sequential", 1);
+  Batcher b(&toks, T, GB, DataOrder::Sequential, 1);
   const int64_t M = 50 - T - 1;  // 41
   std::vector<int32_t> in(GB * T), tg(GB * T);
   bool wrapped = false;
@@ -233,8 +233,8 @@ TEST_CASE("batcher: wrap-around stays in bounds and follows the modulus") {
 TEST_CASE("batcher: any split of a global batch reads the same tokens") {
   std::vector<int32_t> toks = sample_synthetic_tokens(make_synthetic_corpus(3, 64), 3, 4000);
   const int T = 32, GB = 8;
-  for (const char* order : {"sequential", "shuffle"}) {
-    INFO(order);
+  for (DataOrder order : {DataOrder::Sequential, DataOrder::Shuffle}) {
+    INFO(name_of(order));
     Batcher whole(&toks, T, GB, order, 42);
     for (int64_t step : {0, 1, 5, 17, 40}) {
       std::vector<int32_t> in(GB * T), tg(GB * T);
@@ -266,8 +266,8 @@ TEST_CASE("batcher: shuffle visits every window exactly once per epoch") {
   std::vector<int32_t> toks(1000, 0);
   const int T = 10, GB = 7;
   const int64_t K = (1000 - T - 1) / T;  // 98 windows per epoch
-  Batcher b(&toks, T, GB, "shuffle", 99);
-  Batcher c(&toks, T, GB, "shuffle", 100);
+  Batcher b(&toks, T, GB, DataOrder::Shuffle, 99);
+  Batcher c(&toks, T, GB, DataOrder::Shuffle, 100);
   std::vector<int64_t> epoch0, epoch1, other0;
   for (int64_t w = 0; w < 3 * K; ++w) {
     int64_t o = b.window_offset(w / GB, w % GB);
@@ -291,22 +291,22 @@ TEST_CASE("batcher: shuffle visits every window exactly once per epoch") {
   CHECK(epoch0 != identity);
 }
 
-TEST_CASE("batcher: refuses streams too short to read and bad orders") {
+// A bad data.order is refused where the config is read (tests/test_config.cpp).
+TEST_CASE("batcher: refuses streams too short to read") {
   std::vector<int32_t> toks(17, 1);
-  Batcher short_seq(&toks, 16, 4, "sequential", 1);  // built fine (an unused stream may be short) ...
+  Batcher short_seq(&toks, 16, 4, DataOrder::Sequential, 1);  // built fine (an unused stream may be short) ...
   std::vector<int32_t> in(4 * 16), tg(4 * 16);
   require_input_error([&] { short_seq.fill(0, 0, 4, in.data(), tg.data()); }, {"17 tokens", "seq_len 16"});
   require_input_error([&] { short_seq.window_offset(0, 0); }, {"17 tokens", "seq_len 16"});  // ... but never read
   std::vector<int32_t> none;
-  Batcher empty(&none, 16, 4, "sequential", 1);
+  Batcher empty(&none, 16, 4, DataOrder::Sequential, 1);
   require_input_error([&] { empty.window_offset(0, 0); }, {"0 tokens"});
   std::vector<int32_t> ok(18, 1);
-  Batcher b(&ok, 16, 4, "sequential", 1);
+  Batcher b(&ok, 16, 4, DataOrder::Sequential, 1);
   CHECK(b.window_offset(5, 3) == 0);  // N - T - 1 = 1: the only window
-  Batcher short_shuffle(&ok, 16, 4, "shuffle", 1);
+  Batcher short_shuffle(&ok, 16, 4, DataOrder::Shuffle, 1);
   require_input_error([&] { short_shuffle.window_offset(0, 0); }, {"shuffle", "18 tokens"});
   std::vector<int32_t> ok2(33, 1);
-  Batcher s(&ok2, 16, 4, "shuffle", 1);
+  Batcher s(&ok2, 16, 4, DataOrder::Shuffle, 1);
   CHECK(s.window_offset(7, 1) == 0);
-  require_input_error([&] { Batcher(&ok2, 16, 4, "random", 1); }, {"data.order", "random"});
 }

@@ -31,7 +31,7 @@ std::unique_ptr<Communicator> world() {
   return make_communicator(MPI_COMM_WORLD, "dp", o);
 }
 
-CompressOptions options(const std::string& method, double fraction = 0.01, int rank = 4) {
+CompressOptions options(CompressMethod method, double fraction = 0.01, int rank = 4) {
   CompressOptions o;
   o.method = method;
   o.topk_fraction = fraction;
@@ -185,7 +185,7 @@ TEST_CASE("int8: the average within half a quantisation step of every rank's blo
   const int64_t n = table.total_numel();
   const std::vector<Bucket> buckets = vector_buckets(table);
   Tensor grads = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, buckets, false, DType::F32, table, options("int8"));
+  GradReducer red(*dp, grads, buckets, false, DType::F32, table, options(CompressMethod::Int8));
   step(red, grads, random_input(table, r, 0));
   // Bound, per element in block B of its bucket, with amax_q = max |x_q| over B and s_q = fl(amax_q / 127):
   // rank q's code c = round(fl(x / s_q)) is within 1/2 + 127u of x / s_q, so |c s_q - x| <= s_q / 2 + u amax_q
@@ -237,7 +237,7 @@ TEST_CASE("int8: integer gradients with a full-scale entry per block are sent ex
     return x;
   };
   Tensor grads = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, buckets, false, DType::F32, table, options("int8"));
+  GradReducer red(*dp, grads, buckets, false, DType::F32, table, options(CompressMethod::Int8));
   step(red, grads, input(r));
   std::vector<double> exact(n, 0.0);
   for (int q = 0; q < P; ++q) {
@@ -253,7 +253,7 @@ TEST_CASE("int8 error feedback: an entry rounded away in one step is sent in the
   const ParamTable table = vector_table();
   const int64_t n = table.total_numel();
   Tensor grads = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, vector_buckets(table), false, DType::F32, table, options("int8"));
+  GradReducer red(*dp, grads, vector_buckets(table), false, DType::F32, table, options(CompressMethod::Int8));
   // The same input on every rank: 127 and 0.4 in the first block. The scale is 1, so 0.4 rounds to code 0.
   std::vector<float> x(n, 0.0f);
   x[0] = 127;
@@ -277,7 +277,7 @@ TEST_CASE("int8 error feedback: sent over steps plus residual equals the sum of 
   // Per step and element, fp32 rounding in g + e (u |x|), in e = x - decoded (u s / 2), in the decoded product
   // (u |x|) and in the decoder's sum over P ranks and division ((P + 1) u |x|), with |x| <= 2 max|g| (the
   // residual is at most half a scale step): at most (P + 4) * 2u max|g| per step; 16u covers P <= 4.
-  const double held = feedback_over_steps(*dp, table, vector_buckets(table), options("int8"), 6, 16 * kU);
+  const double held = feedback_over_steps(*dp, table, vector_buckets(table), options(CompressMethod::Int8), 6, 16 * kU);
   CHECK(held > 0);
 }
 
@@ -314,7 +314,7 @@ TEST_CASE("topk with fraction 1 equals the plain average", "[compress][topk]") {
     return x;
   };
   Tensor grads = Tensor::zeros({n}, DType::F32), plain = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, vector_buckets(table), false, DType::F32, table, options("topk", 1.0));
+  GradReducer red(*dp, grads, vector_buckets(table), false, DType::F32, table, options(CompressMethod::TopK, 1.0));
   GradReducer ref(*dp, plain, vector_buckets(table), false);
   for (int s = 0; s < 2; ++s) {  // the second step shows that nothing was held back
     step(red, grads, input(r));
@@ -337,7 +337,7 @@ TEST_CASE("topk: every rank's largest entries scatter-added and divided by the g
   const std::vector<Bucket> buckets = vector_buckets(table);
   const double f = 0.05;
   Tensor grads = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, buckets, false, DType::F32, table, options("topk", f));
+  GradReducer red(*dp, grads, buckets, false, DType::F32, table, options(CompressMethod::TopK, f));
   step(red, grads, random_input(table, r, 0));
   // Reference: per rank and bucket, sort by (|x| descending, index ascending) and keep the first k.
   std::vector<double> expect(n, 0.0);
@@ -370,7 +370,8 @@ TEST_CASE("topk error feedback: a small entry dropped in step 1 is sent in step 
   ParamTable table;
   table.add("v", {8}, {8}, false);
   Tensor grads = Tensor::zeros({8}, DType::F32);
-  GradReducer red(*dp, grads, make_buckets(table, 8, 4, 1e6), false, DType::F32, table, options("topk", 0.125));
+  GradReducer red(*dp, grads, make_buckets(table, 8, 4, 1e6), false, DType::F32, table,
+                  options(CompressMethod::TopK, 0.125));
   // k = 1. The same input on every rank, so the average is that input's sent part.
   step(red, grads, {0, 0, 5, 0, 1, 0, 0, 0});
   CHECK(values(grads) == std::vector<float>{0, 0, 5, 0, 0, 0, 0, 0});
@@ -388,7 +389,8 @@ TEST_CASE("topk error feedback: sent over steps plus residual equals the sum of 
   // Sent entries are exact copies of x = fl(g + e) and unsent ones stay in e exactly; what rounds is g + e
   // (u |x|, |x| <= steps * max|g|: an entry can wait several steps) and the decoder's sum and division
   // ((P + 1) u |x|). Per step at most (P + 2) u * steps * max|g|; with 6 steps and P <= 4, 36u per step.
-  const double held = feedback_over_steps(*dp, table, vector_buckets(table), options("topk", 0.1), 6, 36 * kU);
+  const double held =
+      feedback_over_steps(*dp, table, vector_buckets(table), options(CompressMethod::TopK, 0.1), 6, 36 * kU);
   CHECK(held > 0);
 }
 
@@ -476,7 +478,8 @@ TEST_CASE("powersgd is exact on matrices of rank at most powersgd_rank", "[compr
   const ParamTable table = matrix_table();
   const int64_t n = table.total_numel();
   Tensor grads = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, matrix_buckets(table), false, DType::F32, table, options("powersgd", 0.01, 2));
+  GradReducer red(*dp, grads, matrix_buckets(table), false, DType::F32, table,
+                  options(CompressMethod::PowerSGD, 0.01, 2));
   std::vector<double> exact(n, 0.0);
   double A = 0;
   for (int q = 0; q < P; ++q) {
@@ -522,7 +525,8 @@ TEST_CASE("powersgd error feedback: the component a rank-1 step drops is sent in
   for (int i = 0; i < 12; ++i)
     for (int j = 0; j < 10; ++j) M[i * 10 + j] = 3 * a1[i] * b1[j] + a2[i] * b2[j];
   Tensor grads = Tensor::zeros({n}, DType::F32);
-  GradReducer red(*dp, grads, make_buckets(table, n, 4, 1e6), false, DType::F32, table, options("powersgd", 0.01, 1));
+  GradReducer red(*dp, grads, make_buckets(table, n, 4, 1e6), false, DType::F32, table,
+                  options(CompressMethod::PowerSGD, 0.01, 1));
   step(red, grads, M);
   const std::vector<float> out1 = values(grads);
   double missing = 0;
@@ -546,7 +550,8 @@ TEST_CASE("powersgd error feedback: sent over steps plus residual equals the sum
   // size of X: ~3u |x| each), and the difference between P^ (mean Q)^T and the mean of P^ Q_q^T (the Avg's
   // rounding, ~2u |x|). |x| stays below ~3 max|g| with a warm-started rank-2 approximation. 1e-5 max|g| per step
   // is ~170u, some 5x above that sum.
-  const double held = feedback_over_steps(*dp, table, matrix_buckets(table), options("powersgd", 0.01, 2), 5, 1e-5);
+  const double held =
+      feedback_over_steps(*dp, table, matrix_buckets(table), options(CompressMethod::PowerSGD, 0.01, 2), 5, 1e-5);
   CHECK(held > 0);
 }
 
@@ -557,7 +562,7 @@ TEST_CASE("bytes on the wire per step match the documented formulas", "[compress
   const ParamTable vt = vector_table(), mtab = matrix_table();
   const int64_t nv = vt.total_numel(), nm = mtab.total_numel();
   struct Case {
-    std::string method;
+    CompressMethod method;
     double f;
     int rank;
     bool matrices;
@@ -566,21 +571,21 @@ TEST_CASE("bytes on the wire per step match the documented formulas", "[compress
   };
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const std::vector<Case> cases = {
-      {"none", 0, 0, false, 4 * nv, 2},   // all_reduce of each bucket in fp32
-      {"bf16", 0, 0, false, 2 * nv, 2},   // in bf16
+      {CompressMethod::None, 0, 0, false, 4 * nv, 2},   // all_reduce of each bucket in fp32
+      {CompressMethod::BF16, 0, 0, false, 2 * nv, 2},   // in bf16
       // int8: one all_gather per bucket of ceil(n / 256) scales + ceil(n / 4) words of codes, 4 bytes each;
       // buckets of 384 and 501 elements
-      {"int8", 0, 0, false, 4 * (cdiv(384, 256) + cdiv(384, 4)) + 4 * (cdiv(501, 256) + cdiv(501, 4)), 2},
+      {CompressMethod::Int8, 0, 0, false, 4 * (cdiv(384, 256) + cdiv(384, 4)) + 4 * (cdiv(501, 256) + cdiv(501, 4)), 2},
       // topk: one all_gather per bucket of k values and k indices, k = ceil(f n)
-      {"topk", 0.01, 0, false, 8 * (4 + 6), 2},
-      {"topk", 0.1, 0, false, 8 * (39 + 51), 2},
+      {CompressMethod::TopK, 0.01, 0, false, 8 * (4 + 6), 2},
+      {CompressMethod::TopK, 0.1, 0, false, 8 * (39 + 51), 2},
       // powersgd at rank 2: per bucket all_reduce(P) 4 r sum(rows), all_reduce(Q) 4 r sum(cols), uncompressed
       // all_reduce 4 u: bucket 0 (w1 24x20, b1 20), bucket 1 (w2 16x12, tiny 12 elements, w3 10x30); the
       // alignment gaps between parameters are not sent
-      {"powersgd", 0, 2, true, 4 * (2 * (24 + 20) + 20) + 4 * (2 * (16 + 12 + 10 + 30) + 12), 6},
+      {CompressMethod::PowerSGD, 0, 2, true, 4 * (2 * (24 + 20) + 20) + 4 * (2 * (16 + 12 + 10 + 30) + 12), 6},
   };
   for (const Case& c : cases) {
-    INFO(c.method << " fraction " << c.f);
+    INFO(name_of(c.method) << " fraction " << c.f);
     const ParamTable& table = c.matrices ? mtab : vt;
     const int64_t n = c.matrices ? nm : nv;
     Tensor grads = Tensor::zeros({n}, DType::F32);
@@ -602,9 +607,9 @@ TEST_CASE("every rank ends with the same averaged gradients bit for bit", "[comp
   // powersgd's P^ and Q come from all-reduces, whose results MPI gives every rank alike.
   auto dp = world();
   const int P = dp->size(), r = dp->rank();
-  for (const std::string method : {"int8", "topk", "powersgd"}) {
-    INFO(method);
-    const bool mat = method == "powersgd";
+  for (CompressMethod method : {CompressMethod::Int8, CompressMethod::TopK, CompressMethod::PowerSGD}) {
+    INFO(name_of(method));
+    const bool mat = method == CompressMethod::PowerSGD;
     const ParamTable table = mat ? matrix_table() : vector_table();
     const int64_t n = table.total_numel();
     Tensor grads = Tensor::zeros({n}, DType::F32);
@@ -623,18 +628,18 @@ TEST_CASE("compress=bf16 is the bf16 wire path and keeps no state", "[compress][
   auto dp = world();
   const ParamTable table = vector_table();
   Tensor grads = Tensor::zeros({table.total_numel()}, DType::F32);
-  GradReducer red(*dp, grads, vector_buckets(table), false, DType::F32, table, options("bf16"));
+  GradReducer red(*dp, grads, vector_buckets(table), false, DType::F32, table, options(CompressMethod::BF16));
   CHECK(red.wire_dtype() == DType::BF16);
-  CHECK(red.compress_method() == "bf16");
+  CHECK(red.compress_method() == CompressMethod::BF16);
   CHECK_FALSE(red.residual().defined());
   CHECK(red.compress_state_bytes() == 0);
 }
 
 TEST_CASE("compressed buckets launch from the backward pass's hook, and only on the last micro-batch", "[compress][overlap]") {
   auto dp = world();
-  for (const std::string method : {"int8", "topk", "powersgd"}) {
-    INFO(method);
-    const bool mat = method == "powersgd";
+  for (CompressMethod method : {CompressMethod::Int8, CompressMethod::TopK, CompressMethod::PowerSGD}) {
+    INFO(name_of(method));
+    const bool mat = method == CompressMethod::PowerSGD;
     const ParamTable table = mat ? matrix_table() : vector_table();
     const std::vector<Bucket> buckets = mat ? matrix_buckets(table) : vector_buckets(table);
     const int64_t n = table.total_numel();
@@ -665,9 +670,9 @@ TEST_CASE("compressed buckets launch from the backward pass's hook, and only on 
 TEST_CASE("a non-finite step clears the error feedback and the next step is clean", "[compress][nonfinite]") {
   auto dp = world();
   const int r = dp->rank();
-  for (const std::string method : {"int8", "topk", "powersgd"}) {
-    INFO(method);
-    const bool mat = method == "powersgd";
+  for (CompressMethod method : {CompressMethod::Int8, CompressMethod::TopK, CompressMethod::PowerSGD}) {
+    INFO(name_of(method));
+    const bool mat = method == CompressMethod::PowerSGD;
     const ParamTable table = mat ? matrix_table() : vector_table();
     const std::vector<Bucket> buckets = mat ? matrix_buckets(table) : vector_buckets(table);
     const int64_t n = table.total_numel();

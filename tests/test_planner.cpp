@@ -67,7 +67,7 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
     for (int dp = 1; dp <= world; ++dp)
       for (int tp = 1; tp <= world; ++tp)
         for (int pp = 1; pp <= world; ++pp)
-          for (const std::string& s : schedule_names())
+          for (const PipelineSchedule s : layout_schedules())
             for (int v = 1; v <= c.model.n_layer + 1; ++v)
               for (int mb = 1; mb <= c.train.global_batch + 1; ++mb)
                 for (int zero = 0; zero <= 1; ++zero) {
@@ -140,11 +140,11 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
 TEST_CASE("record counts per chunk match the schedules' activation bounds", "[planner]") {
   for (int p : {2, 4})
     for (int m : {1, 3, 8}) {
-      for (const char* name : {"gpipe", "1f1b", "zb1"}) {
-        const SimResult sim = simulate(schedule_by_name(name), p, m, 1);
+      for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::ZB1}) {
+        const SimResult sim = simulate(schedule_fn(s), p, m, 1);
         for (int r = 0; r < p; ++r) {
-          INFO(name << " p=" << p << " m=" << m << " rank=" << r);
-          const ScheduleUsage u = schedule_usage(name, p, m, 1, r);
+          INFO(name_of(s) << " p=" << p << " m=" << m << " rank=" << r);
+          const ScheduleUsage u = schedule_usage(s, p, m, 1, r);
           REQUIRE(u.records.size() == 1);
           CHECK(u.records[0] == sim.ranks[r].peak_held);
           // Receives: activations for every micro-batch past stage 0, gradients for every one before the last.
@@ -155,28 +155,30 @@ TEST_CASE("record counts per chunk match the schedules' activation bounds", "[pl
     }
   // Interleaved, p = 2, v = 2: a pool per chunk, 6 and 4 records in all (docs/performance.md, pipeline section).
   for (int m : {4, 8}) {
-    const ScheduleUsage u0 = schedule_usage("interleaved", 2, m, 2, 0), u1 = schedule_usage("interleaved", 2, m, 2, 1);
+    const ScheduleUsage u0 = schedule_usage(PipelineSchedule::Interleaved, 2, m, 2, 0),
+                        u1 = schedule_usage(PipelineSchedule::Interleaved, 2, m, 2, 1);
     CHECK(u0.records[0] + u0.records[1] == 6);
     CHECK(u1.records[0] + u1.records[1] == 4);
     CHECK(u0.eval_recvs == m);      // chunk 1 of rank 0 is stage 2
     CHECK(u1.eval_recvs == 2 * m);  // stages 1 and 3
   }
   // One stage: every schedule's list on p = 1.
-  CHECK(schedule_usage("1f1b", 1, 4, 1, 0).records[0] == 1);
-  CHECK(schedule_usage("gpipe", 1, 4, 1, 0).records[0] == 4);
-  CHECK(schedule_usage("1f1b", 1, 4, 1, 0).recv_actions == 0);
+  CHECK(schedule_usage(PipelineSchedule::OneFOneB, 1, 4, 1, 0).records[0] == 1);
+  CHECK(schedule_usage(PipelineSchedule::GPipe, 1, 4, 1, 0).records[0] == 4);
+  CHECK(schedule_usage(PipelineSchedule::OneFOneB, 1, 4, 1, 0).recv_actions == 0);
 }
 
 TEST_CASE("timeline: unit costs and free messages give the schedule simulator's makespan", "[planner]") {
   // With F = 1, B = 2 (zb1: B = W = 1), no collectives, instant messages and a core per rank, the timeline is
   // exactly parallel/schedule.h's simulate(): the same lists run in the same dependency order.
-  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb1"})
+  for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::Interleaved,
+                             PipelineSchedule::ZB1})
     for (int p : {1, 2, 4})
       for (int m : {1, 4, 8}) {
-        const int v = std::string(name) == "interleaved" ? 2 : 1;
+        const int v = s == PipelineSchedule::Interleaved ? 2 : 1;
         if (v > 1 && (p < 2 || m % p)) continue;
         TimelineInput in;
-        in.schedule = name;
+        in.schedule = s;
         in.p = p;
         in.m = m;
         in.v = v;
@@ -189,21 +191,21 @@ TEST_CASE("timeline: unit costs and free messages give the schedule simulator's 
         in.xfer_us.assign(p * v - 1, 0.0);
         in.cores = p;
         const std::vector<TimelineRank> t = simulate_timeline(in);
-        const SimResult sim = simulate(schedule_by_name(name), p, m, v);
+        const SimResult sim = simulate(schedule_fn(s), p, m, v);
         double end = 0;
         for (int r = 0; r < p; ++r) {
           end = std::max(end, t[r].list_end);
-          INFO(name << " p=" << p << " m=" << m << " rank " << r);
+          INFO(name_of(s) << " p=" << p << " m=" << m << " rank " << r);
           CHECK(t[r].busy == Approx(sim.ranks[r].busy).margin(1e-9));
         }
-        INFO(name << " p=" << p << " m=" << m);
+        INFO(name_of(s) << " p=" << p << " m=" << m);
         CHECK(end == Approx(sim.makespan).margin(1e-9));
       }
 }
 
 TEST_CASE("timeline: ranks beyond the cores share them", "[planner]") {
   TimelineInput in;
-  in.schedule = "1f1b";
+  in.schedule = PipelineSchedule::OneFOneB;
   in.p = 1;
   in.m = 2;
   ChunkCost c;
@@ -256,17 +258,17 @@ TEST_CASE("timeline: ranks beyond the cores share them", "[planner]") {
 
 TEST_CASE("a layout applies its keys and describes itself", "[planner]") {
   const Config c = tiny();
-  const Layout l{2, 1, 2, "interleaved", 1, 1, 1};
+  const Layout l{2, 1, 2, PipelineSchedule::Interleaved, 1, 1, 1};
   const Config a = apply_layout(c, l);
   CHECK(a.parallel.dp == 2);
   CHECK(a.parallel.pp == 2);
-  CHECK(a.parallel.schedule == "interleaved");
+  CHECK(a.parallel.schedule == PipelineSchedule::Interleaved);
   CHECK(a.train.micro_batch == 1);
   CHECK(a.optim.zero == 1);
   CHECK(a.model.n_layer == c.model.n_layer);
   CHECK(describe(l) == "dp2 tp1 pp2 interleaved v1 mb1 zero1");
   CHECK(micro_batches(c, l) == 2);
   std::string why;
-  CHECK_FALSE(layout_valid(c, Layout{3, 1, 1, "1f1b", 1, 1, 0}, 3, &why));
+  CHECK_FALSE(layout_valid(c, Layout{3, 1, 1, PipelineSchedule::OneFOneB, 1, 1, 0}, 3, &why));
   CHECK(why.find("global_batch") != std::string::npos);
 }

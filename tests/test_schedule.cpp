@@ -31,7 +31,7 @@ void require_valid(const SimResult& r, const std::string& what) {
 }  // namespace
 
 TEST_CASE("gpipe: valid, m activations alive, bubble (p-1)/(m+p-1)", "[schedule]") {
-  const auto fn = schedule_by_name("gpipe");
+  const auto fn = schedule_fn(PipelineSchedule::GPipe);
   for (int p : kPs)
     for (int m = 1; m <= 16; ++m) {
       const SimResult r = simulate(fn, p, m, 1);
@@ -49,7 +49,7 @@ TEST_CASE("gpipe: valid, m activations alive, bubble (p-1)/(m+p-1)", "[schedule]
 }
 
 TEST_CASE("1f1b: valid, at most p - rank activations alive, bubble (p-1)/(m+p-1)", "[schedule]") {
-  const auto fn = schedule_by_name("1f1b");
+  const auto fn = schedule_fn(PipelineSchedule::OneFOneB);
   for (int p : kPs)
     for (int m = 1; m <= 16; ++m) {
       const SimResult r = simulate(fn, p, m, 1);
@@ -69,7 +69,7 @@ TEST_CASE("1f1b: valid, at most p - rank activations alive, bubble (p-1)/(m+p-1)
 
 TEST_CASE("interleaved 1f1b (v=2): valid, Megatron's activation bound, bubble about (p-1)/(v*m+p-1)",
           "[schedule]") {
-  const auto fn = schedule_by_name("interleaved");
+  const auto fn = schedule_fn(PipelineSchedule::Interleaved);
   const int v = 2;
   for (int p : kPs)
     for (int m = p; m <= 16; m += p) {
@@ -97,7 +97,7 @@ TEST_CASE("interleaved 1f1b (v=2): valid, Megatron's activation bound, bubble ab
 }
 
 TEST_CASE("zb1: valid, at most p - rank activations alive and 2p - rank - 1 held, bubble below 1f1b's for m >= p", "[schedule]") {
-  const auto fn = schedule_by_name("zb1");
+  const auto fn = schedule_fn(PipelineSchedule::ZB1);
   for (int p : kPs)
     for (int m = 1; m <= 16; ++m) {
       const SimResult r = simulate(fn, p, m, 1);
@@ -153,10 +153,10 @@ TEST_CASE("simulator detects deadlock and ordering errors", "[schedule]") {
 }
 
 TEST_CASE("bubble fractions at p = 2 (printed)", "[schedule][.print]") {
-  for (const char* name : {"gpipe", "1f1b", "zb1"}) {
-    const SimResult r = simulate(schedule_by_name(name), 2, 8, 1);
-    std::printf("%s p=2 m=8: bubble %.4f\n", name, bubble_fraction(r, 0));
+  for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::ZB1}) {
+    const SimResult r = simulate(schedule_fn(s), 2, 8, 1);
+    std::printf("%s p=2 m=8: bubble %.4f\n", name_of(s), bubble_fraction(r, 0));
   }
-  const SimResult r = simulate(schedule_by_name("interleaved"), 2, 8, 2);
+  const SimResult r = simulate(schedule_fn(PipelineSchedule::Interleaved), 2, 8, 2);
   std::printf("interleaved p=2 m=8 v=2: bubble %.4f\n", bubble_fraction(r, 0));
 }

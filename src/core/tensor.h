@@ -10,11 +10,16 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/enum_names.h"
 
 namespace mt {
 
 enum class Device : uint8_t { CPU, CUDA };
-inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+inline const auto& enum_names(Device) {  // also the config's `device` key
+  static constexpr EnumName<Device> names[] = {{Device::CPU, "cpu"}, {Device::CUDA, "cuda"}};
+  return names;
+}
+inline const char* device_name(Device d) { return name_of(d); }
 
 // Up to 4 dimensions, stored inline.
 struct Shape {

@@ -20,14 +20,11 @@ uint64_t below(uint64_t bits, uint64_t n) {
 
 }  // namespace
 
-Batcher::Batcher(const std::vector<int32_t>* tokens, int seq_len, int global_batch, std::string order,
-                 uint64_t seed)
-    : tokens_(tokens), seq_len_(seq_len), global_batch_(global_batch), order_(std::move(order)), seed_(seed) {
+Batcher::Batcher(const std::vector<int32_t>* tokens, int seq_len, int global_batch, DataOrder order, uint64_t seed)
+    : tokens_(tokens), seq_len_(seq_len), global_batch_(global_batch), order_(order), seed_(seed) {
   if (tokens_ == nullptr) input_error("batcher: no token stream");
   if (seq_len_ <= 0) input_error("model.seq_len must be positive (got {})", seq_len_);
   if (global_batch_ <= 0) input_error("train.global_batch must be positive (got {})", global_batch_);
-  if (order_ != "sequential" && order_ != "shuffle")
-    input_error("data.order must be sequential or shuffle (got '{}')", order_);
 }
 
 // The stream's length is checked when a window is first asked for, not at construction, so a batcher over an
@@ -37,7 +34,7 @@ void Batcher::check_length() const {
   if (N < static_cast<int64_t>(seq_len_) + 2)
     input_error("the token stream has {} tokens, too short for model.seq_len {} (needs at least seq_len + 2 = {})",
                 N, seq_len_, static_cast<int64_t>(seq_len_) + 2);
-  if (order_ == "shuffle" && (N - seq_len_ - 1) / seq_len_ < 1)
+  if (order_ == DataOrder::Shuffle && (N - seq_len_ - 1) / seq_len_ < 1)
     input_error("data.order=shuffle: the token stream has {} tokens, too short for one window of model.seq_len "
                 "{} (needs at least 2 * seq_len + 1 = {})",
                 N, seq_len_, 2 * static_cast<int64_t>(seq_len_) + 1);
@@ -51,7 +48,7 @@ int64_t Batcher::window_offset(int64_t step, int64_t g) {
   const int64_t N = static_cast<int64_t>(tokens_->size()), T = seq_len_;
   const int64_t M = N - T - 1;  // number of valid window starts: o in [0, M)
   const int64_t w = step * global_batch_ + g;
-  if (order_ == "sequential") {
+  if (order_ == DataOrder::Sequential) {
     // (w * T) mod M without overflow: w mod M < M and M * T < N * T fits easily in 64 bits.
     return static_cast<int64_t>((static_cast<unsigned __int128>(w % M) * static_cast<uint64_t>(T)) %
                                 static_cast<uint64_t>(M));

@@ -10,11 +10,11 @@ namespace mt {
 
 double LRSchedule::at(int step) const {
   if (warmup_steps > 0 && step <= warmup_steps) return lr * step / warmup_steps;
-  if (kind == "constant" || total_steps <= warmup_steps) return lr;
+  if (kind == LRDecay::Constant || total_steps <= warmup_steps) return lr;
   double p = std::clamp(double(step - warmup_steps) / double(total_steps - warmup_steps), 0.0, 1.0);
-  if (kind == "cosine") return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
-  if (kind == "linear") return lr - (lr - min_lr) * p;
-  CHECK(false, "unknown lr schedule '{}'", kind);
+  if (kind == LRDecay::Cosine) return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+  if (kind == LRDecay::Linear) return lr - (lr - min_lr) * p;
+  CHECK(false, "unknown lr schedule {}", static_cast<int>(kind));
 }
 
 }  // namespace mt

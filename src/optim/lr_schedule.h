@@ -4,12 +4,22 @@
 //   linear:   lr - (lr - min_lr) * p
 //   constant: lr
 #pragma once
-#include <string>
+#include <cstdint>
+
+#include "core/enum_names.h"
 
 namespace mt {
 
+// The decay after warm-up (optim.schedule).
+enum class LRDecay : uint8_t { Cosine, Linear, Constant };
+inline const auto& enum_names(LRDecay) {
+  static constexpr EnumName<LRDecay> names[] = {
+      {LRDecay::Cosine, "cosine"}, {LRDecay::Linear, "linear"}, {LRDecay::Constant, "constant"}};
+  return names;
+}
+
 struct LRSchedule {
-  std::string kind = "cosine";
+  LRDecay kind = LRDecay::Cosine;
   double lr = 1e-3, min_lr = 0;
   int warmup_steps = 0, total_steps = 1;
   double at(int step) const;

@@ -28,26 +28,24 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
 GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,
                          const ParamTable& table, const CompressOptions& compress)
     : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero), method_(compress.method) {
-  CHECK(method_ == "none" || method_ == "bf16" || compress_with_feedback(method_),
-        "comm.compress: unknown method '{}' (none | bf16 | int8 | topk | powersgd)", method_);
-  if (method_ == "bf16" && grads.dtype() == DType::F32) wire = DType::BF16;
+  if (method_ == CompressMethod::BF16 && grads.dtype() == DType::F32) wire = DType::BF16;
   if (compress_with_feedback(method_)) {
-    CHECK(!zero, "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", method_);
+    CHECK(!zero, "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", name_of(method_));
     CHECK(grads.dtype() == DType::F32 && wire == DType::F32,
           "comm.compress={} encodes fp32 gradients itself: got {} gradients and wire dtype {} (set "
-          "precision.grad_reduce=fp32)", method_, dtype_name(grads.dtype()), dtype_name(wire));
+          "precision.grad_reduce=fp32)", name_of(method_), dtype_name(grads.dtype()), dtype_name(wire));
     residual_ = Tensor::zeros(grads.shape(), DType::F32, grads.device());
-    if (method_ == "topk") topk_scratch_ = std::make_shared<std::vector<float>>();
-    if (method_ == "powersgd")
+    if (method_ == CompressMethod::TopK) topk_scratch_ = std::make_shared<std::vector<float>>();
+    if (method_ == CompressMethod::PowerSGD)
       CHECK(table.size() > 0 && table.total_numel() <= grads.numel(), "comm.compress=powersgd needs the table of "
             "the parameters whose gradients it reduces: got {} parameters ({} elements) for {} gradients",
             table.size(), table.total_numel(), grads.numel());
     for (const Bucket& k : buckets_) {
       const Tensor g = grads_.slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
-      if (method_ == "int8") compressors_.push_back(make_int8_compressor(dp_, g, e));
-      if (method_ == "topk")
+      if (method_ == CompressMethod::Int8) compressors_.push_back(make_int8_compressor(dp_, g, e));
+      if (method_ == CompressMethod::TopK)
         compressors_.push_back(make_topk_compressor(dp_, g, e, compress.topk_fraction, topk_scratch_));
-      if (method_ == "powersgd")
+      if (method_ == CompressMethod::PowerSGD)
         compressors_.push_back(make_powersgd_compressor(dp_, g, e, powersgd_layout(table, k, compress.powersgd_rank),
                                                         compress.seed));
     }

@@ -59,7 +59,7 @@ class GradReducer {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool zero() const { return zero_; }
   DType wire_dtype() const { return wire_.defined() ? wire_.dtype() : grads_.dtype(); }
-  const std::string& compress_method() const { return method_; }
+  CompressMethod compress_method() const { return method_; }
   // Error-feedback residuals (int8, topk, powersgd), laid out like the gradients; undefined otherwise.
   const Tensor& residual() const { return residual_; }
   // Payload bytes this rank contributes to the dp collectives per step (what CommEvent::bytes and so
@@ -88,7 +88,7 @@ class GradReducer {
   int next_ = 0;  // buckets [0, next_) are launched this step
   std::vector<WorkPtr> work_;
   std::vector<int64_t> shard_offsets_;  // size buckets + 1
-  std::string method_ = "none";
+  CompressMethod method_ = CompressMethod::None;
   Tensor residual_;  // fp32, like grads_ (methods with error feedback)
   std::vector<std::unique_ptr<BucketCompressor>> compressors_;  // one per bucket, or none
   std::shared_ptr<std::vector<float>> topk_scratch_;

@@ -6,8 +6,8 @@
 
 namespace mt {
 
-bool compress_with_feedback(const std::string& method) {
-  return method == "int8" || method == "topk" || method == "powersgd";
+bool compress_with_feedback(CompressMethod method) {
+  return method == CompressMethod::Int8 || method == CompressMethod::TopK || method == CompressMethod::PowerSGD;
 }
 
 bool all_finite(const Tensor& t) {

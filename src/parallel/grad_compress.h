@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/param_table.h"
+#include "parallel/compress_method.h"
 
 namespace mt {
 
@@ -24,14 +25,14 @@ struct Bucket;
 // comm.compress and its parameters. none and bf16 are the plain all-reduce (bf16: wire dtype BF16, the
 // precision.grad_reduce=bf16 path); int8, topk and powersgd are the compressors below.
 struct CompressOptions {
-  std::string method = "none";  // none | bf16 | int8 | topk | powersgd
+  CompressMethod method = CompressMethod::None;
   double topk_fraction = 0.01;  // topk: fraction of each bucket's elements a rank sends, in (0, 1]
   int powersgd_rank = 4;        // powersgd: rank of each matrix's approximation
   uint64_t seed = 0;            // powersgd: key of the random initial Q (the same on every rank of the group)
 };
 
 // True for int8, topk and powersgd (their own encoding and error-feedback state); false for none and bf16.
-bool compress_with_feedback(const std::string& method);
+bool compress_with_feedback(CompressMethod method);
 
 // ---- int8: blocks of kInt8Block elements, one fp32 scale each, symmetric, round to nearest ----
 constexpr int64_t kInt8Block = 256;

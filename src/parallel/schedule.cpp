@@ -136,12 +136,14 @@ std::vector<Action> zb1(int p, int m, int rank) {
   return out;
 }
 
-ScheduleFn schedule_by_name(const std::string& name) {
-  if (name == "gpipe") return [](int p, int m, int, int r) { return gpipe(p, m, r); };
-  if (name == "1f1b") return [](int p, int m, int, int r) { return one_f_one_b(p, m, r); };
-  if (name == "interleaved") return [](int p, int m, int v, int r) { return interleaved(p, m, v, r); };
-  if (name == "zb1") return [](int p, int m, int, int r) { return zb1(p, m, r); };
-  throw InputError(fmt::format("unknown pipeline schedule '{}' (gpipe, 1f1b, interleaved, zb1)", name));
+ScheduleFn schedule_fn(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::GPipe: return [](int p, int m, int, int r) { return gpipe(p, m, r); };
+    case PipelineSchedule::OneFOneB: return [](int p, int m, int, int r) { return one_f_one_b(p, m, r); };
+    case PipelineSchedule::Interleaved: return [](int p, int m, int v, int r) { return interleaved(p, m, v, r); };
+    case PipelineSchedule::ZB1: return [](int p, int m, int, int r) { return zb1(p, m, r); };
+  }
+  MT_CHECK(false, "unknown pipeline schedule {}", static_cast<int>(schedule));
 }
 
 SimResult simulate(const ScheduleFn& schedule, int p, int m, int v, const SimCosts& costs) {

@@ -8,11 +8,24 @@
 // < p*v-1 is preceded by a RecvGrad from the next stage and, on a stage > 0, followed by a SendGrad to the previous.
 // BackwardWeight (zero-bubble W pass) needs no communication.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace mt {
+
+// parallel.schedule. The order is the names' alphabetical order, which the planner's layouts sort by.
+enum class PipelineSchedule : uint8_t { OneFOneB, GPipe, Interleaved, ZB1 };
+inline const auto& enum_names(PipelineSchedule) {
+  static constexpr EnumName<PipelineSchedule> names[] = {{PipelineSchedule::OneFOneB, "1f1b"},
+                                                         {PipelineSchedule::GPipe, "gpipe"},
+                                                         {PipelineSchedule::Interleaved, "interleaved"},
+                                                         {PipelineSchedule::ZB1, "zb1"}};
+  return names;
+}
 
 enum class ActionKind { Forward, Backward, BackwardInput, BackwardWeight, SendAct, RecvAct, SendGrad, RecvGrad };
 
@@ -42,7 +55,7 @@ std::vector<Action> zb1(int p, int m, int rank);
 
 // Any schedule as (p, m, v, rank) -> actions; the v argument is ignored by the v = 1 schedules.
 using ScheduleFn = std::function<std::vector<Action>(int p, int m, int v, int rank)>;
-ScheduleFn schedule_by_name(const std::string& name);  // "gpipe", "1f1b", "interleaved", "zb1"
+ScheduleFn schedule_fn(PipelineSchedule schedule);
 
 struct SimCosts {
   double forward = 1, backward = 2, backward_input = 1, backward_weight = 1;  // communication is free

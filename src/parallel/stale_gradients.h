@@ -16,10 +16,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/staleness_policy.h"
 
 namespace mt {
-
-enum class StalenessPolicy { Newest, Fixed };
 
 class StaleGradients {
  public:

@@ -19,9 +19,10 @@ auto key(const Layout& l) {
 bool Layout::operator==(const Layout& o) const { return key(*this) == key(o); }
 bool Layout::operator<(const Layout& o) const { return key(*this) < key(o); }
 
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"1f1b", "gpipe", "interleaved", "zb1"};
-  return names;
+const std::vector<PipelineSchedule>& layout_schedules() {
+  static const std::vector<PipelineSchedule> schedules = {PipelineSchedule::OneFOneB, PipelineSchedule::GPipe,
+                                                          PipelineSchedule::Interleaved, PipelineSchedule::ZB1};
+  return schedules;
 }
 
 Config apply_layout(const Config& base, const Layout& l) {
@@ -55,8 +56,8 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
     for (int tp = 1; tp <= world / dp; ++tp) {
       if ((world / dp) % tp) continue;
       const int pp = world / dp / tp;
-      for (const std::string& sched : schedule_names()) {
-        const int vmax = sched == "interleaved" ? std::max(1, base.model.n_layer) : 1;
+      for (const PipelineSchedule sched : layout_schedules()) {
+        const int vmax = sched == PipelineSchedule::Interleaved ? std::max(1, base.model.n_layer) : 1;
         for (int v = 1; v <= vmax; ++v)
           for (int mb = 1; mb <= gb; ++mb) {
             if (gb % mb || (gb / mb) % dp) continue;  // global_batch / (dp * mb) whole
@@ -72,8 +73,9 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
 }
 
 std::string describe(const Layout& l) {
-  return fmt::format("dp{} tp{} pp{} {}{} mb{} zero{}", l.dp, l.tp, l.pp, l.schedule,
-                     l.schedule == "interleaved" ? fmt::format(" v{}", l.virtual_stages) : "", l.micro_batch, l.zero);
+  return fmt::format("dp{} tp{} pp{} {}{} mb{} zero{}", l.dp, l.tp, l.pp, name_of(l.schedule),
+                     l.schedule == PipelineSchedule::Interleaved ? fmt::format(" v{}", l.virtual_stages) : "",
+                     l.micro_batch, l.zero);
 }
 
 int micro_batches(const Config& base, const Layout& l) {

@@ -10,7 +10,7 @@ namespace mt::plan {
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
-  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved | zb1
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int virtual_stages = 1;
   int micro_batch = 1;
   int zero = 0;
@@ -20,7 +20,7 @@ struct Layout {
 };
 
 // The schedules a layout may use, in the order the enumeration tries them.
-const std::vector<std::string>& schedule_names();
+const std::vector<PipelineSchedule>& layout_schedules();
 
 // `base` with the layout's keys set: parallel.dp/tp/pp/schedule/virtual_stages, train.micro_batch, optim.zero.
 // Every other key (model, global_batch, precision, network, stage_layers, ...) stays as given.

@@ -16,10 +16,6 @@
 namespace mt::plan {
 
 namespace {
-DType compute_dtype(const Config& c) {
-  return c.precision.compute == "bf16" ? DType::BF16 : c.precision.compute == "fp16" ? DType::F16 : DType::F32;
-}
-
 // What a GradReducer with an error-feedback compressor (int8, topk, powersgd) allocates for one chunk: its
 // residual and each bucket's compressor state and buffers. Their sizes follow each method's internals
 // (parallel/grad_compress*.cpp), so rather than mirror them the planner builds the reducer over a scratch
@@ -47,11 +43,12 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   base.tp = tp;
   base.tp_rank = 0;
   base.sequence_parallel = cfg.parallel.sequence_parallel;
-  const DType dt = compute_dtype(cfg);
-  const bool mixed = dt != DType::F32, zero = cfg.optim.zero == 1, split = cfg.parallel.schedule == "zb1";
+  const DType dt = cfg.precision.compute;
+  const bool mixed = dt != DType::F32, zero = cfg.optim.zero == 1;
+  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
   const bool local_sgd = cfg.optim.sync_every > 0;  // no gradient buckets: parameters are averaged instead
   const bool reducers = (dp > 1 || zero) && !local_sgd;
-  const bool wire16 = cfg.precision.grad_reduce != "fp32" || cfg.comm.compress == "bf16";
+  const bool wire16 = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16;
   const bool feedback = compress_with_feedback(cfg.comm.compress);
 
   MemoryPrediction out;
@@ -89,7 +86,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
       // LocalSGD: the fp32 staging copy of the masters (16-bit compute), the anchor and the outer momentum
       // (Nesterov); each step agrees on finiteness over dp through a one-element tensor.
       if (mixed) s.dp_state += double(tensor_bytes(n, DType::F32));
-      if (cfg.optim.outer == "nesterov") s.dp_state += 2 * double(tensor_bytes(n, DType::F32));
+      if (cfg.optim.outer == OuterOptimizer::Nesterov) s.dp_state += 2 * double(tensor_bytes(n, DType::F32));
       if (dp > 1) s.small += one;
     }
     const int recvs = use.recv_actions + (cfg.train.eval_every > 0 ? use.eval_recvs : 0);

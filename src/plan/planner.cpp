@@ -39,8 +39,8 @@ std::vector<PlanRow> plan_layouts(const Config& base, const PlanOptions& o, Cali
 
 namespace {
 std::string layout_cell(const Layout& l) {
-  return fmt::format("{}x{}x{} {}{}", l.dp, l.tp, l.pp, l.schedule,
-                     l.schedule == "interleaved" ? fmt::format("/v{}", l.virtual_stages) : "");
+  return fmt::format("{}x{}x{} {}{}", l.dp, l.tp, l.pp, name_of(l.schedule),
+                     l.schedule == PipelineSchedule::Interleaved ? fmt::format("/v{}", l.virtual_stages) : "");
 }
 }  // namespace
 
@@ -92,7 +92,7 @@ std::string format_json(const std::vector<PlanRow>& rows) {
         "\"params_bytes\": {:.0f}, \"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"dp_state_bytes\": {:.0f}, "
         "\"activation_bytes\": {:.0f}, \"activation_records\": {}, \"buffer_bytes\": {:.0f}, "
         "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}, \"stages\": [{}]}}",
-        i ? "," : "", i + 1, l.dp, l.tp, l.pp, json_quote(l.schedule), l.virtual_stages, l.micro_batch, l.zero,
+        i ? "," : "", i + 1, l.dp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch, l.zero,
         r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
         r.timed ? num(r.time.compute_ms) : "null", r.timed ? num(r.time.exposed_comm_ms) : "null",
         r.timed ? num(r.time.bubble_ms) : "null", r.timed ? num(r.time.pipeline_ms) : "null",

@@ -6,8 +6,8 @@
 
 namespace mt::plan {
 
-ScheduleUsage schedule_usage(const std::string& schedule, int p, int m, int v, int rank) {
-  const std::vector<Action> list = schedule_by_name(schedule)(p, m, v, rank);
+ScheduleUsage schedule_usage(PipelineSchedule schedule, int p, int m, int v, int rank) {
+  const std::vector<Action> list = schedule_fn(schedule)(p, m, v, rank);
   ScheduleUsage u;
   u.records.assign(v, 0);
   auto is_recv = [](ActionKind k) { return k == ActionKind::RecvAct || k == ActionKind::RecvGrad; };

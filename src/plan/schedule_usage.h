@@ -1,7 +1,6 @@
 // What one pipeline rank's action list (parallel/schedule.h) makes the executor hold, read off the list alone:
 // the executor runs it in order, so these counts do not depend on timing.
 #pragma once
-#include <string>
 #include <vector>
 
 #include "parallel/schedule.h"
@@ -18,6 +17,6 @@ struct ScheduleUsage {
 };
 
 // Usage of pipeline rank `rank` of p ranks with v chunks, m micro-batches, under `schedule`.
-ScheduleUsage schedule_usage(const std::string& schedule, int p, int m, int v, int rank);
+ScheduleUsage schedule_usage(PipelineSchedule schedule, int p, int m, int v, int rank);
 
 }  // namespace mt::plan

@@ -15,10 +15,6 @@ namespace mt::plan {
 
 namespace {
 
-DType compute_dtype(const Config& c) {
-  return c.precision.compute == "bf16" ? DType::BF16 : c.precision.compute == "fp16" ? DType::F16 : DType::F32;
-}
-
 // Where in a chunk's final gradient pass its gradients become final: (end of the flat range reported, fraction of
 // the pass done), in the order GPT::backward / backward_weights call grads_ready. The split of the pass between
 // the head, each half block and the embedding is by multiply-adds (the measured pass time is one number).
@@ -57,14 +53,14 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   base.tp = tp;
   base.sequence_parallel = cfg.parallel.sequence_parallel;
   const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
-  const DType dt = compute_dtype(cfg);
-  const bool split = cfg.parallel.schedule == "zb1", zero = cfg.optim.zero == 1;
+  const DType dt = cfg.precision.compute;
+  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero == 1;
   // Local SGD steps without gradient buckets (its parameter average every optim.sync_every steps is not in a
   // typical step's time).
   const bool reducers = (dp > 1 || zero) && cfg.optim.sync_every == 0;
   const NetModel net(cfg, o.net);
   const MeshLinks links = mesh_links(cfg, world);
-  const size_t wire = cfg.precision.grad_reduce != "fp32" || cfg.comm.compress == "bf16" ? 2 : 4;
+  const size_t wire = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16 ? 2 : 4;
 
   StepPrediction out;
   out.ranks.assign(p, {});

@@ -24,7 +24,7 @@ double shared_rate(double busy_ranks, int threads, double cores, double other) {
 std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
   const int p = in.p;
   std::vector<std::vector<Action>> lists(p);
-  for (int r = 0; r < p; ++r) lists[r] = schedule_by_name(in.schedule)(p, in.m, in.v, r);
+  for (int r = 0; r < p; ++r) lists[r] = schedule_fn(in.schedule)(p, in.m, in.v, r);
   std::vector<TimelineRank> out(p);
   enum Phase { Ready, Cpu, Blocked, Done };  // Cpu: in a pass (or the start work)
   std::vector<Phase> phase(p, Cpu);

@@ -7,8 +7,9 @@
 // a collective (its communication thread spins through a collective's first millisecond, docs/comm.md); a rank
 // waiting for a pipeline message wants none.
 #pragma once
-#include <string>
 #include <vector>
+
+#include "parallel/schedule.h"
 
 namespace mt::plan {
 
@@ -22,7 +23,7 @@ struct ChunkCost {
 };
 
 struct TimelineInput {
-  std::string schedule;
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int p = 1, m = 1, v = 1;
   std::vector<std::vector<ChunkCost>> chunks;  // [pipeline rank][chunk]
   std::vector<double> xfer_us;                 // per virtual-stage boundary s -> s+1 (p*v - 1 of them): one message

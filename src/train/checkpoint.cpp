@@ -217,10 +217,10 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
         "  \"precision\": {},\n  \"params\": [\n{}\n  ],\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
         kCheckpointFormat, kCheckpointVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
         st.nonfinite_skipped,
-        st.step + 1, cfg.train.seed, json_quote(cfg.data.order), cfg.train.seed, model, shard.world,
+        st.step + 1, cfg.train.seed, json_quote(name_of(cfg.data.order)), cfg.train.seed, model, shard.world,
         shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
         cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.parallel.order), stages,
-        json_quote(cfg.precision.compute), params, files, json_quote(to_yaml(cfg)));
+        json_quote(dtype_name(cfg.precision.compute)), params, files, json_quote(to_yaml(cfg)));
     write_text_durably(dir + "/meta.json", text);
     write_text_durably(dir + "/COMPLETE", std::to_string(st.step) + "\n");
     prune(root, keep, st.step);

@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <type_traits>
 #include <variant>
 
 #include "core/errors.h"
@@ -21,7 +23,32 @@
 namespace mt {
 namespace {
 
-using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int>*>;
+// An enum-valued key, type-erased: the name of its value, setting it from a name (false: not one of `names`).
+struct EnumField {
+  std::function<std::string()> get;
+  std::function<bool(const std::string&)> set;
+  std::vector<std::string> names;
+};
+
+using FieldPtr =
+    std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int>*, EnumField>;
+
+template <typename E, size_t N>
+EnumField enum_field(E* p, const EnumName<E> (&names)[N]) {
+  const auto* table = &names;  // a static table
+  EnumField f{[p, table] { return std::string(enum_name(*table, *p)); },
+              [p, table](const std::string& s) { return enum_from_name(*table, s, *p); },
+              {}};
+  for (const EnumName<E>& n : names) f.names.push_back(n.name);
+  return f;
+}
+
+// A member's field: its address, or for an enum its type's names (core/enum_names.h).
+template <typename T>
+FieldPtr field_of(T* p) {
+  if constexpr (std::is_enum_v<T>) return enum_field(p, enum_names(T{}));
+  else return p;
+}
 
 struct KeyDesc {
   const char* name;  // the dotted key, e.g. "comm.emulate.latency_us"
@@ -31,7 +58,10 @@ struct KeyDesc {
 
 // The key is the member path itself, so the YAML name and the struct field are one spelling.
 #define MT_KEY(member, meaning) \
-  KeyDesc { #member, [](Config& c) -> FieldPtr { return &c.member; }, meaning }
+  KeyDesc { #member, [](Config& c) -> FieldPtr { return field_of(&c.member); }, meaning }
+// An enum key that accepts only some of its type's values (the DType keys), listed in `names`.
+#define MT_KEY_IN(member, names, meaning) \
+  KeyDesc { #member, [](Config& c) -> FieldPtr { return enum_field(&c.member, names); }, meaning }
 
 // Keys of one section must stay contiguous (to_yaml opens each section once).
 const std::vector<KeyDesc>& key_table() {
@@ -93,8 +123,10 @@ const std::vector<KeyDesc>& key_table() {
                               "run in the background, no replica more than S steps ahead of the slowest"),
       MT_KEY(optim.staleness_policy, "with staleness S: newest (apply every average already complete, S steps "
                                      "late at most) | fixed (exactly S steps late: repeats bit for bit)"),
-      MT_KEY(precision.compute, "compute dtype: fp32 | bf16 | fp16 (master weights stay fp32)"),
-      MT_KEY(precision.grad_reduce, "dtype of the data-parallel gradient reduction: fp32 | bf16"),
+      MT_KEY_IN(precision.compute, compute_dtype_names(),
+                "compute dtype: fp32 | bf16 | fp16 (master weights stay fp32)"),
+      MT_KEY_IN(precision.grad_reduce, grad_reduce_dtype_names(),
+                "dtype of the data-parallel gradient reduction: fp32 | bf16"),
       MT_KEY(precision.loss_scale, "fp16 loss scale: dynamic | a positive number"),
       MT_KEY(data.source, "synthetic | tokens (uint16 .bin or llm.c shard) | text (UTF-8 bytes)"),
       MT_KEY(data.path, "training data file (required for tokens and text)"),
@@ -132,6 +164,7 @@ const std::vector<KeyDesc>& key_table() {
   return table;
 }
 #undef MT_KEY
+#undef MT_KEY_IN
 
 const KeyDesc* find_key(const std::string& name) {
   for (const KeyDesc& k : key_table())
@@ -206,7 +239,8 @@ const char* type_name(const FieldPtr& f) {
     case 3: return "a number";
     case 4: return "a boolean (true/false)";
     case 5: return "a string";
-    default: return "a list of integers (e.g. [2, 2])";
+    case 6: return "a list of integers (e.g. [2, 2])";
+    default: return "a string";  // an enum key: the name of one of its values
   }
 }
 
@@ -301,6 +335,15 @@ void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const st
     **s = node.Scalar();
     return;
   }
+  if (auto* e = std::get_if<EnumField>(&f)) {  // read as a string key, then it must be one of the names
+    if (!node.IsNull() && !node.IsScalar()) bad();
+    const std::string v = node.IsNull() ? "" : node.Scalar();
+    if (!valid_utf8(v)) bad(" (not valid UTF-8)");
+    if (e->set(v)) return;
+    std::string list;
+    for (const std::string& n : e->names) list += (list.empty() ? "" : ", ") + n;
+    input_error("{}='{}' is not one of: {}", key.name, v, list);
+  }
   if (auto* list = std::get_if<std::vector<int>*>(&f)) return set_int_list(**list, key, node, where);
   if (!node.IsScalar()) bad();
   const std::string v = node.Scalar();
@@ -356,10 +399,17 @@ void load_map(Config& cfg, const YAML::Node& map, const std::string& prefix, con
   }
 }
 
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
+
 // The text of a value as to_yaml and --help write it (doubles in shortest round-trip form).
 std::string format_value(const FieldPtr& f) {
   return std::visit(
-      [](auto* p) -> std::string {
+      Overloaded{[](const EnumField& e) { return e.get(); }, [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return *p;
@@ -373,7 +423,7 @@ std::string format_value(const FieldPtr& f) {
           if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 1.0, not 1: a float to any YAML reader
           return s;
         } else return fmt::format("{}", *p);
-      },
+      }},
       f);
 }
 
@@ -446,6 +496,15 @@ std::string config_value(const Config& cfg, const std::string& key) {
   return format_value(k->field(const_cast<Config&>(cfg)));  // read only
 }
 
+std::vector<std::string> config_choices(const std::string& key) {
+  const KeyDesc* k = find_key(key);
+  if (!k) unknown_key(key, "config_choices()");
+  Config scratch;
+  const FieldPtr f = k->field(scratch);
+  const auto* e = std::get_if<EnumField>(&f);
+  return e ? e->names : std::vector<std::string>{};
+}
+
 std::string to_yaml(const Config& cfg) {
   Config& c = const_cast<Config&>(cfg);  // the accessors are only read here
   YAML::Emitter out;
@@ -470,6 +529,8 @@ std::string to_yaml(const Config& cfg) {
     FieldPtr f = k.field(c);
     if (auto* s = std::get_if<std::string*>(&f)) {
       out << YAML::DoubleQuoted << **s;
+    } else if (auto* e = std::get_if<EnumField>(&f)) {
+      out << YAML::DoubleQuoted << e->get();  // quoted like the string it was, so config.yaml stays the same
     } else if (auto* list = std::get_if<std::vector<int>*>(&f)) {
       out << YAML::Flow << YAML::BeginSeq;  // "[2, 2]": a plain string would be quoted and read back as text
       for (int x : **list) out << x;
@@ -498,7 +559,7 @@ std::string help_text() {
     }
     FieldPtr f = k.field(defaults);
     std::string def = format_value(f);
-    if (std::holds_alternative<std::string*>(f)) def = "\"" + def + "\"";
+    if (std::holds_alternative<std::string*>(f) || std::holds_alternative<EnumField>(f)) def = "\"" + def + "\"";
     out += fmt::format("  {:<34} {:<12} {}\n", name, def, k.meaning);
   }
   return out;

@@ -1,13 +1,61 @@
 // The typed run configuration: YAML -> structs with defaults, `--set key=value` overrides, validation, and the
-// `--help` text. Every key of shared/CONTRACT.md lives here; bad input throws InputError (exit status 2).
+// `--help` text. Every key users rely on lives here; bad input throws InputError (exit status 2).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
+#include "core/tensor.h"
+#include "data/batcher.h"
+#include "optim/lr_schedule.h"
+#include "parallel/compress_method.h"
+#include "parallel/schedule.h"
+#include "parallel/staleness_policy.h"
 #include "train/straggler.h"
 
 namespace mt {
+
+// The policies only src/train reads; the others live beside the code that takes them (PipelineSchedule, LRDecay,
+// CompressMethod, DataOrder, Device). Each enum_names table is the keys' YAML spelling.
+enum class OptimizerKind : uint8_t { AdamW, SGD };  // optim.name
+inline const auto& enum_names(OptimizerKind) {
+  static constexpr EnumName<OptimizerKind> names[] = {{OptimizerKind::AdamW, "adamw"}, {OptimizerKind::SGD, "sgd"}};
+  return names;
+}
+enum class OuterOptimizer : uint8_t { None, Nesterov };  // optim.outer
+inline const auto& enum_names(OuterOptimizer) {
+  static constexpr EnumName<OuterOptimizer> names[] = {{OuterOptimizer::None, "none"},
+                                                       {OuterOptimizer::Nesterov, "nesterov"}};
+  return names;
+}
+enum class DataSource : uint8_t { Synthetic, Tokens, Text };  // data.source
+inline const auto& enum_names(DataSource) {
+  static constexpr EnumName<DataSource> names[] = {
+      {DataSource::Synthetic, "synthetic"}, {DataSource::Tokens, "tokens"}, {DataSource::Text, "text"}};
+  return names;
+}
+enum class CommBackend : uint8_t { Auto, Shm, Mpi, Nccl };  // comm.backend
+inline const auto& enum_names(CommBackend) {
+  static constexpr EnumName<CommBackend> names[] = {
+      {CommBackend::Auto, "auto"}, {CommBackend::Shm, "shm"}, {CommBackend::Mpi, "mpi"}, {CommBackend::Nccl, "nccl"}};
+  return names;
+}
+enum class CommWait : uint8_t { Auto, Poll, Block };  // comm.wait
+inline const auto& enum_names(CommWait) {
+  static constexpr EnumName<CommWait> names[] = {
+      {CommWait::Auto, "auto"}, {CommWait::Poll, "poll"}, {CommWait::Block, "block"}};
+  return names;
+}
+// The dtypes precision.compute and precision.grad_reduce accept (a few of DType's), named as dtype_name names them.
+inline const auto& compute_dtype_names() {
+  static constexpr EnumName<DType> names[] = {{DType::F32, "fp32"}, {DType::BF16, "bf16"}, {DType::F16, "fp16"}};
+  return names;
+}
+inline const auto& grad_reduce_dtype_names() {
+  static constexpr EnumName<DType> names[] = {{DType::F32, "fp32"}, {DType::BF16, "bf16"}};
+  return names;
+}
 
 struct ModelConfig {
   int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
@@ -19,7 +67,7 @@ struct ParallelConfig {
   int dp = 0, tp = 1, pp = 1;  // dp 0 = world / (tp * pp)
   bool sequence_parallel = false;  // Megatron sequence parallelism over the tp ranks (tp > 1 only)
   std::string order = "tp-dp-pp";
-  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved | zb1
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   int virtual_stages = 1;
   // Transformer blocks of each virtual stage s = c*pp + r (chunk c on pipeline rank r); empty = an even split.
   // An uneven split balances stages whose extra work (embedding, head + loss) is not in the blocks.
@@ -40,33 +88,33 @@ struct TrainConfig {
 struct OptimConfig {
   double lr = 1e-3, min_lr = 1e-4;
   int warmup_steps = 10;
-  std::string schedule = "cosine";  // cosine | linear | constant
+  LRDecay schedule = LRDecay::Cosine;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int zero = 0;
-  std::string name = "adamw";  // adamw | sgd (SGD with momentum; weight decay decoupled as in AdamW)
+  OptimizerKind name = OptimizerKind::AdamW;  // or SGD with momentum (weight decay decoupled as in AdamW)
   double momentum = 0.9;       // sgd only
   // Local SGD (docs/local_sgd.md): 0 = synchronous data parallelism (gradients averaged every step); H >= 1 = each
   // dp replica steps on its own gradients, and every H steps the replicas' parameters are averaged and the outer
   // optimizer applies the averaged change (DiLoCo when outer = nesterov).
   int sync_every = 0;
-  std::string outer = "none";  // none (plain averaging) | nesterov (SGD with Nesterov momentum)
+  OuterOptimizer outer = OuterOptimizer::None;  // None: plain averaging; Nesterov: SGD with Nesterov momentum
   double outer_lr = 0.7, outer_momentum = 0.9;
   // Stale-synchronous data parallelism (docs/staleness.md): 0 = synchronous; S >= 1 = each step's gradient average
   // runs in the background and no replica runs more than S steps ahead of the slowest.
   int staleness = 0;
-  std::string staleness_policy = "newest";  // newest (apply every ready average) | fixed (exactly S steps late)
+  StalenessPolicy staleness_policy = StalenessPolicy::Newest;
 };
 
 struct PrecisionConfig {
-  std::string compute = "fp32";      // fp32 | bf16 | fp16
-  std::string grad_reduce = "fp32";  // fp32 | bf16
+  DType compute = DType::F32;      // F32 | BF16 | F16
+  DType grad_reduce = DType::F32;  // F32 | BF16
   std::string loss_scale = "dynamic";  // dynamic | a positive number
 };
 
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic | tokens | text
+  DataSource source = DataSource::Synthetic;
   std::string path, val_path;
-  std::string order = "sequential";  // sequential | shuffle
+  DataOrder order = DataOrder::Sequential;
   int64_t synthetic_tokens = 1 << 20;  // length of the generated synthetic stream
   double val_fraction = 0.1;  // held-out tail used for validation when val_path is empty
 };
@@ -78,18 +126,18 @@ struct EmulateConfig {
 };
 
 struct CommConfig {
-  std::string backend = "auto";  // auto | mpi | nccl
+  CommBackend backend = CommBackend::Auto;
   double bucket_mb = 25;
   bool overlap = true;
   // Compression of the data-parallel gradient reduction (docs/compression.md); error feedback for int8, topk and
   // powersgd.
-  std::string compress = "none";  // none | bf16 | int8 | topk | powersgd
+  CompressMethod compress = CompressMethod::None;
   double topk_fraction = 0.01;    // topk: fraction of each bucket's elements sent
   int powersgd_rank = 4;          // powersgd: rank of the low-rank approximation of each matrix
   // Data-parallel all-reduce as reduce-scatter inside each (emulated) node, all-reduce across nodes, all-gather
   // inside (docs/comm.md).
   bool hierarchical = false;
-  std::string wait = "auto";  // auto | poll | block: how communication threads wait for peers (docs/comm.md)
+  CommWait wait = CommWait::Auto;  // how communication threads wait for peers (docs/comm.md)
   double timeout_s = 300;
   EmulateConfig emulate;
 };
@@ -111,7 +159,7 @@ struct Config {
   DataConfig data;
   CommConfig comm;
   RunConfig run;
-  std::string device = "cpu";  // cpu | cuda
+  Device device = Device::CPU;
 
   std::string source_path;  // the config file it was read from ("" when built in code)
 };
@@ -151,5 +199,7 @@ void validate_values(const Config& cfg);
 // Every dotted key, in the order of to_yaml and --help; and one key's value as to_yaml writes it (unquoted).
 std::vector<std::string> config_keys();
 std::string config_value(const Config& cfg, const std::string& key);
+// The names an enum-valued key accepts, in the order --help and errors list them; empty for any other key.
+std::vector<std::string> config_choices(const std::string& key);
 
 }  // namespace mt

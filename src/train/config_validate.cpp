@@ -16,11 +16,13 @@ void require(bool ok, fmt::format_string<Args...> f, Args&&... args) {
   if (!ok) throw InputError(fmt::format(f, std::forward<Args>(args)...));
 }
 
-void require_one_of(const std::string& key, const std::string& v, const std::vector<std::string>& names) {
-  if (std::find(names.begin(), names.end(), v) != names.end()) return;
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  input_error("{}='{}' is not one of: {}", key, v, list);
+// The precision keys hold a DType, which a Config built in code may set to one the key does not take (fp64; fp16
+// for grad_reduce). Parsing refuses such a name with the same message; the other enum keys take every value.
+template <size_t N>
+void require_dtype_in(const char* key, DType v, const EnumName<DType> (&names)[N]) {
+  for (const EnumName<DType>& n : names)
+    if (n.value == v) return;
+  input_error("{}='{}' is not one of: {}", key, dtype_name(v), enum_choices(names));
 }
 
 // How the transformer blocks split over the virtual pipeline stages. Shared by validate_values and
@@ -63,7 +65,6 @@ void check_stage_split(const Config& c) {
 void check_staleness(const Config& c) {
   const OptimConfig& o = c.optim;
   require(o.staleness >= 0, "optim.staleness must be >= 0 (0 = synchronous), got {}", o.staleness);
-  require_one_of("optim.staleness_policy", o.staleness_policy, {"newest", "fixed"});
   if (o.staleness == 0) return;
   const std::string s = fmt::format("optim.staleness={} (stale-synchronous data parallelism)", o.staleness);
   require(c.parallel.tp == 1 && c.parallel.pp == 1,
@@ -73,12 +74,12 @@ void check_staleness(const Config& c) {
           "shards back in the same step", s);
   require(o.sync_every == 0, "{} and optim.sync_every={} (local SGD) are two different ways not to wait for the "
           "slowest replica; choose one", s, o.sync_every);
-  require(c.comm.compress == "none" && c.precision.grad_reduce == "fp32",
+  require(c.comm.compress == CompressMethod::None && c.precision.grad_reduce == DType::F32,
           "{} averages fp32 gradients: set comm.compress=none and precision.grad_reduce=fp32 (got {} and {})", s,
-          c.comm.compress, c.precision.grad_reduce);
-  require(c.precision.compute != "fp16", "{} with precision.compute=fp16: replicas at different steps could scale "
+          name_of(c.comm.compress), dtype_name(c.precision.grad_reduce));
+  require(c.precision.compute != DType::F16, "{} with precision.compute=fp16: replicas at different steps could scale "
           "their losses differently within one average; use bf16 or fp32", s);
-  require(c.device == "cpu", "{} runs on device=cpu only so far, got device={}", s, c.device);
+  require(c.device == Device::CPU, "{} runs on device=cpu only so far, got device={}", s, name_of(c.device));
 }
 
 }  // namespace
@@ -130,11 +131,11 @@ void validate_values(const Config& c) {
     require(sorted == std::vector<std::string>{"dp", "pp", "tp"} && p.order.back() != '-',
             "parallel.order='{}' must be a permutation of tp, dp, pp joined by '-' (e.g. tp-dp-pp)", p.order);
   }
-  require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe", "interleaved", "zb1"});
-  require(p.virtual_stages == 1 || p.schedule == "interleaved",
-          "parallel.virtual_stages={} needs parallel.schedule=interleaved, got '{}'", p.virtual_stages, p.schedule);
-  require(p.schedule != "interleaved" || p.pp >= 2, "parallel.schedule=interleaved needs parallel.pp >= 2, got {}",
-          p.pp);
+  require(p.virtual_stages == 1 || p.schedule == PipelineSchedule::Interleaved,
+          "parallel.virtual_stages={} needs parallel.schedule=interleaved, got '{}'", p.virtual_stages,
+          name_of(p.schedule));
+  require(p.schedule != PipelineSchedule::Interleaved || p.pp >= 2,
+          "parallel.schedule=interleaved needs parallel.pp >= 2, got {}", p.pp);
   // Column-parallel c_fc / row-parallel c_proj split the MLP width over tp. (n_head % tp == 0 with
   // d_model % n_head == 0 implies it, so this one answers first when both fail, naming the MLP.)
   require(4LL * m.d_model % p.tp == 0, "the MLP width 4*model.d_model=4*{}={} is not divisible by parallel.tp={}",
@@ -170,16 +171,13 @@ void validate_values(const Config& c) {
   require(o.min_lr >= 0, "optim.min_lr must be >= 0, got {}", o.min_lr);
   require(o.min_lr <= o.lr, "optim.min_lr={} is larger than optim.lr={}", o.min_lr, o.lr);
   require(o.warmup_steps >= 0, "optim.warmup_steps must be >= 0, got {}", o.warmup_steps);
-  require_one_of("optim.schedule", o.schedule, {"cosine", "linear", "constant"});
   require(o.weight_decay >= 0, "optim.weight_decay must be >= 0, got {}", o.weight_decay);
   require(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1 must be in [0, 1), got {}", o.beta1);
   require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2 must be in [0, 1), got {}", o.beta2);
   require(o.eps > 0, "optim.eps must be > 0, got {}", o.eps);
   require(o.zero == 0 || o.zero == 1, "optim.zero must be 0 or 1, got {}", o.zero);
-  require_one_of("optim.name", o.name, {"adamw", "sgd"});
   require(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got {}", o.momentum);
   require(o.sync_every >= 0, "optim.sync_every must be >= 0 (0 = synchronous), got {}", o.sync_every);
-  require_one_of("optim.outer", o.outer, {"none", "nesterov"});
   require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);
   require(o.outer_momentum >= 0 && o.outer_momentum < 1, "optim.outer_momentum must be in [0, 1), got {}",
           o.outer_momentum);
@@ -187,16 +185,16 @@ void validate_values(const Config& c) {
   // Local SGD keeps a whole optimizer state per replica and averages parameters, not gradients.
   require(o.sync_every == 0 || o.zero == 0, "optim.sync_every={} (local SGD) needs optim.zero=0: each replica keeps "
           "its whole optimizer state", o.sync_every);
-  require(o.sync_every == 0 || c.comm.compress == "none",
+  require(o.sync_every == 0 || c.comm.compress == CompressMethod::None,
           "optim.sync_every={} (local SGD) averages parameters, not gradients: comm.compress={} does not apply; set "
-          "comm.compress=none", o.sync_every, c.comm.compress);
+          "comm.compress=none", o.sync_every, name_of(c.comm.compress));
   require(o.sync_every == 0 || c.run.checkpoint_every == 0,
           "optim.sync_every={} (local SGD) with run.checkpoint_every={}: checkpoints do not hold the replicas' "
           "separate states yet; set run.checkpoint_every=0", o.sync_every, c.run.checkpoint_every);
 
   const PrecisionConfig& pr = c.precision;
-  require_one_of("precision.compute", pr.compute, {"fp32", "bf16", "fp16"});
-  require_one_of("precision.grad_reduce", pr.grad_reduce, {"fp32", "bf16"});
+  require_dtype_in("precision.compute", pr.compute, compute_dtype_names());
+  require_dtype_in("precision.grad_reduce", pr.grad_reduce, grad_reduce_dtype_names());
   if (pr.loss_scale != "dynamic") {
     char* end = nullptr;
     double s = std::strtod(pr.loss_scale.c_str(), &end);
@@ -205,30 +203,26 @@ void validate_values(const Config& c) {
   }
 
   const DataConfig& d = c.data;
-  require_one_of("data.source", d.source, {"synthetic", "tokens", "text"});
-  require_one_of("data.order", d.order, {"sequential", "shuffle"});
-  require(d.source == "synthetic" || !d.path.empty(), "data.source={} needs data.path (a file), but it is empty",
-          d.source);
+  require(d.source == DataSource::Synthetic || !d.path.empty(),
+          "data.source={} needs data.path (a file), but it is empty", name_of(d.source));
   require(d.val_fraction >= 0 && d.val_fraction < 1, "data.val_fraction must be in [0, 1), got {}", d.val_fraction);
-  require(d.source != "synthetic" || d.synthetic_tokens > static_cast<int64_t>(m.seq_len) + 1,
+  require(d.source != DataSource::Synthetic || d.synthetic_tokens > static_cast<int64_t>(m.seq_len) + 1,
           "data.synthetic_tokens={} must be larger than model.seq_len+1={}", d.synthetic_tokens,
           static_cast<int64_t>(m.seq_len) + 1);  // 64-bit: seq_len may be INT_MAX
 
   const CommConfig& cm = c.comm;
-  require_one_of("comm.backend", cm.backend, {"auto", "shm", "mpi", "nccl"});
-  require_one_of("comm.wait", cm.wait, {"auto", "poll", "block"});
   require(cm.bucket_mb > 0, "comm.bucket_mb must be > 0, got {}", cm.bucket_mb);
   require(cm.timeout_s > 0, "comm.timeout_s must be > 0, got {}", cm.timeout_s);
-  require_one_of("comm.compress", cm.compress, {"none", "bf16", "int8", "topk", "powersgd"});
   require(cm.topk_fraction > 0 && cm.topk_fraction <= 1, "comm.topk_fraction must be in (0, 1], got {}",
           cm.topk_fraction);
   require(cm.powersgd_rank >= 1, "comm.powersgd_rank must be >= 1, got {}", cm.powersgd_rank);
-  require(cm.compress == "none" || cm.compress == "bf16" || c.precision.grad_reduce == "fp32",
+  const bool plain_reduce = cm.compress == CompressMethod::None || cm.compress == CompressMethod::BF16;
+  require(plain_reduce || c.precision.grad_reduce == DType::F32,
           "comm.compress={} needs precision.grad_reduce=fp32 (it compresses the fp32 gradients itself), got {}",
-          cm.compress, c.precision.grad_reduce);
+          name_of(cm.compress), dtype_name(c.precision.grad_reduce));
   // ZeRO-1 reduce-scatters the buckets; only the bf16 wire has a reduce-scatter form.
-  require(c.optim.zero == 0 || cm.compress == "none" || cm.compress == "bf16",
-          "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", cm.compress);
+  require(c.optim.zero == 0 || plain_reduce,
+          "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", name_of(cm.compress));
   const EmulateConfig& e = cm.emulate;
   require(e.latency_us >= 0, "comm.emulate.latency_us must be >= 0, got {}", e.latency_us);
   require(e.bandwidth_gbps >= 0, "comm.emulate.bandwidth_gbps must be >= 0 (0 = unlimited), got {}", e.bandwidth_gbps);
@@ -243,16 +237,15 @@ void validate_values(const Config& c) {
   require(r.checkpoint_every >= 0, "run.checkpoint_every must be >= 0 (0 = off), got {}", r.checkpoint_every);
   require(r.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1, got {}", r.keep_checkpoints);
 
-  require_one_of("device", c.device, {"cpu", "cuda"});
-  require(cm.backend != "nccl" || c.device == "cuda", "comm.backend=nccl needs device=cuda, got device={}",
-          c.device);
-  require(cm.backend != "shm" || c.device == "cpu", "comm.backend=shm moves host tensors only, got device={} (use "
-          "auto, mpi or nccl)", c.device);
+  require(cm.backend != CommBackend::Nccl || c.device == Device::CUDA,
+          "comm.backend=nccl needs device=cuda, got device={}", name_of(c.device));
+  require(cm.backend != CommBackend::Shm || c.device == Device::CPU, "comm.backend=shm moves host tensors only, got "
+          "device={} (use auto, mpi or nccl)", name_of(c.device));
   // Features whose state or arithmetic still lives in host loops (docs/cuda.md lists them).
-  if (c.device == "cuda") {
+  if (c.device == Device::CUDA) {
     const char* gap = "is not available with device=cuda yet (docs/cuda.md)";
     require(c.optim.sync_every == 0, "optim.sync_every={} (local SGD) {}", c.optim.sync_every, gap);
-    require(cm.compress == "none" || cm.compress == "bf16", "comm.compress={} {}", cm.compress, gap);
+    require(plain_reduce, "comm.compress={} {}", name_of(cm.compress), gap);
     require(!cm.hierarchical, "comm.hierarchical {}", gap);
     require(r.checkpoint_every == 0, "run.checkpoint_every={} (checkpoints) {}", r.checkpoint_every, gap);
     require(r.resume == "auto" || r.resume == "none", "run.resume={} (resuming) {}", r.resume, gap);
@@ -277,7 +270,7 @@ void validate(const Config& c, int world_size) {
           c.train.global_batch, dp, c.train.micro_batch, per_step);
   // Interleaved 1F1B sends the micro-batches through the pp ranks in groups of pp (parallel/schedule.h).
   const long long micro_batches = c.train.global_batch / per_step;
-  require(p.schedule != "interleaved" || micro_batches % p.pp == 0,
+  require(p.schedule != PipelineSchedule::Interleaved || micro_batches % p.pp == 0,
           "parallel.schedule=interleaved needs the micro-batches per step, m = train.global_batch / "
           "(parallel.dp*train.micro_batch) = {} / ({}*{}) = {}, to be a multiple of parallel.pp={}",
           c.train.global_batch, dp, c.train.micro_batch, micro_batches, p.pp);

@@ -10,7 +10,7 @@ namespace mt {
 
 namespace {
 TokenStream load_stream(const Config& cfg, const std::string& path) {
-  if (cfg.data.source == "text") return load_text_file(path, cfg.model.vocab_size);
+  if (cfg.data.source == DataSource::Text) return load_text_file(path, cfg.model.vocab_size);
   return load_token_file(path, cfg.model.vocab_size);
 }
 
@@ -27,7 +27,7 @@ void split_tail(TokenStream& all, double fraction, TokenStream& val) {
 
 Dataset load_dataset(const Config& cfg) {
   Dataset d;
-  if (cfg.data.source == "synthetic") {
+  if (cfg.data.source == DataSource::Synthetic) {
     SyntheticCorpus corpus = make_synthetic_corpus(cfg.train.seed, cfg.model.vocab_size);
     d.entropy_rate_nats = corpus.entropy_rate_nats;
     d.train.tokens = sample_synthetic_tokens(corpus, cfg.train.seed, cfg.data.synthetic_tokens);

@@ -18,7 +18,7 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   compress.topk_fraction = cfg.comm.topk_fraction;
   compress.powersgd_rank = cfg.comm.powersgd_rank;
   compress.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
-  const DType wire = cfg.precision.grad_reduce == "bf16" ? DType::BF16 : DType::F32;
+  const DType wire = cfg.precision.grad_reduce;
   // Per chunk, buckets over its part of the flat gradient buffer. The tied wte copy is held back from the
   // backward pass's launches until it has been summed between the first and last stage.
   for (int c = 0; c < model.size(); ++c) {
@@ -34,14 +34,15 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   if (log) {
     int64_t bytes = 0, state = 0;
     for (const auto& r : out.owned) bytes += r->wire_bytes_per_step(), state += r->compress_state_bytes();
-    const std::string& m = cfg.comm.compress;
+    const CompressMethod m = cfg.comm.compress;
+    const bool gathered = m == CompressMethod::Int8 || m == CompressMethod::TopK;
     spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}, compression {}: {:.3f} MiB "
                  "per step from this rank{}",
                  out.owned[0]->buckets().size(), cfg.comm.bucket_mb,
-                 zero                           ? "reduce-scatter + all-gather (ZeRO-1)"
-                 : m == "int8" || m == "topk" ? "all-gather of compressed buckets"
-                                                : "all-reduce",
-                 cfg.comm.overlap ? "on" : "off", m, bytes / 1048576.0,
+                 zero       ? "reduce-scatter + all-gather (ZeRO-1)"
+                 : gathered ? "all-gather of compressed buckets"
+                            : "all-reduce",
+                 cfg.comm.overlap ? "on" : "off", name_of(m), bytes / 1048576.0,
                  state ? fmt::format(", error-feedback state {:.2f} MiB", state / 1048576.0) : "");
   }
   return out;

@@ -25,16 +25,16 @@ double ms_between(double t0_us, double t1_us) { return (t1_us - t0_us) / 1000.0;
 
 }  // namespace
 
-PipelineRunner::PipelineRunner(PipelineChunks& model, Communicator* pp, const std::string& schedule, int m, int B,
+PipelineRunner::PipelineRunner(PipelineChunks& model, Communicator* pp, PipelineSchedule schedule, int m, int B,
                                int T, Profiler& prof)
     : model_(model), pp_(pp), prof_(prof), p_(pp ? pp->size() : 1), v_(model.size()), m_(m), B_(B), T_(T),
-      split_(schedule == "zb1"), buffers_(model.params().device()),
+      split_(schedule == PipelineSchedule::ZB1), buffers_(model.params().device()),
       scratch_(model.params().device(), size_t(16) << 20) {
   CHECK(p_ * v_ == model.num_stages(), "{} pipeline ranks x {} chunks != {} stages", p_, v_, model.num_stages());
   CHECK(p_ == 1 || pp, "a pipeline of {} ranks needs its communicator", p_);
   const int rank = pp ? pp->rank() : 0;
   pool_.resize(v_);
-  train_ = make_plan(schedule_by_name(schedule)(p_, m, v_, rank));
+  train_ = make_plan(schedule_fn(schedule)(p_, m, v_, rank));
 }
 
 // Tags identify a message by direction, sending chunk and micro-batch (so matching never depends on order);

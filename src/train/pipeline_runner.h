@@ -39,8 +39,7 @@ struct RunStats {
 class PipelineRunner {
  public:
   // p pipeline ranks (pp: their communicator, nullptr when p == 1); m micro-batches of B x T per step;
-  // schedule: a name for schedule_by_name.
-  PipelineRunner(PipelineChunks& model, Communicator* pp, const std::string& schedule, int m, int B, int T,
+  PipelineRunner(PipelineChunks& model, Communicator* pp, PipelineSchedule schedule, int m, int B, int T,
                  Profiler& prof);
 
   // One training step: every micro-batch's forward (the last stage adds its summed losses to loss_sum and

@@ -70,7 +70,7 @@ std::string transport_description(const CommOptions& o) {
 
 // comm.wait=auto: spinning waits pay off only when every compute thread of the node has a core of its own.
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
-  if (c.wait != "auto") return c.wait == "block";
+  if (c.wait != CommWait::Auto) return c.wait == CommWait::Block;
   return ranks_on_node * threads_per_rank <= omp_get_num_procs();
 }
 
@@ -78,9 +78,9 @@ bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank
 // take) choose per group. Device tensors go through the MPI transport, which stages them in pinned host memory.
 CommOptions comm_options(const CommConfig& c, bool blocking, bool gpu) {
   CommOptions o;
-  o.transport = c.backend == "shm" ? CommOptions::Transport::Shm
-                : c.backend == "mpi" || gpu ? CommOptions::Transport::Mpi
-                                            : CommOptions::Transport::Auto;
+  o.transport = c.backend == CommBackend::Shm ? CommOptions::Transport::Shm
+                : c.backend == CommBackend::Mpi || gpu ? CommOptions::Transport::Mpi
+                                                       : CommOptions::Transport::Auto;
   o.blocking_waits = blocking;
   o.latency_us = c.emulate.latency_us;
   o.bandwidth_gbps = c.emulate.bandwidth_gbps;
@@ -98,8 +98,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                    Profiler& prof, const CommOptions& copts, int threads) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
-  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(), cfg.device,
-               cfg.device == "cuda" ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
+  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(),
+               name_of(cfg.device),
+               cfg.device == Device::CUDA ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
                nccl ? "nccl" : transport_description(copts),
                copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
                                                copts.bandwidth_gbps)
@@ -191,7 +192,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
 }  // namespace
 
 void run_training(const Config& cfg) {
-  const bool gpu = cfg.device == "cuda";
+  const bool gpu = cfg.device == Device::CUDA;
   if (gpu && !cuda_built())
     input_error("device=cuda: this build has no CUDA backend (nvcc and NCCL were not found when it was configured)");
   int world = 1, rank = 0;
@@ -206,8 +207,8 @@ void run_training(const Config& cfg) {
   }
   // NCCL needs a GPU of its own per rank; comm.backend=auto takes it when every rank on the node has one, and
   // MPI (device tensors staged through pinned host memory) otherwise, e.g. several ranks sharing one GPU.
-  const bool nccl = gpu && (cfg.comm.backend == "nccl" ||
-                            (cfg.comm.backend == "auto" && world > 1 && on_node <= cuda_device_count()));
+  const bool nccl = gpu && (cfg.comm.backend == CommBackend::Nccl ||
+                            (cfg.comm.backend == CommBackend::Auto && world > 1 && on_node <= cuda_device_count()));
   if (nccl && on_node > cuda_device_count())
     input_error("comm.backend=nccl: {} ranks on this node share {} GPUs; NCCL needs one GPU per rank (use "
                 "comm.backend=mpi)", on_node, cuda_device_count());

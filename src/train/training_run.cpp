@@ -23,10 +23,6 @@ namespace mt {
 
 namespace {
 
-DType precision_dtype(const std::string& name) {
-  return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32;
-}
-
 // Model, data and initial weights. The initial weights are made (or loaded) in fp32 on the host: on a CPU in fp32
 // straight into the parameters, otherwise into `masters`, then copied to the compute copy (rounded); the
 // optimizer takes the fp32 masters from there once it exists.
@@ -69,7 +65,7 @@ Tensor build_model_and_data(TrainingRun& r) {
     for (size_t s = 0; s < r.stage_layers.size(); ++s) stages += fmt::format("{}{}", s ? ", " : "", r.stage_layers[s]);
     spdlog::info("pipeline: {} stages of [{}] blocks over {} ranks ({} chunk{} each), schedule {}, {} micro-batches",
                  r.stage_layers.size(), stages, mesh.pp(), model.size(), model.size() > 1 ? "s" : "",
-                 cfg.parallel.schedule, r.n_micro);
+                 name_of(cfg.parallel.schedule), r.n_micro);
   }
   return host_masters ? masters : Tensor();
 }
@@ -83,7 +79,7 @@ void build_optimizer(TrainingRun& r) {
   const Config& cfg = r.cfg;
   PipelineChunks& model = *r.model;
   OptimizerSettings os;
-  os.sgd = cfg.optim.name == "sgd";
+  os.sgd = cfg.optim.name == OptimizerKind::SGD;
   os.momentum = cfg.optim.momentum;
   os.beta1 = cfg.optim.beta1;
   os.beta2 = cfg.optim.beta2;
@@ -123,7 +119,7 @@ void build_local_sgd(TrainingRun& r) {
   const Config& cfg = r.cfg;
   LocalSGDSettings ls;
   ls.sync_every = cfg.optim.sync_every;
-  ls.nesterov = cfg.optim.outer == "nesterov";
+  ls.nesterov = cfg.optim.outer == OuterOptimizer::Nesterov;
   ls.outer_lr = cfg.optim.outer_lr;
   ls.outer_momentum = cfg.optim.outer_momentum;
   r.local = std::make_unique<LocalSGD>(ls, *r.comms.dp, r.model->params(), *r.opt);
@@ -167,7 +163,7 @@ void resume(TrainingRun& r) {
 void log_precision_and_memory(const TrainingRun& r) {
   const PipelineChunks& model = *r.model;
   spdlog::info("precision: compute {}, gradients and master weights fp32, data-parallel reduction in {}{}",
-               dtype_name(r.compute), r.cfg.precision.grad_reduce,
+               dtype_name(r.compute), dtype_name(r.cfg.precision.grad_reduce),
                r.fp16 ? (r.scaler.dynamic() ? fmt::format(", dynamic loss scale from {:g}", r.scaler.scale())
                                             : fmt::format(", fixed loss scale {:g}", r.scaler.scale()))
                       : "");
@@ -212,10 +208,10 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
   r.stage_layers = layers_per_stage(cfg);
   // Mixed precision: the model's parameters and activations are in the compute dtype, its gradients in fp32.
-  r.compute = precision_dtype(cfg.precision.compute);
+  r.compute = cfg.precision.compute;
   r.mixed = r.compute != DType::F32;
   r.fp16 = r.compute == DType::F16;  // fp16 multiplies the loss's gradient by the scaler's scale
-  r.dev = cfg.device == "cuda" ? Device::CUDA : Device::CPU;
+  r.dev = cfg.device;
   Tensor masters = build_model_and_data(r);
 
   // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments.
@@ -239,13 +235,12 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb, r.T,
                                               prof);
   if (cfg.optim.staleness > 0) {
-    const StalenessPolicy policy =
-        cfg.optim.staleness_policy == "fixed" ? StalenessPolicy::Fixed : StalenessPolicy::Newest;
-    r.stale = std::make_unique<StaleGradients>(*comms.dp, r.model->grads().numel(), cfg.optim.staleness, policy);
+    r.stale = std::make_unique<StaleGradients>(*comms.dp, r.model->grads().numel(), cfg.optim.staleness,
+                                               cfg.optim.staleness_policy);
     if (rank0)
       spdlog::info("stale-synchronous data parallelism: gradient averages in the background, no replica more than "
                    "{} steps ahead of the slowest, {} policy; {} gradient slots of {:.1f} MiB",
-                   cfg.optim.staleness, cfg.optim.staleness_policy, cfg.optim.staleness + 1,
+                   cfg.optim.staleness, name_of(cfg.optim.staleness_policy), cfg.optim.staleness + 1,
                    r.stale->state_bytes() / (cfg.optim.staleness + 1) / 1048576.0);
   }
   r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
@@ -261,7 +256,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   }
   r.loss_sum = Tensor::zeros({1}, DType::F32, r.dev);
   r.train_batches = std::make_unique<Batcher>(&r.data.train.tokens, r.T, r.gb, cfg.data.order, cfg.train.seed);
-  r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, "sequential", cfg.train.seed);
+  r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, DataOrder::Sequential, cfg.train.seed);
   log_precision_and_memory(r);
   return run;
 }
