@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "train/cli.h"
 #include "train/config.h"
+#include "train/link_schedule.h"
 
 namespace fs = std::filesystem;
 using namespace mt;
@@ -387,6 +388,33 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.compress=topk", "optim.zero=1"}), Contains("needs optim.zero=0"));
   CHECK_THAT(validate_error({"comm.compress=int8", "precision.grad_reduce=bf16"}),
              Contains("needs precision.grad_reduce=fp32"));
+  // comm.adapt: limits that contradict each other, and what it cannot adapt.
+  CHECK_THAT(validate_error({"comm.adapt=true", "comm.adapt_bucket_mb_min=8", "comm.adapt_bucket_mb_max=2"}, 2),
+             Contains("comm.adapt_bucket_mb_min=8 is larger than comm.adapt_bucket_mb_max=2"));
+  CHECK_THAT(validate_error({"comm.adapt_compress=none,fp8"}), Contains("comm.adapt_compress: 'fp8' is not"));
+  CHECK_THAT(validate_error({"comm.compress=int8", "comm.adapt_compress=none,bf16"}),
+             Contains("leaves out comm.compress=int8"));
+  CHECK_THAT(validate_error({"comm.adapt=true", "optim.zero=1"}, 2), Contains("set optim.zero=0"));
+  CHECK_THAT(validate_error({"comm.adapt=true", "comm.overlap=false"}, 2), Contains("set comm.overlap=true"));
+  CHECK_THAT(validate_error({"comm.adapt=true"}, 1), Contains("comm.adapt needs data parallelism"));
+  CHECK_THAT(validate_error({"comm.adapt=true", "comm.adapt_every=0"}, 2), Contains("comm.adapt_every must be >= 1"));
+  // A link that changes during the run.
+  CHECK_THAT(validate_error({"comm.emulate.schedule=10:5:1"}), Contains("needs an emulated link"));
+  CHECK_THAT(validate_error({"comm.emulate.latency_us=5", "comm.emulate.schedule=10:5"}),
+             Contains("'10:5' is not STEP:LATENCY_US:BANDWIDTH_GBPS"));
+  CHECK_THAT(validate_error({"comm.emulate.latency_us=5", "comm.emulate.schedule='10:5:1, 10:2:1'"}),
+             Contains("step 10 follows step 10"));
+  CHECK_THAT(validate_error({"comm.emulate.latency_us=5", "comm.emulate.schedule=0:5:1"}),
+             Contains("the step must be >= 1"));
+  CHECK_THAT(validate_error({"comm.emulate.latency_us=5", "comm.emulate.schedule=3:-5:1"}),
+             Contains("the step must be >= 1, latency and bandwidth >= 0"));
+  {
+    const std::vector<LinkChange> s = parse_link_schedule(" 200:50:0.1, 400:20:1 ");
+    REQUIRE(s.size() == 2);
+    CHECK((s[0].step == 200 && s[0].latency_us == 50 && s[0].bandwidth_gbps == 0.1));
+    CHECK((s[1].step == 400 && s[1].latency_us == 20 && s[1].bandwidth_gbps == 1));
+    CHECK(parse_link_schedule("").empty());
+  }
   // Stragglers and staleness (docs/staleness.md).
   CHECK_THAT(validate_error({"train.straggler.slowdown=0.5"}), Contains("train.straggler.slowdown must be >= 1"));
   CHECK_THAT(validate_error({"train.straggler.delay_ms=-1"}), Contains("train.straggler.delay_ms must be >= 0"));
@@ -445,7 +473,8 @@ TEST_CASE("to_yaml round-trips every key") {
       "comm.bucket_mb=0.5", "comm.overlap=false", "comm.compress=bf16",
       "comm.topk_fraction=0.05", "comm.powersgd_rank=2", "comm.hierarchical=true", "comm.wait=block", "comm.timeout_s=12.5",
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
-      "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5", "run.dir=\" lead space\"",
+      "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5",
+      "comm.emulate.schedule='5:1.5:20, 9:3:10'", "run.dir=\" lead space\"",
       "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.resume=none", "run.profile=true",
       "run.dump_grads=g.safetensors"};
   for (const auto& a : changes) apply_override(c, a);
@@ -455,7 +484,9 @@ TEST_CASE("to_yaml round-trips every key") {
     apply_override(local, a);
   // device=cuda excludes the features that run on the host only (hierarchical, checkpoints): a third config.
   Config gpu;
-  for (const char* a : {"device=cuda", "comm.backend=nccl"}) apply_override(gpu, a);
+  for (const char* a : {"device=cuda", "comm.backend=nccl", "comm.adapt=true", "comm.adapt_bucket_mb_min=0.5",
+                        "comm.adapt_bucket_mb_max=8", "comm.adapt_compress='none, bf16'", "comm.adapt_every=3"})
+    apply_override(gpu, a);
   // Staleness needs a data-parallel-only mesh without ZeRO-1: a fourth config.
   Config stale;
   for (const char* a : {"optim.staleness=2", "optim.staleness_policy=fixed"}) apply_override(stale, a);

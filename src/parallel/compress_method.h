@@ -2,6 +2,8 @@
 // grad_compress.h so that train/config.h can hold one without the communicator headers.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/enum_names.h"
 
@@ -18,6 +20,27 @@ inline const auto& enum_names(CompressMethod) {
                                                        {CompressMethod::TopK, "topk"},
                                                        {CompressMethod::PowerSGD, "powersgd"}};
   return names;
+}
+
+// "none, bf16, powersgd" -> the methods in that order; false (with `bad` set to the offending name) when a name is
+// not a method. An empty or blank text is an empty list.
+inline bool parse_compress_list(const std::string& text, std::vector<CompressMethod>& out, std::string& bad) {
+  out.clear();
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string name = text.substr(i, j - i);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    CompressMethod m;
+    if (!name.empty() || j < text.size()) {
+      if (!parse_name(name, m)) return bad = name, false;
+      out.push_back(m);
+    }
+    i = j + 1;
+  }
+  return true;
 }
 
 }  // namespace mt

@@ -10,6 +10,20 @@ void CommTimeline::record(const CommEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
   events_.push_back(e);
   bytes_ += e.bytes;
+  if ((e.comm == "dp" && (e.op == "all_reduce" || e.op == "all_gather")) ||
+      (world_is_dp_ && e.comm == "world" && e.op == "all_reduce")) {
+    const double mib = e.bytes / 1048576.0, us = e.end_us - e.start_us;
+    link_.ops += 1;
+    link_.mib += mib;
+    link_.us += us;
+    link_.mib2 += mib * mib;
+    link_.mib_us += mib * us;
+  }
+}
+
+CommTimeline::LinkSums CommTimeline::take_link_sums() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(link_, LinkSums());
 }
 
 int64_t CommTimeline::take_bytes() {

@@ -2,6 +2,7 @@
 // event sinks (called on their communication threads), so the step loop can report comm_ms, the time at least
 // one collective was in flight during a step (overlapping operations counted once), and comm_bytes.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -19,11 +20,21 @@ class CommTimeline {
   double busy_ms(double begin_us, double end_us);
   // Payload bytes of the operations recorded since the last call (this rank's contribution, all communicators).
   int64_t take_bytes();
+  // The data-parallel gradient reductions (the "dp" communicator's all-reduces and all-gathers, and with
+  // set_world_is_dp the world's all-reduces, whose few bytes pin down the per-operation cost) recorded since the
+  // last call: how many, and the sums comm.adapt fits its link to (bytes in MiB, times in us).
+  struct LinkSums {
+    double ops = 0, mib = 0, us = 0, mib2 = 0, mib_us = 0;
+  };
+  LinkSums take_link_sums();
+  void set_world_is_dp(bool yes) { world_is_dp_ = yes; }
 
  private:
   std::mutex mu_;
   std::vector<CommEvent> events_;
   int64_t bytes_ = 0;
+  LinkSums link_;
+  std::atomic<bool> world_is_dp_{false};
 };
 
 }  // namespace mt

@@ -147,11 +147,20 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(comm.wait, "how the MPI transport's threads wait for peers: auto (block when the node has a core "
                         "per compute thread, else poll) | poll | block; the shared-memory transport always sleeps"),
       MT_KEY(comm.timeout_s, "watchdog: abort a communication wait that lasts longer than this (seconds)"),
+      MT_KEY(comm.adapt, "adapt the bucket size (and the compression, see adapt_compress) to the measured link, "
+                         "compute and exposed communication while training"),
+      MT_KEY(comm.adapt_bucket_mb_min, "comm.adapt: smallest bucket size it may choose (MiB)"),
+      MT_KEY(comm.adapt_bucket_mb_max, "comm.adapt: largest bucket size it may choose (MiB)"),
+      MT_KEY(comm.adapt_compress, "comm.adapt: the compressions it may choose, comma-separated (e.g. \"none, bf16, "
+                                  "powersgd\"); \"\" = keep comm.compress"),
+      MT_KEY(comm.adapt_every, "comm.adapt: steps per decision (their figures are averaged)"),
       MT_KEY(comm.emulate.latency_us, "emulated per-message latency within a node (us); 0 = no emulation"),
       MT_KEY(comm.emulate.bandwidth_gbps, "emulated link bandwidth within a node (GB/s); 0 = unlimited"),
       MT_KEY(comm.emulate.ranks_per_node, "ranks per emulated node; 0 = all ranks on one node"),
       MT_KEY(comm.emulate.inter_latency_us, "emulated latency between nodes (us)"),
       MT_KEY(comm.emulate.inter_bandwidth_gbps, "emulated bandwidth between nodes (GB/s); 0 = unlimited"),
+      MT_KEY(comm.emulate.schedule, "the link within a node changing during the run: \"STEP:LATENCY_US:BANDWIDTH_GBPS, "
+                                    "...\" from each STEP on (needs latency_us or bandwidth_gbps set); \"\" = none"),
       MT_KEY(run.dir, "output directory; \"\" = runs/<config file stem>"),
       MT_KEY(run.log_every, "log a metrics line to the console every this many steps (metrics.jsonl gets every step)"),
       MT_KEY(run.checkpoint_every, "write a checkpoint every this many steps (and at the last); 0 = off"),

@@ -123,6 +123,7 @@ struct EmulateConfig {
   double latency_us = 0, bandwidth_gbps = 0;
   int ranks_per_node = 0;
   double inter_latency_us = 0, inter_bandwidth_gbps = 0;
+  std::string schedule;  // the link from given steps on (train/link_schedule.h); "" = as above throughout
 };
 
 struct CommConfig {
@@ -140,6 +141,12 @@ struct CommConfig {
   CommWait wait = CommWait::Auto;  // how communication threads wait for peers (docs/comm.md)
   double timeout_s = 300;
   EmulateConfig emulate;
+  // comm.adapt (docs/adaptive.md): a controller picks the bucket size within [adapt_bucket_mb_min, _max] and, among
+  // the methods listed in adapt_compress ("" = comm.compress only), the compression, every adapt_every steps.
+  bool adapt = false;
+  double adapt_bucket_mb_min = 0.25, adapt_bucket_mb_max = 64;
+  std::string adapt_compress;  // comma-separated method names (parse_compress_list)
+  int adapt_every = 4;
 };
 
 struct RunConfig {

@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "train/config.h"
+#include "train/link_schedule.h"
 
 namespace mt {
 namespace {
@@ -80,6 +81,43 @@ void check_staleness(const Config& c) {
   require(c.precision.compute != DType::F16, "{} with precision.compute=fp16: replicas at different steps could scale "
           "their losses differently within one average; use bf16 or fp32", s);
   require(c.device == Device::CPU, "{} runs on device=cpu only so far, got device={}", s, name_of(c.device));
+}
+
+// comm.adapt: the limits, and the settings it may move between, each valid for this run.
+void check_adapt(const Config& c) {
+  const CommConfig& cm = c.comm;
+  require(cm.adapt_bucket_mb_min > 0, "comm.adapt_bucket_mb_min must be > 0, got {}", cm.adapt_bucket_mb_min);
+  require(cm.adapt_bucket_mb_min <= cm.adapt_bucket_mb_max,
+          "comm.adapt_bucket_mb_min={} is larger than comm.adapt_bucket_mb_max={}: the limits contradict each other",
+          cm.adapt_bucket_mb_min, cm.adapt_bucket_mb_max);
+  require(cm.adapt_every >= 1, "comm.adapt_every must be >= 1, got {}", cm.adapt_every);
+  std::vector<CompressMethod> methods;
+  std::string bad;
+  require(parse_compress_list(cm.adapt_compress, methods, bad), "comm.adapt_compress: '{}' is not a compression "
+          "(choices: {})", bad, enum_choices(enum_names(CompressMethod{})));
+  require(methods.empty() || std::find(methods.begin(), methods.end(), cm.compress) != methods.end(),
+          "comm.adapt_compress='{}' leaves out comm.compress={}, the setting the run starts from: the two contradict "
+          "each other", cm.adapt_compress, name_of(cm.compress));
+  if (!cm.adapt) return;
+  for (CompressMethod m : methods) {
+    // The controller fits one link to the step's all-reduces; int8 and topk all-gather instead, which scales
+    // differently with the ranks.
+    require(m != CompressMethod::Int8 && m != CompressMethod::TopK, "comm.adapt_compress lists {}: comm.adapt "
+            "chooses among none, bf16 and powersgd (all-reduces)", name_of(m));
+    const bool plain = m == CompressMethod::None || m == CompressMethod::BF16;
+    require(plain || c.precision.grad_reduce == DType::F32,
+            "comm.adapt_compress lists {}, which needs precision.grad_reduce=fp32, got {}", name_of(m),
+            dtype_name(c.precision.grad_reduce));
+    require(plain || c.device == Device::CPU, "comm.adapt_compress lists {}, which is not available with "
+            "device=cuda yet (docs/cuda.md)", name_of(m));
+  }
+  const char* why = "comm.adapt changes the data-parallel buckets of one synchronous gradient reduction";
+  require(cm.overlap, "{}, overlapped with the backward pass: set comm.overlap=true", why);
+  require(c.optim.zero == 0, "{}; under ZeRO-1 the buckets are the optimizer's shards: set optim.zero=0", why);
+  require(c.parallel.pp == 1, "{} per model; with parallel.pp={} each stage has its own: set parallel.pp=1", why,
+          c.parallel.pp);
+  require(c.optim.sync_every == 0 && c.optim.staleness == 0,
+          "{}: not with local SGD (optim.sync_every) or optim.staleness", why);
 }
 
 }  // namespace
@@ -182,6 +220,7 @@ void validate_values(const Config& c) {
   require(o.outer_momentum >= 0 && o.outer_momentum < 1, "optim.outer_momentum must be in [0, 1), got {}",
           o.outer_momentum);
   check_staleness(c);
+  check_adapt(c);
   // Local SGD keeps a whole optimizer state per replica and averages parameters, not gradients.
   require(o.sync_every == 0 || o.zero == 0, "optim.sync_every={} (local SGD) needs optim.zero=0: each replica keeps "
           "its whole optimizer state", o.sync_every);
@@ -227,6 +266,10 @@ void validate_values(const Config& c) {
   require(e.latency_us >= 0, "comm.emulate.latency_us must be >= 0, got {}", e.latency_us);
   require(e.bandwidth_gbps >= 0, "comm.emulate.bandwidth_gbps must be >= 0 (0 = unlimited), got {}", e.bandwidth_gbps);
   require(e.ranks_per_node >= 0, "comm.emulate.ranks_per_node must be >= 0, got {}", e.ranks_per_node);
+  // The schedule changes the link of the emulation wrappers, which exist only when a link is emulated from the start.
+  require(parse_link_schedule(e.schedule).empty() || e.latency_us > 0 || e.bandwidth_gbps > 0,
+          "comm.emulate.schedule needs an emulated link from the first step: set comm.emulate.latency_us or "
+          "comm.emulate.bandwidth_gbps");
   require(e.inter_latency_us >= 0, "comm.emulate.inter_latency_us must be >= 0, got {}", e.inter_latency_us);
   require(e.inter_bandwidth_gbps >= 0, "comm.emulate.inter_bandwidth_gbps must be >= 0 (0 = unlimited), got {}",
           e.inter_bandwidth_gbps);
@@ -254,6 +297,8 @@ void validate_values(const Config& c) {
 
 void validate(const Config& c, int world_size) {
   validate_values(c);
+  require(!c.comm.adapt || resolved_dp(c, world_size) > 1,
+          "comm.adapt needs data parallelism: with dp=1 there is no gradient reduction to adapt");
   for (int r : c.train.straggler.ranks)
     require(r < world_size, "train.straggler.ranks: rank {} is outside the {} ranks of this run (0 .. {})", r,
             world_size, world_size - 1);

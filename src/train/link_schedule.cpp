@@ -1,8 +1,6 @@
 #include "train/link_schedule.h"
 
-#include <spdlog/spdlog.h>
-
-#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -47,24 +45,6 @@ std::vector<LinkChange> parse_link_schedule(const std::string& text) {
     out.push_back(c);
   }
   return out;
-}
-
-bool apply_link_schedule(const std::vector<LinkChange>& schedule, int step, bool first_step, MeshComms& comms,
-                         bool log) {
-  const LinkChange* now = nullptr;
-  for (const LinkChange& c : schedule)
-    if (c.step == step || (first_step && c.step <= step)) now = &c;
-  if (!now) return false;
-  std::vector<Communicator*> seen;
-  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
-    if (c && std::find(seen.begin(), seen.end(), c) == seen.end()) {
-      seen.push_back(c);
-      c->set_emulated_link(now->latency_us, now->bandwidth_gbps);
-    }
-  if (log)
-    spdlog::info("comm.emulate.schedule: from step {} the emulated link is {:g} us / {:g} GB/s", now->step,
-                 now->latency_us, now->bandwidth_gbps);
-  return true;
 }
 
 }  // namespace mt

@@ -31,6 +31,10 @@ struct StepMetrics {
   // optim.staleness > 0 (written when >= 0): how many steps old the gradient averages applied this step were,
   // the maximum and the mean over ranks of each rank's mean (0 = applied in the step that computed them).
   double staleness_max = -1, staleness_mean = -1;
+  // comm.adapt (written when bucket_mb > 0): the bucket size and compression this step used, and on the step that
+  // decided a change, what it decided and why.
+  double bucket_mb = -1;
+  std::string compress, adapt;
   double val_loss = -1;  // written only when >= 0 (evaluation rows)
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
   double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used

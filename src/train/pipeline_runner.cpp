@@ -230,6 +230,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
       stretch_.settle();
       const double t1 = trace_clock_us();
       st.busy_ms += ms_between(t0, t1);
+      if (plan.final_grads[i]) st.final_backward_ms = std::max(st.final_backward_ms, ms_between(t0, t1));
       if (prof_.enabled()) prof_.compute(pass_name(a.kind), t0, t1);
     }
     if (plan.releases[i]) {

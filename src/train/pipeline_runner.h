@@ -34,6 +34,7 @@ struct ChunkReduce {
 struct RunStats {
   double span_ms = 0;       // from the first action to the last
   double busy_ms = 0;       // in forward and backward passes
+  double final_backward_ms = 0;  // the longest of the chunks' last gradient passes (the buckets' overlap window)
 };
 
 class PipelineRunner {

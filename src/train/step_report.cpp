@@ -26,6 +26,8 @@ struct RankFigures {
   float staleness_max, staleness_mean;  // of the averages this rank applied (optim.staleness)
   float loss_sum;          // this rank's summed token losses (optim.staleness: the loss travels with the figures)
   float elapsed_ms;        // since the first step began, at the end of this one
+  float final_backward_ms;  // the last gradient pass (comm.adapt's overlap window)
+  float link_ops, link_mib, link_us, link_mib2, link_mib_us;  // the gradient reductions (CommTimeline::LinkSums)
 };
 constexpr int kFigures = sizeof(RankFigures) / sizeof(float);
 static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is reduced as a float array");
@@ -33,6 +35,8 @@ static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is r
 }  // namespace
 
 StepMeter::StepMeter(TrainingRun& run, CommTimeline& timeline) : run_(run), timeline_(timeline) {
+  // The same ranks, the same emulated link: the world's small all-reduces tell comm.adapt the per-operation cost.
+  timeline.set_world_is_dp(run.mesh.dp() == run.mesh.world_size());
   MeshComms& c = run.comms;
   // Exposed communication: compute blocked on collectives. Waits for pipeline neighbours are the bubble instead.
   for (Communicator* x : {c.world.get(), c.dp.get(), c.tp.get(), c.emb.get()})
@@ -80,12 +84,19 @@ std::vector<float>& StepMeter::measure(const StepResult& s) {
   f.staleness_mean = float(s.staleness_mean);
   f.loss_sum = float(s.local_loss_sum);
   f.elapsed_ms = float((now - start_us_) / 1000.0);
+  f.final_backward_ms = float(s.pipeline.final_backward_ms);
+  const CommTimeline::LinkSums link = timeline_.take_link_sums();
+  f.link_ops = float(link.ops);
+  f.link_mib = float(link.mib);
+  f.link_us = float(link.us);
+  f.link_mib2 = float(link.mib2);
+  f.link_mib_us = float(link.mib_us);
   table_.assign(size_t(kFigures) * run_.mesh.world_size(), 0.0f);
   std::memcpy(table_.data() + size_t(kFigures) * run_.mesh.rank(), &f, sizeof f);
   return table_;
 }
 
-void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row) const {
+void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, AdaptSample* adapt) const {
   const int world = run_.mesh.world_size();
   std::vector<RankFigures> all(world);
   std::memcpy(all.data(), table.data(), sizeof(RankFigures) * world);
@@ -123,6 +134,21 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row) cons
   row.slowest_rank = slowest;
   row.slowest_exposed_comm_ms = all[slowest].exposed_ms;
   row.straggler_wait_ms = world > 1 ? waited / (world - 1) : 0.0;
+  if (adapt) {
+    // The same figures on every rank, so that every rank's controller decides alike: the step's maxima, and rank
+    // 0's gradient reductions (every rank takes part in each, so their times agree up to when each saw it end).
+    constexpr double kMiB = 1048576.0;
+    const RankFigures& r0 = all[0];
+    adapt->step_ms = m.step_ms;
+    adapt->exposed_ms = m.exposed_ms;
+    adapt->backward_ms = 0;
+    for (const RankFigures& f : all) adapt->backward_ms = std::max(adapt->backward_ms, double(f.final_backward_ms));
+    adapt->ops = r0.link_ops;
+    adapt->sum_b = double(r0.link_mib) * kMiB;
+    adapt->sum_t = r0.link_us;
+    adapt->sum_bb = double(r0.link_mib2) * kMiB * kMiB;
+    adapt->sum_bt = double(r0.link_mib_us) * kMiB;
+  }
   if (run_.cfg.optim.staleness > 0) {
     row.staleness_max = m.staleness_max;
     row.staleness_mean = stale_sum / world;
@@ -130,13 +156,13 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row) cons
   }
 }
 
-void StepMeter::end(const StepResult& s, StepMetrics& row) {
+void StepMeter::end(const StepResult& s, StepMetrics& row, AdaptSample* adapt) {
   std::vector<float>& table = measure(s);
   if (run_.mesh.world_size() > 1) {
     Tensor view(table.data(), {int64_t(table.size())}, DType::F32);
     run_.comms.world->all_reduce(view, ReduceOp::Sum);
   }
-  fill_row(table, row);
+  fill_row(table, row, adapt);
 }
 
 void PendingRows::add(const StepMetrics& row, const std::vector<float>& table) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "train/comm_adapt.h"
 #include "train/comm_timeline.h"
 #include "train/metrics.h"
 #include "train/train_step.h"
@@ -19,12 +20,13 @@ class StepMeter {
   void begin();
   // At the end of the step's work: fills row's timings, each the maximum over ranks, comm_bytes and the slowest
   // rank (collective over the world).
-  void end(const StepResult& s, StepMetrics& row);
+  // With `adapt`, also the figures comm.adapt's controller takes (the same on every rank).
+  void end(const StepResult& s, StepMetrics& row, AdaptSample* adapt = nullptr);
   // end() in two halves, for a reduction that runs in the background (optim.staleness): this rank's figures in
   // its row of a world-sized table (zeros elsewhere; valid until the next measure), and the row from that table
   // summed over the ranks (with optim.staleness also the loss and the staleness seen).
   std::vector<float>& measure(const StepResult& s);
-  void fill_row(const std::vector<float>& table, StepMetrics& row) const;
+  void fill_row(const std::vector<float>& table, StepMetrics& row, AdaptSample* adapt = nullptr) const;
 
  private:
   double wait_us() const;

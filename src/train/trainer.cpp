@@ -21,6 +21,7 @@
 #include "core/threads.h"
 #include "train/comm_timeline.h"
 #include "train/memory_report.h"
+#include "train/link_schedule.h"
 #include "train/metrics.h"
 #include "train/profiler.h"
 #include "train/step_report.h"
@@ -92,6 +93,25 @@ CommOptions comm_options(const CommConfig& c, bool blocking, bool gpu) {
 }
 
 
+// comm.emulate.schedule before step `step`: every emulated communicator of the mesh takes the schedule's link for
+// this step (at the first step of a run, or of a resumed one, the latest entry at or before it).
+void apply_link_schedule(const std::vector<LinkChange>& schedule, int step, bool first_step, MeshComms& comms,
+                         bool log) {
+  const LinkChange* now = nullptr;
+  for (const LinkChange& c : schedule)
+    if (c.step == step || (first_step && c.step <= step)) now = &c;
+  if (!now) return;
+  std::vector<Communicator*> seen;
+  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
+    if (c && std::find(seen.begin(), seen.end(), c) == seen.end()) {
+      seen.push_back(c);
+      c->set_emulated_link(now->latency_us, now->bandwidth_gbps);
+    }
+  if (log)
+    spdlog::info("comm.emulate.schedule: from step {} the emulated link is {:g} us / {:g} GB/s", now->step,
+                 now->latency_us, now->bandwidth_gbps);
+}
+
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
 void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, bool nccl, CommTimeline& timeline,
@@ -137,12 +157,14 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
   };
   PendingRows pending(meter, world > 1 ? comms.world.get() : nullptr);
+  const std::vector<LinkChange> link_schedule = parse_link_schedule(cfg.comm.emulate.schedule);
   for (int step = start_step; step <= cfg.train.steps; ++step) {
     // Evaluations, checkpoints and the end need every replica's weights alike (optim.staleness applies every
     // average still in flight there).
     const bool sync_point = step == cfg.train.steps ||
                             (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0) ||
                             (cfg.run.checkpoint_every > 0 && step % cfg.run.checkpoint_every == 0);
+    apply_link_schedule(link_schedule, step, step == start_step, comms, rank0);
     meter.begin();
     const StepResult s = train_step(run, step, sync_point, prof);
     StepMetrics row;
@@ -162,7 +184,17 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       pending.flush(sync_point, report);
       continue;
     }
-    meter.end(s, row);
+    AdaptSample sample;
+    meter.end(s, row, run.adapt ? &sample : nullptr);
+    if (run.adapt) {
+      row.bucket_mb = run.adapt->setting().bucket_mb;
+      row.compress = name_of(run.adapt->setting().compress);
+      if (auto d = run.adapt->observe(step, sample)) {
+        apply_adapt_decision(run, *d);
+        row.adapt = fmt::format("bucket {:g} -> {:g} MiB, compression {} -> {}: {}", d->from.bucket_mb,
+                                d->to.bucket_mb, name_of(d->from.compress), name_of(d->to.compress), d->why);
+      }
+    }
     if (s.finite_loss) row.grad_norm = read_scalar(run.opt->grad_norm());
     if (run.fp16) row.loss_scale = s.loss_scale;
     if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;

@@ -132,6 +132,45 @@ void build_local_sgd(TrainingRun& r) {
                  r.local->state_bytes() / 1048576.0);
 }
 
+// The reducers of the run for a bucket size and compression.
+ChunkReducers reducers_for(const TrainingRun& r, const AdaptSetting& s, bool log) {
+  Config c = r.cfg;
+  c.comm.bucket_mb = s.bucket_mb;
+  c.comm.compress = s.compress;
+  return make_grad_reducers(c, *r.model, *r.comms.dp, r.mesh.dp(), log);
+}
+
+// comm.adapt: the controller, told how many bytes each allowed compression puts on the wire per gradient byte
+// (measured by building its reducers once, here at the start).
+void build_adapt(TrainingRun& r) {
+  const CommConfig& cm = r.cfg.comm;
+  AdaptLimits limits;
+  limits.min_bucket_mb = cm.adapt_bucket_mb_min;
+  limits.max_bucket_mb = cm.adapt_bucket_mb_max;
+  limits.every = cm.adapt_every;
+  std::string bad;
+  parse_compress_list(cm.adapt_compress, limits.methods, bad);  // validated
+  if (limits.methods.empty()) limits.methods = {cm.compress};
+  auto wire = [&](CompressMethod m) {
+    int64_t bytes = 0;
+    for (const auto& red : reducers_for(r, {cm.bucket_mb, m}, false).owned)
+      if (red) bytes += red->wire_bytes_per_step();
+    return double(bytes);
+  };
+  const double plain = wire(CompressMethod::None);
+  std::vector<std::pair<CompressMethod, double>> factors;
+  for (CompressMethod m : limits.methods) factors.emplace_back(m, wire(m) / plain);
+  const double grad_mb = double(r.model->grads().nbytes()) / 1048576.0;
+  r.adapt = std::make_unique<CommController>(limits, AdaptSetting{cm.bucket_mb, cm.compress}, grad_mb, factors);
+  if (r.mesh.rank() == 0) {
+    std::string methods;
+    for (const auto& [m, f] : factors) methods += fmt::format("{}{} ({:.3f} of the bytes)", methods.empty() ? "" : ", ",
+                                                              name_of(m), f);
+    spdlog::info("comm.adapt: bucket size {:g}..{:g} MiB, compression among {}; a decision every {} steps",
+                 limits.min_bucket_mb, limits.max_bucket_mb, methods, limits.every);
+  }
+}
+
 // Resume: the newest complete checkpoint (run.resume: auto), a given one, or none. Its masters and moments, laid
 // out for this mesh whatever mesh wrote them, replace the initial state; the compute copy is their rounding.
 // Every rank reads the same checkpoint, so a bad one stops them all with exit status 2.
@@ -243,6 +282,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
                    cfg.optim.staleness, name_of(cfg.optim.staleness_policy), cfg.optim.staleness + 1,
                    r.stale->state_bytes() / (cfg.optim.staleness + 1) / 1048576.0);
   }
+  if (cfg.comm.adapt) build_adapt(r);
   r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
   if (r.straggler.chosen) r.runner->set_compute_stretch(r.straggler.slowdown);
   const StragglerSettings& st = cfg.train.straggler;
@@ -259,6 +299,17 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, DataOrder::Sequential, cfg.train.seed);
   log_precision_and_memory(r);
   return run;
+}
+
+void apply_adapt_decision(TrainingRun& r, const AdaptDecision& d) {
+  r.dp_reduce = reducers_for(r, d.to, false);
+  if (r.mesh.rank() == 0)
+    spdlog::info("comm.adapt from step {}: bucket {:g} -> {:g} MiB, compression {} -> {} ({}: link {:.0f} us + {:.0f} "
+                 "us/MiB per all-reduce, backward {:.1f} ms, step {:.1f} ms, exposed {:.1f} ms; predicted exposed "
+                 "{:.1f} -> {:.1f} ms)",
+                 d.step, d.from.bucket_mb, d.to.bucket_mb, name_of(d.from.compress), name_of(d.to.compress), d.why,
+                 d.alpha_us, d.beta_us_per_mb, d.backward_ms, d.step_ms, d.exposed_ms, d.predicted_from_ms,
+                 d.predicted_to_ms);
 }
 
 void checkpoint_run(TrainingRun& r, int step) {

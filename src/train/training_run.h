@@ -20,6 +20,7 @@
 #include "optim/optimizer.h"
 #include "parallel/mesh.h"
 #include "parallel/stale_gradients.h"
+#include "train/comm_adapt.h"
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/grad_reducers.h"
@@ -63,6 +64,7 @@ struct TrainingRun {
   std::unique_ptr<StaleGradients> stale;  // optim.staleness > 0
   double last_grad_norm = std::nan("");  // with stale: the norm of the last average applied (none yet)
   RankStraggler straggler;                // this rank's part of train.straggler
+  std::unique_ptr<CommController> adapt;  // comm.adapt
   LossScaler scaler{LossScalerSettings{false, 1.0}};
   TestHooks hooks;
   LRSchedule sched;
@@ -82,6 +84,10 @@ struct TrainingRun {
 // before the first collective, so bad input stops every rank with SetupError.
 std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
                                                 bool nccl, const CommOptions& copts, Profiler& prof);
+
+// comm.adapt's decision: the gradient reducers rebuilt with its bucket size and compression (between steps, when
+// no reduction is in flight; a compression's error-feedback state starts again), and the log line on rank 0.
+void apply_adapt_decision(TrainingRun& run, const AdaptDecision& d);
 
 // Writes checkpoint `step` of the run (collective over the world).
 void checkpoint_run(TrainingRun& run, int step);

@@ -1,0 +1,145 @@
+#include "train/comm_adapt.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace mt {
+
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+// The link a + c * bytes fitted by least squares to the window's operations (us, us per MiB). With one operation
+// size only (no spread to separate the two), all of the time is put on the bytes.
+void fit_link(const AdaptSample& w, double& alpha_us, double& beta_us_per_mb) {
+  alpha_us = 0;
+  beta_us_per_mb = w.sum_b > 0 ? w.sum_t / (w.sum_b / kMiB) : 0;
+  const double n = w.ops, det = n * w.sum_bb - w.sum_b * w.sum_b;
+  if (n < 2 || det <= 1e-9 * n * w.sum_bb) return;
+  const double c = (n * w.sum_bt - w.sum_b * w.sum_t) / det, a = (w.sum_t - c * w.sum_b) / n;
+  if (c <= 0 || a < 0) return;
+  alpha_us = a;
+  beta_us_per_mb = c * kMiB;
+}
+
+void add(AdaptSample& w, const AdaptSample& s) {
+  w.step_ms += s.step_ms;
+  w.backward_ms += s.backward_ms;
+  w.exposed_ms += s.exposed_ms;
+  w.ops += s.ops;
+  w.sum_b += s.sum_b;
+  w.sum_t += s.sum_t;
+  w.sum_bb += s.sum_bb;
+  w.sum_bt += s.sum_bt;
+}
+
+}  // namespace
+
+CommController::CommController(const AdaptLimits& limits, const AdaptSetting& start, double grad_mb,
+                               std::vector<std::pair<CompressMethod, double>> wire_factors)
+    : limits_(limits), current_(start), grad_mb_(grad_mb), factors_(std::move(wire_factors)) {}
+
+double CommController::wire_factor(CompressMethod m) const {
+  for (const auto& f : factors_)
+    if (f.first == m) return f.second;
+  return 1.0;
+}
+
+double CommController::predict_exposed_ms(const AdaptSetting& s, double alpha_us, double beta_us_per_mb,
+                                          double backward_ms) const {
+  const double b = std::min(s.bucket_mb, grad_mb_), factor = wire_factor(s.compress);
+  const int buckets = int(std::ceil(grad_mb_ / b - 1e-9));
+  double finish = 0;
+  for (int i = 0; i < buckets; ++i) {
+    const double end = std::min(grad_mb_, (i + 1) * b), size = end - i * b;
+    const double ready = backward_ms * end / grad_mb_;
+    finish = std::max(ready, finish) + (alpha_us + beta_us_per_mb * size * factor) / 1000.0;
+  }
+  return std::max(0.0, finish - backward_ms);
+}
+
+std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample& s) {
+  if (skip_ > 0) {
+    --skip_;
+    return std::nullopt;
+  }
+  add(window_, s);
+  ++window_steps_;
+  // A link that no longer matches the last fit (its operations 50% off the fit's prediction in two steps in a row:
+  // single operations are late now and then, when a communication thread waits for its core) starts a decision.
+  bool off = false;
+  if (last_beta_ >= 0 && s.ops > 0) {
+    const double expected = s.ops * last_alpha_ + last_beta_ * s.sum_b / kMiB;
+    off = expected > 0 && std::abs(s.sum_t / expected - 1.0) > 0.5;
+  }
+  const bool link_changed = off && prev_off_;
+  prev_off_ = off;
+  AdaptSample recent = prev_;  // the last two steps
+  add(recent, s);
+  prev_ = s;
+  if (window_steps_ < limits_.every && !link_changed) return std::nullopt;
+
+  const double n = window_steps_;
+  AdaptDecision d;
+  d.step = step + 1;
+  d.from = current_;
+  d.backward_ms = window_.backward_ms / n;
+  d.step_ms = window_.step_ms / n;
+  d.exposed_ms = window_.exposed_ms / n;
+  fit_link(window_, d.alpha_us, d.beta_us_per_mb);
+  if (link_changed) {
+    // The link this window measured mixes the old and the new: fit the two steps that showed the change.
+    fit_link(recent, d.alpha_us, d.beta_us_per_mb);
+    set_aside_.clear();
+    d.why = "the link changed";
+  } else if (predicted_step_ms_ > 0 && d.step_ms > 1.05 * predicted_step_ms_ && current_.compress != CompressMethod::None) {
+    set_aside_.push_back(current_.compress);
+    d.why = fmt::format("{} took {:.1f} ms per step against {:.1f} predicted", name_of(current_.compress), d.step_ms,
+                        predicted_step_ms_);
+  }
+  window_ = AdaptSample();
+  window_steps_ = 0;
+  prev_off_ = false;
+  last_alpha_ = d.alpha_us;
+  last_beta_ = d.beta_us_per_mb;
+  predicted_step_ms_ = -1;
+
+  // Every candidate: bucket sizes in powers of two from the lower limit up to the first that holds the whole
+  // gradient (or the upper limit), and the current size; each allowed method not set aside.
+  std::vector<double> sizes = {current_.bucket_mb};
+  for (double b = limits_.min_bucket_mb; b <= limits_.max_bucket_mb * (1 + 1e-9); b *= 2) {
+    sizes.push_back(b);
+    if (b >= grad_mb_) break;
+  }
+  const bool current_aside =
+      std::find(set_aside_.begin(), set_aside_.end(), current_.compress) != set_aside_.end();
+  d.predicted_from_ms = predict_exposed_ms(current_, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+  AdaptSetting best = current_;
+  double best_ms = current_aside ? INFINITY : d.predicted_from_ms;
+  for (CompressMethod m : limits_.methods) {
+    if (std::find(set_aside_.begin(), set_aside_.end(), m) != set_aside_.end()) continue;
+    for (double b : sizes) {
+      const AdaptSetting c{b, m};
+      const double ms = predict_exposed_ms(c, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+      // Ties go to the larger bucket (fewer operations) and the earlier method in the user's list.
+      if (ms < best_ms - 1e-9 || (ms <= best_ms + 1e-9 && c.compress == best.compress && b > best.bucket_mb)) {
+        best = c;
+        best_ms = ms;
+      }
+    }
+  }
+  d.predicted_to_ms = best_ms;
+  // Hysteresis: a change must be worth 3% of the step, unless the current setting has been set aside.
+  if (best == current_ || (!current_aside && d.predicted_from_ms - best_ms <= 0.03 * d.step_ms)) return std::nullopt;
+  if (d.why.empty()) d.why = "the model predicts less exposed communication";
+  d.to = best;
+  current_ = best;
+  predicted_step_ms_ = d.step_ms - d.exposed_ms + best_ms;
+  skip_ = 1;
+  prev_ = AdaptSample();  // the new setting's operations are not comparable with the old ones'
+  return d;
+}
+
+}  // namespace mt

@@ -1,0 +1,83 @@
+// comm.adapt: a light controller that chooses the data-parallel gradient bucket size and, where the user allows
+// it (comm.adapt_compress), the compression, from what each step measured (docs/adaptive.md). Every rank feeds it
+// the same figures (the step's metrics, reduced over the ranks), so every rank decides alike and their buckets
+// stay matched.
+//
+// Model. The last backward pass makes the gradient final at a steady rate (fraction x of the bytes after x of the
+// pass); bucket i, of b bytes, is issued when its last byte is final and goes onto a serial link that takes
+// a + c * wire_bytes (a fitted per operation, c per byte, from the step's all-reduces); its wire bytes are b times
+// the method's wire factor. The exposed time of a setting is when the last bucket finishes minus the end of the
+// pass. Each decision window (comm.adapt_every steps) refits a and c, predicts every candidate (bucket sizes in
+// powers of two between the limits, times the allowed methods) and moves to the best one when it beats the current
+// prediction by more than 3% of the step (hysteresis). A method whose measured step came out more than 5% slower
+// than predicted (compression costs compute the model does not see) is set aside until the link changes. Two steps
+// in a row whose operations take 50% more or less than the fit predicts start a new decision at once.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/compress_method.h"
+
+namespace mt {
+
+struct AdaptLimits {
+  double min_bucket_mb = 0.25, max_bucket_mb = 64;
+  std::vector<CompressMethod> methods;  // those it may choose (the run's own comm.compress among them)
+  int every = 4;                        // steps per decision window
+};
+
+struct AdaptSetting {
+  double bucket_mb = 25;
+  CompressMethod compress = CompressMethod::None;
+  bool operator==(const AdaptSetting& o) const { return bucket_mb == o.bucket_mb && compress == o.compress; }
+};
+
+// One step, as every rank sees it (maxima over ranks, sums over the step's gradient reductions).
+struct AdaptSample {
+  double step_ms = 0;
+  double backward_ms = 0;  // the final backward pass: the window buckets can overlap
+  double exposed_ms = 0;   // compute waiting for the gradient reductions
+  // The step's gradient all-reduces: count, sum of wire bytes, of link time (us), of bytes^2 and of bytes x time.
+  double ops = 0, sum_b = 0, sum_t = 0, sum_bb = 0, sum_bt = 0;
+};
+
+struct AdaptDecision {
+  int step = 0;  // the first step with the new setting
+  AdaptSetting from, to;
+  double alpha_us = 0, beta_us_per_mb = 0;         // the fitted link
+  double backward_ms = 0, step_ms = 0, exposed_ms = 0;  // the window's means
+  double predicted_from_ms = 0, predicted_to_ms = 0;     // exposed time the model predicts for each
+  std::string why;
+};
+
+class CommController {
+ public:
+  // grad_mb: the gradient buffer (fp32) the buckets cut; wire_factor(m): wire bytes per gradient byte of method m.
+  CommController(const AdaptLimits& limits, const AdaptSetting& start, double grad_mb,
+                 std::vector<std::pair<CompressMethod, double>> wire_factors);
+
+  // Feeds step `step`'s figures; returns a decision, to apply from step + 1, when the setting should change.
+  std::optional<AdaptDecision> observe(int step, const AdaptSample& s);
+
+  const AdaptSetting& setting() const { return current_; }
+  // The exposed time (ms) the model predicts for a setting, on link a + c * bytes, with a backward pass of Tb.
+  double predict_exposed_ms(const AdaptSetting& s, double alpha_us, double beta_us_per_mb, double backward_ms) const;
+
+ private:
+  double wire_factor(CompressMethod m) const;
+
+  AdaptLimits limits_;
+  AdaptSetting current_;
+  double grad_mb_;
+  std::vector<std::pair<CompressMethod, double>> factors_;
+  std::vector<CompressMethod> set_aside_;  // slower than predicted on this link
+  AdaptSample window_;                     // sums over the window's steps
+  int window_steps_ = 0, skip_ = 1;        // the first step on a new setting warms up: not counted
+  AdaptSample prev_;                       // the step before this one
+  bool prev_off_ = false;                  // whether it was off the last fit
+  double last_alpha_ = -1, last_beta_ = -1;  // the link at the last decision
+  double predicted_step_ms_ = -1;            // what the last change expected the step to become
+};
+
+}  // namespace mt

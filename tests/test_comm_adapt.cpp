@@ -1,0 +1,182 @@
+// The comm.adapt controller (train/comm_adapt.h) on synthetic measurements, so every decision is deterministic: a
+// plant turns a setting and a link into the figures a step would report (the gradient all-reduces of its buckets on
+// a link of a + c * bytes, the exposed time of the serial link after a backward pass), and the tests check what the
+// controller does with them: the fit, the best candidate, hysteresis, a link that changes, a compression that costs
+// more compute than the model sees.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "train/comm_adapt.h"
+
+using namespace mt;
+
+namespace {
+
+constexpr double kMiB = 1048576.0, kGradMb = 3.2, kBackwardMs = 40, kOtherMs = 25;
+
+struct Link {
+  double alpha_us, beta_us_per_mb;
+};
+
+struct Plant {
+  Link link;
+  double bf16_extra_ms = 0;  // compute the compression costs per step
+  const CommController& model;
+
+  AdaptSample step(const AdaptSetting& s) const {
+    AdaptSample out;
+    const double factor = s.compress == CompressMethod::BF16 ? 0.5 : 1.0;
+    const double b = std::min(s.bucket_mb, kGradMb);
+    for (int i = 0; i * b < kGradMb - 1e-9; ++i) {
+      const double mb = std::min(kGradMb, (i + 1) * b) - i * b, bytes = mb * kMiB * factor;
+      const double t = link.alpha_us + link.beta_us_per_mb * mb * factor;
+      out.ops += 1;
+      out.sum_b += bytes;
+      out.sum_t += t;
+      out.sum_bb += bytes * bytes;
+      out.sum_bt += bytes * t;
+    }
+    out.backward_ms = kBackwardMs;
+    out.exposed_ms = model.predict_exposed_ms(s, link.alpha_us, link.beta_us_per_mb, kBackwardMs);
+    out.step_ms = kOtherMs + kBackwardMs + out.exposed_ms + (s.compress == CompressMethod::BF16 ? bf16_extra_ms : 0);
+    return out;
+  }
+};
+
+constexpr double kStepMs = kOtherMs + kBackwardMs;  // without exposed communication
+
+double exposed(const CommController& c, const AdaptSetting& s, const Link& link) {
+  return c.predict_exposed_ms(s, link.alpha_us, link.beta_us_per_mb, kBackwardMs);
+}
+
+// The setting with the least exposed time on `link` among the controller's candidates (brute force).
+AdaptSetting best_for(const CommController& c, const Link& link, const std::vector<CompressMethod>& methods) {
+  AdaptSetting best;
+  double best_ms = INFINITY;
+  for (CompressMethod m : methods)
+    for (double b = 0.25; b <= 4.0; b *= 2) {
+      const double ms = c.predict_exposed_ms({b, m}, link.alpha_us, link.beta_us_per_mb, kBackwardMs);
+      if (ms < best_ms - 1e-9) best = {b, m}, best_ms = ms;
+    }
+  return best;
+}
+
+AdaptLimits limits(std::vector<CompressMethod> methods = {CompressMethod::None}) {
+  AdaptLimits l;
+  l.min_bucket_mb = 0.25;
+  l.max_bucket_mb = 64;
+  l.methods = std::move(methods);
+  l.every = 4;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("comm.adapt: the model's exposed time", "[adapt]") {
+  CommController c(limits(), {25, CompressMethod::None}, kGradMb, {{CompressMethod::BF16, 0.5}});
+  // One bucket of everything: the whole all-reduce comes after the pass.
+  CHECK(c.predict_exposed_ms({25, CompressMethod::None}, 100, 10000, kBackwardMs) ==
+        Approx((100 + 10000 * kGradMb) / 1000.0));
+  // Small buckets on a link far faster than the pass: only the last bucket is exposed.
+  CHECK(c.predict_exposed_ms({0.4, CompressMethod::None}, 10, 100, kBackwardMs) == Approx((10 + 100 * 0.4) / 1000.0));
+  // bf16 halves the bytes.
+  CHECK(c.predict_exposed_ms({25, CompressMethod::BF16}, 0, 10000, kBackwardMs) ==
+        Approx(10000 * kGradMb * 0.5 / 1000.0));
+}
+
+TEST_CASE("comm.adapt: finds the best bucket size on slow, medium and fast links and stays there", "[adapt]") {
+  for (Link link : {Link{50, 12000}, Link{200, 3000}, Link{2000, 300}}) {
+    INFO("link " << link.alpha_us << " us + " << link.beta_us_per_mb << " us/MiB");
+    CommController c(limits(), {25, CompressMethod::None}, kGradMb, {});
+    Plant plant{link, 0, c};
+    int changes = 0, last_change = 0;
+    for (int step = 1; step <= 60; ++step)
+      if (auto d = c.observe(step, plant.step(c.setting()))) {
+        ++changes, last_change = step;
+        // One bucket of everything gives one operation size, from which only the bytes' share can be fitted;
+        // buckets of two sizes (the last one smaller) give both.
+        if (d->from.bucket_mb < kGradMb) {
+          CHECK(d->alpha_us == Approx(link.alpha_us));
+          CHECK(d->beta_us_per_mb == Approx(link.beta_us_per_mb));
+        }
+        CHECK(d->predicted_to_ms < d->predicted_from_ms);
+      }
+    // Within the hysteresis (3% of the step) of the best setting the model knows.
+    CHECK(exposed(c, c.setting(), link) <= exposed(c, best_for(c, link, {CompressMethod::None}), link) + 0.03 * kStepMs);
+    CHECK(changes >= 1);
+    CHECK(last_change <= 20);  // then no oscillation
+  }
+}
+
+TEST_CASE("comm.adapt: a change the model says is worth less than 3% of the step is not made", "[adapt]") {
+  const Link link{200, 3000};
+  CommController probe(limits(), {25, CompressMethod::None}, kGradMb, {});
+  const AdaptSetting want = best_for(probe, link, {CompressMethod::None});
+  // Start next to the best: a size whose predicted exposed time is within 3% of the step of the best one's.
+  for (double b = 0.25; b <= 4; b *= 2) {
+    const double gap = probe.predict_exposed_ms({b, CompressMethod::None}, link.alpha_us, link.beta_us_per_mb,
+                                                kBackwardMs) -
+                       probe.predict_exposed_ms(want, link.alpha_us, link.beta_us_per_mb, kBackwardMs);
+    if (b == want.bucket_mb || gap > 0.02 * (kOtherMs + kBackwardMs)) continue;
+    CommController c(limits(), {b, CompressMethod::None}, kGradMb, {});
+    Plant plant{link, 0, c};
+    for (int step = 1; step <= 30; ++step) CHECK_FALSE(c.observe(step, plant.step(c.setting())));
+    CHECK(c.setting().bucket_mb == b);
+  }
+}
+
+TEST_CASE("comm.adapt: settles again within 20 steps when the link changes", "[adapt]") {
+  CommController c(limits(), {25, CompressMethod::None}, kGradMb, {});
+  Link link{2000, 300};  // fast: large buckets
+  Plant plant{link, 0, c};
+  for (int step = 1; step <= 30; ++step) c.observe(step, plant.step(c.setting()));
+  CHECK(exposed(c, c.setting(), link) <= exposed(c, best_for(c, link, {CompressMethod::None}), link) + 0.03 * kStepMs);
+  plant.link = {50, 12000};  // slow from step 31 on: small buckets
+  int settled = -1;
+  for (int step = 31; step <= 80; ++step)
+    if (auto d = c.observe(step, plant.step(c.setting()))) {
+      settled = step;
+      if (step < 36) CHECK(d->why == "the link changed");
+    }
+  CHECK(exposed(c, c.setting(), plant.link) <=
+        exposed(c, best_for(c, plant.link, {CompressMethod::None}), plant.link) + 0.03 * kStepMs);
+  CHECK(settled >= 31);
+  CHECK(settled <= 50);
+}
+
+TEST_CASE("comm.adapt: compression where allowed, set aside when it costs more than it saves", "[adapt]") {
+  const std::vector<CompressMethod> both = {CompressMethod::None, CompressMethod::BF16};
+  const Link slow{50, 20000};
+  {
+    CommController c(limits(both), {25, CompressMethod::None}, kGradMb, {{CompressMethod::BF16, 0.5}});
+    Plant plant{slow, 0, c};
+    for (int step = 1; step <= 40; ++step) c.observe(step, plant.step(c.setting()));
+    CHECK(c.setting().compress == CompressMethod::BF16);
+    CHECK(exposed(c, c.setting(), slow) <= exposed(c, best_for(c, slow, both), slow) + 0.03 * kStepMs);
+  }
+  {
+    // Not allowed: never chosen.
+    CommController c(limits(), {25, CompressMethod::None}, kGradMb, {{CompressMethod::BF16, 0.5}});
+    Plant plant{slow, 0, c};
+    for (int step = 1; step <= 40; ++step) c.observe(step, plant.step(c.setting()));
+    CHECK(c.setting().compress == CompressMethod::None);
+  }
+  {
+    // bf16 costs 40 ms of compute per step here: tried, measured slower than predicted, set aside.
+    CommController c(limits(both), {25, CompressMethod::None}, kGradMb, {{CompressMethod::BF16, 0.5}});
+    Plant plant{slow, 40, c};
+    bool tried = false, left = false;
+    for (int step = 1; step <= 60; ++step)
+      if (auto d = c.observe(step, plant.step(c.setting()))) {
+        tried = tried || d->to.compress == CompressMethod::BF16;
+        if (d->from.compress == CompressMethod::BF16) {
+          left = true;
+          CHECK_THAT(d->why, Catch::Contains("bf16 took"));
+        }
+      }
+    CHECK(tried);
+    CHECK(left);
+    CHECK(c.setting().compress == CompressMethod::None);
+  }
+}
