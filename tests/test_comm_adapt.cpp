@@ -101,6 +101,7 @@ TEST_CASE("comm.adapt: finds the best bucket size on slow, medium and fast links
           CHECK(d->beta_us_per_mb == Approx(link.beta_us_per_mb));
         }
         CHECK(d->predicted_to_ms < d->predicted_from_ms);
+        CHECK(d->why != "the link changed");  // it did not
       }
     // Within the hysteresis (3% of the step) of the best setting the model knows.
     CHECK(exposed(c, c.setting(), link) <= exposed(c, best_for(c, link, {CompressMethod::None}), link) + 0.03 * kStepMs);

@@ -12,16 +12,18 @@ namespace {
 constexpr double kMiB = 1048576.0;
 
 // The link a + c * bytes fitted by least squares to the window's operations (us, us per MiB). With one operation
-// size only (no spread to separate the two), all of the time is put on the bytes.
-void fit_link(const AdaptSample& w, double& alpha_us, double& beta_us_per_mb) {
+// size only (no spread to separate the two), all of the time is put on the bytes, and it returns false: such a fit
+// predicts other sizes badly, so it cannot tell a changed link either.
+bool fit_link(const AdaptSample& w, double& alpha_us, double& beta_us_per_mb) {
   alpha_us = 0;
   beta_us_per_mb = w.sum_b > 0 ? w.sum_t / (w.sum_b / kMiB) : 0;
   const double n = w.ops, det = n * w.sum_bb - w.sum_b * w.sum_b;
-  if (n < 2 || det <= 1e-9 * n * w.sum_bb) return;
+  if (n < 2 || det <= 1e-9 * n * w.sum_bb) return false;
   const double c = (n * w.sum_bt - w.sum_b * w.sum_t) / det, a = (w.sum_t - c * w.sum_b) / n;
-  if (c <= 0 || a < 0) return;
+  if (c <= 0 || a < 0) return false;
   alpha_us = a;
   beta_us_per_mb = c * kMiB;
+  return true;
 }
 
 void add(AdaptSample& w, const AdaptSample& s) {
@@ -70,7 +72,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   // A link that no longer matches the last fit (its operations 50% off the fit's prediction in two steps in a row:
   // single operations are late now and then, when a communication thread waits for its core) starts a decision.
   bool off = false;
-  if (last_beta_ >= 0 && s.ops > 0) {
+  if (last_fit_ok_ && s.ops > 0) {
     const double expected = s.ops * last_alpha_ + last_beta_ * s.sum_b / kMiB;
     off = expected > 0 && std::abs(s.sum_t / expected - 1.0) > 0.5;
   }
@@ -88,10 +90,10 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   d.backward_ms = window_.backward_ms / n;
   d.step_ms = window_.step_ms / n;
   d.exposed_ms = window_.exposed_ms / n;
-  fit_link(window_, d.alpha_us, d.beta_us_per_mb);
+  last_fit_ok_ = fit_link(window_, d.alpha_us, d.beta_us_per_mb);
   if (link_changed) {
     // The link this window measured mixes the old and the new: fit the two steps that showed the change.
-    fit_link(recent, d.alpha_us, d.beta_us_per_mb);
+    last_fit_ok_ = fit_link(recent, d.alpha_us, d.beta_us_per_mb);
     set_aside_.clear();
     d.why = "the link changed";
   } else if (predicted_step_ms_ > 0 && d.step_ms > 1.05 * predicted_step_ms_ && current_.compress != CompressMethod::None) {
@@ -132,7 +134,12 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   }
   d.predicted_to_ms = best_ms;
   // Hysteresis: a change must be worth 3% of the step, unless the current setting has been set aside.
-  if (best == current_ || (!current_aside && d.predicted_from_ms - best_ms <= 0.03 * d.step_ms)) return std::nullopt;
+  if (best == current_ || (!current_aside && d.predicted_from_ms - best_ms <= 0.03 * d.step_ms)) {
+    if (!link_changed) return std::nullopt;
+    d.to = current_;  // reported: the link changed and the setting still fits it
+    d.predicted_to_ms = d.predicted_from_ms;
+    return d;
+  }
   if (d.why.empty()) d.why = "the model predicts less exposed communication";
   d.to = best;
   current_ = best;

@@ -57,7 +57,8 @@ class CommController {
   CommController(const AdaptLimits& limits, const AdaptSetting& start, double grad_mb,
                  std::vector<std::pair<CompressMethod, double>> wire_factors);
 
-  // Feeds step `step`'s figures; returns a decision, to apply from step + 1, when the setting should change.
+  // Feeds step `step`'s figures; returns a decision, to apply from step + 1, when the setting should change, and
+  // when the link changed (then `to` may equal `from`: the setting still fits).
   std::optional<AdaptDecision> observe(int step, const AdaptSample& s);
 
   const AdaptSetting& setting() const { return current_; }
@@ -77,6 +78,7 @@ class CommController {
   AdaptSample prev_;                       // the step before this one
   bool prev_off_ = false;                  // whether it was off the last fit
   double last_alpha_ = -1, last_beta_ = -1;  // the link at the last decision
+  bool last_fit_ok_ = false;                 // fitted from operations of more than one size
   double predicted_step_ms_ = -1;            // what the last change expected the step to become
 };
 

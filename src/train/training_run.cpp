@@ -302,7 +302,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
 }
 
 void apply_adapt_decision(TrainingRun& r, const AdaptDecision& d) {
-  r.dp_reduce = reducers_for(r, d.to, false);
+  if (!(d.to == d.from)) r.dp_reduce = reducers_for(r, d.to, false);
   if (r.mesh.rank() == 0)
     spdlog::info("comm.adapt from step {}: bucket {:g} -> {:g} MiB, compression {} -> {} ({}: link {:.0f} us + {:.0f} "
                  "us/MiB per all-reduce, backward {:.1f} ms, step {:.1f} ms, exposed {:.1f} ms; predicted exposed "

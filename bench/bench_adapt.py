@@ -1,0 +1,102 @@
+"""comm.adapt against guessing (issue #16): on three emulated links (fast, medium, slow), the mean step time of an
+adaptive run against every static setting of the same knobs (bucket size x the allowed compressions), and on a link
+that changes mid-run, how many steps the controller takes to settle again.
+
+For each link: one run per static setting (comm.adapt=false) and one adaptive run starting from the defaults
+(25 MiB buckets, no compression), each --steps steps of configs/gpt.yaml on --dp ranks; the mean step_ms over steps
+6..N (the adaptive run's exploration counts). The bar: adaptive within 5% of the best static setting.
+Then one adaptive run of --change + 30 steps on comm.emulate.schedule (fast until step --change, slow after): the
+steps from the change to the controller's last decision (bar: 20), and its mean step after settling against the
+best static on the slow link.
+
+Usage: /usr/bin/python3 bench/bench_adapt.py [--dp 2] [--steps 40] [--compress none,bf16,powersgd] [--change 30]
+Timings are only meaningful on an idle machine; about 6 minutes on a 2-core machine with the defaults.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WARMUP = 5
+LINKS = {"fast": (20, 5.0), "medium": (50, 0.3), "slow": (100, 0.05)}  # latency_us, bandwidth_gbps
+BUCKETS = [0.25, 0.5, 1, 2, 4, 25]
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def run(work, tag, args, sets):
+    d = os.path.join(work, tag)
+    cmd = ["mpiexec", "-n", str(args.dp), os.path.join(ROOT, "build", "trainer"), "--config",
+           os.path.join(ROOT, "configs", "gpt.yaml"), "--set", f"train.steps={args.steps}",
+           "--set", f"train.global_batch={8 * args.dp}", "--set", "train.micro_batch=8", "--set", "train.eval_every=0",
+           "--set", "run.log_every=1000", "--set", "run.checkpoint_every=0", "--set", f"run.dir={d}"]
+    for s in sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"trainer failed: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
+
+
+def mean_step(rows, first=WARMUP):
+    return statistics.mean(r["step_ms"] for r in rows[first:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dp", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--compress", default="none,bf16,powersgd", help="the compressions comm.adapt may choose")
+    ap.add_argument("--change", type=int, default=30, help="the step from which the changing link is slow")
+    args = ap.parse_args()
+    methods = [m.strip() for m in args.compress.split(",")]
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); dp={args.dp}, configs/gpt.yaml, {args.steps} steps, mean "
+          f"step_ms of steps {WARMUP + 1}..{args.steps}; knobs: buckets {BUCKETS} MiB x compression {methods}")
+    adapt = ["comm.adapt=true", f"comm.adapt_compress={','.join(methods)}"]
+    best_on = {}
+    with tempfile.TemporaryDirectory() as work:
+        print(f"{'link':>6} {'latency':>8} {'GB/s':>6} {'best static':>22} {'ms':>7} {'worst':>7} {'adaptive':>8} "
+              f"{'ratio':>6} {'bar <= 1.05':>11}  adaptive's final setting")
+        for name, (lat, bw) in LINKS.items():
+            link = [f"comm.emulate.latency_us={lat}", f"comm.emulate.bandwidth_gbps={bw}"]
+            static = {}
+            for m in methods:
+                for b in BUCKETS:
+                    static[(b, m)] = mean_step(run(work, f"{name}_{b}_{m}", args,
+                                                   link + [f"comm.bucket_mb={b}", f"comm.compress={m}"]))
+            best = min(static, key=static.get)
+            best_on[name] = static[best]
+            rows = run(work, f"{name}_adapt", args, link + adapt)
+            a = mean_step(rows)
+            ratio = a / static[best]
+            final = f"{rows[-1]['bucket_mb']:g} MiB, {rows[-1]['compress']}"
+            print(f"{name:>6} {lat:>8} {bw:>6} {f'{best[0]:g} MiB, {best[1]}':>22} {static[best]:7.1f} "
+                  f"{max(static.values()):7.1f} {a:8.1f} {ratio:6.3f} {'ok' if ratio <= 1.05 else 'MISSED':>11}  {final}")
+        # A link that changes: fast until --change, slow from there.
+        lat0, bw0 = LINKS["fast"]
+        lat1, bw1 = LINKS["slow"]
+        rows = run(work, "change", args, [f"comm.emulate.latency_us={lat0}", f"comm.emulate.bandwidth_gbps={bw0}",
+                                          f"comm.emulate.schedule={args.change}:{lat1}:{bw1}",
+                                          f"train.steps={args.change + 30}"] + adapt)
+        decisions = [r["step"] for r in rows if "adapt" in r]
+        after = [s for s in decisions if s >= args.change]
+        settled = (after[-1] - args.change + 1) if after else None
+        tail = [r for r in rows if r["step"] > (after[-1] + 1 if after else args.change)]
+        print(f"link change at step {args.change} (fast -> slow): decisions at steps {decisions}; settled "
+              f"{settled} steps after the change (bar <= 20: {'ok' if settled is not None and settled <= 20 else 'MISSED'})")
+        if tail:
+            t = statistics.mean(r["step_ms"] for r in tail)
+            print(f"  after settling: mean step {t:.1f} ms against the best static on the slow link {best_on['slow']:.1f} "
+                  f"ms ({t / best_on['slow']:.3f}x; {len(tail)} steps)")
+
+
+if __name__ == "__main__":
+    main()
