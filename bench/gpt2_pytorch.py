@@ -1,7 +1,7 @@
 """GPT-2 124M in plain PyTorch: the PyTorch contender of scripts/bench_gpt2.sh (tokens/s against meshtrain and
 llm.c on one GPU, same model, same tokens per optimizer step, random init).
 
-The model is GPT-2 as CONTRACT.md states it (learned token and position embeddings, pre-LayerNorm blocks, causal
+The model is GPT-2 as the README states it (learned token and position embeddings, pre-LayerNorm blocks, causal
 attention through F.scaled_dot_product_attention(is_causal=True), 4C MLP with tanh-GELU, final LayerNorm, LM head
 tied to the token embedding, no dropout), its vocabulary padded to a multiple of 64 as meshtrain and llm.c pad
 theirs (50257 -> 50304; the padded rows never appear as targets). The step: bf16 autocast over fp32 weights,
@@ -160,7 +160,7 @@ def run_one(args, mode, micro_batch, tokens):
     for step in range(args.steps):
         timer.start()
         for m in range(accum):
-            # meshtrain's data.order=sequential windows (CONTRACT.md): global sequence g of step s starts at
+            # meshtrain's data.order=sequential windows (docs/data.md): global sequence g of step s starts at
             # ((s * GB + g) * T) mod (N - T - 1); one gather makes the micro-batch's inputs and targets.
             offs = [((step * GB + m * micro_batch + b) * T) % n_windows for b in range(micro_batch)]
             win = tokens[torch.tensor(offs, device=device)[:, None] + pos]  # (micro_batch, T + 1)

@@ -174,6 +174,7 @@ TEST_CASE("comm.adapt: compression where allowed, set aside when it costs more t
         if (d->from.compress == CompressMethod::BF16) {
           left = true;
           CHECK_THAT(d->why, Catch::Contains("bf16 took"));
+          CHECK_THAT(d->why, Catch::Contains("no compression is predicted to take"));
         }
       }
     CHECK(tried);

@@ -1,4 +1,4 @@
-// Options of a communicator (comm.timeout_s and comm.emulate.* of CONTRACT.md) and the alpha-beta model that the
+// Options of a communicator (comm.timeout_s and comm.emulate.*) and the alpha-beta model that the
 // network emulation uses. Bandwidths are in GB/s (1e9 bytes per second), latencies in microseconds; every
 // emulation field 0 means "no emulation" for that term (0 latency, unlimited bandwidth). See docs/comm.md.
 #pragma once

@@ -1,5 +1,5 @@
 // The batcher: which tokens a global sequence reads is a function of (step, global sequence index) alone, so
-// every mesh sees the same global batch (shared/CONTRACT.md, data semantics).
+// every mesh sees the same global batch (docs/data.md, window order).
 //   sequential: window offset o = ((step * global_batch + g) * T) mod (N - T - 1)
 //   shuffle:    window w = step * global_batch + g is taken in epochs of K = (N - T - 1) / T windows; epoch
 //               e = w / K visits the non-overlapping windows k*T in a Fisher-Yates order seeded by (seed, e).

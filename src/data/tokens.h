@@ -1,4 +1,4 @@
-// Token streams: loading the formats of shared/CONTRACT.md into memory, with every id checked against the
+// Token streams: loading the formats of docs/data.md into memory, with every id checked against the
 // vocabulary. All loaders throw InputError naming the file and the problem (exit status 2).
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
 // DeviceMesh: the dp x tp x pp grid of ranks and each rank's place in it (pure arithmetic, no MPI), and
 // MeshComms: the world, dp, tp and pp communicators of one rank, split from a base MPI communicator.
-// Order semantics (CONTRACT.md, parallel.order): the first axis of the order string varies fastest. With
+// Order semantics (parallel.order, docs/mesh.md): the first axis of the order string varies fastest. With
 // "tp-dp-pp", global rank = tp_rank + tp * (dp_rank + dp * pp_rank), so a tp group is a run of consecutive
 // ranks (same node, fastest links) and pipeline stages are furthest apart. See docs/mesh.md.
 // The mesh and its communicators are built once at start-up and passed in; there is no global mesh.

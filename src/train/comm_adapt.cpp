@@ -96,17 +96,28 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
     last_fit_ok_ = fit_link(recent, d.alpha_us, d.beta_us_per_mb);
     set_aside_.clear();
     d.why = "the link changed";
-  } else if (predicted_step_ms_ > 0 && d.step_ms > 1.05 * predicted_step_ms_ && current_.compress != CompressMethod::None) {
-    set_aside_.push_back(current_.compress);
-    d.why = fmt::format("{} took {:.1f} ms per step against {:.1f} predicted", name_of(current_.compress), d.step_ms,
-                        predicted_step_ms_);
+  } else if (current_.compress == CompressMethod::None) {
+    plain_compute_ms_ = d.step_ms - d.exposed_ms;
+  } else if (plain_compute_ms_ > 0) {
+    // A compression costs compute the model does not see: measured against the best uncompressed setting's
+    // predicted step (the compute measured without compression, plus that setting's exposed time), it must pay.
+    double plain_ms = INFINITY;
+    for (double b = limits_.min_bucket_mb; b <= limits_.max_bucket_mb * (1 + 1e-9); b *= 2) {
+      plain_ms = std::min(plain_ms, plain_compute_ms_ + predict_exposed_ms({b, CompressMethod::None}, d.alpha_us,
+                                                                           d.beta_us_per_mb, d.backward_ms));
+      if (b >= grad_mb_) break;
+    }
+    if (d.step_ms > 1.03 * plain_ms) {
+      set_aside_.push_back(current_.compress);
+      d.why = fmt::format("{} took {:.1f} ms per step, no compression is predicted to take {:.1f}",
+                          name_of(current_.compress), d.step_ms, plain_ms);
+    }
   }
   window_ = AdaptSample();
   window_steps_ = 0;
   prev_off_ = false;
   last_alpha_ = d.alpha_us;
   last_beta_ = d.beta_us_per_mb;
-  predicted_step_ms_ = -1;
 
   // Every candidate: bucket sizes in powers of two from the lower limit up to the first that holds the whole
   // gradient (or the upper limit), and the current size; each allowed method not set aside.
@@ -143,7 +154,6 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   if (d.why.empty()) d.why = "the model predicts less exposed communication";
   d.to = best;
   current_ = best;
-  predicted_step_ms_ = d.step_ms - d.exposed_ms + best_ms;
   skip_ = 1;
   prev_ = AdaptSample();  // the new setting's operations are not comparable with the old ones'
   return d;

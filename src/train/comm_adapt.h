@@ -9,8 +9,9 @@
 // the method's wire factor. The exposed time of a setting is when the last bucket finishes minus the end of the
 // pass. Each decision window (comm.adapt_every steps) refits a and c, predicts every candidate (bucket sizes in
 // powers of two between the limits, times the allowed methods) and moves to the best one when it beats the current
-// prediction by more than 3% of the step (hysteresis). A method whose measured step came out more than 5% slower
-// than predicted (compression costs compute the model does not see) is set aside until the link changes. Two steps
+// prediction by more than 3% of the step (hysteresis). A compression whose measured step comes out more than 3%
+// slower than the best uncompressed setting is predicted to take (compression costs compute the model does not
+// see; the uncompressed compute is measured while running without one) is set aside until the link changes. Two steps
 // in a row whose operations take 50% more or less than the fit predicts start a new decision at once.
 #pragma once
 #include <optional>
@@ -79,7 +80,7 @@ class CommController {
   bool prev_off_ = false;                  // whether it was off the last fit
   double last_alpha_ = -1, last_beta_ = -1;  // the link at the last decision
   bool last_fit_ok_ = false;                 // fitted from operations of more than one size
-  double predicted_step_ms_ = -1;            // what the last change expected the step to become
+  double plain_compute_ms_ = -1;             // step less exposed time, in the last window without compression
 };
 
 }  // namespace mt

@@ -1,5 +1,5 @@
-// metrics.jsonl: one JSON object per optimizer step (global rank 0 writes it), with the keys of
-// shared/CONTRACT.md. Flushed every row so a crashed run keeps what it measured.
+// metrics.jsonl: one JSON object per optimizer step (global rank 0 writes it), with the keys the README lists
+// ("A run writes"). Flushed every row so a crashed run keeps what it measured.
 #pragma once
 #include <cstdint>
 #include <cstdio>

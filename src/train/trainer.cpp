@@ -186,15 +186,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     }
     AdaptSample sample;
     meter.end(s, row, run.adapt ? &sample : nullptr);
-    if (run.adapt) {
-      row.bucket_mb = run.adapt->setting().bucket_mb;
-      row.compress = name_of(run.adapt->setting().compress);
-      if (auto d = run.adapt->observe(step, sample)) {
-        apply_adapt_decision(run, *d);
-        row.adapt = fmt::format("bucket {:g} -> {:g} MiB, compression {} -> {}: {}", d->from.bucket_mb,
-                                d->to.bucket_mb, name_of(d->from.compress), name_of(d->to.compress), d->why);
-      }
-    }
+    if (run.adapt) adapt_after_step(run, step, sample, row);
     if (s.finite_loss) row.grad_norm = read_scalar(run.opt->grad_norm());
     if (run.fp16) row.loss_scale = s.loss_scale;
     if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;

@@ -301,8 +301,15 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   return run;
 }
 
-void apply_adapt_decision(TrainingRun& r, const AdaptDecision& d) {
+void adapt_after_step(TrainingRun& r, int step, const AdaptSample& sample, StepMetrics& row) {
+  row.bucket_mb = r.adapt->setting().bucket_mb;
+  row.compress = name_of(r.adapt->setting().compress);
+  const std::optional<AdaptDecision> decided = r.adapt->observe(step, sample);
+  if (!decided) return;
+  const AdaptDecision& d = *decided;
   if (!(d.to == d.from)) r.dp_reduce = reducers_for(r, d.to, false);
+  row.adapt = fmt::format("bucket {:g} -> {:g} MiB, compression {} -> {}: {}", d.from.bucket_mb, d.to.bucket_mb,
+                          name_of(d.from.compress), name_of(d.to.compress), d.why);
   if (r.mesh.rank() == 0)
     spdlog::info("comm.adapt from step {}: bucket {:g} -> {:g} MiB, compression {} -> {} ({}: link {:.0f} us + {:.0f} "
                  "us/MiB per all-reduce, backward {:.1f} ms, step {:.1f} ms, exposed {:.1f} ms; predicted exposed "

@@ -24,6 +24,7 @@
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/grad_reducers.h"
+#include "train/metrics.h"
 #include "train/pipeline_runner.h"
 #include "train/profiler.h"
 #include "train/straggler.h"
@@ -85,9 +86,10 @@ struct TrainingRun {
 std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
                                                 bool nccl, const CommOptions& copts, Profiler& prof);
 
-// comm.adapt's decision: the gradient reducers rebuilt with its bucket size and compression (between steps, when
-// no reduction is in flight; a compression's error-feedback state starts again), and the log line on rank 0.
-void apply_adapt_decision(TrainingRun& run, const AdaptDecision& d);
+// comm.adapt after step `step`: its row records the setting the step ran with; the controller takes the step's
+// figures, and a decision rebuilds the gradient reducers with its bucket size and compression (between steps, when
+// no reduction is in flight; a compression's error-feedback state starts again), logged on rank 0 and in the row.
+void adapt_after_step(TrainingRun& run, int step, const AdaptSample& sample, StepMetrics& row);
 
 // Writes checkpoint `step` of the run (collective over the world).
 void checkpoint_run(TrainingRun& run, int step);

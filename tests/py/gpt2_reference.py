@@ -1,6 +1,6 @@
 """A GPT-2 in PyTorch, written from the paper and Hugging Face's layout, used as the reference for meshtrain's
 parity test; plus the helpers the test scripts share (safetensors I/O, llm.c shards, the data windowing and the
-learning-rate schedule of shared/CONTRACT.md)."""
+learning-rate schedule of the README and docs/data.md)."""
 import json
 import math
 import struct
@@ -87,7 +87,7 @@ def lr_at(step, lr, min_lr, warmup, total, kind="cosine"):
 
 
 def window(tokens, step, g, global_batch, T):
-    """shared/CONTRACT.md, data.order = sequential."""
+    """docs/data.md, data.order = sequential."""
     o = ((step * global_batch + g) * T) % (len(tokens) - T - 1)
     return tokens[o:o + T], tokens[o + 1:o + T + 1]
 
