@@ -23,6 +23,7 @@ struct Plant {
   Link link;
   double bf16_extra_ms = 0;  // compute the compression costs per step
   const CommController& model;
+  double small_plain_extra_ms = 0;  // uncompressed buckets under 1 MiB cost this compute, which the model misses
 
   AdaptSample step(const AdaptSetting& s) const {
     AdaptSample out;
@@ -39,7 +40,8 @@ struct Plant {
     }
     out.backward_ms = kBackwardMs;
     out.exposed_ms = model.predict_exposed_ms(s, link.alpha_us, link.beta_us_per_mb, kBackwardMs);
-    out.step_ms = kOtherMs + kBackwardMs + out.exposed_ms + (s.compress == CompressMethod::BF16 ? bf16_extra_ms : 0);
+    out.step_ms = kOtherMs + kBackwardMs + out.exposed_ms + (s.compress == CompressMethod::BF16 ? bf16_extra_ms : 0) +
+                  (s.compress == CompressMethod::None && s.bucket_mb < 1 ? small_plain_extra_ms : 0);
     return out;
   }
 };
@@ -164,21 +166,34 @@ TEST_CASE("comm.adapt: compression where allowed, set aside when it costs more t
     CHECK(c.setting().compress == CompressMethod::None);
   }
   {
-    // bf16 costs 40 ms of compute per step here: tried, measured slower than predicted, set aside.
+    // bf16 costs 40 ms of compute per step here: tried, measured slower than the uncompressed steps the model
+    // predicts from the uncompressed compute, and left.
     CommController c(limits(both), {25, CompressMethod::None}, kGradMb, {{CompressMethod::BF16, 0.5}});
     Plant plant{slow, 40, c};
     bool tried = false, left = false;
     for (int step = 1; step <= 60; ++step)
       if (auto d = c.observe(step, plant.step(c.setting()))) {
         tried = tried || d->to.compress == CompressMethod::BF16;
-        if (d->from.compress == CompressMethod::BF16) {
-          left = true;
-          CHECK_THAT(d->why, Catch::Contains("bf16 took"));
-          CHECK_THAT(d->why, Catch::Contains("no compression is predicted to take"));
-        }
+        left = left || d->from.compress == CompressMethod::BF16;
       }
     CHECK(tried);
     CHECK(left);
     CHECK(c.setting().compress == CompressMethod::None);
   }
+}
+
+TEST_CASE("comm.adapt: what a setting measured overrules what the model predicted for it", "[adapt]") {
+  // Uncompressed small buckets look best to the model, but cost 30 ms of compute the model does not see; bf16 at
+  // 1 MiB, measured, is faster. The controller tries them, measures, and settles on the faster.
+  const std::vector<CompressMethod> both = {CompressMethod::None, CompressMethod::BF16};
+  const Link link{50, 12000};
+  CommController c(limits(both), {25, CompressMethod::None}, kGradMb, {{CompressMethod::BF16, 0.5}});
+  Plant plant{link, 0, c, 30};
+  int last_change = 0;
+  for (int step = 1; step <= 80; ++step)
+    if (c.observe(step, plant.step(c.setting()))) last_change = step;
+  const AdaptSetting s = c.setting();
+  CHECK_FALSE((s.compress == CompressMethod::None && s.bucket_mb < 1));
+  CHECK(plant.step(s).step_ms <= plant.step({1, CompressMethod::BF16}).step_ms * 1.03);
+  CHECK(last_change <= 40);
 }

@@ -69,12 +69,13 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   }
   add(window_, s);
   ++window_steps_;
-  // A link that no longer matches the last fit (its operations 50% off the fit's prediction in two steps in a row:
-  // single operations are late now and then, when a communication thread waits for its core) starts a decision.
+  // A link that no longer matches the last fit (its operations taking over twice or under half the fit's prediction
+  // in two steps in a row: small operations are late now and then, when a communication thread waits for its core)
+  // starts a decision.
   bool off = false;
-  if (last_fit_ok_ && s.ops > 0) {
+  if (last_fit_ok_ && fit_setting_ == current_ && s.ops > 0) {
     const double expected = s.ops * last_alpha_ + last_beta_ * s.sum_b / kMiB;
-    off = expected > 0 && std::abs(s.sum_t / expected - 1.0) > 0.5;
+    off = expected > 0 && (s.sum_t > 2 * expected || s.sum_t < 0.5 * expected);
   }
   const bool link_changed = off && prev_off_;
   prev_off_ = off;
@@ -83,75 +84,78 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   prev_ = s;
   if (window_steps_ < limits_.every && !link_changed) return std::nullopt;
 
-  const double n = window_steps_;
+  // On a changed link only the two steps that showed it describe the link (and the step) now.
+  const AdaptSample& w = link_changed ? recent : window_;
+  const double n = link_changed ? 2 : window_steps_;
   AdaptDecision d;
   d.step = step + 1;
   d.from = current_;
-  d.backward_ms = window_.backward_ms / n;
-  d.step_ms = window_.step_ms / n;
-  d.exposed_ms = window_.exposed_ms / n;
-  last_fit_ok_ = fit_link(window_, d.alpha_us, d.beta_us_per_mb);
+  d.backward_ms = w.backward_ms / n;
+  d.step_ms = w.step_ms / n;
+  d.exposed_ms = w.exposed_ms / n;
+  last_fit_ok_ = fit_link(w, d.alpha_us, d.beta_us_per_mb);
   if (link_changed) {
-    // The link this window measured mixes the old and the new: fit the two steps that showed the change.
-    last_fit_ok_ = fit_link(recent, d.alpha_us, d.beta_us_per_mb);
-    set_aside_.clear();
+    measured_.clear();
     d.why = "the link changed";
-  } else if (current_.compress == CompressMethod::None) {
-    plain_compute_ms_ = d.step_ms - d.exposed_ms;
-  } else if (plain_compute_ms_ > 0) {
-    // A compression costs compute the model does not see: measured against the best uncompressed setting's
-    // predicted step (the compute measured without compression, plus that setting's exposed time), it must pay.
-    double plain_ms = INFINITY;
-    for (double b = limits_.min_bucket_mb; b <= limits_.max_bucket_mb * (1 + 1e-9); b *= 2) {
-      plain_ms = std::min(plain_ms, plain_compute_ms_ + predict_exposed_ms({b, CompressMethod::None}, d.alpha_us,
-                                                                           d.beta_us_per_mb, d.backward_ms));
-      if (b >= grad_mb_) break;
-    }
-    if (d.step_ms > 1.03 * plain_ms) {
-      set_aside_.push_back(current_.compress);
-      d.why = fmt::format("{} took {:.1f} ms per step, no compression is predicted to take {:.1f}",
-                          name_of(current_.compress), d.step_ms, plain_ms);
-    }
   }
   window_ = AdaptSample();
   window_steps_ = 0;
   prev_off_ = false;
   last_alpha_ = d.alpha_us;
   last_beta_ = d.beta_us_per_mb;
+  fit_setting_ = current_;
+  // What this setting measured: its step, and the compute of its method (the step less the exposed time), which
+  // carries a compression's own cost to the predictions of its other bucket sizes.
+  auto known = std::find_if(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == current_; });
+  if (known != measured_.end()) known->second = d.step_ms;
+  else measured_.emplace_back(current_, d.step_ms);
+  compute_ms_[int(current_.compress)] = d.step_ms - d.exposed_ms;
 
   // Every candidate: bucket sizes in powers of two from the lower limit up to the first that holds the whole
-  // gradient (or the upper limit), and the current size; each allowed method not set aside.
+  // gradient (or the upper limit), and the current size, times each allowed method. A candidate's step is what it
+  // measured on this link, else its method's compute (a method not run yet: the uncompressed compute) plus the
+  // exposed time the model predicts.
   std::vector<double> sizes = {current_.bucket_mb};
   for (double b = limits_.min_bucket_mb; b <= limits_.max_bucket_mb * (1 + 1e-9); b *= 2) {
     sizes.push_back(b);
     if (b >= grad_mb_) break;
   }
-  const bool current_aside =
-      std::find(set_aside_.begin(), set_aside_.end(), current_.compress) != set_aside_.end();
-  d.predicted_from_ms = predict_exposed_ms(current_, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+  // What the model misses of the current setting's exposed time (waits it does not see), added to its predictions.
+  const double missed = std::max(0.0, d.exposed_ms - predict_exposed_ms(current_, d.alpha_us, d.beta_us_per_mb,
+                                                                        d.backward_ms));
+  auto step_of = [&](const AdaptSetting& c) {
+    for (const auto& m : measured_)
+      if (m.first == c) return m.second;
+    double compute = compute_ms_[int(c.compress)];
+    if (compute < 0) compute = compute_ms_[int(CompressMethod::None)];
+    if (compute < 0) compute = d.step_ms - d.exposed_ms;
+    return compute + missed + predict_exposed_ms(c, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+  };
+  d.predicted_from_ms = d.step_ms;
   AdaptSetting best = current_;
-  double best_ms = current_aside ? INFINITY : d.predicted_from_ms;
-  for (CompressMethod m : limits_.methods) {
-    if (std::find(set_aside_.begin(), set_aside_.end(), m) != set_aside_.end()) continue;
+  double best_ms = d.step_ms;
+  for (CompressMethod m : limits_.methods)
     for (double b : sizes) {
       const AdaptSetting c{b, m};
-      const double ms = predict_exposed_ms(c, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+      const double ms = step_of(c);
       // Ties go to the larger bucket (fewer operations) and the earlier method in the user's list.
       if (ms < best_ms - 1e-9 || (ms <= best_ms + 1e-9 && c.compress == best.compress && b > best.bucket_mb)) {
         best = c;
         best_ms = ms;
       }
     }
-  }
   d.predicted_to_ms = best_ms;
-  // Hysteresis: a change must be worth 3% of the step, unless the current setting has been set aside.
-  if (best == current_ || (!current_aside && d.predicted_from_ms - best_ms <= 0.03 * d.step_ms)) {
+  // Hysteresis: a change must be worth 3% of the step.
+  if (best == current_ || d.step_ms - best_ms <= 0.03 * d.step_ms) {
     if (!link_changed) return std::nullopt;
     d.to = current_;  // reported: the link changed and the setting still fits it
-    d.predicted_to_ms = d.predicted_from_ms;
+    d.predicted_to_ms = d.step_ms;
     return d;
   }
-  if (d.why.empty()) d.why = "the model predicts less exposed communication";
+  if (d.why.empty()) {
+    const bool measured = std::any_of(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == best; });
+    d.why = measured ? "it measured faster steps on this link" : "the model predicts faster steps";
+  }
   d.to = best;
   current_ = best;
   skip_ = 1;

@@ -7,12 +7,13 @@
 // pass); bucket i, of b bytes, is issued when its last byte is final and goes onto a serial link that takes
 // a + c * wire_bytes (a fitted per operation, c per byte, from the step's all-reduces); its wire bytes are b times
 // the method's wire factor. The exposed time of a setting is when the last bucket finishes minus the end of the
-// pass. Each decision window (comm.adapt_every steps) refits a and c, predicts every candidate (bucket sizes in
-// powers of two between the limits, times the allowed methods) and moves to the best one when it beats the current
-// prediction by more than 3% of the step (hysteresis). A compression whose measured step comes out more than 3%
-// slower than the best uncompressed setting is predicted to take (compression costs compute the model does not
-// see; the uncompressed compute is measured while running without one) is set aside until the link changes. Two steps
-// in a row whose operations take 50% more or less than the fit predicts start a new decision at once.
+// pass. Each decision window (comm.adapt_every steps) refits a and c and gives every candidate (bucket sizes in
+// powers of two between the limits, times the allowed methods) a step time: what it measured on this link if it
+// ran, else its method's measured compute (step less exposed time; a compression's own cost shows there) plus the
+// exposed time the model predicts (plus what the model missed of the current setting's measured exposed time). It moves to the fastest when that beats the current setting's measured step by
+// more than 3% (hysteresis). Measuring settles what the model gets wrong (the comm thread's work on the compute
+// cores, a compression's cost). Two steps in a row whose operations take over twice or under half what the fit
+// predicts for the same setting mean the link changed: the measurements are forgotten and a decision starts at once.
 #pragma once
 #include <optional>
 #include <string>
@@ -38,7 +39,7 @@ struct AdaptSetting {
 struct AdaptSample {
   double step_ms = 0;
   double backward_ms = 0;  // the final backward pass: the window buckets can overlap
-  double exposed_ms = 0;   // compute waiting for the gradient reductions
+  double exposed_ms = 0;   // the slowest rank's compute waiting for communication
   // The step's gradient all-reduces: count, sum of wire bytes, of link time (us), of bytes^2 and of bytes x time.
   double ops = 0, sum_b = 0, sum_t = 0, sum_bb = 0, sum_bt = 0;
 };
@@ -48,7 +49,7 @@ struct AdaptDecision {
   AdaptSetting from, to;
   double alpha_us = 0, beta_us_per_mb = 0;         // the fitted link
   double backward_ms = 0, step_ms = 0, exposed_ms = 0;  // the window's means
-  double predicted_from_ms = 0, predicted_to_ms = 0;     // exposed time the model predicts for each
+  double predicted_from_ms = 0, predicted_to_ms = 0;     // step time: the current's measured, the new one's expected
   std::string why;
 };
 
@@ -73,14 +74,16 @@ class CommController {
   AdaptSetting current_;
   double grad_mb_;
   std::vector<std::pair<CompressMethod, double>> factors_;
-  std::vector<CompressMethod> set_aside_;  // slower than predicted on this link
+  std::vector<std::pair<AdaptSetting, double>> measured_;  // step time of each setting run on this link
+  double compute_ms_[8] = {-1, -1, -1, -1, -1, -1, -1, -1};  // per CompressMethod: its last measured compute
   AdaptSample window_;                     // sums over the window's steps
   int window_steps_ = 0, skip_ = 1;        // the first step on a new setting warms up: not counted
   AdaptSample prev_;                       // the step before this one
   bool prev_off_ = false;                  // whether it was off the last fit
   double last_alpha_ = -1, last_beta_ = -1;  // the link at the last decision
   bool last_fit_ok_ = false;                 // fitted from operations of more than one size
-  double plain_compute_ms_ = -1;             // step less exposed time, in the last window without compression
+  AdaptSetting fit_setting_;                 // the setting it was fitted on: other settings' operations differ (a
+                                             // real operation's own overhead shows most in small ones)
 };
 
 }  // namespace mt

@@ -140,7 +140,8 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
     constexpr double kMiB = 1048576.0;
     const RankFigures& r0 = all[0];
     adapt->step_ms = m.step_ms;
-    adapt->exposed_ms = m.exposed_ms;
+    // The slowest rank's: the others' exposed time also holds their wait for it, which no setting changes.
+    adapt->exposed_ms = row.slowest_exposed_comm_ms;
     adapt->backward_ms = 0;
     for (const RankFigures& f : all) adapt->backward_ms = std::max(adapt->backward_ms, double(f.final_backward_ms));
     adapt->ops = r0.link_ops;

@@ -312,11 +312,9 @@ void adapt_after_step(TrainingRun& r, int step, const AdaptSample& sample, StepM
                           name_of(d.from.compress), name_of(d.to.compress), d.why);
   if (r.mesh.rank() == 0)
     spdlog::info("comm.adapt from step {}: bucket {:g} -> {:g} MiB, compression {} -> {} ({}: link {:.0f} us + {:.0f} "
-                 "us/MiB per all-reduce, backward {:.1f} ms, step {:.1f} ms, exposed {:.1f} ms; predicted exposed "
-                 "{:.1f} -> {:.1f} ms)",
+                 "us/MiB per all-reduce, backward {:.1f} ms, exposed {:.1f} ms; step {:.1f} ms, expected {:.1f} ms)",
                  d.step, d.from.bucket_mb, d.to.bucket_mb, name_of(d.from.compress), name_of(d.to.compress), d.why,
-                 d.alpha_us, d.beta_us_per_mb, d.backward_ms, d.step_ms, d.exposed_ms, d.predicted_from_ms,
-                 d.predicted_to_ms);
+                 d.alpha_us, d.beta_us_per_mb, d.backward_ms, d.exposed_ms, d.step_ms, d.predicted_to_ms);
 }
 
 void checkpoint_run(TrainingRun& r, int step) {

@@ -54,7 +54,7 @@ check(decisions and decisions[0]["step"] <= 9 and "bucket 25 -> " in decisions[0
 first = decisions[0]["step"] if decisions else 0
 check(all(r["bucket_mb"] == 25 for r in rows[:first]) and rows[first]["bucket_mb"] < 25,
       f"the next step runs with the new buckets ({rows[first]['bucket_mb'] if decisions else '?'} MiB)")
-check("comm.adapt from step" in out and "predicted exposed" in out, "the log gives each decision with its figures")
+check("comm.adapt from step" in out and "expected" in out, "the log gives each decision with its figures")
 d = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(rows, static))
 check(d <= 1e-5, f"bucket sizes change nothing but rounding: losses within {d:.1e} of the static run")
 
