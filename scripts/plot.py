@@ -5,7 +5,9 @@
 
   plot.py loss SOURCE... -o loss.png       training loss (and val_loss where evaluated) against step, overlaid;
                                            each SOURCE is a run dir (its metrics.jsonl), a metrics.jsonl, a
-                                           sweep's steps.csv (one curve per ok point) or a sweep dir
+                                           sweep's steps.csv (one curve per ok point) or a sweep dir;
+                                           --x time: against wall-clock seconds (elapsed_ms), --x bytes: against
+                                           the MB sent so far (cumulative comm_bytes), for time- or bytes-to-loss
   plot.py scaling SUMMARY.csv -o scaling.png    median tokens/s against ranks (np), one line per setting
                                                 other than np, with linear scaling from each line's first point
   plot.py breakdown SUMMARY.csv -o breakdown.png   per layout, a bar of the step time (mean over the measured
@@ -79,17 +81,29 @@ def curve_from_metrics(path, label):
                 except ValueError:
                     die(f"{path}:{n}: not a JSON line")
     return {"label": label, "step": [r.get("step") for r in rows], "loss": [r.get("loss") for r in rows],
-            "val": [(r["step"], r["val_loss"]) for r in rows if isinstance(r.get("val_loss"), (int, float))]}
+            "val": [(r["step"], r["val_loss"]) for r in rows if isinstance(r.get("val_loss"), (int, float))],
+            "time": [r.get("elapsed_ms", 0) / 1000.0 for r in rows], "bytes": cumulative_mb(rows)}
+
+
+def cumulative_mb(rows):
+    out, total = [], 0.0
+    for r in rows:
+        total += number(str(r.get("comm_bytes", 0))) or 0
+        out.append(total / 1e6)
+    return out
 
 
 def curves_from_steps_csv(path):
     rows = read_csv(path, ["point", "step", "loss"])
     curves = {}
     for r in rows:
-        c = curves.setdefault(r["point"], {"label": r.get("label") or r["point"], "step": [], "loss": [], "val": []})
+        c = curves.setdefault(r["point"], {"label": r.get("label") or r["point"], "step": [], "loss": [], "val": [],
+                                           "time": [], "bytes": []})
         step = number(r["step"])
         c["step"].append(step)
         c["loss"].append(number(r["loss"]))
+        c["time"].append((number(r.get("elapsed_ms")) or 0) / 1000.0)
+        c["bytes"].append((c["bytes"][-1] if c["bytes"] else 0) + (number(r.get("comm_bytes")) or 0) / 1e6)
         val = number(r.get("val_loss"))
         if val is not None:
             c["val"].append((step, val))
@@ -140,10 +154,18 @@ def save(fig, out):
     print(f"plot: wrote {out}")
 
 
-def plot_loss(sources, out, title=None, logy=False):
+X_AXES = {"step": "step", "time": "wall-clock time (s)", "bytes": "MB sent (the busiest rank, cumulative)"}
+
+
+def plot_loss(sources, out, title=None, logy=False, x="step"):
     curves = [c for c in load_curves(sources) if c["step"]]
     if not curves:
         die("no loss curves to plot (no metrics rows in " + ", ".join(sources) + ")")
+    if x != "step":  # each curve's steps mapped to its elapsed time or bytes sent
+        for c in curves:
+            at = dict(zip(c["step"], c[x]))
+            c["val"] = [(at.get(s, 0), v) for s, v in c["val"]]
+            c["step"] = c[x]
     plt = pyplot()
     has_val = any(c["val"] for c in curves)
     fig, axes = plt.subplots(1, 2 if has_val else 1, figsize=(11 if has_val else 7, 4.5), squeeze=False)
@@ -152,7 +174,7 @@ def plot_loss(sources, out, title=None, logy=False):
         pts = [(s, l) for s, l in zip(c["step"], c["loss"]) if s is not None and l is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=c["label"], color=f"C{i % 10}", linewidth=1.4,
                 linestyle=STYLES[i % len(STYLES)])
-    ax.set(xlabel="step", ylabel="training loss (nats/token)")
+    ax.set(xlabel=X_AXES[x], ylabel="training loss (nats/token)")
     set_title(ax, "Training loss")
     if has_val:
         vax = axes[0][1]
@@ -160,11 +182,12 @@ def plot_loss(sources, out, title=None, logy=False):
             if c["val"]:
                 vax.plot([v[0] for v in c["val"]], [v[1] for v in c["val"]], marker="o", markersize=3,
                          label=c["label"], color=f"C{i % 10}", linewidth=1.4, linestyle=STYLES[i % len(STYLES)])
-        vax.set(xlabel="step", ylabel="validation loss (nats/token)")
+        vax.set(xlabel=X_AXES[x], ylabel="validation loss (nats/token)")
         set_title(vax, "Validation loss")
     from matplotlib.ticker import MaxNLocator
     for a in axes[0]:
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if x == "step":
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
         a.grid(alpha=0.3)
         if logy:
             a.set_yscale("log")
@@ -302,6 +325,7 @@ def parse_args(argv):
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="run dir, metrics.jsonl, steps.csv or sweep dir")
     p.add_argument("-o", "--out", default="loss.png")
     p.add_argument("--logy", action="store_true", help="logarithmic loss axis")
+    p.add_argument("--x", choices=sorted(X_AXES), default="step", help="the horizontal axis: step, time or bytes")
     p.add_argument("--title")
     for kind, default in (("scaling", "scaling.png"), ("breakdown", "breakdown.png")):
         p = sub.add_parser(kind, help=f"{kind} figure from a sweep's summary.csv")
@@ -317,7 +341,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     if args.kind == "loss":
-        plot_loss(args.sources, args.out, args.title, args.logy)
+        plot_loss(args.sources, args.out, args.title, args.logy, args.x)
     elif args.kind == "scaling":
         plot_scaling(args.summary, args.out, args.title)
     elif args.kind == "breakdown":

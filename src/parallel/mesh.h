@@ -7,6 +7,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <memory>
@@ -104,6 +105,14 @@ struct MeshComms {
   MeshComms(const MeshComms&) = delete;
   MeshComms& operator=(const MeshComms&) = delete;
   ~MeshComms();
+
+  // Every communicator object once (a group may serve two axes), without the null ones.
+  std::vector<Communicator*> all() const {
+    std::vector<Communicator*> out;
+    for (Communicator* c : {world.get(), dp.get(), tp.get(), pp.get(), emb.get()})
+      if (c && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    return out;
+  }
 
   // The split MPI communicators the Communicators above were built on (owned; freed by the destructor).
   MPI_Comm world_mpi = MPI_COMM_NULL, dp_mpi = MPI_COMM_NULL, tp_mpi = MPI_COMM_NULL, pp_mpi = MPI_COMM_NULL,

@@ -42,9 +42,8 @@ StepMeter::StepMeter(TrainingRun& run, CommTimeline& timeline) : run_(run), time
   for (Communicator* x : {c.world.get(), c.dp.get(), c.tp.get(), c.emb.get()})
     if (x) blocking_.push_back(x);
   // A hierarchical communicator's CPU count already includes its sub-communicators, and an emulated one its inner
-  // transport's; the same object may serve two axes.
-  for (Communicator* x : {c.world.get(), c.dp.get(), c.tp.get(), c.pp.get(), c.emb.get()})
-    if (x && std::find(threads_.begin(), threads_.end(), x) == threads_.end()) threads_.push_back(x);
+  // transport's.
+  threads_ = c.all();
 }
 
 double StepMeter::wait_us() const {

@@ -101,12 +101,7 @@ void apply_link_schedule(const std::vector<LinkChange>& schedule, int step, bool
   for (const LinkChange& c : schedule)
     if (c.step == step || (first_step && c.step <= step)) now = &c;
   if (!now) return;
-  std::vector<Communicator*> seen;
-  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
-    if (c && std::find(seen.begin(), seen.end(), c) == seen.end()) {
-      seen.push_back(c);
-      c->set_emulated_link(now->latency_us, now->bandwidth_gbps);
-    }
+  for (Communicator* c : comms.all()) c->set_emulated_link(now->latency_us, now->bandwidth_gbps);
   if (log)
     spdlog::info("comm.emulate.schedule: from step {} the emulated link is {:g} us / {:g} GB/s", now->step,
                  now->latency_us, now->bandwidth_gbps);
@@ -270,8 +265,8 @@ void run_training(const Config& cfg) {
       spdlog::info("train.pin_threads: each rank's threads on cores of its own, one per compute thread (rank 0: "
                    "cpu {}{})", cores.front(), cores.size() > 1 ? fmt::format("-{}", cores.back()) : "");
   }
-  for (Communicator* c : {comms.world.get(), comms.dp.get(), comms.tp.get(), comms.pp.get(), comms.emb.get()})
-    if (c) c->set_event_sink([&](const CommEvent& e) {
+  for (Communicator* c : comms.all())
+    c->set_event_sink([&](const CommEvent& e) {
       timeline.record(e);
       prof.comm(e);
     });

@@ -147,6 +147,11 @@ def main():
     rc, log = run(PLOT + ["loss"] + runs + ["-o", os.path.join(figs, "loss_dirs.png")])
     check(rc == 0, f"plot.py loss RUN_DIR RUN_DIR exits 0 ({rc}: {log.strip()})")
     check_png(os.path.join(figs, "loss_dirs.png"))
+    for x in ("time", "bytes"):  # time- and bytes-to-loss, from run dirs and from the sweep's steps.csv
+        for srcs, name in ((runs, f"loss_{x}_dirs.png"), ([out], f"loss_{x}_sweep.png")):
+            rc, log = run(PLOT + ["loss"] + srcs + ["--x", x, "-o", os.path.join(figs, name)])
+            check(rc == 0, f"plot.py loss --x {x} exits 0 ({rc}: {log.strip()})")
+            check_png(os.path.join(figs, name))
 
     for args, words in ((["histogram", out], "invalid choice"), (["scaling", os.path.join(work, "none.csv")],
                                                                   "no such file"),
