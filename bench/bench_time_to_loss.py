@@ -11,7 +11,7 @@ The target: --target, or by default the synchronous run's validation loss at 3/4
 Writes runs/time_to_loss/time_to_loss.csv (one row per strategy) and, with matplotlib, docs/figures/
 time_to_loss.png (validation loss against wall-clock time and against bytes sent).
 
-Usage: /usr/bin/python3 bench/bench_time_to_loss.py [--steps 120] [--target LOSS] [--only sync,stale4]
+Usage: /usr/bin/python3 bench/bench_time_to_loss.py [--steps 120] [--target LOSS] [--only sync,stale4] [--reuse]
 About 6 minutes on a 2-core machine with the defaults (4 ranks share the 2 cores: one compute thread each).
 """
 import argparse
@@ -76,6 +76,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated strategy names")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "time_to_loss"))
     ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "figures", "time_to_loss.png"))
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in --out instead of training")
     args = ap.parse_args()
     chosen = [s for s in STRATEGIES if not args.only or s[0] in args.only.split(",")]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); 4 ranks, configs/gpt.yaml on tinyshakespeare, "
@@ -83,7 +84,8 @@ def main():
           f"and {args.delay_ms:g} ms delays")
     results = {}
     for name, label, settings in chosen:
-        results[name] = run(args, name, settings)
+        results[name] = ([json.loads(line) for line in open(os.path.join(args.out, name, "metrics.jsonl"))]
+                         if args.reuse else run(args, name, settings))
         evals = [r for r in results[name] if "val_loss" in r]
         print(f"  {label:<20} final val loss {evals[-1]['val_loss']:.4f}, {results[name][-1]['elapsed_ms'] / 1000:.1f} s")
     target = args.target
@@ -137,6 +139,9 @@ def main():
         a.set_ylabel("validation loss")
         a.grid(alpha=0.3)
     a2.set_xscale("log")
+    finals = [r["val_loss"] for rows in results.values() for r in rows if "val_loss" in r]
+    for a in (a1, a2):  # the first evaluations (during warm-up) would squash the rest
+        a.set_ylim(min(finals) - 0.05, target + 1.0)
     a1.legend(fontsize=8)
     fig.suptitle(f"4 ranks, link {args.latency_us:g} us / {args.gbps:g} GB/s, one straggler "
                  f"({args.slowdown:g}x, {args.delay_ms:g} ms delays); dashed: target {target:.3f}", fontsize=9)
