@@ -96,6 +96,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   last_fit_ok_ = fit_link(w, d.alpha_us, d.beta_us_per_mb);
   if (link_changed) {
     measured_.clear();
+    optimism_ms_ = 0;
     d.why = "the link changed";
   }
   window_ = AdaptSample();
@@ -106,6 +107,11 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   fit_setting_ = current_;
   // What this setting measured: its step, and the compute of its method (the step less the exposed time), which
   // carries a compression's own cost to the predictions of its other bucket sizes.
+  // A setting tried on the model's word: how much less exposed time the model gave it than it had (its compute is
+  // measured apart, per method). Later predictions for settings not yet measured carry that error, so the
+  // model's optimism is not paid for twice.
+  if (expected_exposed_ms_ >= 0) optimism_ms_ = std::max(optimism_ms_, d.exposed_ms - expected_exposed_ms_);
+  expected_exposed_ms_ = -1;
   auto known = std::find_if(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == current_; });
   if (known != measured_.end()) known->second = d.step_ms;
   else measured_.emplace_back(current_, d.step_ms);
@@ -129,7 +135,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
     double compute = compute_ms_[int(c.compress)];
     if (compute < 0) compute = compute_ms_[int(CompressMethod::None)];
     if (compute < 0) compute = d.step_ms - d.exposed_ms;
-    return compute + missed + predict_exposed_ms(c, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+    return compute + missed + optimism_ms_ + predict_exposed_ms(c, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
   };
   d.predicted_from_ms = d.step_ms;
   AdaptSetting best = current_;
@@ -158,6 +164,8 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   }
   d.to = best;
   current_ = best;
+  if (!std::any_of(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == best; }))
+    expected_exposed_ms_ = missed + predict_exposed_ms(best, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
   skip_ = 1;
   prev_ = AdaptSample();  // the new setting's operations are not comparable with the old ones'
   return d;

@@ -12,7 +12,8 @@
 // ran, else its method's measured compute (step less exposed time; a compression's own cost shows there) plus the
 // exposed time the model predicts (plus what the model missed of the current setting's measured exposed time). It moves to the fastest when that beats the current setting's measured step by
 // more than 3% (hysteresis). Measuring settles what the model gets wrong (the comm thread's work on the compute
-// cores, a compression's cost). Two steps in a row whose operations take over twice or under half what the fit
+// cores, a compression's cost), and once the model has been too optimistic about a setting, its predictions for
+// the others carry that error. Two steps in a row whose operations take over twice or under half what the fit
 // predicts for the same setting mean the link changed: the measurements are forgotten and a decision starts at once.
 #pragma once
 #include <optional>
@@ -75,6 +76,8 @@ class CommController {
   double grad_mb_;
   std::vector<std::pair<CompressMethod, double>> factors_;
   std::vector<std::pair<AdaptSetting, double>> measured_;  // step time of each setting run on this link
+  double expected_exposed_ms_ = -1;  // the exposed time expected of the unmeasured setting just chosen
+  double optimism_ms_ = 0;           // the most such an expectation has undershot a measurement on this link
   double compute_ms_[8] = {-1, -1, -1, -1, -1, -1, -1, -1};  // per CompressMethod: its last measured compute
   AdaptSample window_;                     // sums over the window's steps
   int window_steps_ = 0, skip_ = 1;        // the first step on a new setting warms up: not counted
