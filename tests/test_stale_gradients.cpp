@@ -39,6 +39,8 @@ TEST_CASE("stale gradients: each average once, in order, complete, at most S ste
       std::vector<int64_t> applied;
       std::vector<double> start_us(steps + 1, 0);
       bool values_ok = true;
+      // fp32 averages of values up to ~P + k: a few ulps, 1e-4 x (1 + k) leaves room without hiding a missing or
+      // doubled contribution (which moves the average by at least 0.5 / P).
       auto apply = [&](int64_t k, const Tensor& avg) {
         applied.push_back(k);
         for (int64_t i = 0; i < n; ++i)

@@ -43,6 +43,12 @@ CommController::CommController(const AdaptLimits& limits, const AdaptSetting& st
                                std::vector<std::pair<CompressMethod, double>> wire_factors)
     : limits_(limits), current_(start), grad_mb_(grad_mb), factors_(std::move(wire_factors)) {}
 
+double* CommController::measured_step(const AdaptSetting& s) {
+  for (auto& m : measured_)
+    if (m.first == s) return &m.second;
+  return nullptr;
+}
+
 double CommController::wire_factor(CompressMethod m) const {
   for (const auto& f : factors_)
     if (f.first == m) return f.second;
@@ -105,15 +111,14 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   last_alpha_ = d.alpha_us;
   last_beta_ = d.beta_us_per_mb;
   fit_setting_ = current_;
-  // What this setting measured: its step, and the compute of its method (the step less the exposed time), which
-  // carries a compression's own cost to the predictions of its other bucket sizes.
   // A setting tried on the model's word: how much less exposed time the model gave it than it had (its compute is
   // measured apart, per method). Later predictions for settings not yet measured carry that error, so the
   // model's optimism is not paid for twice.
   if (expected_exposed_ms_ >= 0) optimism_ms_ = std::max(optimism_ms_, d.exposed_ms - expected_exposed_ms_);
   expected_exposed_ms_ = -1;
-  auto known = std::find_if(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == current_; });
-  if (known != measured_.end()) known->second = d.step_ms;
+  // What this setting measured: its step, and the compute of its method (the step less the exposed time), which
+  // carries a compression's own cost to the predictions of its other bucket sizes.
+  if (double* known = measured_step(current_)) *known = d.step_ms;
   else measured_.emplace_back(current_, d.step_ms);
   compute_ms_[int(current_.compress)] = d.step_ms - d.exposed_ms;
 
@@ -130,8 +135,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   const double missed = std::max(0.0, d.exposed_ms - predict_exposed_ms(current_, d.alpha_us, d.beta_us_per_mb,
                                                                         d.backward_ms));
   auto step_of = [&](const AdaptSetting& c) {
-    for (const auto& m : measured_)
-      if (m.first == c) return m.second;
+    if (const double* known = measured_step(c)) return *known;
     double compute = compute_ms_[int(c.compress)];
     if (compute < 0) compute = compute_ms_[int(CompressMethod::None)];
     if (compute < 0) compute = d.step_ms - d.exposed_ms;
@@ -158,14 +162,11 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
     d.predicted_to_ms = d.step_ms;
     return d;
   }
-  if (d.why.empty()) {
-    const bool measured = std::any_of(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == best; });
-    d.why = measured ? "it measured faster steps on this link" : "the model predicts faster steps";
-  }
+  const bool measured = measured_step(best) != nullptr;
+  if (d.why.empty()) d.why = measured ? "it measured faster steps on this link" : "the model predicts faster steps";
   d.to = best;
   current_ = best;
-  if (!std::any_of(measured_.begin(), measured_.end(), [&](const auto& m) { return m.first == best; }))
-    expected_exposed_ms_ = missed + predict_exposed_ms(best, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+  if (!measured) expected_exposed_ms_ = missed + predict_exposed_ms(best, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
   skip_ = 1;
   prev_ = AdaptSample();  // the new setting's operations are not comparable with the old ones'
   return d;

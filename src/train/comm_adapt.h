@@ -70,6 +70,7 @@ class CommController {
 
  private:
   double wire_factor(CompressMethod m) const;
+  double* measured_step(const AdaptSetting& s);  // its step time measured on this link, or null
 
   AdaptLimits limits_;
   AdaptSetting current_;
@@ -78,7 +79,8 @@ class CommController {
   std::vector<std::pair<AdaptSetting, double>> measured_;  // step time of each setting run on this link
   double expected_exposed_ms_ = -1;  // the exposed time expected of the unmeasured setting just chosen
   double optimism_ms_ = 0;           // the most such an expectation has undershot a measurement on this link
-  double compute_ms_[8] = {-1, -1, -1, -1, -1, -1, -1, -1};  // per CompressMethod: its last measured compute
+  // Per CompressMethod: its last measured compute (step less exposed time); -1 until it has run.
+  std::vector<double> compute_ms_ = std::vector<double>(size_t(CompressMethod::PowerSGD) + 1, -1.0);
   AdaptSample window_;                     // sums over the window's steps
   int window_steps_ = 0, skip_ = 1;        // the first step on a new setting warms up: not counted
   AdaptSample prev_;                       // the step before this one

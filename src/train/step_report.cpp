@@ -110,6 +110,7 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
     m.comm_cpu_ms = std::max(m.comm_cpu_ms, f.comm_cpu_ms);
     m.staleness_max = std::max(m.staleness_max, f.staleness_max);
     m.elapsed_ms = std::max(m.elapsed_ms, f.elapsed_ms);
+    m.final_backward_ms = std::max(m.final_backward_ms, f.final_backward_ms);
   }
   row.elapsed_ms = m.elapsed_ms;
   row.step_ms = m.step_ms;
@@ -141,8 +142,7 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
     adapt->step_ms = m.step_ms;
     // The slowest rank's: the others' exposed time also holds their wait for it, which no setting changes.
     adapt->exposed_ms = row.slowest_exposed_comm_ms;
-    adapt->backward_ms = 0;
-    for (const RankFigures& f : all) adapt->backward_ms = std::max(adapt->backward_ms, double(f.final_backward_ms));
+    adapt->backward_ms = m.final_backward_ms;
     adapt->ops = r0.link_ops;
     adapt->sum_b = double(r0.link_mib) * kMiB;
     adapt->sum_t = r0.link_us;

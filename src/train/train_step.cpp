@@ -22,11 +22,12 @@ bool any_rank(bool flag, Communicator& group) {
   return t.data_as<float>()[0] > 0;
 }
 
-// The summed token losses of the whole global batch, the same on every rank. The loss lives on the last stage,
-// complete on each of its tp ranks: one of them contributes it.
+// The loss lives on the last stage, complete on each of its tp ranks: one of them contributes it.
+bool loss_rank(const DeviceMesh& mesh) { return mesh.is_last_stage() && mesh.tp_rank() == 0; }
+
+// The summed token losses of the whole global batch, the same on every rank.
 double global_loss_sum(TrainingRun& r) {
-  const bool loss_rank = r.mesh.is_last_stage() && r.mesh.tp_rank() == 0;
-  float total = loss_rank ? float(read_scalar(r.loss_sum)) : 0.0f;
+  float total = loss_rank(r.mesh) ? float(read_scalar(r.loss_sum)) : 0.0f;
   if (r.mesh.world_size() > 1) {
     Tensor t(&total, {1}, DType::F32);
     r.comms.world->all_reduce(t, ReduceOp::Sum);
@@ -101,8 +102,7 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
       },
       dloss * out.loss_scale, r.loss_sum, r.dp_reduce.hooks, cfg.comm.overlap);
   if (mesh.rank() == world - 1) maybe_fault(r.hooks, step);
-  if (step == r.hooks.loss_nan_step && mesh.is_last_stage() && mesh.tp_rank() == 0 &&
-      mesh.dp_rank() == mesh.dp() - 1) {
+  if (step == r.hooks.loss_nan_step && loss_rank(mesh) && mesh.dp_rank() == mesh.dp() - 1) {
     float nan = std::numeric_limits<float>::quiet_NaN();
     copy_convert(r.loss_sum, Tensor(&nan, {1}, DType::F32));
   }

@@ -132,16 +132,16 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const int start_step = run.start_step;
   if (start_step > cfg.train.steps)
     spdlog::info("nothing to train: the checkpoint is at step {}, train.steps is {}", start_step - 1, cfg.train.steps);
+  auto due = [&](int every, int step) { return every > 0 && (step % every == 0 || step == cfg.train.steps); };
   // A step's row once its figures are complete: evaluation and checkpoint when due, metrics.jsonl, the log.
   auto report = [&](StepMetrics& row) {
     const int step = int(row.step);
-    if (cfg.train.eval_every > 0 && (step % cfg.train.eval_every == 0 || step == cfg.train.steps)) {
+    if (due(cfg.train.eval_every, step)) {
       row.val_loss = evaluate(run);
       last_val = row.val_loss;
     }
     if (metrics) metrics->write(row);
-    if (cfg.run.checkpoint_every > 0 && (step % cfg.run.checkpoint_every == 0 || step == cfg.train.steps))
-      checkpoint_run(run, step);
+    if (due(cfg.run.checkpoint_every, step)) checkpoint_run(run, step);
     total_ms += row.step_ms;
     last_elapsed_ms = row.elapsed_ms;
     last_loss = row.loss;
@@ -156,9 +156,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   for (int step = start_step; step <= cfg.train.steps; ++step) {
     // Evaluations, checkpoints and the end need every replica's weights alike (optim.staleness applies every
     // average still in flight there).
-    const bool sync_point = step == cfg.train.steps ||
-                            (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0) ||
-                            (cfg.run.checkpoint_every > 0 && step % cfg.run.checkpoint_every == 0);
+    const bool sync_point =
+        step == cfg.train.steps || due(cfg.train.eval_every, step) || due(cfg.run.checkpoint_every, step);
     apply_link_schedule(link_schedule, step, step == start_step, comms, rank0);
     meter.begin();
     const StepResult s = train_step(run, step, sync_point, prof);

@@ -103,6 +103,8 @@ out = run("straggler_s2", "optim.staleness=2", "train.straggler.ranks=[3]", "tra
 sr = rows("straggler_s2")
 check(len(sr) == 16 and all(0 <= r["staleness_max"] <= 2 and 0 <= r["staleness_mean"] <= 2 for r in sr),
       f"staleness 2 on 4 ranks: staleness_max per step {[int(r['staleness_max']) for r in sr]} (bound 2)")
+# Rank 3 sleeps at least its own measured compute again and a delay; another rank looks slower only in a step
+# where load stretched its compute past that (the first steps' allocations, a busy neighbour): a quarter allowed.
 slow3 = sum(r["slowest_rank"] == 3 for r in sr)
 check(slow3 >= 12, f"rank 3 is the slowest in {slow3} of 16 steps")
 check(sum(r["straggler_wait_ms"] for r in sr) > 0, "the other ranks waited for it (straggler_wait_ms)")
@@ -114,7 +116,7 @@ check("rank 3 computes 2x slower" in out and "no replica more than 2 steps ahead
 # 5. A synchronous run with a slowed rank.
 out = run("straggler_sync", "train.straggler.ranks=[1]", "train.straggler.slowdown=3")
 yr = rows("straggler_sync")
-slow1 = sum(r["slowest_rank"] == 1 for r in yr)
+slow1 = sum(r["slowest_rank"] == 1 for r in yr)  # its own time is 3x its compute: 3 of 16 steps allowed
 check(slow1 >= 13, f"synchronous, rank 1 3x slower: the slowest in {slow1} of 16 steps")
 check("slowest rank 1: others waited" in out, "the step log names the slowest rank and the wait")
 
