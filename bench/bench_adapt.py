@@ -9,7 +9,10 @@ Then one adaptive run of --change + 30 steps on comm.emulate.schedule (fast unti
 steps from the change to the controller's last decision (bar: 20), and its mean step after settling against the
 best static on the slow link.
 
+With --periods (or --only-periods): local SGD's period, each static period of 1..16 against comm.adapt choosing it.
+
 Usage: /usr/bin/python3 bench/bench_adapt.py [--dp 2] [--steps 40] [--compress none,bf16,powersgd] [--change 30]
+                                             [--periods | --only-periods]
 Timings are only meaningful on an idle machine; about 6 minutes on a 2-core machine with the defaults.
 """
 import argparse
@@ -56,10 +59,14 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--compress", default="none,bf16,powersgd", help="the compressions comm.adapt may choose")
     ap.add_argument("--change", type=int, default=30, help="the step from which the changing link is slow")
+    ap.add_argument("--periods", action="store_true", help="also the local SGD period (optim.sync_every)")
+    ap.add_argument("--only-periods", action="store_true", help="the local SGD period only")
     args = ap.parse_args()
     methods = [m.strip() for m in args.compress.split(",")]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); dp={args.dp}, configs/gpt.yaml, {args.steps} steps, mean "
           f"step_ms of steps {WARMUP + 1}..{args.steps}; knobs: buckets {BUCKETS} MiB x compression {methods}")
+    if args.only_periods:
+        return local_sgd_periods(args)
     adapt = ["comm.adapt=true", f"comm.adapt_compress={','.join(methods)}"]
     best_on = {}
     with tempfile.TemporaryDirectory() as work:
@@ -96,6 +103,30 @@ def main():
             t = statistics.mean(r["step_ms"] for r in tail)
             print(f"  after settling: mean step {t:.1f} ms against the best static on the slow link {best_on['slow']:.1f} "
                   f"ms ({t / best_on['slow']:.3f}x; {len(tail)} steps)")
+    if args.periods:
+        local_sgd_periods(args)
+
+
+def local_sgd_periods(args):
+    """Under local SGD comm.adapt picks the period: the shortest within 5% of the longest's mean step. Against every
+    static period of the same limits on each link: the adaptive run's mean step over the fastest static one's (the
+    longest period), and the period it chose against the shortest static period within 5% of the fastest."""
+    periods = [1, 2, 4, 8, 16]
+    print(f"\nlocal SGD (optim.sync_every), periods {periods}: mean step_ms of steps {WARMUP + 1}..{args.steps}")
+    print(f"{'link':>6} {'static mean step per period (ms)':>44} {'adaptive':>8} {'/ fastest':>9} {'bar <= 1.05':>11} "
+          f"{'chosen':>6} {'shortest static within 5%':>26}")
+    with tempfile.TemporaryDirectory() as work:
+        for name, (lat, bw) in LINKS.items():
+            link = [f"comm.emulate.latency_us={lat}", f"comm.emulate.bandwidth_gbps={bw}"]
+            static = {h: mean_step(run(work, f"{name}_h{h}", args, link + [f"optim.sync_every={h}"])) for h in periods}
+            fastest = min(static.values())
+            within = min(h for h in periods if static[h] <= 1.05 * fastest)
+            rows = run(work, f"{name}_hadapt", args, link + ["optim.sync_every=1", "comm.adapt=true",
+                                                             f"comm.adapt_sync_every_max={periods[-1]}"])
+            a = mean_step(rows)
+            cells = " ".join(f"{static[h]:7.1f}" for h in periods)
+            print(f"{name:>6} {cells:>44} {a:8.1f} {a / fastest:9.3f} {'ok' if a <= 1.05 * fastest else 'MISSED':>11} "
+                  f"{rows[-1]['sync_every']:>6} {within:>26}")
 
 
 if __name__ == "__main__":

@@ -398,6 +398,18 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.adapt=true", "comm.overlap=false"}, 2), Contains("set comm.overlap=true"));
   CHECK_THAT(validate_error({"comm.adapt=true"}, 1), Contains("comm.adapt needs data parallelism"));
   CHECK_THAT(validate_error({"comm.adapt=true", "comm.adapt_every=0"}, 2), Contains("comm.adapt_every must be >= 1"));
+  // Under local SGD it adapts the period: limits that contradict each other or the period the run starts from.
+  CHECK_THAT(validate_error({"comm.adapt_sync_every_min=0"}), Contains("comm.adapt_sync_every_min must be >= 1"));
+  CHECK_THAT(validate_error({"comm.adapt_sync_every_min=8", "comm.adapt_sync_every_max=4"}),
+             Contains("comm.adapt_sync_every_min=8 is larger than comm.adapt_sync_every_max=4"));
+  CHECK_THAT(validate_error({"comm.adapt=true", "optim.sync_every=20", "comm.adapt_sync_every_max=16"}, 2),
+             Contains("leave out optim.sync_every=20"));
+  {
+    Config local;  // no buckets to overlap: comm.overlap does not matter
+    for (const char* a : {"comm.adapt=true", "optim.sync_every=2", "comm.overlap=false", "train.global_batch=16"})
+      apply_override(local, a);
+    CHECK_NOTHROW(validate(local, 2));
+  }
   // A link that changes during the run.
   CHECK_THAT(validate_error({"comm.emulate.schedule=10:5:1"}), Contains("needs an emulated link"));
   CHECK_THAT(validate_error({"comm.emulate.latency_us=5", "comm.emulate.schedule=10:5"}),
@@ -480,7 +492,8 @@ TEST_CASE("to_yaml round-trips every key") {
   for (const auto& a : changes) apply_override(c, a);
   // Local SGD excludes ZeRO-1, compression and checkpoints, so its key round-trips in a second config.
   Config local = c;
-  for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0"})
+  for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0",
+                        "comm.adapt_sync_every_min=2", "comm.adapt_sync_every_max=8"})
     apply_override(local, a);
   // device=cuda excludes the features that run on the host only (hierarchical, checkpoints): a third config.
   Config gpu;

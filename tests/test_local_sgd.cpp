@@ -36,7 +36,7 @@ TEST_CASE("local SGD: plain average and outer Nesterov steps match the formulas"
       s.sync_every = 3, s.nesterov = nesterov, s.outer_lr = 0.7, s.outer_momentum = 0.9;
       LocalSGD local(s, *dp, params, opt);
       CHECK(local.due(3, 10));
-      CHECK_FALSE(local.due(4, 10));
+      CHECK_FALSE(local.due(2, 10));
       CHECK(local.due(10, 10));  // the last step always syncs
       std::vector<double> anchor(n), vel(n, 0.0);
       for (int64_t i = 0; i < n; ++i) anchor[i] = double(float(0.1 * i));
@@ -45,7 +45,7 @@ TEST_CASE("local SGD: plain average and outer Nesterov steps match the formulas"
         for (int64_t i = 0; i < n; ++i) full.data_as<float>()[i] = float(local_value(i, r, round));
         if (mixed) opt.load_masters(full);
         copy_convert(params, full);
-        local.sync(params, opt);
+        local.sync(3 * (round + 1), params, opt);
         Tensor got = Tensor::zeros({n}, DType::F32);
         if (mixed)
           opt.store_masters(got);
@@ -70,4 +70,29 @@ TEST_CASE("local SGD: plain average and outer Nesterov steps match the formulas"
       }
     }
   }
+}
+
+TEST_CASE("local SGD: a period changed by comm.adapt counts from the last average", "[local_sgd]") {
+  CommOptions o;
+  o.timeout_s = 60;
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
+  const int64_t n = 5;
+  std::vector<OptimSegment> segs = {{0, 0, n, true, false, true}};
+  Optimizer opt(segs, n, DType::F32, Device::CPU, OptimizerSettings{}, nullptr, nullptr, nullptr, false);
+  Tensor params = Tensor::zeros({n}, DType::F32);
+  LocalSGDSettings s;
+  s.sync_every = 4;
+  LocalSGD local(s, *dp, params, opt);
+  CHECK_FALSE(local.due(3, 100));
+  CHECK(local.due(4, 100));
+  local.sync(4, params, opt);
+  local.set_sync_every(3);  // decided at step 4: the next average ends step 7, not the next multiple of 3
+  CHECK(local.sync_every() == 3);
+  CHECK_FALSE(local.due(6, 100));
+  CHECK(local.due(7, 100));
+  local.sync(7, params, opt);
+  local.set_sync_every(8);
+  CHECK_FALSE(local.due(14, 100));
+  CHECK(local.due(15, 100));
+  CHECK(local.due(9, 9));  // the last step always averages
 }

@@ -21,7 +21,13 @@ LocalSGD::LocalSGD(const LocalSGDSettings& s, Communicator& dp, const Tensor& pa
     copy_convert(anchor_, params);
 }
 
-void LocalSGD::sync(const Tensor& params, Optimizer& opt) {
+void LocalSGD::set_sync_every(int h) {
+  CHECK(h >= 1, "local SGD: sync_every must be >= 1, got {}", h);
+  s_.sync_every = h;
+}
+
+void LocalSGD::sync(int step, const Tensor& params, Optimizer& opt) {
+  last_sync_ = step;
   // The fp32 weights the optimizer updates: the parameters themselves, or the masters staged like params.
   const Tensor w = opt.keeps_masters() ? staging_ : params;
   if (opt.keeps_masters()) opt.store_masters(w);

@@ -22,18 +22,22 @@ class LocalSGD {
   // masters when the compute copy is 16-bit. The anchor (the parameters of the last sync) starts from them.
   LocalSGD(const LocalSGDSettings& s, Communicator& dp, const Tensor& params, const Optimizer& opt);
 
-  // Whether step `step` (from 1) ends with a sync: every H steps, and the run's last step, so that the replicas
-  // agree on the weights the run exports.
-  bool due(int step, int last_step) const { return step % s_.sync_every == 0 || step == last_step; }
-  // Collective over dp: averages the replicas' (master) parameters, applies the outer optimizer, and leaves every
-  // replica with the same parameters (the compute copy their rounding).
-  void sync(const Tensor& params, Optimizer& opt);
+  // Whether step `step` (from 1) ends with a sync: H steps after the last one, and the run's last step, so that the
+  // replicas agree on the weights the run exports.
+  bool due(int step, int last_step) const { return step - last_sync_ >= s_.sync_every || step == last_step; }
+  // Collective over dp, at the end of step `step`: averages the replicas' (master) parameters, applies the outer
+  // optimizer, and leaves every replica with the same parameters (the compute copy their rounding).
+  void sync(int step, const Tensor& params, Optimizer& opt);
+  // comm.adapt: the period from the next step on (every replica alike).
+  void set_sync_every(int h);
+  int sync_every() const { return s_.sync_every; }
   // fp32 buffers kept between syncs: the anchor and the outer momentum (Nesterov), a staging copy (16-bit).
   size_t state_bytes() const { return anchor_.nbytes() + velocity_.nbytes() + staging_.nbytes(); }
 
  private:
   LocalSGDSettings s_;
   Communicator& dp_;
+  int last_sync_ = 0;  // the step of the last sync (0: the start)
   Tensor anchor_, velocity_;  // Nesterov only
   Tensor staging_;            // 16-bit compute only: the masters, laid out like params
 };

@@ -148,12 +148,14 @@ const std::vector<KeyDesc>& key_table() {
                         "per compute thread, else poll) | poll | block; the shared-memory transport always sleeps"),
       MT_KEY(comm.timeout_s, "watchdog: abort a communication wait that lasts longer than this (seconds)"),
       MT_KEY(comm.adapt, "adapt the bucket size (and the compression, see adapt_compress) to the measured link, "
-                         "compute and exposed communication while training"),
+                         "compute and exposed communication while training; under local SGD, the period"),
       MT_KEY(comm.adapt_bucket_mb_min, "comm.adapt: smallest bucket size it may choose (MiB)"),
       MT_KEY(comm.adapt_bucket_mb_max, "comm.adapt: largest bucket size it may choose (MiB)"),
       MT_KEY(comm.adapt_compress, "comm.adapt: the compressions it may choose, comma-separated (e.g. \"none, bf16, "
                                   "powersgd\"); \"\" = keep comm.compress"),
       MT_KEY(comm.adapt_every, "comm.adapt: steps per decision (their figures are averaged)"),
+      MT_KEY(comm.adapt_sync_every_min, "comm.adapt under local SGD: shortest period it may choose (steps)"),
+      MT_KEY(comm.adapt_sync_every_max, "comm.adapt under local SGD: longest period it may choose (steps)"),
       MT_KEY(comm.emulate.latency_us, "emulated per-message latency within a node (us); 0 = no emulation"),
       MT_KEY(comm.emulate.bandwidth_gbps, "emulated link bandwidth within a node (GB/s); 0 = unlimited"),
       MT_KEY(comm.emulate.ranks_per_node, "ranks per emulated node; 0 = all ranks on one node"),

@@ -142,11 +142,13 @@ struct CommConfig {
   double timeout_s = 300;
   EmulateConfig emulate;
   // comm.adapt (docs/adaptive.md): a controller picks the bucket size within [adapt_bucket_mb_min, _max] and, among
-  // the methods listed in adapt_compress ("" = comm.compress only), the compression, every adapt_every steps.
+  // the methods listed in adapt_compress ("" = comm.compress only), the compression, every adapt_every steps; under
+  // local SGD it picks the period (optim.sync_every) within [adapt_sync_every_min, _max] at every average instead.
   bool adapt = false;
   double adapt_bucket_mb_min = 0.25, adapt_bucket_mb_max = 64;
   std::string adapt_compress;  // comma-separated method names (parse_compress_list)
   int adapt_every = 4;
+  int adapt_sync_every_min = 1, adapt_sync_every_max = 16;
 };
 
 struct RunConfig {

@@ -98,7 +98,19 @@ void check_adapt(const Config& c) {
   require(methods.empty() || std::find(methods.begin(), methods.end(), cm.compress) != methods.end(),
           "comm.adapt_compress='{}' leaves out comm.compress={}, the setting the run starts from: the two contradict "
           "each other", cm.adapt_compress, name_of(cm.compress));
+  require(cm.adapt_sync_every_min >= 1, "comm.adapt_sync_every_min must be >= 1, got {}", cm.adapt_sync_every_min);
+  require(cm.adapt_sync_every_min <= cm.adapt_sync_every_max,
+          "comm.adapt_sync_every_min={} is larger than comm.adapt_sync_every_max={}: the limits contradict each other",
+          cm.adapt_sync_every_min, cm.adapt_sync_every_max);
   if (!cm.adapt) return;
+  const int h = c.optim.sync_every;
+  if (h > 0) {
+    // Local SGD has no gradient buckets: the controller picks the period instead.
+    require(cm.adapt_sync_every_min <= h && h <= cm.adapt_sync_every_max,
+            "comm.adapt_sync_every_min={} and _max={} leave out optim.sync_every={}, the period the run starts "
+            "from: the two contradict each other", cm.adapt_sync_every_min, cm.adapt_sync_every_max, h);
+    return;
+  }
   for (CompressMethod m : methods) {
     // The controller fits one link to the step's all-reduces; int8 and topk all-gather instead, which scales
     // differently with the ranks.
@@ -116,8 +128,7 @@ void check_adapt(const Config& c) {
   require(c.optim.zero == 0, "{}; under ZeRO-1 the buckets are the optimizer's shards: set optim.zero=0", why);
   require(c.parallel.pp == 1, "{} per model; with parallel.pp={} each stage has its own: set parallel.pp=1", why,
           c.parallel.pp);
-  require(c.optim.sync_every == 0 && c.optim.staleness == 0,
-          "{}: not with local SGD (optim.sync_every) or optim.staleness", why);
+  require(c.optim.staleness == 0, "{}: not with optim.staleness", why);
 }
 
 }  // namespace

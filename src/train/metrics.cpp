@@ -30,10 +30,9 @@ std::string to_json(const StepMetrics& m) {
       m.slowest_exposed_comm_ms);
   if (m.loss_scale > 0) s += fmt::format(", \"loss_scale\": {:.10g}", m.loss_scale);
   if (m.skipped_steps >= 0) s += fmt::format(", \"skipped_steps\": {}", m.skipped_steps);
-  if (m.bucket_mb > 0) {
-    s += fmt::format(", \"bucket_mb\": {:g}, \"compress\": {}", m.bucket_mb, json_quote(m.compress));
-    if (!m.adapt.empty()) s += fmt::format(", \"adapt\": {}", json_quote(m.adapt));
-  }
+  if (m.bucket_mb > 0) s += fmt::format(", \"bucket_mb\": {:g}, \"compress\": {}", m.bucket_mb, json_quote(m.compress));
+  if (m.sync_every > 0) s += fmt::format(", \"sync_every\": {}", m.sync_every);
+  if (!m.adapt.empty()) s += fmt::format(", \"adapt\": {}", json_quote(m.adapt));
   if (m.staleness_max >= 0)
     s += fmt::format(", \"staleness_max\": {:.0f}, \"staleness_mean\": {:.4f}", m.staleness_max, m.staleness_mean);
   if (m.val_loss >= 0) s += fmt::format(", \"val_loss\": {}", num(m.val_loss));

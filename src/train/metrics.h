@@ -34,6 +34,7 @@ struct StepMetrics {
   // comm.adapt (written when bucket_mb > 0): the bucket size and compression this step used, and on the step that
   // decided a change, what it decided and why.
   double bucket_mb = -1;
+  int sync_every = -1;  // comm.adapt under local SGD (written when > 0): the period this step ran in
   std::string compress, adapt;
   double val_loss = -1;  // written only when >= 0 (evaluation rows)
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)

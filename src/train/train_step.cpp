@@ -158,7 +158,8 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   }
   if (r.local && r.local->due(step, cfg.train.steps)) {
     const double s0 = trace_clock_us();
-    r.local->sync(model.params(), *r.opt);
+    r.local->sync(step, model.params(), *r.opt);
+    out.synced = true;
     prof.wait("local SGD parameter average", s0, trace_clock_us());
   }
   if (r.zero && out.applied) {

@@ -19,6 +19,7 @@ struct StepResult {
   double loss_scale = 1;   // the scale this step's backward pass used (fp16)
   bool finite_loss = true;
   bool applied = false;    // the optimizer updated the weights (false: a skipped step)
+  bool synced = false;     // local SGD: the step ended with a parameter average
   RunStats pipeline;       // this rank's schedule span and busy time
   // optim.staleness > 0: this rank's summed token losses (the global loss is known once the figures of every
   // rank arrive) and the age in steps of the averages it applied (max, mean; 0 when it applied none).

@@ -179,8 +179,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       continue;
     }
     AdaptSample sample;
-    meter.end(s, row, run.adapt ? &sample : nullptr);
-    if (run.adapt) adapt_after_step(run, step, sample, row);
+    const bool adapting = run.adapt || run.adapt_period;
+    meter.end(s, row, adapting ? &sample : nullptr);
+    if (adapting) adapt_after_step(run, step, s.synced, sample, row);
     if (s.finite_loss) row.grad_norm = read_scalar(run.opt->grad_norm());
     if (run.fp16) row.loss_scale = s.loss_scale;
     if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;

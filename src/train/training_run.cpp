@@ -282,7 +282,16 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
                    cfg.optim.staleness, name_of(cfg.optim.staleness_policy), cfg.optim.staleness + 1,
                    r.stale->state_bytes() / (cfg.optim.staleness + 1) / 1048576.0);
   }
-  if (cfg.comm.adapt) build_adapt(r);
+  if (cfg.comm.adapt && r.local_sgd) {
+    r.adapt_period = std::make_unique<SyncPeriodController>(
+        SyncPeriodLimits{cfg.comm.adapt_sync_every_min, cfg.comm.adapt_sync_every_max}, cfg.optim.sync_every);
+    if (r.mesh.rank() == 0)
+      spdlog::info("comm.adapt: local SGD period {}..{} steps, the shortest within {:g}% of the longest's step time; "
+                   "a decision at every parameter average", cfg.comm.adapt_sync_every_min,
+                   cfg.comm.adapt_sync_every_max, 100 * SyncPeriodController::kSlack);
+  } else if (cfg.comm.adapt) {
+    build_adapt(r);
+  }
   r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
   if (r.straggler.chosen) r.runner->set_compute_stretch(r.straggler.slowdown);
   const StragglerSettings& st = cfg.train.straggler;
@@ -301,7 +310,28 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   return run;
 }
 
-void adapt_after_step(TrainingRun& r, int step, const AdaptSample& sample, StepMetrics& row) {
+namespace {
+
+void adapt_sync_period(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) {
+  row.sync_every = r.local->sync_every();
+  const std::optional<SyncPeriodDecision> decided = r.adapt_period->observe(step, sample.step_ms, sample.exposed_ms,
+                                                                            synced);
+  if (!decided) return;
+  const SyncPeriodDecision& d = *decided;
+  r.local->set_sync_every(d.to);
+  row.adapt = fmt::format("sync_every {} -> {}: the shortest period within {:g}% of the longest's step time",
+                          d.from, d.to, 100 * SyncPeriodController::kSlack);
+  if (r.mesh.rank() == 0)
+    spdlog::info("comm.adapt from step {}: optim.sync_every {} -> {} (compute {:.1f} ms per step, parameter average "
+                 "{:.1f} ms; mean step {:.1f} ms, expected {:.1f} ms, {:.1f} ms at the longest period {})",
+                 d.step, d.from, d.to, d.compute_ms, d.sync_ms, d.predicted_from_ms, d.predicted_to_ms,
+                 d.fastest_ms, r.cfg.comm.adapt_sync_every_max);
+}
+
+}  // namespace
+
+void adapt_after_step(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) {
+  if (r.adapt_period) return adapt_sync_period(r, step, synced, sample, row);
   row.bucket_mb = r.adapt->setting().bucket_mb;
   row.compress = name_of(r.adapt->setting().compress);
   const std::optional<AdaptDecision> decided = r.adapt->observe(step, sample);

@@ -21,6 +21,7 @@
 #include "parallel/mesh.h"
 #include "parallel/stale_gradients.h"
 #include "train/comm_adapt.h"
+#include "train/sync_period_adapt.h"
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/grad_reducers.h"
@@ -66,6 +67,7 @@ struct TrainingRun {
   double last_grad_norm = std::nan("");  // with stale: the norm of the last average applied (none yet)
   RankStraggler straggler;                // this rank's part of train.straggler
   std::unique_ptr<CommController> adapt;  // comm.adapt
+  std::unique_ptr<SyncPeriodController> adapt_period;  // comm.adapt under local SGD
   LossScaler scaler{LossScalerSettings{false, 1.0}};
   TestHooks hooks;
   LRSchedule sched;
@@ -88,8 +90,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
 
 // comm.adapt after step `step`: its row records the setting the step ran with; the controller takes the step's
 // figures, and a decision rebuilds the gradient reducers with its bucket size and compression (between steps, when
-// no reduction is in flight; a compression's error-feedback state starts again), logged on rank 0 and in the row.
-void adapt_after_step(TrainingRun& run, int step, const AdaptSample& sample, StepMetrics& row);
+// no reduction is in flight; a compression's error-feedback state starts again), or under local SGD sets the
+// period from the next step on (`synced`: the step ended with a parameter average), logged on rank 0 and in the row.
+void adapt_after_step(TrainingRun& run, int step, bool synced, const AdaptSample& sample, StepMetrics& row);
 
 // Writes checkpoint `step` of the run (collective over the world).
 void checkpoint_run(TrainingRun& run, int step);

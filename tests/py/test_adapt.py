@@ -8,7 +8,9 @@ so):
      trains as the static run does (the same losses until the change: bucket sizes do not change the sums' values
      in fp32 beyond rounding, so within 1e-5).
   2. comm.emulate.schedule: a link whose per-message cost dominates until step 16 and its bandwidth after shows in
-     the run (a decision that says the link changed, within 20 steps).
+     the run: within 20 steps the controller has settled on small buckets.
+  3. under local SGD it picks the period instead: on the slow link, from an average every step, a longer period at
+     the first average it can count, and the parameter averages then follow it.
 
 usage: test_adapt.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
@@ -61,9 +63,32 @@ check(d <= 1e-5, f"bucket sizes change nothing but rounding: losses within {d:.1
 # Per-message cost first (large buckets pay), then bandwidth (small buckets pay).
 fast = ["comm.emulate.latency_us=1000", "comm.emulate.bandwidth_gbps=2"]
 out, rows = run("adapt_change", *fast, "comm.adapt=true", "comm.emulate.schedule=16:20:0.02", "train.steps=40")
-changed = [r["step"] for r in rows if "the link changed" in r.get("adapt", "")]
+# Settled within 20 steps of the change: no decision after step 36, and small buckets for the bandwidth-bound link.
+# (Whether a decision says "the link changed" depends on timing: on a loaded machine the controller may have just
+# moved, and then it settles by measuring; the detection itself is tested on synthetic figures in test_comm_adapt.)
+late = [r["step"] for r in rows if r["step"] > 36 and "adapt" in r]
 check("from step 16 the emulated link is 20 us / 0.02 GB/s" in out, "the log says when the link changes")
-check(changed and 16 <= changed[0] <= 35, f"a decision says the link changed, at step {changed}")
+check(not late and rows[-1]["bucket_mb"] <= 1,
+      f"settled within 20 steps of the change (decisions after step 36: {late}) on small buckets "
+      f"({rows[-1]['bucket_mb']} MiB)")
+
+# Local SGD: the controller picks the period. On a slow link, from an average every step, it lengthens the period at
+# the first counted average (step 2), and the averages (the steps that send the parameters) follow the new period.
+out, rows = run("adapt_local", *slow, "comm.adapt=true", "optim.sync_every=1", "comm.adapt_sync_every_max=8")
+decisions = [r for r in rows if "adapt" in r]
+check(all(r.get("sync_every", 0) > 0 and "bucket_mb" not in r for r in rows), "every row carries its period")
+check(decisions and decisions[0]["step"] == 2 and "sync_every 1 -> " in decisions[0]["adapt"],
+      f"the first decision: {decisions[0]['adapt'] if decisions else 'none'}")
+check("comm.adapt from step 3: optim.sync_every 1 -> " in out, "the log gives the decision with its figures")
+big = max(r["comm_bytes"] for r in rows)
+averaged = [r["step"] for r in rows if r["comm_bytes"] > big / 2]
+want, last = [], 0  # where the periods the rows report put the averages (and the last step always averages)
+for r in rows:
+    if r["step"] - last >= r["sync_every"] or r["step"] == rows[-1]["step"]:
+        want.append(r["step"])
+        last = r["step"]
+check(rows[2]["sync_every"] > 1 and averaged == want,
+      f"averages at steps {averaged}, where the periods put them ({want})")
 
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)

@@ -1,0 +1,56 @@
+// comm.adapt under local SGD (optim.sync_every >= 1): a controller that chooses the period H, the steps between
+// parameter averages, within [comm.adapt_sync_every_min, _max] (docs/adaptive.md). Every rank feeds it the same
+// figures (the step's metrics, reduced over the ranks), so every rank decides alike and their averages stay matched.
+//
+// Model. A period of H steps costs H steps of compute and one average: a mean step of compute + sync / H. A longer
+// period is always faster per step and always worse for convergence (the replicas drift further apart), so the
+// fastest period is not the goal: the controller picks the shortest period whose mean step is within 5% of the
+// fastest the limits allow (the longest), and so trades at most 5% of step time for the most frequent averaging.
+// Each average is a decision point: compute is the mean of the period's steps less their exposed communication,
+// and the average's cost is the period's exposed communication (the slowest rank's: the others' also holds their
+// wait for it, which no period removes). It moves when the current period misses the bound by more than 3% of
+// the step, or when a period at most two thirds as long meets it (hysteresis against noise). A changed link
+// shows at the next average, so it settles within one period of the longest.
+#pragma once
+#include <optional>
+#include <string>
+
+namespace mt {
+
+struct SyncPeriodLimits {
+  int min = 1, max = 16;
+};
+
+struct SyncPeriodDecision {
+  int step = 0;  // the first step of the new period
+  int from = 0, to = 0;
+  double compute_ms = 0, sync_ms = 0;               // the period's mean compute per step, and its average's cost
+  double predicted_from_ms = 0, predicted_to_ms = 0;  // mean step: the current period's, the new one's
+  double fastest_ms = 0;                              // mean step at the longest period allowed
+};
+
+class SyncPeriodController {
+ public:
+  // The share of step time the controller gives up, at most, for more frequent averaging.
+  static constexpr double kSlack = 0.05;
+
+  SyncPeriodController(const SyncPeriodLimits& limits, int start);
+
+  // Feeds step `step`'s figures (the slowest step over the ranks, the slowest rank's exposed communication);
+  // `synced`: the step ended with a parameter average. Returns a decision, to apply from step + 1, when the period
+  // should change.
+  std::optional<SyncPeriodDecision> observe(int step, double step_ms, double exposed_ms, bool synced);
+
+  int period() const { return period_; }
+  // The shortest period in the limits whose mean step (compute + sync / H) is within kSlack of the longest's.
+  int shortest_within_slack(double compute_ms, double sync_ms) const;
+
+ private:
+  SyncPeriodLimits limits_;
+  int period_;
+  bool warm_ = false;            // the run's first step (allocation, first touches) is not counted
+  double compute_sum_ = 0, exposed_sum_ = 0;  // over the period's counted steps
+  int steps_ = 0;
+};
+
+}  // namespace mt
