@@ -6,14 +6,12 @@
 
 #include "core/philox.h"
 #include "kernels/attention.h"
-#include "kernels/crossentropy.h"
 #include "kernels/elementwise.h"
-#include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
-#include "kernels/vocab_parallel.h"
+#include "model/parallel_layers.h"
 
 namespace mt {
 
@@ -211,58 +209,21 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
   return a;
 }
 
-void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
-  const bool tp = cfg_.tp > 1;
-  CHECK(!tp || (tp_ && tp_->size() == cfg_.tp && tp_->rank() == cfg_.tp_rank),
+TensorParallel GPT::tensor_parallel() const {
+  CHECK(cfg_.tp == 1 || (tp_ && tp_->size() == cfg_.tp && tp_->rank() == cfg_.tp_rank),
         "tp = {}: set_tp_comm() needs the tp group of {} ranks (this one rank {})", cfg_.tp, cfg_.tp, cfg_.tp_rank);
-  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
-  const Tensor none;
-  // Sequence parallelism: the residual stream and LayerNorms hold this rank's block of rows; every
-  // column-parallel matmul all-gathers its (LayerNorm output) input rows into sp_full (replacing f's identity),
-  // every row-parallel matmul reduce-scatters its partial sum from sp_full to the local rows (replacing g's
-  // all-reduce). Without it each rank holds all N rows and the inputs are used as they are.
-  const bool sp = sequence_parallel();
-  auto gathered = [&](const Tensor& local) -> Tensor {
-    if (!sp) return local;
-    tp_->all_gather(local, a.sp_full);
-    return a.sp_full;
-  };
-  // Row-parallel layers (c_proj): the local matmul makes a partial sum, all-reduced over tp (Megatron's g), then
-  // the replicated bias is added once. With tp = 1 the bias goes into the matmul as before.
-  auto row_parallel = [&](const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) {
-    if (!tp) return kernels::matmul_forward(out, inp, w, bias, WeightLayout::InOut);
-    if (sp) {
-      kernels::matmul_forward(a.sp_full, inp, w, none, WeightLayout::InOut);
-      tp_->reduce_scatter(a.sp_full, out, ReduceOp::Sum);
-    } else {
-      kernels::matmul_forward(out, inp, w, none, WeightLayout::InOut);
-      tp_->all_reduce(out, ReduceOp::Sum);
-    }
-    kernels::bias_add(out, bias);
-  };
-  if (!cfg_.first_stage()) {
-    // a later pipeline stage: the caller has put the previous stage's output into a.input()
-  } else if (!tp) {
-    kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), param(wpe_));
-  } else if (sp) {
-    // Vocabulary-parallel embedding, reduce-scattered to this rank's rows; then each local row (b, t), flat row
-    // g = b*T + t, gets wpe[t], run by run of consecutive positions.
-    kernels::embedding_forward(a.sp_full.view({a.B, a.T, C}), a.tokens, param(wte_), none, vocab_begin(), vp_);
-    tp_->reduce_scatter(a.sp_full, a.residual[0], ReduceOp::Sum);
-    const int64_t Ns = N / cfg_.tp, row0 = int64_t(cfg_.tp_rank) * Ns;
-    for (int64_t i = 0; i < Ns;) {
-      const int64_t t = (row0 + i) % a.T, len = std::min<int64_t>(a.T - t, Ns - i);
-      kernels::accumulate(a.residual[0].slice(i * C, {len * C}), param(wpe_).slice(t * C, {len * C}));
-      i += len;
-    }
-  } else {
-    // Vocabulary-parallel embedding: each rank adds the rows it holds, the sum over tp has every token's row,
-    // then the (replicated) position embedding is added once.
-    kernels::embedding_forward(a.residual[0].view({a.B, a.T, C}), a.tokens, param(wte_), none, vocab_begin(), vp_);
-    tp_->all_reduce(a.residual[0], ReduceOp::Sum);
-    const Tensor pos = param(wpe_).slice(0, {int64_t(a.T) * C});
-    for (int b = 0; b < a.B; ++b) kernels::accumulate(a.residual[0].slice(int64_t(b) * a.T * C, {int64_t(a.T) * C}), pos);
-  }
+  return TensorParallel(cfg_.tp > 1 ? tp_ : nullptr, cfg_.sequence_parallel);
+}
+
+void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
+  // The block in its tp = 1 reading; the layers (model/parallel_layers.h) add tensor parallelism's collectives,
+  // and with sequence parallelism the residual stream and LayerNorms hold this rank's rows only. Shapes are this
+  // rank's: Cl = C / tp columns of each head-split projection, NHl = n_head / tp heads.
+  const TensorParallel tp = tensor_parallel();
+  const int64_t N = int64_t(a.B) * a.T, Cl = cfg_.d_model / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
+  const Tensor& full = a.sp_full;  // sequence parallelism's [N, C] scratch
+  if (cfg_.first_stage())  // a later pipeline stage: the caller has put the previous stage's output into a.input()
+    vocab_embedding_forward(tp, a.residual[0], full, a.tokens, param(wte_), param(wpe_), vocab_begin(), vp_);
   // Each skip connection's add is fused with the LayerNorm that reads its result (kernels/layernorm.h: the same
   // values as the add followed by the LayerNorm): the block's ln_2, and the next block's ln_1 (ln_f after the
   // last block of the last stage). Only the first block's ln_1 reads the stage's input alone.
@@ -272,18 +233,17 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
                              param(layer_param(0, LN1_W)), param(layer_param(0, LN1_B)));
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
+    auto P = [&](Slot s) { return param(layer_param(l, s)); };
     const Tensor& x = a.residual[l];
     const Tensor& out = a.residual[l + 1];
-    kernels::matmul_forward(la.qkv, gathered(la.ln1), param(layer_param(l, QKV_W)), param(layer_param(l, QKV_B)),
-                            WeightLayout::InOut);
+    column_linear_forward(tp, la.qkv, la.ln1, full, P(QKV_W), P(QKV_B));
     kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), NHl);
     // c_proj writes into res_attn, then the skip connection is added in place (with ln_2).
-    row_parallel(la.res_attn, la.atty, param(layer_param(l, ATTPROJ_W)), param(layer_param(l, ATTPROJ_B)));
-    kernels::residual_layernorm_forward(la.res_attn, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, x,
-                                        param(layer_param(l, LN2_W)), param(layer_param(l, LN2_B)));
-    kernels::matmul_bias_gelu_forward(la.fch, la.fch_gelu, gathered(la.ln2), param(layer_param(l, FC_W)),
-                                      param(layer_param(l, FC_B)));
-    row_parallel(out, la.fch_gelu, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
+    row_linear_forward(tp, la.res_attn, la.atty, full, P(ATTPROJ_W), P(ATTPROJ_B));
+    kernels::residual_layernorm_forward(la.res_attn, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, x, P(LN2_W),
+                                        P(LN2_B));
+    column_linear_gelu_forward(tp, la.fch, la.fch_gelu, la.ln2, full, P(FC_W), P(FC_B));
+    row_linear_forward(tp, out, la.fch_gelu, full, P(FCPROJ_W), P(FCPROJ_B));
     if (l + 1 < L) {
       LayerActivations& next = a.layers[l + 1];
       kernels::residual_layernorm_forward(out, next.ln1, next.ln1_mean, next.ln1_rstd, out, la.res_attn,
@@ -296,23 +256,10 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
     }
   }
   if (!last) return;  // a.output() goes on to the next stage
-  // The tied LM head reads wte [Vp, C] as an [out, in] weight.
-  kernels::matmul_forward(a.logits, gathered(a.lnf), param(wte_), none, WeightLayout::OutIn);
-  if (!tp) {
-    kernels::softmax_xent_forward_backward(a.losses, dloss != 0 ? a.logits : none, a.logits,
-                                           a.targets.view({N}), cfg_.vocab_size, dloss);
-  } else {
-    // Vocabulary-parallel cross-entropy: the full logits are never gathered (kernels/vocab_parallel.h).
-    const Tensor& row_max = a.xent_max;
-    const Tensor& stats = a.xent_stats;
-    const Tensor targets = a.targets.view({N});
-    kernels::vocab_parallel_xent_local_max(row_max, a.logits, vocab_begin(), cfg_.vocab_size);
-    tp_->all_reduce(row_max, ReduceOp::Max);
-    kernels::vocab_parallel_xent_local_sums(stats, a.logits, targets, row_max, vocab_begin(), cfg_.vocab_size);
-    tp_->all_reduce(stats, ReduceOp::Sum);
-    kernels::vocab_parallel_xent_finish(a.losses, dloss != 0 ? a.logits : none, a.logits, targets, row_max, stats,
-                                        vocab_begin(), cfg_.vocab_size, dloss);
-  }
+  // The tied LM head reads wte [Vp, C] as an [out, in] weight: column-parallel over the vocabulary.
+  column_linear_forward(tp, a.logits, a.lnf, full, param(wte_), Tensor(), WeightLayout::OutIn);
+  vocab_cross_entropy(tp, a.losses, a.logits, a.targets.view({N}), a.xent_max, a.xent_stats, vocab_begin(),
+                      cfg_.vocab_size, dloss);
   if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
 }
 
@@ -322,10 +269,10 @@ void GPT::ready_through(int p, const std::function<void(int64_t)>& grads_ready) 
 
 void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, BackwardPart part,
                    const Tensor& dout, const Tensor& dinput) {
-  const bool tp = cfg_.tp > 1, sp = sequence_parallel(), split = part == BackwardPart::InputOnly;
+  const TensorParallel tp = tensor_parallel();
+  const bool sp = tp.sp(), split = part == BackwardPart::InputOnly;
   const bool first = cfg_.first_stage(), last = cfg_.last_stage();
   const int L = cfg_.stage_layers();
-  CHECK(!tp || tp_, "tp = {}: set_tp_comm() first", cfg_.tp);
   CHECK(last || dout.defined(), "pipeline stage [{}, {}): backward needs the output gradient", cfg_.layer_begin,
         cfg_.stage_end());
   CHECK(first || dinput.defined(), "pipeline stage [{}, {}): backward needs a tensor for the input gradient",
@@ -336,7 +283,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   const std::function<void(int64_t)>& ready = split ? no_hook : grads_ready;
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
-  const Tensor none;
+  const Tensor none, &full = a.sp_full;
   // dres holds d(loss)/d(residual stream), updated in place from the top layer down: each LayerNorm backward
   // accumulates into it, which adds the block's branch to the skip connection's share. With sequence
   // parallelism it holds this rank's rows only (as do dln and the LayerNorm inputs).
@@ -344,58 +291,30 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   Tensor dln = arena.alloc({Ns, C}, dtype_);
   Tensor dln_full = sp ? arena.alloc({N, C}, dtype_) : dln;    // column-parallel input gradient, all rows
   Tensor dres_full = sp ? arena.alloc({N, C}, dtype_) : dres;  // row-parallel output gradient, all rows
-  Tensor datty = tp ? arena.alloc({N, Cl}, dtype_) : dln;  // c_proj's input gradient (local heads)
+  Tensor datty = tp.on() ? arena.alloc({N, Cl}, dtype_) : dln;  // c_proj's input gradient (local heads)
   Tensor dqkv = split ? Tensor() : arena.alloc({N, 3 * Cl}, dtype_);
   Tensor dfch = split ? Tensor() : arena.alloc({N, 4 * Cl}, dtype_);
   Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), grads_.dtype());  // fp32 scratch
   Tensor ln_grads = sp ? arena.alloc({2, C}, grads_.dtype()) : Tensor();  // sp: one LayerNorm's partial dweight | dbias
 
-  // Column-parallel layers (and the vocab-parallel head) give a partial input gradient in dln_full: all-reduced
-  // over tp (the backward of Megatron's f) before the replicated LayerNorm backward; with sequence parallelism
-  // reduce-scattered into this rank's rows of dln instead. Nothing to do with tp = 1.
-  auto reduce_partial = [&] {
-    if (sp) tp_->reduce_scatter(dln_full, dln, ReduceOp::Sum);
-    else if (tp) tp_->all_reduce(dln, ReduceOp::Sum);
-  };
-  // Sequence parallelism: a column-parallel layer's input (a LayerNorm output) is all-gathered again into the
-  // activation record's scratch (recomputed rather than kept), and a row-parallel layer's output gradient is
-  // all-gathered from the local rows of dres.
-  auto gathered = [&](const Tensor& local) -> Tensor {
-    if (!sp) return local;
-    tp_->all_gather(local, a.sp_full);
-    return a.sp_full;
-  };
-  auto gathered_dres = [&]() -> Tensor {
-    if (!sp) return dres;
-    tp_->all_gather(dres, dres_full);
-    return dres_full;
-  };
-  // LayerNorm backward into dres. With sequence parallelism each rank saw only its rows, so the (replicated)
-  // weight and bias gradients of this micro-batch are partial: they go to zeroed scratch, are summed over tp and
-  // then accumulated (summing grads() itself would count earlier micro-batches tp times). This happens before
-  // grads_ready reports them, so data parallelism never sends a partial LayerNorm gradient.
+  // LayerNorm backward into dres; its weight and bias are replicated parameters (under sequence parallelism each
+  // rank's share is summed over tp before grads_ready reports them, so data parallelism never sends a partial one).
   auto ln_backward = [&](int w, int b, const Tensor& inp, const Tensor& mean, const Tensor& rstd) {
-    if (!sp) return kernels::layernorm_backward(dres, grad(w), grad(b), dln, inp, param(w), mean, rstd);
-    zero_(ln_grads);
-    const Tensor dw = ln_grads.slice(0, {C}), db = ln_grads.slice(C, {C});
-    kernels::layernorm_backward(dres, dw, db, dln, inp, param(w), mean, rstd);
-    tp_->all_reduce(ln_grads, ReduceOp::Sum);
-    kernels::accumulate(grad(w), dw);
-    kernels::accumulate(grad(b), db);
+    replicated_param_grads(tp, {grad(w), grad(b)}, ln_grads, [&](const std::vector<Tensor>& g) {
+      kernels::layernorm_backward(dres, g[0], g[1], dln, inp, param(w), mean, rstd);
+    });
   };
-  // A block matmul's backward: in one pass, or (split) the input gradient only, the output gradient kept in
-  // `keep` for backward_weights (no copy when it was computed there).
-  auto matmul_bwd = [&](const Tensor& dinp, int w, int b, const Tensor& d_out, const Tensor& inp, const Tensor& keep) {
-    if (!split) return kernels::matmul_backward(dinp, grad(w), grad(b), d_out, inp, param(w), WeightLayout::InOut);
-    kernels::matmul_backward(dinp, none, none, d_out, inp, param(w), WeightLayout::InOut);
-    if (keep.defined() && keep.data() != d_out.data()) copy_convert(keep, d_out);
+  // A weight's gradient in this pass, or (split) none: backward_weights computes it.
+  auto G = [&](int p) { return split ? none : grad(p); };
+  // Split: a row-parallel layer's output gradient is kept for backward_weights.
+  auto keep = [&](const Tensor& kept, const Tensor& d_out) {
+    if (split) copy_convert(kept, d_out);
   };
 
   zero_(dres);
   if (last) {
-    kernels::matmul_backward(dln_full, split ? none : grad(wte_), none, a.logits, gathered(a.lnf), param(wte_),
-                             WeightLayout::OutIn);
-    reduce_partial();
+    column_linear_backward(tp, dln_full, dln, G(wte_), none, a.logits, a.lnf, full, param(wte_),
+                           WeightLayout::OutIn);
     ln_backward(lnf_w_, lnf_b_, a.residual[L], a.lnf_mean, a.lnf_rstd);
     ready_through(lnf_b_, ready);
   } else {
@@ -403,25 +322,25 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   }
   for (int l = L - 1; l >= 0; --l) {
     LayerActivations& la = a.layers[l];
-    const LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
+    LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
     auto P = [&](Slot s) { return layer_param(l, s); };
-    // MLP branch: dres is d/d(block output) here. The row-parallel c_proj's bias gradient comes from the full
-    // (all rows, replicated) output gradient on every rank, so it is complete without a tp reduction.
+    // MLP branch: dres is d/d(block output) here.
     const Tensor dfch_l = split ? kept->dfch : dfch;
-    matmul_bwd(dfch_l, P(FCPROJ_W), P(FCPROJ_B), gathered_dres(), la.fch_gelu, split ? kept->d_fcproj : none);
+    const Tensor d_fcproj = row_linear_output_grad(tp, dres, dres_full);
+    row_linear_backward(dfch_l, G(P(FCPROJ_W)), G(P(FCPROJ_B)), d_fcproj, la.fch_gelu, param(P(FCPROJ_W)));
+    if (split) keep(kept->d_fcproj, d_fcproj);
     kernels::gelu_backward(dfch_l, la.fch, dfch_l);
-    matmul_bwd(dln_full, P(FC_W), P(FC_B), dfch_l, gathered(la.ln2), none);
-    reduce_partial();
+    column_linear_backward(tp, dln_full, dln, G(P(FC_W)), G(P(FC_B)), dfch_l, la.ln2, full, param(P(FC_W)));
     ln_backward(P(LN2_W), P(LN2_B), la.res_attn, la.ln2_mean, la.ln2_rstd);
     ready_through(P(LN2_B), ready);  // the MLP half of the block: its buckets can start now
     // Attention branch: dres is now d/d(res_attn).
-    // Row-parallel c_proj: dbias from the full (replicated) dres on every rank, the input gradient local.
-    matmul_bwd(datty, P(ATTPROJ_W), P(ATTPROJ_B), gathered_dres(), la.atty, split ? kept->d_attproj : none);
+    const Tensor d_attproj = row_linear_output_grad(tp, dres, dres_full);
+    row_linear_backward(datty, G(P(ATTPROJ_W)), G(P(ATTPROJ_B)), d_attproj, la.atty, param(P(ATTPROJ_W)));
+    if (split) keep(kept->d_attproj, d_attproj);
     const Tensor dqkv_l = split ? kept->dqkv : dqkv;
     kernels::attention_backward(dqkv_l.view({a.B, a.T, 3 * Cl}), datt, datty.view({a.B, a.T, Cl}),
                                 la.qkv.view({a.B, a.T, 3 * Cl}), la.atty.view({a.B, a.T, Cl}), la.att, NHl);
-    matmul_bwd(dln_full, P(QKV_W), P(QKV_B), dqkv_l, gathered(la.ln1), none);
-    reduce_partial();
+    column_linear_backward(tp, dln_full, dln, G(P(QKV_W)), G(P(QKV_B)), dqkv_l, la.ln1, full, param(P(QKV_W)));
     ln_backward(P(LN1_W), P(LN1_B), a.residual[l], la.ln1_mean, la.ln1_rstd);
     ready_through(P(LN1_B), ready);  // the block's last parameter in the flat layout
   }
@@ -429,48 +348,33 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     copy_convert(dinput, dres);  // d(loss)/d(input), for the previous stage
   } else {
     // The embedding backward reads every row (sequence parallelism gathers them), so wpe's gradient is complete.
-    const Tensor demb = gathered_dres();
+    const Tensor demb = tp.gather_rows(dres, dres_full);
     if (split) copy_convert(a.demb, demb);
-    else embedding_backward(demb, a);
+    else vocab_embedding_backward(tp, grad(wte_), grad(wpe_), demb, a.tokens, vocab_begin(), vp_);
   }
   if (ready) ready(table_.total_numel());
 }
 
-void GPT::embedding_backward(const Tensor& demb, const Activations& a) {
-  const int64_t C = cfg_.d_model;
-  if (cfg_.tp == 1) kernels::embedding_backward(grad(wte_), grad(wpe_), demb.view({a.B, a.T, C}), a.tokens);
-  else kernels::embedding_backward(grad(wte_), grad(wpe_), demb.view({a.B, a.T, C}), a.tokens, vocab_begin(), vp_);
-}
-
 void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready) {
   CHECK(static_cast<int>(a.wgrad.size()) == cfg_.stage_layers(), "backward_weights needs a split backward first");
-  const bool sp = sequence_parallel();
-  const Tensor none;
-  // Sequence parallelism: the column-parallel inputs are all-gathered again, as in backward().
-  auto gathered = [&](const Tensor& local) -> Tensor {
-    if (!sp) return local;
-    tp_->all_gather(local, a.sp_full);
-    return a.sp_full;
-  };
+  const TensorParallel tp = tensor_parallel();
+  const Tensor none, &full = a.sp_full;
   if (cfg_.last_stage()) {
-    kernels::matmul_backward(none, grad(wte_), none, a.logits, gathered(a.lnf), param(wte_), WeightLayout::OutIn);
+    column_linear_backward(tp, none, none, grad(wte_), none, a.logits, a.lnf, full, param(wte_), WeightLayout::OutIn);
     ready_through(lnf_b_, grads_ready);
   }
   for (int l = cfg_.stage_layers() - 1; l >= 0; --l) {
     const LayerActivations& la = a.layers[l];
     const LayerOutputGrads& kept = a.wgrad[l];
-    auto wgrad = [&](Slot w, Slot b, const Tensor& d_out, const Tensor& inp) {
-      const int pw = layer_param(l, w), pb = layer_param(l, b);
-      kernels::matmul_backward(none, grad(pw), grad(pb), d_out, inp, param(pw), WeightLayout::InOut);
-    };
-    wgrad(FCPROJ_W, FCPROJ_B, kept.d_fcproj, la.fch_gelu);
-    wgrad(FC_W, FC_B, kept.dfch, gathered(la.ln2));
-    ready_through(layer_param(l, LN2_B), grads_ready);
-    wgrad(ATTPROJ_W, ATTPROJ_B, kept.d_attproj, la.atty);
-    wgrad(QKV_W, QKV_B, kept.dqkv, gathered(la.ln1));
-    ready_through(layer_param(l, LN1_B), grads_ready);
+    auto P = [&](Slot s) { return layer_param(l, s); };
+    row_linear_backward(none, grad(P(FCPROJ_W)), grad(P(FCPROJ_B)), kept.d_fcproj, la.fch_gelu, param(P(FCPROJ_W)));
+    column_linear_backward(tp, none, none, grad(P(FC_W)), grad(P(FC_B)), kept.dfch, la.ln2, full, param(P(FC_W)));
+    ready_through(P(LN2_B), grads_ready);
+    row_linear_backward(none, grad(P(ATTPROJ_W)), grad(P(ATTPROJ_B)), kept.d_attproj, la.atty, param(P(ATTPROJ_W)));
+    column_linear_backward(tp, none, none, grad(P(QKV_W)), grad(P(QKV_B)), kept.dqkv, la.ln1, full, param(P(QKV_W)));
+    ready_through(P(LN1_B), grads_ready);
   }
-  if (cfg_.first_stage()) embedding_backward(a.demb, a);
+  if (cfg_.first_stage()) vocab_embedding_backward(tp, grad(wte_), grad(wpe_), a.demb, a.tokens, vocab_begin(), vp_);
   if (grads_ready) grads_ready(table_.total_numel());
 }
 

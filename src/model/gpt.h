@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "model/parallel_layers.h"
 #include "model/param_table.h"
 
 namespace mt {
@@ -173,7 +174,7 @@ class GPT {
   // Stage-local layer i (global block layer_begin + i).
   int layer_param(int i, Slot s) const { return layer_params_[i * kSlotsPerLayer + s]; }
   void ready_through(int p, const std::function<void(int64_t)>& grads_ready) const;
-  void embedding_backward(const Tensor& demb, const Activations& a);  // first stage: wte and wpe gradients
+  TensorParallel tensor_parallel() const;  // the layers' view of the tp group (checked)
 
   GPTConfig cfg_;
   Communicator* tp_ = nullptr;
