@@ -330,7 +330,7 @@ TEST_CASE("swiglu: saturated gates stay finite", "[swiglu]") {
     swiglu_forward(out, inp);
     swiglu_backward(dinp, dout, inp);
     const Tensor o = to64(out), g = to64(dinp);
-    REQUIRE(std::abs(d(o)[0]) == 0);                         // silu(-1000) * 1.5
+    REQUIRE(std::abs(d(o)[0]) == 0);                          // silu(-1000) * 1.5
     REQUIRE(std::abs(d(o)[1] - 1000 * -2.0) <= 1e-2 * 2000);  // silu(1000) = 1000 (1000 rounds in every dtype)
     for (int i = 0; i < 8; ++i) REQUIRE(std::isfinite(d(g)[i]));
     REQUIRE(d(g)[0] == 0);  // d silu / dg at -1000 is 0
@@ -382,9 +382,9 @@ TEST_CASE("gqa: expansion by hand, gradient, overwrite", "[gqa]") {
         for (int i = 0; i < HS; ++i) {
           const double* src = d(qkv) + n * W;
           const double* dst = d(full) + n * WF;
-          REQUIRE(dst[h * HS + i] == src[h * HS + i]);                                    // q
-          REQUIRE(dst[QW + h * HS + i] == src[QW + (h / group) * HS + i]);                // k
-          REQUIRE(dst[2 * QW + h * HS + i] == src[QW + KW + (h / group) * HS + i]);       // v
+          REQUIRE(dst[h * HS + i] == src[h * HS + i]);                               // q
+          REQUIRE(dst[QW + h * HS + i] == src[QW + (h / group) * HS + i]);           // k
+          REQUIRE(dst[2 * QW + h * HS + i] == src[QW + KW + (h / group) * HS + i]);  // v
         }
     Tensor dqkv = f64({2, 3, W});
     fill_normal(dqkv, 3, 100.0);  // overwritten: preset garbage must vanish

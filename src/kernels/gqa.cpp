@@ -14,8 +14,8 @@ void check_gqa(const char* op, const Tensor& qkv, const char* qkv_name, const Te
                int n_head, int n_kv_head, int head_size, int64_t& N) {
   check_defined(qkv, op, qkv_name), check_defined(full, op, full_name), check_activation(qkv, op, qkv_name);
   check_same_dtype(full, qkv, op, full_name, qkv_name), check_same_device(full, qkv, op, full_name, qkv_name);
-  CHECK(n_head > 0 && n_kv_head > 0 && head_size > 0, "{}: n_head = {}, n_kv_head = {}, head_size = {} must be > 0",
-        op, n_head, n_kv_head, head_size);
+  CHECK(n_head > 0 && n_kv_head > 0 && head_size > 0, "{}: n_head = {}, n_kv_head = {}, head_size = {} must be > 0", op,
+        n_head, n_kv_head, head_size);
   CHECK(n_head % n_kv_head == 0, "{}: n_head = {} is not a multiple of n_kv_head = {}", op, n_head, n_kv_head);
   const int64_t W = int64_t(n_head + 2 * n_kv_head) * head_size, WF = 3 * int64_t(n_head) * head_size;
   CHECK(qkv.ndim() >= 1 && qkv.dim(-1) == W, "{}: {} {} must be [..., (n_head + 2 n_kv_head) * head_size = {}]", op,
@@ -45,8 +45,7 @@ void gqa_reduce(const Tensor& dqkv, const Tensor& dqkv_full, int n_head, int n_k
   const char* op = "gqa_reduce";
   int64_t N;
   check_gqa(op, dqkv, "dqkv", dqkv_full, "dqkv_full", n_head, n_kv_head, head_size, N);
-  if (dqkv.device() == Device::CUDA)
-    MT_ON_CUDA(op, gpu::gqa_reduce(dqkv, dqkv_full, n_head, n_kv_head, head_size));
+  if (dqkv.device() == Device::CUDA) MT_ON_CUDA(op, gpu::gqa_reduce(dqkv, dqkv_full, n_head, n_kv_head, head_size));
   dispatch_storage(dqkv.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::gqa_reduce<S>(storage_ptr<S>(dqkv), storage_ptr<S>(dqkv_full), N, n_head, n_kv_head, head_size);

@@ -14,8 +14,7 @@ using namespace detail;
 namespace {
 // inp (activation dtype S) and weight (S) of C elements; rstd of N elements in the accumulation dtype of S.
 // Returns N and C.
-void check_common(const char* op, const Tensor& inp, const Tensor& weight, const Tensor& rstd, int64_t& N,
-                  int64_t& C) {
+void check_common(const char* op, const Tensor& inp, const Tensor& weight, const Tensor& rstd, int64_t& N, int64_t& C) {
   check_defined(inp, op, "inp"), check_defined(weight, op, "weight"), check_defined(rstd, op, "rstd");
   check_activation(inp, op, "inp");
   check_same_dtype(weight, inp, op, "weight", "inp"), check_acc_dtype(rstd, inp.dtype(), op, "rstd");
@@ -39,8 +38,8 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
   dispatch_storage(inp.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;
-    cpu::rmsnorm_forward<S>(storage_ptr<S>(out), storage_ptr<A>(rstd), storage_ptr<S>(inp), storage_ptr<S>(weight),
-                            N, C, eps);
+    cpu::rmsnorm_forward<S>(storage_ptr<S>(out), storage_ptr<A>(rstd), storage_ptr<S>(inp), storage_ptr<S>(weight), N,
+                            C, eps);
   });
 }
 
@@ -60,8 +59,8 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
   dispatch_storage(inp.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;
-    cpu::rmsnorm_backward<S>(storage_ptr<S>(dinp), storage_ptr<A>(dweight), storage_ptr<S>(dout),
-                             storage_ptr<S>(inp), storage_ptr<S>(weight), storage_ptr<A>(rstd), N, C);
+    cpu::rmsnorm_backward<S>(storage_ptr<S>(dinp), storage_ptr<A>(dweight), storage_ptr<S>(dout), storage_ptr<S>(inp),
+                             storage_ptr<S>(weight), storage_ptr<A>(rstd), N, C);
   });
 }
 

@@ -18,8 +18,8 @@ void check_rope(const char* op, const char* name, const Tensor& x, int64_t T, in
   N = x.numel() / W;
   CHECK(T > 0 && N % T == 0, "{}: {} has {} rows, not a whole number of sequences of T={}", op, name, N, T);
   CHECK(head_size > 0 && head_size % 2 == 0, "{}: head_size = {} must be positive and even", op, head_size);
-  CHECK(0 <= col_begin && col_begin <= col_end && col_end <= W, "{}: column range [{}, {}) is not within [0, {})",
-        op, col_begin, col_end, W);
+  CHECK(0 <= col_begin && col_begin <= col_end && col_end <= W, "{}: column range [{}, {}) is not within [0, {})", op,
+        col_begin, col_end, W);
   CHECK((col_end - col_begin) % head_size == 0, "{}: column range [{}, {}) is not a whole number of heads of {}", op,
         col_begin, col_end, head_size);
   CHECK(std::isfinite(theta) && theta > 0, "{}: theta = {} must be finite and positive", op, theta);

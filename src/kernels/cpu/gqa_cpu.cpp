@@ -17,7 +17,7 @@ void gqa_expand(S* qkv_full, const S* qkv, int64_t N, int n_head, int n_kv_head,
   for (int64_t n = 0; n < N; ++n) {
     const S* src = qkv + n * W;
     S* dst = qkv_full + n * 3 * QW;
-    std::copy(src, src + QW, dst);  // q
+    std::copy(src, src + QW, dst);          // q
     for (int part = 0; part < 2; ++part) {  // k, then v
       const S* from = src + QW + part * KW;
       S* to = dst + (1 + part) * QW;
@@ -35,7 +35,7 @@ void gqa_reduce(S* dqkv, const S* dqkv_full, int64_t N, int n_head, int n_kv_hea
   for (int64_t n = 0; n < N; ++n) {
     const S* src = dqkv_full + n * 3 * QW;
     S* dst = dqkv + n * W;
-    std::copy(src, src + QW, dst);  // dq
+    std::copy(src, src + QW, dst);          // dq
     for (int part = 0; part < 2; ++part) {  // dk, then dv
       const S* from = src + (1 + part) * QW;
       S* to = dst + QW + part * KW;
@@ -52,7 +52,7 @@ void gqa_reduce(S* dqkv, const S* dqkv_full, int64_t N, int n_head, int n_kv_hea
   }
 }
 
-#define MT_GQA_INSTANTIATE(S)                                              \
+#define MT_GQA_INSTANTIATE(S)                                        \
   template void gqa_expand<S>(S*, const S*, int64_t, int, int, int); \
   template void gqa_reduce<S>(S*, const S*, int64_t, int, int, int);
 MT_GQA_INSTANTIATE(float)

@@ -12,7 +12,7 @@ void rmsnorm_forward(S* out, acc_t<S>* rstd, const S* inp, const S* weight, int6
 
 // dinp and dweight are both accumulated (+=).
 template <typename S>
-void rmsnorm_backward(S* dinp, acc_t<S>* dweight, const S* dout, const S* inp, const S* weight,
-                      const acc_t<S>* rstd, int64_t N, int64_t C);
+void rmsnorm_backward(S* dinp, acc_t<S>* dweight, const S* dout, const S* inp, const S* weight, const acc_t<S>* rstd,
+                      int64_t N, int64_t C);
 
 }  // namespace mt::kernels::cpu

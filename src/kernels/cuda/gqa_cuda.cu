@@ -15,8 +15,10 @@ constexpr int kThreads = 256;
 
 template <int V, typename S>
 __device__ __forceinline__ void copy_n(S* dst, const S* src) {
-  if constexpr (V == 1) *dst = *src;
-  else *reinterpret_cast<Pack<S>*>(dst) = *reinterpret_cast<const Pack<S>*>(src);
+  if constexpr (V == 1)
+    *dst = *src;
+  else
+    *reinterpret_cast<Pack<S>*>(dst) = *reinterpret_cast<const Pack<S>*>(src);
 }
 
 // Head dimensions of one row, in elements: QW = NH HS (q, and each part of the full row), KW = KV HS.

@@ -167,11 +167,11 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
     bool vec = C % kPack == 0;
     for (const Tensor* t : {&dinp, &dout, &inp, &weight}) vec = vec && aligned16(t->data());
     if (vec)
-      launch_backward<S, kPack>(ptr<S>(dinp), ptr<A>(dweight), ptr<S>(dout), ptr<S>(inp), ptr<S>(weight),
-                                ptr<A>(rstd), N, C);
+      launch_backward<S, kPack>(ptr<S>(dinp), ptr<A>(dweight), ptr<S>(dout), ptr<S>(inp), ptr<S>(weight), ptr<A>(rstd),
+                                N, C);
     else
-      launch_backward<S, 1>(ptr<S>(dinp), ptr<A>(dweight), ptr<S>(dout), ptr<S>(inp), ptr<S>(weight), ptr<A>(rstd),
-                            N, C);
+      launch_backward<S, 1>(ptr<S>(dinp), ptr<A>(dweight), ptr<S>(dout), ptr<S>(inp), ptr<S>(weight), ptr<A>(rstd), N,
+                            C);
   });
 }
 

@@ -15,7 +15,7 @@ namespace mt::kernels::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxHalf = 256;         // head_size <= 512: the frequencies travel as a 2 KiB kernel argument
+constexpr int kMaxHalf = 256;            // head_size <= 512: the frequencies travel as a 2 KiB kernel argument
 constexpr int64_t kTargetBlocks = 2048;  // enough blocks to fill any current GPU several times over
 
 struct InvFreq {
