@@ -393,7 +393,7 @@ TEST_CASE("gqa: expansion by hand, gradient, overwrite", "[gqa]") {
   }
 }
 
-TEST_CASE("gqa: reducing an expanded ones tensor counts each group; equal head counts copy", "[gqa]") {
+TEST_CASE("gqa: reducing an expanded ones tensor counts each group, and equal head counts copy", "[gqa]") {
   const int HS = 8;
   for (DType dt : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
     INFO(dtype_name(dt));
