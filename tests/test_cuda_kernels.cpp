@@ -12,9 +12,10 @@
 //    value except near a rounding boundary: >= 99% of elements within 1 ulp of the CPU's, and rel <= 1e-2 (bf16,
 //    8 mantissa bits) or 5e-3 (fp16, 11 bits) as a bound on the aggregate.
 //  - fp64: rel <= 1e-12 (the same arithmetic in double, summation order only).
-//  - Atomics (layernorm dweight/dbias, embedding dwte) make those sums order-dependent: the fp32 relative bound.
+//  - Atomics (layernorm dweight/dbias, rmsnorm dweight, embedding dwte) make those sums order-dependent: the fp32
+//    relative bound.
 //  - Copies and single roundings of identical fp32 sums (embedding forward, add, accumulate, bias_add, the
-//    embedding's dwpe, clip_scale) must match exactly.
+//    embedding's dwpe, clip_scale, the gqa expansion and reduction) must match exactly.
 //  - AdamW and SGD: fp32 state, 3 steps, rel <= 1e-6: the same element formula, FMA contraction aside.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -32,9 +33,13 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
+#include "kernels/gqa.h"
 #include "kernels/layernorm.h"
 #include "kernels/reduce.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "kernels/sgd.h"
+#include "kernels/swiglu.h"
 #include "kernels/vocab_parallel.h"
 
 using namespace mt;
@@ -225,6 +230,115 @@ TEST_CASE("cuda gelu forward and backward match the CPU", "[cuda][gelu]") {
       Tensor ref = Tensor::empty({n - 1}, dt);
       gelu_forward(ref, x.slice(1, {n - 1}));
       require_close(go.slice(1, {n - 1}), ref, "gelu out (unaligned)");
+    }
+  }
+}
+
+TEST_CASE("cuda rmsnorm forward and backward match the CPU", "[cuda][rmsnorm]") {
+  // C=13000: the backward's dweight partials no longer fit in shared memory (global atomics path);
+  // C=37: not a multiple of any 16-byte pack (scalar path).
+  const double eps = 1e-6;
+  for (DType dt : kActivationDtypes) {
+    for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 72}, {64, 768}, {7, 37}, {5, 13000}}) {
+      INFO(dtype_name(dt) << " N=" << N << " C=" << C);
+      const DType acc = acc_dtype(dt);
+      const Tensor x = random_host({N, C}, dt, 1, 2.0, 0.3), w = random_host({C}, dt, 2, 0.2, 1.0);
+      Tensor out = Tensor::empty({N, C}, dt), rstd = Tensor::empty({N}, acc);
+      rmsnorm_forward(out, rstd, x, w, eps);
+      const Tensor gx = upload(x), gw = upload(w);
+      Tensor gout = poisoned({N, C}, dt), grstd = poisoned({N}, acc);
+      rmsnorm_forward(gout, grstd, gx, gw, eps);
+      require_close(gout, out, "out");
+      require_close(grstd, rstd, "rstd");
+
+      // Backward: both outputs accumulate into random starting values.
+      const Tensor dout = random_host({N, C}, dt, 3);
+      Tensor dinp = random_host({N, C}, dt, 4), dweight = random_host({C}, acc, 5);
+      Tensor gdinp = upload(dinp), gdweight = upload(dweight);
+      rmsnorm_backward(dinp, dweight, dout, x, w, rstd);
+      rmsnorm_backward(gdinp, gdweight, upload(dout), gx, gw, upload(rstd));
+      require_close(gdinp, dinp, "dinp");
+      require_close(gdweight, dweight, "dweight (atomics)");
+    }
+  }
+}
+
+TEST_CASE("cuda rope forward and backward match the CPU, outside the column range untouched", "[cuda][rope]") {
+  struct Case {
+    int64_t B, T, n_head, head_size, col_begin_heads, col_end_heads, pos_offset;
+  };
+  // q and k of a fused qkv row (GPT-2-like heads of 64); a middle range of odd-sized heads (6); a continuation at
+  // position 1e5 (angles the GPU must form in double as the CPU does).
+  const Case cases[] = {{3, 37, 4, 64, 0, 8, 0}, {2, 5, 5, 6, 2, 9, 3}, {2, 64, 12, 64, 0, 24, 100000}};
+  for (DType dt : kActivationDtypes) {
+    for (const Case& c : cases) {
+      const int64_t W = 3 * c.n_head * c.head_size, b = c.col_begin_heads * c.head_size;
+      const int64_t e = c.col_end_heads * c.head_size;
+      for (bool backward : {false, true}) {
+        INFO(dtype_name(dt) << " B=" << c.B << " T=" << c.T << " HS=" << c.head_size << " columns [" << b << ", " << e
+                            << ") offset " << c.pos_offset << (backward ? " backward" : " forward"));
+        auto apply = backward ? rope_backward : rope_forward;
+        Tensor x = random_host({c.B, c.T, W}, dt, 1);
+        Tensor gx = upload(x);
+        const std::vector<double> before = values(x);
+        apply(x, c.T, c.head_size, kRopeTheta, b, e, c.pos_offset);
+        apply(gx, c.T, c.head_size, kRopeTheta, b, e, c.pos_offset);
+        require_close(gx, x, "rotated");
+        const std::vector<double> after = values(gx);
+        for (size_t i = 0; i < after.size(); ++i) {
+          const int64_t col = int64_t(i) % W;
+          if (col < b || col >= e) REQUIRE(after[i] == before[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda swiglu forward and backward match the CPU", "[cuda][swiglu]") {
+  // H=37: not a multiple of any pack (scalar path); a view one element in: unaligned pointers (scalar path).
+  for (DType dt : kActivationDtypes) {
+    for (auto [N, H] : {std::pair<int64_t, int64_t>{37, 72}, {9, 37}, {64, 3072}}) {
+      for (bool unaligned : {false, true}) {
+        INFO(dtype_name(dt) << " N=" << N << " H=" << H << (unaligned ? " unaligned" : ""));
+        const int64_t off = unaligned ? 1 : 0;
+        const Tensor xb = random_host({N * 2 * H + off}, dt, 1, 2.0), dyb = random_host({N * H + off}, dt, 2);
+        const Tensor x = xb.slice(off, {N, 2 * H}), dy = dyb.slice(off, {N, H});
+        Tensor out = Tensor::empty({N, H}, dt), dinp = Tensor::empty({N, 2 * H}, dt);
+        swiglu_forward(out, x);
+        swiglu_backward(dinp, dy, x);
+        const Tensor gxb = upload(xb), gdyb = upload(dyb);
+        const Tensor gx = gxb.slice(off, {N, 2 * H}), gdy = gdyb.slice(off, {N, H});
+        Tensor goutb = poisoned({N * H + off}, dt), gdinpb = poisoned({N * 2 * H + off}, dt);
+        const Tensor gout = goutb.slice(off, {N, H}), gdinp = gdinpb.slice(off, {N, 2 * H});
+        swiglu_forward(gout, gx);
+        swiglu_backward(gdinp, gdy, gx);
+        require_close(gout, out, "swiglu out");
+        require_close(gdinp, dinp, "swiglu dinp");
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda gqa expansion and reduction match the CPU exactly", "[cuda][gqa]") {
+  struct Case {
+    int n_head, n_kv_head, head_size;
+  };
+  // Groups of 4 (Llama-like heads of 64); heads of 5 (scalar path); equal head counts (copies); one kv head.
+  const Case cases[] = {{8, 2, 64}, {6, 3, 5}, {4, 4, 16}, {12, 1, 8}};
+  for (DType dt : kActivationDtypes) {
+    for (const Case& c : cases) {
+      INFO(dtype_name(dt) << " n_head " << c.n_head << " n_kv_head " << c.n_kv_head << " head_size " << c.head_size);
+      const int64_t N = 37, W = int64_t(c.n_head + 2 * c.n_kv_head) * c.head_size;
+      const int64_t WF = 3 * int64_t(c.n_head) * c.head_size;
+      const Tensor qkv = random_host({N, W}, dt, 1), dfull = random_host({N, WF}, dt, 2);
+      Tensor full = Tensor::empty({N, WF}, dt), dqkv = Tensor::empty({N, W}, dt);
+      gqa_expand(full, qkv, c.n_head, c.n_kv_head, c.head_size);
+      gqa_reduce(dqkv, dfull, c.n_head, c.n_kv_head, c.head_size);
+      Tensor gfull = poisoned({N, WF}, dt), gdqkv = poisoned({N, W}, dt);
+      gqa_expand(gfull, upload(qkv), c.n_head, c.n_kv_head, c.head_size);
+      gqa_reduce(gdqkv, upload(dfull), c.n_head, c.n_kv_head, c.head_size);
+      require_equal(gfull, full, "expanded");  // copies
+      require_equal(gdqkv, dqkv, "reduced");   // the same sums in the same order, rounded once
     }
   }
 }
