@@ -28,8 +28,11 @@ GPTConfig checked(const GPTConfig& cfg) {
   CHECK(cfg.tp >= 1 && cfg.tp_rank >= 0 && cfg.tp_rank < cfg.tp, "tp_rank {} out of range for tp {}", cfg.tp_rank,
         cfg.tp);
   CHECK(cfg.n_head % cfg.tp == 0, "n_head {} is not divisible by tp {}", cfg.n_head, cfg.tp);
-  CHECK(4 * cfg.d_model % cfg.tp == 0, "the MLP width 4*d_model = {} is not divisible by tp {}", 4 * cfg.d_model,
-        cfg.tp);
+  CHECK(cfg.mlp_hidden() % cfg.tp == 0, "the MLP width {} is not divisible by tp {}", cfg.mlp_hidden(), cfg.tp);
+  CHECK(cfg.d_model % cfg.n_head == 0, "d_model {} is not divisible by n_head {}", cfg.d_model, cfg.n_head);
+  CHECK(!cfg.llama() || (cfg.n_head % cfg.kv_heads() == 0 && cfg.kv_heads() % cfg.tp == 0 && cfg.head_size() % 2 == 0),
+        "Llama: n_kv_head {} must divide n_head {} and be divisible by tp {}, and the head size {} even",
+        cfg.kv_heads(), cfg.n_head, cfg.tp, cfg.head_size());
   CHECK(cfg.layer_begin >= 0 && cfg.layer_begin < cfg.stage_end() && cfg.stage_end() <= cfg.n_layer,
         "pipeline stage [{}, {}) is not a non-empty range of the {} blocks", cfg.layer_begin, cfg.stage_end(),
         cfg.n_layer);
@@ -47,6 +50,7 @@ std::string layer_name(int l, int slot) { return "h." + std::to_string(l) + "." 
 
 ParamTable gpt_param_table(const GPTConfig& cfg_in) {
   const GPTConfig cfg = checked(cfg_in);
+  if (cfg.llama()) return llama_param_table(cfg);
   const int64_t C = cfg.d_model, vp = padded_vocab(cfg.vocab_size, cfg.tp);
   // Megatron's shard layouts (table in model/param_table.h): column-parallel splits a weight's outputs (dim 1 of
   // the [in, out] weight, dim 0 of its bias), row-parallel its inputs (dim 0); c_attn's outputs are q|k|v, three
@@ -88,13 +92,22 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
     : cfg_(checked(cfg)), vp_(padded_vocab(cfg.vocab_size, cfg.tp)), dtype_(dtype), device_(device),
       table_(gpt_param_table(cfg)) {
   static_assert(sizeof(kSlotNames) / sizeof(kSlotNames[0]) == kSlotsPerLayer, "one name per slot");
-  wte_ = table_.index_of("wte.weight");
-  wpe_ = table_.index_of("wpe.weight");
-  lnf_w_ = table_.index_of("ln_f.weight");
-  lnf_b_ = table_.index_of("ln_f.bias");
-  layer_params_.assign(cfg_.stage_layers() * kSlotsPerLayer, -1);
+  if (cfg_.llama()) {
+    wte_ = table_.index_of("model.embed_tokens.weight");
+    lnf_w_ = table_.index_of("model.norm.weight");
+    head_ = cfg_.tie_embeddings ? wte_ : table_.index_of("lm_head.weight");
+    slots_ = kLlamaSlots;
+  } else {
+    wte_ = head_ = table_.index_of("wte.weight");
+    wpe_ = table_.index_of("wpe.weight");
+    lnf_w_ = table_.index_of("ln_f.weight");
+    lnf_b_ = table_.index_of("ln_f.bias");
+  }
+  layer_params_.assign(cfg_.stage_layers() * slots_, -1);
   for (int i = 0; i < cfg_.stage_layers(); ++i)
-    for (int s = 0; s < kSlotsPerLayer; ++s) layer_params_[i * kSlotsPerLayer + s] = table_.index_of(layer_name(cfg_.layer_begin + i, s));
+    for (int s = 0; s < slots_; ++s)
+      layer_params_[i * slots_ + s] = table_.index_of(cfg_.llama() ? llama_layer_name(cfg_.layer_begin + i, s)
+                                                                    : layer_name(cfg_.layer_begin + i, s));
   const int64_t n = table_.total_numel();
   if (params.defined() || grads.defined()) {
     CHECK(params.numel() == n && grads.numel() == n && params.dtype() == dtype && grads.dtype() == acc_dtype(dtype),
@@ -131,12 +144,15 @@ void GPT::init(uint64_t seed, double std, const Tensor& into) {
         "then copied");
   CHECK(flat.numel() == params_.numel(), "init: a buffer of {} elements for {} parameters", flat.numel(),
         params_.numel());
-  const double proj_std = std / std::sqrt(2.0 * cfg_.n_layer);  // GPT-2: residual projections scaled by 1/sqrt(2L)
+  // GPT-2: residual projections scaled by 1/sqrt(2L); Llama: every matrix N(0, std^2), as Hugging Face
+  // initialises it.
+  const double proj_std = cfg_.llama() ? std : std / std::sqrt(2.0 * cfg_.n_layer);
   zero_(flat);
   std::vector<double> vals;
   for (int p = 0; p < table_.size(); ++p) {
     const ParamSpec& s = table_[p];
-    const bool is_ln_weight = s.name.find("ln_") != std::string::npos && s.name.find(".weight") != std::string::npos;
+    const bool is_ln_weight = s.name.find(cfg_.llama() ? "norm." : "ln_") != std::string::npos &&
+                              s.name.find(".weight") != std::string::npos;
     const bool is_bias = s.name.size() >= 5 && s.name.compare(s.name.size() - 5, 5, ".bias") == 0;
     if (is_bias) continue;
     const bool is_proj = s.name.find("c_proj.weight") != std::string::npos;
@@ -156,7 +172,7 @@ void GPT::init(uint64_t seed, double std, const Tensor& into) {
 
 Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backward) const {
   CHECK(T <= cfg_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, cfg_.seq_len);
-  const int64_t N = int64_t(B) * T, C = cfg_.d_model / cfg_.tp, NH = cfg_.n_head / cfg_.tp, Cf = cfg_.d_model;
+  const int64_t N = int64_t(B) * T, Cf = cfg_.d_model;
   const bool sp = sequence_parallel(), first = cfg_.first_stage(), last = cfg_.last_stage();
   CHECK(!sp || N % cfg_.tp == 0, "sequence parallelism: {} rows (B*T) are not divisible by tp {}", N, cfg_.tp);
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream and LayerNorm regions on this rank
@@ -169,25 +185,9 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
   a.targets = arena.alloc({B, T}, DType::I32);
   for (int l = 0; l <= L; ++l) a.residual.push_back(arena.alloc({Ns, Cf}, dtype_));
   a.layers.resize(L);
-  for (auto& la : a.layers) {
-    la.ln1 = arena.alloc({Ns, Cf}, dtype_);
-    la.ln1_mean = arena.alloc({Ns}, acc);
-    la.ln1_rstd = arena.alloc({Ns}, acc);
-    la.qkv = arena.alloc({N, 3 * C}, dtype_);
-    // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32.
-    la.att = arena.alloc(kernels::attention_record_shape(device_, B, NH, T), device_ == Device::CUDA ? acc : dtype_);
-    la.atty = arena.alloc({N, C}, dtype_);
-    la.res_attn = arena.alloc({Ns, Cf}, dtype_);
-    la.ln2 = arena.alloc({Ns, Cf}, dtype_);
-    la.ln2_mean = arena.alloc({Ns}, acc);
-    la.ln2_rstd = arena.alloc({Ns}, acc);
-    la.fch = arena.alloc({N, 4 * C}, dtype_);
-    la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
-  }
+  if (cfg_.llama()) llama_alloc(a, arena, false);
+  else alloc_gpt2(a, arena, false);
   if (last) {
-    a.lnf = arena.alloc({Ns, Cf}, dtype_);
-    a.lnf_mean = arena.alloc({Ns}, acc);
-    a.lnf_rstd = arena.alloc({Ns}, acc);
     a.logits = arena.alloc({N, vocab_shard()}, dtype_);
     a.losses = arena.alloc({N}, acc);
     if (cfg_.tp > 1) {
@@ -197,16 +197,47 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
   }
   if (sp) a.sp_full = arena.alloc({N, Cf}, dtype_);
   if (split_backward) {
-    a.wgrad.resize(L);
+    if (cfg_.llama()) llama_alloc(a, arena, true);
+    else alloc_gpt2(a, arena, true);
+    if (first) a.demb = arena.alloc({N, Cf}, dtype_);
+  }
+  return a;
+}
+
+void GPT::alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const {
+  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model / cfg_.tp, NH = cfg_.n_head / cfg_.tp, Cf = cfg_.d_model;
+  const int64_t Ns = sequence_parallel() ? N / cfg_.tp : N;
+  const DType acc = acc_dtype(dtype_);
+  if (kept_grads) {
+    a.wgrad.resize(a.layers.size());
     for (auto& w : a.wgrad) {
       w.d_fcproj = arena.alloc({N, Cf}, dtype_);
       w.dfch = arena.alloc({N, 4 * C}, dtype_);
       w.d_attproj = arena.alloc({N, Cf}, dtype_);
       w.dqkv = arena.alloc({N, 3 * C}, dtype_);
     }
-    if (first) a.demb = arena.alloc({N, Cf}, dtype_);
+    return;
   }
-  return a;
+  for (auto& la : a.layers) {
+    la.ln1 = arena.alloc({Ns, Cf}, dtype_);
+    la.ln1_mean = arena.alloc({Ns}, acc);
+    la.ln1_rstd = arena.alloc({Ns}, acc);
+    la.qkv = arena.alloc({N, 3 * C}, dtype_);
+    // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32.
+    la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NH, a.T), device_ == Device::CUDA ? acc : dtype_);
+    la.atty = arena.alloc({N, C}, dtype_);
+    la.res_attn = arena.alloc({Ns, Cf}, dtype_);
+    la.ln2 = arena.alloc({Ns, Cf}, dtype_);
+    la.ln2_mean = arena.alloc({Ns}, acc);
+    la.ln2_rstd = arena.alloc({Ns}, acc);
+    la.fch = arena.alloc({N, 4 * C}, dtype_);
+    la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
+  }
+  if (cfg_.last_stage()) {
+    a.lnf = arena.alloc({Ns, Cf}, dtype_);
+    a.lnf_mean = arena.alloc({Ns}, acc);
+    a.lnf_rstd = arena.alloc({Ns}, acc);
+  }
 }
 
 TensorParallel GPT::tensor_parallel() const {
@@ -216,6 +247,7 @@ TensorParallel GPT::tensor_parallel() const {
 }
 
 void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
+  if (cfg_.llama()) return llama_forward(a, dloss, loss_sum);
   // The block in its tp = 1 reading; the layers (model/parallel_layers.h) add tensor parallelism's collectives,
   // and with sequence parallelism the residual stream and LayerNorms hold this rank's rows only. Shapes are this
   // rank's: Cl = C / tp columns of each head-split projection, NHl = n_head / tp heads.
@@ -281,6 +313,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   // The split input pass leaves the matmul parameters unfinished: readiness is reported by backward_weights.
   const std::function<void(int64_t)> no_hook;
   const std::function<void(int64_t)>& ready = split ? no_hook : grads_ready;
+  if (cfg_.llama()) return llama_backward(a, arena, ready, split, dout, dinput);
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
   const Tensor none, &full = a.sp_full;
@@ -357,6 +390,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
 
 void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready) {
   CHECK(static_cast<int>(a.wgrad.size()) == cfg_.stage_layers(), "backward_weights needs a split backward first");
+  if (cfg_.llama()) return llama_backward_weights(a, grads_ready);
   const TensorParallel tp = tensor_parallel();
   const Tensor none, &full = a.sp_full;
   if (cfg_.last_stage()) {

@@ -16,13 +16,24 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "model/model_arch.h"
 #include "model/parallel_layers.h"
 #include "model/param_table.h"
 
 namespace mt {
 
 struct GPTConfig {
+  // The block family: GPT-2 (LayerNorm with bias, learned positions, GELU MLP, biases, the head tied to the
+  // embedding) or Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, an untied head
+  // unless tie_embeddings); model/llama.cpp holds Llama's table and passes.
+  ModelArch arch = ModelArch::GPT2;
   int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
+  // Llama only: kv heads (0 = n_head; must divide n_head), the SwiGLU hidden size (0 = the multiple_of rule:
+  // 2/3 of 4 d_model rounded up to a multiple of multiple_of), RMSNorm's eps, the rotary base, and whether the
+  // head reads the embedding (GPT-2's always does).
+  int n_kv_head = 0, ffn_hidden = 0, multiple_of = 256;
+  double norm_eps = 1e-5, rope_theta = 10000.0;
+  bool tie_embeddings = false;
   int tp = 1, tp_rank = 0;  // tensor-parallel degree and this rank's place in its tp group
   // Megatron sequence parallelism (only with tp > 1): each tp rank holds a contiguous block of N/tp rows of the
   // residual stream and the LayerNorm regions, rows [tp_rank * N/tp, (tp_rank + 1) * N/tp) of the flattened
@@ -33,6 +44,11 @@ struct GPTConfig {
   // Parameter names, initialisation and the 1/sqrt(2 n_layer) projection scale stay those of the whole model.
   int layer_begin = 0, layer_end = -1;
 
+  bool llama() const { return arch == ModelArch::Llama; }
+  int kv_heads() const { return llama() && n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_size() const { return d_model / n_head; }
+  int mlp_hidden() const { return llama() ? llama_mlp_hidden(d_model, ffn_hidden, multiple_of) : 4 * d_model; }
+  bool tied() const { return !llama() || tie_embeddings; }
   int stage_end() const { return layer_end < 0 ? n_layer : layer_end; }
   int stage_layers() const { return stage_end() - layer_begin; }
   bool first_stage() const { return layer_begin == 0; }          // holds wte (embedding) and wpe
@@ -52,6 +68,8 @@ struct LayerOutputGrads {
   Tensor dfch;      // [N, 4C/tp]: d/d(mlp.c_fc output)
   Tensor d_attproj; // [N, C]: d/d(attn.c_proj output), all rows
   Tensor dqkv;      // [N, 3C/tp]: d/d(attn.c_attn output)
+  // Llama (d_fcproj and d_attproj are then the down and o projections'): the q, k, v, gate and up projections'.
+  Tensor dq, dk, dv, dgate, dup;
 };
 
 // Everything one micro-batch's backward pass needs, allocated from an Arena (one record per micro-batch in
@@ -65,6 +83,9 @@ struct LayerActivations {
   Tensor res_attn;                 // [Ns, C] residual after attention: input of ln_2
   Tensor ln2, ln2_mean, ln2_rstd;  // [Ns, C], [Ns], [Ns]
   Tensor fch, fch_gelu;            // [N, 4C/tp]
+  // Llama (ln1/ln2 and their rstd are the RMSNorms', qkv the expanded attention input [N, 3 NH/tp HS]): the
+  // rotated q [N, NH/tp HS] and k, and v [N, KV/tp HS]; the SwiGLU's gate and up [N, H/tp] and output.
+  Tensor q, k, v, gate, up, swiglu;
 };
 
 struct Activations {
@@ -90,6 +111,8 @@ enum class BackwardPart { All, InputOnly };
 
 // The parameter table of a model or pipeline stage (the GPT constructor's layout), without allocating buffers.
 ParamTable gpt_param_table(const GPTConfig& cfg);
+ParamTable llama_param_table(const GPTConfig& cfg);  // gpt_param_table for Llama (model/llama.cpp)
+std::string llama_layer_name(int layer, int slot);    // a Llama block parameter's name
 
 // Writes a Hugging Face GPT-2 config.json describing the whole model of `cfg` (its stage and tp rank ignored).
 void write_hf_config(const std::string& path, const GPTConfig& cfg);
@@ -112,6 +135,7 @@ class GPT {
   // The tensor-parallel group (cfg.tp ranks, this one at cfg.tp_rank); required before forward/backward when
   // cfg.tp > 1, unused (and never called) when cfg.tp == 1. The model communicates only through it.
   void set_tp_comm(Communicator* tp) { tp_ = tp; }
+  int embedding_param() const { return wte_; }  // the token embedding (GPT-2's wte, also its head), -1 if absent
   int vocab_padded() const { return vp_; }                        // Vp, over all tp ranks
   int vocab_shard() const { return vp_ / cfg_.tp; }               // Vp / tp rows of wte on this rank
   int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
@@ -171,8 +195,17 @@ class GPT {
  private:
   enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,
               kSlotsPerLayer };
+  enum LlamaSlot { IN_NORM, Q_W, K_W, V_W, O_W, POST_NORM, GATE_W, UP_W, DOWN_W, kLlamaSlots };
   // Stage-local layer i (global block layer_begin + i).
-  int layer_param(int i, Slot s) const { return layer_params_[i * kSlotsPerLayer + s]; }
+  int layer_param(int i, int s) const { return layer_params_[i * slots_ + s]; }
+  // The blocks' records and the final norm's, or (kept_grads) what the split backward keeps for the weight pass.
+  void alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const;
+  // Llama's passes (model/llama.cpp).
+  void llama_alloc(Activations& a, Arena& arena, bool kept_grads) const;
+  void llama_forward(Activations& a, double dloss, const Tensor& loss_sum) const;
+  void llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, bool split,
+                      const Tensor& dout, const Tensor& dinput);
+  void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready);
   void ready_through(int p, const std::function<void(int64_t)>& grads_ready) const;
   TensorParallel tensor_parallel() const;  // the layers' view of the tp group (checked)
 
@@ -183,7 +216,10 @@ class GPT {
   Device device_;
   ParamTable table_;
   Tensor params_, grads_;
-  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  // GPT-2: wte (also the head), wpe, ln_f. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding
+  // when tied), model.norm (lnf_w_).
+  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
+  int slots_ = kSlotsPerLayer;  // parameters per block
   std::vector<int> layer_params_;
 };
 

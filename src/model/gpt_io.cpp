@@ -1,4 +1,4 @@
-// GPT weights in and out: Hugging Face GPT-2 safetensors import/export and config.json.
+// Model weights in and out: Hugging Face GPT-2 and Llama safetensors import/export and config.json.
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -12,12 +12,14 @@ namespace mt {
 
 namespace {
 
-// Names in the file that carry no parameters: GPT-2's causal-mask buffers, and the LM head tied to wte.
-bool ignorable(const std::string& name) {
+// Names in the file that carry no parameters: GPT-2's causal-mask buffers and Llama's rotary frequencies (older
+// files keep them), and an LM head tied to the embedding (written by some exporters all the same).
+bool ignorable(const std::string& name, const GPTConfig& cfg) {
   auto ends_with = [&](const char* suf) {
     std::string s(suf);
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
+  if (cfg.llama()) return ends_with(".rotary_emb.inv_freq") || (cfg.tie_embeddings && name == "lm_head.weight");
   return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight";
 }
 
@@ -84,14 +86,22 @@ void GPT::load_safetensors(const std::string& path, const Tensor& into) {
   const ParamTable all = gpt_param_table(whole);
   zero_(flat);
   for (const SafetensorInfo& info : f.tensors()) {
-    if (ignorable(strip_prefix(info.name)) || ignorable(info.name)) continue;
-    const std::string name = strip_prefix(info.name);
+    if (ignorable(strip_prefix(info.name), cfg_) || ignorable(info.name, cfg_)) continue;
+    const std::string name = cfg_.llama() ? info.name : strip_prefix(info.name);
     const int p = table_.index_of(name);
     if (p < 0 && all.index_of(name) >= 0) {
       if (!loaded.insert(name).second) input_error("{}: tensor '{}' appears twice (with and without prefix)", path, name);
       continue;
     }
-    if (p < 0) input_error("{}: unknown tensor '{}' for a GPT-2 with n_layer={}", path, info.name, cfg_.n_layer);
+    if (p < 0) {
+      const bool other = cfg_.llama() ? name.find("wte.") != std::string::npos || name.find(".c_attn.") != std::string::npos
+                                      : name.find("model.layers.") == 0 || name.find("embed_tokens") != std::string::npos;
+      input_error("{}: unknown tensor '{}' for a {} with n_layer={}{}", path, info.name,
+                  cfg_.llama() ? "Llama" : "GPT-2", cfg_.n_layer,
+                  other ? fmt::format(": the file holds a {} (model.arch={} reads it)", cfg_.llama() ? "GPT-2" : "Llama",
+                                      cfg_.llama() ? "gpt2" : "llama")
+                        : "");
+    }
     if (!loaded.insert(name).second) input_error("{}: tensor '{}' appears twice (with and without prefix)", path, name);
     const ParamSpec& s = table_[p];
     Shape want = s.full_shape;
@@ -139,6 +149,27 @@ void GPT::export_grads(const std::string& path) const {
 void write_hf_config(const std::string& path, const GPTConfig& cfg) {
   std::ofstream f(path);
   if (!f) input_error("cannot write {}", path);
+  if (cfg.llama()) {
+    // A LlamaConfig: what Hugging Face's loader reads to rebuild the model (rope_scaling none, no biases).
+    f << "{\n"
+      << "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+      << "  \"model_type\": \"llama\",\n"
+      << "  \"hidden_act\": \"silu\",\n"
+      << "  \"hidden_size\": " << cfg.d_model << ",\n"
+      << "  \"intermediate_size\": " << cfg.mlp_hidden() << ",\n"
+      << "  \"num_hidden_layers\": " << cfg.n_layer << ",\n"
+      << "  \"num_attention_heads\": " << cfg.n_head << ",\n"
+      << "  \"num_key_value_heads\": " << cfg.kv_heads() << ",\n"
+      << "  \"max_position_embeddings\": " << cfg.seq_len << ",\n"
+      << "  \"vocab_size\": " << cfg.vocab_size << ",\n"
+      << "  \"rms_norm_eps\": " << fmt::format("{:g}", cfg.norm_eps) << ",\n"
+      << "  \"rope_theta\": " << fmt::format("{:g}", cfg.rope_theta) << ",\n"
+      << "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"attention_dropout\": 0.0,\n"
+      << "  \"tie_word_embeddings\": " << (cfg.tie_embeddings ? "true" : "false") << ",\n"
+      << "  \"torch_dtype\": \"float32\"\n"
+      << "}\n";
+    return;
+  }
   f << "{\n"
     << "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
     << "  \"model_type\": \"gpt2\",\n"

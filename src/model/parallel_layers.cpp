@@ -43,18 +43,38 @@ void column_linear_backward(const TensorParallel& tp, const Tensor& dx_full, con
   if (input) tp.sum_partials(dx_full, dx_local);
 }
 
+void column_linears_forward(const TensorParallel& tp, const std::vector<Tensor>& outs, const Tensor& x_local,
+                            const Tensor& full, const std::vector<Tensor>& ws, WeightLayout layout) {
+  const Tensor x = tp.gather_rows(x_local, full);
+  for (size_t i = 0; i < outs.size(); ++i) kernels::matmul_forward(outs[i], x, ws[i], Tensor(), layout);
+}
+
+void column_linears_backward(const TensorParallel& tp, const Tensor& dx_full, const Tensor& dx_local,
+                             const Tensor& dx_part, const std::vector<Tensor>& dws, const std::vector<Tensor>& douts,
+                             const Tensor& x_local, const Tensor& full, const std::vector<Tensor>& ws,
+                             WeightLayout layout) {
+  const bool input = dx_local.defined();
+  const Tensor x = tp.gather_rows(x_local, full);
+  for (size_t i = 0; i < douts.size(); ++i) {
+    const Tensor dx = !input ? Tensor() : i == 0 ? dx_full : dx_part;
+    kernels::matmul_backward(dx, dws[i], Tensor(), douts[i], x, ws[i], layout);
+    if (input && i > 0) kernels::accumulate(dx_full, dx_part);
+  }
+  if (input) tp.sum_partials(dx_full, dx_local);
+}
+
 void row_linear_forward(const TensorParallel& tp, const Tensor& out_local, const Tensor& x, const Tensor& full,
-                        const Tensor& w, const Tensor& bias) {
-  if (!tp.on()) return kernels::matmul_forward(out_local, x, w, bias, WeightLayout::InOut);
+                        const Tensor& w, const Tensor& bias, WeightLayout layout) {
+  if (!tp.on()) return kernels::matmul_forward(out_local, x, w, bias, layout);
   const Tensor partial = tp.sp() ? full : out_local;
-  kernels::matmul_forward(partial, x, w, Tensor(), WeightLayout::InOut);
+  kernels::matmul_forward(partial, x, w, Tensor(), layout);
   tp.sum_partials(partial, out_local);
   if (bias.defined()) kernels::bias_add(out_local, bias);
 }
 
 void row_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout_full,
-                         const Tensor& x, const Tensor& w) {
-  kernels::matmul_backward(dx, dw, db, dout_full, x, w, WeightLayout::InOut);
+                         const Tensor& x, const Tensor& w, WeightLayout layout) {
+  kernels::matmul_backward(dx, dw, db, dout_full, x, w, layout);
 }
 
 void vocab_embedding_forward(const TensorParallel& tp, const Tensor& out_local, const Tensor& full,

@@ -63,11 +63,22 @@ void column_linear_backward(const TensorParallel& tp, const Tensor& dx_full, con
                             const Tensor& full, const Tensor& w,
                             kernels::WeightLayout layout = kernels::WeightLayout::InOut);
 
+// Several column-parallel projections of one input without biases (q, k and v; gate and up): the input is
+// gathered once, and in the backward their input gradients are summed (each projection's share through dx_part,
+// [N, in]) before the one sum over tp.
+void column_linears_forward(const TensorParallel& tp, const std::vector<Tensor>& outs, const Tensor& x_local,
+                            const Tensor& full, const std::vector<Tensor>& ws, kernels::WeightLayout layout);
+void column_linears_backward(const TensorParallel& tp, const Tensor& dx_full, const Tensor& dx_local,
+                             const Tensor& dx_part, const std::vector<Tensor>& dws, const std::vector<Tensor>& douts,
+                             const Tensor& x_local, const Tensor& full, const std::vector<Tensor>& ws,
+                             kernels::WeightLayout layout);
+
 // out_local = x W + b with W's inputs split over tp (x: this rank's slice of the inputs, all rows): the partial
 // product is summed over tp (under sequence parallelism through `full` [N, out] into this rank's rows), then the
 // bias added once. With tp = 1 the bias goes into the matmul.
 void row_linear_forward(const TensorParallel& tp, const Tensor& out_local, const Tensor& x, const Tensor& full,
-                        const Tensor& w, const Tensor& bias);
+                        const Tensor& w, const Tensor& bias,
+                        kernels::WeightLayout layout = kernels::WeightLayout::InOut);
 // The output gradient a row-parallel layer's backward reads: all N rows (sequence parallelism all-gathers
 // dout_local into `full`), the same on every tp rank.
 inline Tensor row_linear_output_grad(const TensorParallel& tp, const Tensor& dout_local, const Tensor& full) {
@@ -76,7 +87,7 @@ inline Tensor row_linear_output_grad(const TensorParallel& tp, const Tensor& dou
 // Backward from the full output gradient (row_linear_output_grad): dx = dout W^T (this rank's input slice; skipped
 // when undefined), dW += x^T dout, db += sum dout (each skipped when undefined). No communication: dout is whole.
 void row_linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout_full,
-                         const Tensor& x, const Tensor& w);
+                         const Tensor& x, const Tensor& w, kernels::WeightLayout layout = kernels::WeightLayout::InOut);
 
 // Token embedding out_local = wte[tokens] (+ pos[t] when pos is defined: position t of each row) with wte's
 // vocabulary rows split over tp (this rank's rows [v0, v0 + rows) of the padded vocabulary vp); under sequence

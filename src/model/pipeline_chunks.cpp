@@ -64,9 +64,9 @@ PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& la
     const Shape n{tables[c].total_numel()};
     chunks_.push_back(std::make_unique<GPT>(stage_config(base, layers_per_stage, stage(c)), dtype, device,
                                             params_.slice(base_[c], n), grads_.slice(base_[c], n)));
-    if (num_stages_ > 1 && (stage(c) == 0 || stage(c) == num_stages_ - 1)) {
+    if (num_stages_ > 1 && base.tied() && (stage(c) == 0 || stage(c) == num_stages_ - 1)) {
       tied_chunk_ = c;
-      tied_param_ = chunks_[c]->table().index_of("wte.weight");
+      tied_param_ = chunks_[c]->embedding_param();
     }
   }
 }

@@ -66,13 +66,21 @@ struct KeyDesc {
 // Keys of one section must stay contiguous (to_yaml opens each section once).
 const std::vector<KeyDesc>& key_table() {
   static const std::vector<KeyDesc> table = {
+      MT_KEY(model.arch, "the block family: gpt2 | llama (RMSNorm, rotary positions, SwiGLU, grouped-query attention)"),
       MT_KEY(model.n_layer, "transformer blocks"),
       MT_KEY(model.n_head, "attention heads per block (must divide d_model and be divisible by tp)"),
       MT_KEY(model.d_model, "channels (embedding width)"),
       MT_KEY(model.seq_len, "tokens per sequence (context length)"),
       MT_KEY(model.vocab_size, "vocabulary size (padded internally for tp; padding never changes the loss)"),
-      MT_KEY(model.init_std, "standard deviation of the normal weight init (residual projections scaled by 1/sqrt(2L))"),
-      MT_KEY(model.init_from, "\"\" or a safetensors file with GPT-2 Hugging Face names to start from"),
+      MT_KEY(model.n_kv_head, "llama: key/value heads (grouped-query attention; must divide n_head); 0 = n_head"),
+      MT_KEY(model.ffn_hidden, "llama: SwiGLU hidden size; 0 = 2/3 of 4*d_model rounded up to model.multiple_of"),
+      MT_KEY(model.multiple_of, "llama: the SwiGLU hidden size rule's rounding (when ffn_hidden is 0)"),
+      MT_KEY(model.norm_eps, "llama: RMSNorm epsilon"),
+      MT_KEY(model.rope_theta, "llama: rotary position embedding base"),
+      MT_KEY(model.tie_embeddings, "llama: the output head reads the token embedding (GPT-2's always does)"),
+      MT_KEY(model.init_std, "standard deviation of the normal weight init (gpt2: residual projections scaled by "
+                             "1/sqrt(2L))"),
+      MT_KEY(model.init_from, "\"\" or a safetensors file with Hugging Face names (GPT-2 or Llama) to start from"),
       MT_KEY(parallel.dp, "data-parallel ranks; 0 = world / (tp * pp)"),
       MT_KEY(parallel.tp, "tensor-parallel ranks (Megatron column/row split)"),
       MT_KEY(parallel.sequence_parallel, "Megatron sequence parallelism: shard the residual stream and LayerNorms' rows over tp (needs seq_len % tp == 0)"),

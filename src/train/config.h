@@ -8,6 +8,7 @@
 #include "core/enum_names.h"
 #include "core/tensor.h"
 #include "data/batcher.h"
+#include "model/model_arch.h"
 #include "optim/lr_schedule.h"
 #include "parallel/compress_method.h"
 #include "parallel/schedule.h"
@@ -58,9 +59,15 @@ inline const auto& grad_reduce_dtype_names() {
 }
 
 struct ModelConfig {
+  ModelArch arch = ModelArch::GPT2;  // gpt2 | llama (docs/llama.md)
   int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
+  // Llama only: kv heads (0 = n_head), SwiGLU hidden size (0 = 2/3 of 4 d_model rounded up to multiple_of),
+  // RMSNorm eps, rotary base, and whether the head reads the token embedding.
+  int n_kv_head = 0, ffn_hidden = 0, multiple_of = 256;
+  double norm_eps = 1e-5, rope_theta = 10000.0;
+  bool tie_embeddings = false;
   double init_std = 0.02;
-  std::string init_from;  // "" or a safetensors file with GPT-2 Hugging Face names
+  std::string init_from;  // "" or a safetensors file with Hugging Face names (GPT-2 or Llama) to start from
 };
 
 struct ParallelConfig {

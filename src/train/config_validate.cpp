@@ -165,6 +165,24 @@ void validate_values(const Config& c) {
   require(m.vocab_size > 0, "model.vocab_size must be > 0, got {}", m.vocab_size);
   require(m.init_std > 0, "model.init_std must be > 0, got {}", m.init_std);
   require(m.d_model % m.n_head == 0, "model.d_model={} is not divisible by model.n_head={}", m.d_model, m.n_head);
+  const bool llama = m.arch == ModelArch::Llama;
+  if (!llama) {
+    const ModelConfig d;
+    require(m.n_kv_head == d.n_kv_head && m.ffn_hidden == d.ffn_hidden && m.multiple_of == d.multiple_of &&
+                m.norm_eps == d.norm_eps && m.rope_theta == d.rope_theta && m.tie_embeddings == d.tie_embeddings,
+            "model.n_kv_head, ffn_hidden, multiple_of, norm_eps, rope_theta and tie_embeddings apply to "
+            "model.arch=llama; this model is gpt2");
+  }
+  require(m.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0 = n_head), got {}", m.n_kv_head);
+  const int kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  require(m.n_head % kv == 0, "model.n_kv_head={} does not divide model.n_head={}", m.n_kv_head, m.n_head);
+  require(!llama || (m.d_model / m.n_head) % 2 == 0,
+          "model.arch=llama: rotary embeddings need an even head size, got d_model/n_head={}/{}={}", m.d_model,
+          m.n_head, m.d_model / m.n_head);
+  require(m.ffn_hidden >= 0, "model.ffn_hidden must be >= 0 (0 = the multiple_of rule), got {}", m.ffn_hidden);
+  require(m.multiple_of >= 1, "model.multiple_of must be >= 1, got {}", m.multiple_of);
+  require(m.norm_eps > 0, "model.norm_eps must be > 0, got {}", m.norm_eps);
+  require(m.rope_theta > 0, "model.rope_theta must be > 0, got {}", m.rope_theta);
 
   const ParallelConfig& p = c.parallel;
   require(p.dp >= 0, "parallel.dp must be >= 0 (0 = ranks / (tp*pp)), got {}", p.dp);
@@ -190,6 +208,14 @@ void validate_values(const Config& c) {
   require(4LL * m.d_model % p.tp == 0, "the MLP width 4*model.d_model=4*{}={} is not divisible by parallel.tp={}",
           m.d_model, 4LL * m.d_model, p.tp);
   require(m.n_head % p.tp == 0, "model.n_head={} is not divisible by parallel.tp={}", m.n_head, p.tp);
+  if (llama) {
+    const int hidden = llama_mlp_hidden(m.d_model, m.ffn_hidden, m.multiple_of);
+    require(hidden % p.tp == 0, "the SwiGLU hidden size {} (model.ffn_hidden, or the multiple_of rule) is not "
+            "divisible by parallel.tp={}", hidden, p.tp);
+    // Each tp rank holds whole kv heads; kv heads replicated over tp (n_kv_head < tp) are not supported yet.
+    require(kv % p.tp == 0, "model.n_kv_head={} is not divisible by parallel.tp={}: each tensor-parallel rank "
+            "holds whole key/value heads (replicating them over tp is not supported yet)", kv, p.tp);
+  }
   // Sequence parallelism splits the flattened batch x sequence rows into tp contiguous blocks of whole rows.
   require(!p.sequence_parallel || p.tp == 1 || m.seq_len % p.tp == 0,
           "parallel.sequence_parallel: model.seq_len={} is not divisible by parallel.tp={}", m.seq_len, p.tp);

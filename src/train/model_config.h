@@ -8,6 +8,13 @@ namespace mt {
 
 inline GPTConfig gpt_config(const ModelConfig& m) {
   GPTConfig g;
+  g.arch = m.arch;
+  g.n_kv_head = m.n_kv_head;
+  g.ffn_hidden = m.ffn_hidden;
+  g.multiple_of = m.multiple_of;
+  g.norm_eps = m.norm_eps;
+  g.rope_theta = m.rope_theta;
+  g.tie_embeddings = m.tie_embeddings;
   g.n_layer = m.n_layer;
   g.n_head = m.n_head;
   g.d_model = m.d_model;
