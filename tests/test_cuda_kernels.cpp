@@ -294,26 +294,54 @@ TEST_CASE("cuda rope forward and backward match the CPU, outside the column rang
   }
 }
 
-TEST_CASE("cuda swiglu forward and backward match the CPU", "[cuda][swiglu]") {
-  // H=37: not a multiple of any pack (scalar path); a view one element in: unaligned pointers (scalar path).
+TEST_CASE("cuda swiglu forward and backward match the CPU, in place too", "[cuda][swiglu]") {
+  // H=37: N*H not a multiple of any pack (a scalar tail after the packs). Views one element into their buffers
+  // (unaligned pointers) take the scalar path: all of them, or only up and dout (one misaligned pointer is enough).
+  struct Offsets {
+    int64_t gate, up, dout, outputs;
+  };
   for (DType dt : kActivationDtypes) {
     for (auto [N, H] : {std::pair<int64_t, int64_t>{37, 72}, {9, 37}, {64, 3072}}) {
-      for (bool unaligned : {false, true}) {
-        INFO(dtype_name(dt) << " N=" << N << " H=" << H << (unaligned ? " unaligned" : ""));
-        const int64_t off = unaligned ? 1 : 0;
-        const Tensor xb = random_host({N * 2 * H + off}, dt, 1, 2.0), dyb = random_host({N * H + off}, dt, 2);
-        const Tensor x = xb.slice(off, {N, 2 * H}), dy = dyb.slice(off, {N, H});
-        Tensor out = Tensor::empty({N, H}, dt), dinp = Tensor::empty({N, 2 * H}, dt);
-        swiglu_forward(out, x);
-        swiglu_backward(dinp, dy, x);
-        const Tensor gxb = upload(xb), gdyb = upload(dyb);
-        const Tensor gx = gxb.slice(off, {N, 2 * H}), gdy = gdyb.slice(off, {N, H});
-        Tensor goutb = poisoned({N * H + off}, dt), gdinpb = poisoned({N * 2 * H + off}, dt);
-        const Tensor gout = goutb.slice(off, {N, H}), gdinp = gdinpb.slice(off, {N, 2 * H});
-        swiglu_forward(gout, gx);
-        swiglu_backward(gdinp, gdy, gx);
+      for (const Offsets& o : {Offsets{0, 0, 0, 0}, Offsets{1, 1, 1, 1}, Offsets{0, 1, 1, 0}}) {
+        INFO(dtype_name(dt) << " N=" << N << " H=" << H << " offsets gate " << o.gate << " up " << o.up << " dout "
+                            << o.dout << " outputs " << o.outputs);
+        const int64_t n = N * H;
+        const Tensor gateb = random_host({n + o.gate}, dt, 1, 2.0), upb = random_host({n + o.up}, dt, 2, 2.0);
+        const Tensor dyb = random_host({n + o.dout}, dt, 3);
+        const Tensor gate = gateb.slice(o.gate, {N, H}), up = upb.slice(o.up, {N, H}), dy = dyb.slice(o.dout, {N, H});
+        Tensor out = Tensor::empty({N, H}, dt), dgate = Tensor::empty({N, H}, dt), dup = Tensor::empty({N, H}, dt);
+        swiglu_forward(out, gate, up);
+        swiglu_backward(dgate, dup, dy, gate, up);
+
+        const Tensor ggateb = upload(gateb), gupb = upload(upb), gdyb = upload(dyb);
+        const Tensor ggate = ggateb.slice(o.gate, {N, H}), gup = gupb.slice(o.up, {N, H});
+        const Tensor gdy = gdyb.slice(o.dout, {N, H});
+        Tensor goutb = poisoned({n + o.outputs}, dt), gdgateb = poisoned({n + o.outputs}, dt);
+        Tensor gdupb = poisoned({n + o.outputs}, dt);
+        const Tensor gout = goutb.slice(o.outputs, {N, H}), gdgate = gdgateb.slice(o.outputs, {N, H});
+        const Tensor gdup = gdupb.slice(o.outputs, {N, H});
+        swiglu_forward(gout, ggate, gup);
+        swiglu_backward(gdgate, gdup, gdy, ggate, gup);
         require_close(gout, out, "swiglu out");
-        require_close(gdinp, dinp, "swiglu dinp");
+        require_close(gdgate, dgate, "swiglu dgate");
+        require_close(gdup, dup, "swiglu dup");
+
+        // In place, as a model's backward pass runs it (dgate replaces gate, dup replaces up), and the swapped
+        // aliases: the same bits as the separate outputs.
+        for (bool swapped : {false, true}) {
+          INFO((swapped ? "dgate is up, dup is gate" : "dgate is gate, dup is up"));
+          const Tensor g2b = upload(gateb), u2b = upload(upb);
+          const Tensor g2 = g2b.slice(o.gate, {N, H}), u2 = u2b.slice(o.up, {N, H});
+          swiglu_backward(swapped ? u2 : g2, swapped ? g2 : u2, gdy, g2, u2);
+          require_equal(swapped ? u2 : g2, to_host(gdgate), "swiglu dgate in place");
+          require_equal(swapped ? g2 : u2, to_host(gdup), "swiglu dup in place");
+        }
+        const Tensor d2b = upload(dyb), d2 = d2b.slice(o.dout, {N, H});  // dup replaces dout
+        swiglu_backward(gdgate, d2, d2, ggate, gup);
+        require_equal(d2, to_host(gdup), "swiglu dup in dout's place");
+        const Tensor u3b = upload(upb), u3 = u3b.slice(o.up, {N, H});  // out replaces up
+        swiglu_forward(u3, ggate, u3);
+        require_equal(u3, to_host(gout), "swiglu out in up's place");
       }
     }
   }
@@ -327,18 +355,31 @@ TEST_CASE("cuda gqa expansion and reduction match the CPU exactly", "[cuda][gqa]
   const Case cases[] = {{8, 2, 64}, {6, 3, 5}, {4, 4, 16}, {12, 1, 8}};
   for (DType dt : kActivationDtypes) {
     for (const Case& c : cases) {
-      INFO(dtype_name(dt) << " n_head " << c.n_head << " n_kv_head " << c.n_kv_head << " head_size " << c.head_size);
-      const int64_t N = 37, W = int64_t(c.n_head + 2 * c.n_kv_head) * c.head_size;
-      const int64_t WF = 3 * int64_t(c.n_head) * c.head_size;
-      const Tensor qkv = random_host({N, W}, dt, 1), dfull = random_host({N, WF}, dt, 2);
-      Tensor full = Tensor::empty({N, WF}, dt), dqkv = Tensor::empty({N, W}, dt);
-      gqa_expand(full, qkv, c.n_head, c.n_kv_head, c.head_size);
-      gqa_reduce(dqkv, dfull, c.n_head, c.n_kv_head, c.head_size);
-      Tensor gfull = poisoned({N, WF}, dt), gdqkv = poisoned({N, W}, dt);
-      gqa_expand(gfull, upload(qkv), c.n_head, c.n_kv_head, c.head_size);
-      gqa_reduce(gdqkv, upload(dfull), c.n_head, c.n_kv_head, c.head_size);
-      require_equal(gfull, full, "expanded");  // copies
-      require_equal(gdqkv, dqkv, "reduced");   // the same sums in the same order, rounded once
+      // off: q and dq one element into their buffers (one unaligned pointer: the scalar path).
+      for (int64_t off : {int64_t(0), int64_t(1)}) {
+        INFO(dtype_name(dt) << " n_head " << c.n_head << " n_kv_head " << c.n_kv_head << " head_size "
+                            << c.head_size << (off ? " q, dq unaligned" : ""));
+        const int64_t N = 37, QW = int64_t(c.n_head) * c.head_size, KW = int64_t(c.n_kv_head) * c.head_size;
+        const int64_t WF = 3 * QW;
+        const Tensor qb = random_host({N * QW + off}, dt, 1), k = random_host({N, KW}, dt, 2);
+        const Tensor v = random_host({N, KW}, dt, 3), dfull = random_host({N, WF}, dt, 4);
+        const Tensor q = qb.slice(off, {N, QW});
+        Tensor full = Tensor::empty({N, WF}, dt);
+        Tensor dq = Tensor::empty({N, QW}, dt), dk = Tensor::empty({N, KW}, dt), dv = Tensor::empty({N, KW}, dt);
+        gqa_expand(full, q, k, v, c.n_head, c.n_kv_head, c.head_size);
+        gqa_reduce(dq, dk, dv, dfull, c.n_head, c.n_kv_head, c.head_size);
+
+        const Tensor gqb = upload(qb), gq = gqb.slice(off, {N, QW});
+        Tensor gfull = poisoned({N, WF}, dt);
+        gqa_expand(gfull, gq, upload(k), upload(v), c.n_head, c.n_kv_head, c.head_size);
+        Tensor gdqb = poisoned({N * QW + off}, dt), gdk = poisoned({N, KW}, dt), gdv = poisoned({N, KW}, dt);
+        const Tensor gdq = gdqb.slice(off, {N, QW});
+        gqa_reduce(gdq, gdk, gdv, upload(dfull), c.n_head, c.n_kv_head, c.head_size);
+        require_equal(gfull, full, "expanded");  // copies
+        require_equal(gdq, dq, "dq");            // copies
+        require_equal(gdk, dk, "dk");            // the same sums in the same order, rounded once
+        require_equal(gdv, dv, "dv");
+      }
     }
   }
 }

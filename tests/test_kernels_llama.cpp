@@ -2,7 +2,8 @@
 // grouped-query attention expansion. For each: the forward pass against a direct computation in double, the
 // gradients against central differences in fp64 (mt::test::gradcheck, whose tolerance is justified there), the
 // = / += semantics of every output, and the fp32, bf16 and fp16 kernels against the fp64 kernel run on the same
-// (rounded) inputs.
+// (rounded) inputs. SwiGLU and GQA take separate projection outputs (gate, up; q, k, v): which of them may alias
+// or overlap is tested too, the refusals in a child process (a failed check aborts).
 //
 // Reduced-precision tolerances: the 16-bit kernels compute in fp32 and round each output once, so an output may
 // differ from the exact value on its inputs by one rounding, u |y| (u = 2^-8 for bf16, 2^-11 for fp16, the unit
@@ -10,9 +11,19 @@
 // absolute term where the op can cancel). A kernel that rounded twice, read a wrong element or lost a sign fails
 // these bounds.
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -96,6 +107,30 @@ double subnormal_slack(DType dt) { return dt == DType::F16 ? std::ldexp(1.0, -25
 const DType kReducedDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
 using mt::test::gradcheck;
+
+// MT_CHECK aborts the process: run f in a child with stderr in a file; returns what it printed when it aborted,
+// "" when it did not. The child aborts in the argument checks, before any OpenMP region.
+std::string abort_message(const std::function<void()>& f) {
+  const std::string path = mt::test::tmp_path("kernels_llama", "stderr.txt");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGABRT, SIG_DFL);  // not Catch2's fatal-signal handler: the child must just die
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen(path.c_str(), "w", stderr);
+    f();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::string printed;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
+    std::ifstream in(path);
+    printed.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+  return printed;
+}
 
 }  // namespace
 
@@ -295,84 +330,178 @@ TEST_CASE("rope: fp32, bf16 and fp16 against fp64, at large positions too", "[ro
 
 // ------------------------------------------------------------------------------------------------------ SwiGLU
 
-TEST_CASE("swiglu: forward by hand, gradient, overwrite", "[swiglu]") {
+TEST_CASE("swiglu: forward by hand, gradients, overwrite", "[swiglu]") {
   const int64_t N = 6, H = 5;
-  Tensor inp = f64({2, 3, 2 * H}), out = f64({2, 3, H}), proj = f64({2, 3, H});
-  fill_normal(inp, 1, 2.0), fill_normal(proj, 2);
+  Tensor gate = f64({2, 3, H}), up = f64({2, 3, H}), out = f64({2, 3, H}), proj = f64({2, 3, H});
+  fill_normal(gate, 1, 2.0), fill_normal(up, 2, 2.0), fill_normal(proj, 3);
   auto loss = [&] {
-    swiglu_forward(out, inp);
+    swiglu_forward(out, gate, up);
     return dot(out, proj);
   };
   loss();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < H; ++c) {
-      const double g = d(inp)[n * 2 * H + c], up = d(inp)[n * 2 * H + H + c];
-      const double want = g / (1 + std::exp(-g)) * up;  // silu(gate) * up: the gate is the first half
-      REQUIRE(std::abs(d(out)[n * H + c] - want) <= 1e-14 * (1 + std::abs(want)));
+  for (int64_t i = 0; i < N * H; ++i) {
+    const double g = d(gate)[i], u = d(up)[i];
+    const double want = g / (1 + std::exp(-g)) * u;  // silu of the gate, not of up
+    REQUIRE(std::abs(d(out)[i] - want) <= 1e-14 * (1 + std::abs(want)));
+  }
+  // dgate and dup are overwritten: preset garbage must vanish.
+  Tensor dgate = f64({2, 3, H}), dup = f64({2, 3, H});
+  fill_normal(dgate, 4, 100.0), fill_normal(dup, 5, 100.0);
+  swiglu_backward(dgate, dup, proj, gate, up);
+  gradcheck(loss, {{"gate", gate, dgate}, {"up", up, dup}});
+}
+
+TEST_CASE("swiglu: outputs that alias inputs give the same bits", "[swiglu]") {
+  // Each output replaced by each input it may alias, in every dtype; N*H = 29100 runs multithreaded and is not a
+  // multiple of the CPU kernel's chunk, [7, 9] is one partial chunk.
+  enum Slot { kOwn, kGate, kUp, kDout };
+  const char* slot_name[] = {"its own tensor", "gate", "up", "dout"};
+  for (DType dt : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+    for (auto [N, H] : {std::pair<int64_t, int64_t>{300, 97}, {7, 9}}) {
+      INFO(dtype_name(dt) << " N=" << N << " H=" << H);
+      Tensor g64 = f64({N, H}), u64 = f64({N, H}), dy64 = f64({N, H});
+      fill_normal(g64, 1, 2.0), fill_normal(u64, 2), fill_normal(dy64, 3);
+      const Tensor gate = convert(g64, dt), up = convert(u64, dt), dout = convert(dy64, dt);
+      Tensor out = Tensor::empty({N, H}, dt), dgate = Tensor::empty({N, H}, dt), dup = Tensor::empty({N, H}, dt);
+      swiglu_forward(out, gate, up);
+      swiglu_backward(dgate, dup, dout, gate, up);
+
+      for (Slot s : {kGate, kUp}) {
+        INFO("forward: out is " << slot_name[s]);
+        Tensor g = clone(gate), u = clone(up);
+        const Tensor o = s == kGate ? g : u;
+        swiglu_forward(o, g, u);
+        REQUIRE(same_bits(o, out));
+      }
+      for (Slot sg : {kOwn, kGate, kUp, kDout})
+        for (Slot su : {kOwn, kGate, kUp, kDout}) {
+          if (sg == su && sg != kOwn) continue;  // dgate and dup may not share elements
+          INFO("backward: dgate is " << slot_name[sg] << ", dup is " << slot_name[su]);
+          const Tensor g = clone(gate), u = clone(up), dy = clone(dout);
+          const Tensor in[] = {Tensor(), g, u, dy};
+          const Tensor dg = sg == kOwn ? Tensor::empty({N, H}, dt) : in[sg];
+          const Tensor du = su == kOwn ? Tensor::empty({N, H}, dt) : in[su];
+          swiglu_backward(dg, du, dy, g, u);
+          REQUIRE(same_bits(dg, dgate));
+          REQUIRE(same_bits(du, dup));
+        }
     }
-  // dinp is overwritten: preset garbage must vanish.
-  Tensor dinp = f64({2, 3, 2 * H});
-  fill_normal(dinp, 3, 100.0);
-  swiglu_backward(dinp, proj, inp);
-  gradcheck(loss, {{"inp", inp, dinp}});
+  }
+}
+
+TEST_CASE("swiglu: partial overlaps, shared outputs and wrong shapes are refused", "[swiglu]") {
+  const int64_t N = 4, H = 8, n = N * H;
+  Tensor buf = f64({3 * n + 1}), other = f64({n}), other2 = f64({n});
+  fill_normal(buf, 1), fill_normal(other, 2), fill_normal(other2, 3);
+  // Views of one buffer: a, b = a shifted by one element (a partial overlap), c disjoint from both.
+  const Tensor a = buf.slice(0, {N, H}), b = buf.slice(1, {N, H}), c = buf.slice(2 * n, {N, H});
+  const Tensor x = other.slice(0, {N, H}), y = other2.slice(0, {N, H});
+  struct Case {
+    const char* what;
+    std::function<void()> call;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"out one element into gate", [&] { swiglu_forward(b, a, x); }, "out overlaps gate without being the same"},
+      {"out one element into up", [&] { swiglu_forward(b, x, a); }, "out overlaps up without being the same"},
+      {"dgate is dup", [&] { swiglu_backward(c, c, x, y, a); }, "dgate overlaps dup"},
+      {"dup one element into dgate", [&] { swiglu_backward(a, b, x, y, c); }, "dgate overlaps dup"},
+      {"dgate one element into dout", [&] { swiglu_backward(b, c, a, x, y); }, "dgate overlaps dout without"},
+      {"dup one element into gate", [&] { swiglu_backward(c, b, x, a, y); }, "dup overlaps gate without"},
+      {"dup one element into up", [&] { swiglu_backward(c, b, x, y, a); }, "dup overlaps up without"},
+      {"up of another shape", [&] { swiglu_forward(c, x, f64({N, H + 1})); }, "up has shape"},
+      {"dup of another dtype",
+       [&] { swiglu_backward(c, Tensor::empty({N, H}, DType::F32), x, y, a); }, "dup is fp32 but gate is fp64"},
+  };
+  for (const Case& k : cases) {
+    INFO(k.what);
+    const std::string msg = abort_message(k.call);
+    INFO("stderr: " << msg);
+    REQUIRE(msg.find(k.message) != std::string::npos);
+  }
+  // Such calls on disjoint tensors run.
+  Tensor z = f64({N, H});
+  fill_normal(z, 4);
+  swiglu_forward(c, a, x);
+  swiglu_backward(a, c, x, y, z);
 }
 
 TEST_CASE("swiglu: saturated gates stay finite", "[swiglu]") {
   // exp(-g) overflows for g = -1000 (in every dtype): silu must give -0, its derivative 0, not NaN.
   for (DType dt : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
     INFO(dtype_name(dt));
-    Tensor in64 = f64({1, 8});
-    const double vals[8] = {-1000, 1000, -60, 60, 1.5, -2.0, 3.0, 0.5};  // gates | ups
-    std::copy(vals, vals + 8, d(in64));
-    const Tensor inp = convert(in64, dt);
-    Tensor out = Tensor::empty({1, 4}, dt), dinp = Tensor::empty({1, 8}, dt);
-    const Tensor dout = convert(Tensor(d(in64) + 4, {1, 4}, DType::F64), dt);  // any finite upstream gradient
-    swiglu_forward(out, inp);
-    swiglu_backward(dinp, dout, inp);
-    const Tensor o = to64(out), g = to64(dinp);
+    Tensor g64 = f64({1, 4}), u64 = f64({1, 4});
+    const double gates[4] = {-1000, 1000, -60, 60}, ups[4] = {1.5, -2.0, 3.0, 0.5};
+    std::copy(gates, gates + 4, d(g64)), std::copy(ups, ups + 4, d(u64));
+    const Tensor gate = convert(g64, dt), up = convert(u64, dt), dout = convert(u64, dt);  // any finite dout
+    Tensor out = Tensor::empty({1, 4}, dt), dgate = Tensor::empty({1, 4}, dt), dup = Tensor::empty({1, 4}, dt);
+    swiglu_forward(out, gate, up);
+    swiglu_backward(dgate, dup, dout, gate, up);
+    const Tensor o = to64(out), dg = to64(dgate), du = to64(dup);
     REQUIRE(std::abs(d(o)[0]) == 0);                          // silu(-1000) * 1.5
     REQUIRE(std::abs(d(o)[1] - 1000 * -2.0) <= 1e-2 * 2000);  // silu(1000) = 1000 (1000 rounds in every dtype)
-    for (int i = 0; i < 8; ++i) REQUIRE(std::isfinite(d(g)[i]));
-    REQUIRE(d(g)[0] == 0);  // d silu / dg at -1000 is 0
+    for (int i = 0; i < 4; ++i) REQUIRE((std::isfinite(d(dg)[i]) && std::isfinite(d(du)[i])));
+    REQUIRE(d(dg)[0] == 0);  // d silu / dg at -1000 is 0
+    REQUIRE(d(du)[0] == 0);  // silu(-1000) * dout
   }
 }
 
 TEST_CASE("swiglu: fp32, bf16 and fp16 against fp64, forward and backward", "[swiglu]") {
-  // N*H = 28800 takes the multithreaded path; H = 9 is not a multiple of the vector width.
+  // N*H = 28800 takes the multithreaded path; H = 9 (N*H = 63) is not a multiple of the vector width.
   for (auto [N, H] : {std::pair<int64_t, int64_t>{300, 96}, {7, 9}}) {
-    Tensor inp = f64({N, 2 * H}), dout = f64({N, H});
-    fill_normal(inp, 1, 2.0), fill_normal(dout, 2);
+    Tensor gate = f64({N, H}), up = f64({N, H}), dout = f64({N, H});
+    fill_normal(gate, 1, 2.0), fill_normal(up, 2, 2.0), fill_normal(dout, 3);
     for (DType dt : kReducedDtypes) {
       INFO(dtype_name(dt) << " N=" << N << " H=" << H);
       const double u = unit_roundoff(dt);
-      const Tensor x = rounded(inp, dt), dy = rounded(dout, dt);
-      Tensor out = f64({N, H}), dinp = f64({N, 2 * H});
-      swiglu_forward(out, x);
-      swiglu_backward(dinp, dy, x);
-      Tensor out_t = Tensor::empty({N, H}, dt), dinp_t = Tensor::empty({N, 2 * H}, dt);
-      swiglu_forward(out_t, convert(x, dt));
-      swiglu_backward(dinp_t, convert(dy, dt), convert(x, dt));
+      const Tensor g = rounded(gate, dt), up_r = rounded(up, dt), dy = rounded(dout, dt);
+      Tensor out = f64({N, H}), dgate = f64({N, H}), dup = f64({N, H});
+      swiglu_forward(out, g, up_r);
+      swiglu_backward(dgate, dup, dy, g, up_r);
+      Tensor out_t = Tensor::empty({N, H}, dt), dgate_t = Tensor::empty({N, H}, dt), dup_t = Tensor::empty({N, H}, dt);
+      swiglu_forward(out_t, convert(g, dt), convert(up_r, dt));
+      swiglu_backward(dgate_t, dup_t, convert(dy, dt), convert(g, dt), convert(up_r, dt));
       // e32: exp within a few ulp, then 3-4 roundings: ~1e-6 relative. The gate's derivative factor
       // 1 + g (1 - s) cancels near g = -1.28; there its fp32 error is ~u32 |g| |dout up| absolute, < 1e-5.
       REQUIRE(max_err(out_t, out, u + 1e-6, subnormal_slack(dt)) <= 1);
-      REQUIRE(max_err(dinp_t, dinp, u + 1e-6, 1e-5 + subnormal_slack(dt)) <= 1);
+      REQUIRE(max_err(dgate_t, dgate, u + 1e-6, 1e-5 + subnormal_slack(dt)) <= 1);
+      REQUIRE(max_err(dup_t, dup, u + 1e-6, subnormal_slack(dt)) <= 1);
+      if (dt == DType::F32) continue;
+      // A 16-bit kernel runs the fp32 kernel's arithmetic on the widened values and rounds once: its outputs are
+      // the fp32 kernel's, rounded, bit for bit.
+      const DType f32 = DType::F32;
+      Tensor out32 = Tensor::empty({N, H}, f32), dgate32 = Tensor::empty({N, H}, f32);
+      Tensor dup32 = Tensor::empty({N, H}, f32);
+      swiglu_forward(out32, convert(g, f32), convert(up_r, f32));
+      swiglu_backward(dgate32, dup32, convert(dy, f32), convert(g, f32), convert(up_r, f32));
+      REQUIRE(same_bits(out_t, convert(out32, dt)));
+      REQUIRE(same_bits(dgate_t, convert(dgate32, dt)));
+      REQUIRE(same_bits(dup_t, convert(dup32, dt)));
     }
   }
 }
 
 // ---------------------------------------------------------------------------------- grouped-query attention
 
-TEST_CASE("gqa: expansion by hand, gradient, overwrite", "[gqa]") {
+namespace {
+
+// Row n of the [N, width] tensor t (fp64).
+const double* row(const Tensor& t, int64_t n, int64_t width) { return d(t) + n * width; }
+
+}  // namespace
+
+TEST_CASE("gqa: expansion by hand, gradients, overwrite", "[gqa]") {
   // 6 query heads on 2 kv heads (groups of 3: head h uses kv head h / 3, which h % 2 would not give), and
   // multi-query attention (1 kv head).
   for (auto [NH, KV] : {std::pair<int, int>{6, 2}, {4, 1}}) {
     INFO("n_head " << NH << " n_kv_head " << KV);
     const int HS = 4;
-    const int64_t N = 6, QW = NH * HS, KW = KV * HS, W = QW + 2 * KW, WF = 3 * QW;
-    Tensor qkv = f64({2, 3, W}), full = f64({2, 3, WF}), proj = f64({2, 3, WF});
-    fill_normal(qkv, 1), fill_normal(proj, 2);
+    const int64_t N = 6, QW = NH * HS, KW = KV * HS, WF = 3 * QW;
+    Tensor q = f64({2, 3, QW}), k = f64({2, 3, KW}), v = f64({2, 3, KW}), full = f64({2, 3, WF});
+    Tensor proj = f64({2, 3, WF});
+    fill_normal(q, 1), fill_normal(k, 2), fill_normal(v, 3), fill_normal(proj, 4);
     auto loss = [&] {
-      gqa_expand(full, qkv, NH, KV, HS);
+      gqa_expand(full, q, k, v, NH, KV, HS);
       return dot(full, proj);
     };
     loss();
@@ -380,16 +509,15 @@ TEST_CASE("gqa: expansion by hand, gradient, overwrite", "[gqa]") {
     for (int64_t n = 0; n < N; ++n)
       for (int h = 0; h < NH; ++h)
         for (int i = 0; i < HS; ++i) {
-          const double* src = d(qkv) + n * W;
-          const double* dst = d(full) + n * WF;
-          REQUIRE(dst[h * HS + i] == src[h * HS + i]);                               // q
-          REQUIRE(dst[QW + h * HS + i] == src[QW + (h / group) * HS + i]);           // k
-          REQUIRE(dst[2 * QW + h * HS + i] == src[QW + KW + (h / group) * HS + i]);  // v
+          const double* dst = row(full, n, WF);
+          REQUIRE(dst[h * HS + i] == row(q, n, QW)[h * HS + i]);
+          REQUIRE(dst[QW + h * HS + i] == row(k, n, KW)[(h / group) * HS + i]);
+          REQUIRE(dst[2 * QW + h * HS + i] == row(v, n, KW)[(h / group) * HS + i]);
         }
-    Tensor dqkv = f64({2, 3, W});
-    fill_normal(dqkv, 3, 100.0);  // overwritten: preset garbage must vanish
-    gqa_reduce(dqkv, proj, NH, KV, HS);
-    gradcheck(loss, {{"qkv", qkv, dqkv}});
+    Tensor dq = f64({2, 3, QW}), dk = f64({2, 3, KW}), dv = f64({2, 3, KW});
+    fill_normal(dq, 5, 100.0), fill_normal(dk, 6, 100.0), fill_normal(dv, 7, 100.0);  // overwritten: garbage
+    gqa_reduce(dq, dk, dv, proj, NH, KV, HS);
+    gradcheck(loss, {{"q", q, dq}, {"k", k, dk}, {"v", v, dv}});
   }
 }
 
@@ -399,27 +527,44 @@ TEST_CASE("gqa: reducing an expanded ones tensor counts each group, and equal he
     INFO(dtype_name(dt));
     {
       const int NH = 8, KV = 2;  // groups of 4
-      const int64_t N = 5, QW = NH * HS, KW = KV * HS, W = QW + 2 * KW;
-      Tensor ones64 = f64({N, W});
-      for (int64_t i = 0; i < ones64.numel(); ++i) d(ones64)[i] = 1;
-      Tensor full = Tensor::empty({N, 3 * QW}, dt), back = Tensor::empty({N, W}, dt);
-      gqa_expand(full, convert(ones64, dt), NH, KV, HS);
-      gqa_reduce(back, full, NH, KV, HS);
-      const Tensor b = to64(back);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < W; ++c) REQUIRE(d(b)[n * W + c] == (c < QW ? 1.0 : double(NH / KV)));
+      const int64_t N = 5, QW = NH * HS, KW = KV * HS;
+      auto ones = [&](int64_t width) {
+        Tensor t = f64({N, width});
+        for (int64_t i = 0; i < t.numel(); ++i) d(t)[i] = 1;
+        return convert(t, dt);
+      };
+      Tensor full = Tensor::empty({N, 3 * QW}, dt);
+      gqa_expand(full, ones(QW), ones(KW), ones(KW), NH, KV, HS);
+      Tensor dq = Tensor::empty({N, QW}, dt), dk = Tensor::empty({N, KW}, dt), dv = Tensor::empty({N, KW}, dt);
+      gqa_reduce(dq, dk, dv, full, NH, KV, HS);
+      const Tensor outs[] = {dq, dk, dv};
+      for (int p = 0; p < 3; ++p) {
+        const Tensor b = to64(outs[p]);
+        const double want = p == 0 ? 1.0 : double(NH / KV);  // dq copied; each kv head summed over its group
+        for (int64_t i = 0; i < b.numel(); ++i) REQUIRE(d(b)[i] == want);
+      }
     }
     {
-      const int NH = 3;  // n_kv_head == n_head: both directions are plain copies, bit for bit
-      const int64_t N = 4, W = 3 * NH * HS;
-      Tensor x64 = f64({N, W});
+      const int NH = 3;  // n_kv_head == n_head: the expansion concatenates, the reduction splits, bit for bit
+      const int64_t N = 4, C = NH * HS;
+      Tensor x64 = f64({N, 3 * C});
       fill_normal(x64, 1);
       const Tensor x = convert(x64, dt);
-      Tensor full = Tensor::empty({N, W}, dt), back = Tensor::empty({N, W}, dt);
-      gqa_expand(full, x, NH, NH, HS);
+      const size_t es = dtype_size(dt);
+      Tensor q = Tensor::empty({N, C}, dt), k = Tensor::empty({N, C}, dt), v = Tensor::empty({N, C}, dt);
+      const Tensor parts[] = {q, k, v};
+      for (int64_t n = 0; n < N; ++n)  // x's rows are q | k | v
+        for (int p = 0; p < 3; ++p)
+          std::memcpy(static_cast<char*>(parts[p].data()) + n * C * es,
+                      static_cast<const char*>(x.data()) + (n * 3 + p) * C * es, C * es);
+      Tensor full = Tensor::empty({N, 3 * C}, dt);
+      gqa_expand(full, q, k, v, NH, NH, HS);
       REQUIRE(same_bits(full, x));
-      gqa_reduce(back, x, NH, NH, HS);
-      REQUIRE(same_bits(back, x));
+      Tensor dq = Tensor::empty({N, C}, dt), dk = Tensor::empty({N, C}, dt), dv = Tensor::empty({N, C}, dt);
+      gqa_reduce(dq, dk, dv, x, NH, NH, HS);
+      REQUIRE(same_bits(dq, q));
+      REQUIRE(same_bits(dk, k));
+      REQUIRE(same_bits(dv, v));
     }
   }
 }
@@ -427,21 +572,79 @@ TEST_CASE("gqa: reducing an expanded ones tensor counts each group, and equal he
 TEST_CASE("gqa: fp32, bf16 and fp16 against fp64", "[gqa]") {
   // N * 3 * NH * HS = 98304 takes the multithreaded path.
   const int NH = 8, KV = 2, HS = 16;
-  const int64_t N = 256, W = (NH + 2 * KV) * HS, WF = 3 * NH * HS;
-  Tensor qkv = f64({N, W}), dfull = f64({N, WF});
-  fill_normal(qkv, 1), fill_normal(dfull, 2);
+  const int64_t N = 256, QW = NH * HS, KW = KV * HS, WF = 3 * QW;
+  Tensor q64 = f64({N, QW}), k64 = f64({N, KW}), v64 = f64({N, KW}), dfull = f64({N, WF});
+  fill_normal(q64, 1), fill_normal(k64, 2), fill_normal(v64, 3), fill_normal(dfull, 4);
   for (DType dt : kReducedDtypes) {
     INFO(dtype_name(dt));
-    const Tensor q = convert(qkv, dt), df = convert(dfull, dt);
+    const Tensor q = convert(q64, dt), k = convert(k64, dt), v = convert(v64, dt), df = convert(dfull, dt);
     Tensor full = Tensor::empty({N, WF}, dt), ref_full = f64({N, WF});
-    gqa_expand(full, q, NH, KV, HS);
-    gqa_expand(ref_full, to64(q), NH, KV, HS);
+    gqa_expand(full, q, k, v, NH, KV, HS);
+    gqa_expand(ref_full, to64(q), to64(k), to64(v), NH, KV, HS);
     REQUIRE(same_bits(full, convert(ref_full, dt)));  // element copies: exact
-    Tensor dqkv = Tensor::empty({N, W}, dt), ref = f64({N, W});
-    gqa_reduce(dqkv, df, NH, KV, HS);
-    gqa_reduce(ref, to64(df), NH, KV, HS);
+    Tensor dq = Tensor::empty({N, QW}, dt), dk = Tensor::empty({N, KW}, dt), dv = Tensor::empty({N, KW}, dt);
+    Tensor rq = f64({N, QW}), rk = f64({N, KW}), rv = f64({N, KW});
+    gqa_reduce(dq, dk, dv, df, NH, KV, HS);
+    gqa_reduce(rq, rk, rv, to64(df), NH, KV, HS);
+    REQUIRE(same_bits(dq, convert(rq, dt)));  // copies of dq: exact
     // Sums of 4 values in fp32 (<= 3 u32 of the sum of magnitudes, < 1e-6 absolute for N(0, 1) values), then one
-    // rounding; copies of dq are exact.
-    REQUIRE(max_err(dqkv, ref, unit_roundoff(dt), 1e-6 + subnormal_slack(dt)) <= 1);
+    // rounding.
+    REQUIRE(max_err(dk, rk, unit_roundoff(dt), 1e-6 + subnormal_slack(dt)) <= 1);
+    REQUIRE(max_err(dv, rv, unit_roundoff(dt), 1e-6 + subnormal_slack(dt)) <= 1);
+    if (dt == DType::F32) continue;
+    // The 16-bit sums are the fp32 kernel's sums (the same order), rounded once: bit for bit.
+    const DType f32 = DType::F32;
+    Tensor q32 = Tensor::empty({N, QW}, f32), k32 = Tensor::empty({N, KW}, f32), v32 = Tensor::empty({N, KW}, f32);
+    gqa_reduce(q32, k32, v32, convert(df, f32), NH, KV, HS);
+    REQUIRE(same_bits(dk, convert(k32, dt)));
+    REQUIRE(same_bits(dv, convert(v32, dt)));
   }
+}
+
+TEST_CASE("gqa: separate inputs may overlap one another, outputs may not overlap anything", "[gqa]") {
+  const int NH = 4, KV = 2, HS = 4;
+  const int64_t N = 3, QW = NH * HS, KW = KV * HS, WF = 3 * QW;
+  // k and v one tensor: only read, so allowed; the expansion's k and v parts are then equal.
+  Tensor q = f64({N, QW}), kv = f64({N, KW}), full = f64({N, WF});
+  fill_normal(q, 1), fill_normal(kv, 2);
+  gqa_expand(full, q, kv, kv, NH, KV, HS);
+  for (int64_t n = 0; n < N; ++n)
+    REQUIRE(std::memcmp(row(full, n, WF) + QW, row(full, n, WF) + 2 * QW, QW * sizeof(double)) == 0);
+
+  // One buffer holding [q | k | v | full] back to back, and views that overlap a neighbour.
+  const int64_t total = N * (QW + 2 * KW + WF);
+  Tensor buf = f64({total + 1});
+  fill_normal(buf, 3);
+  const Tensor bq = buf.slice(0, {N, QW}), bk = buf.slice(N * QW, {N, KW}), bv = buf.slice(N * (QW + KW), {N, KW});
+  const Tensor bfull = buf.slice(N * (QW + 2 * KW), {N, WF});
+  const Tensor shifted_full = buf.slice(N * (QW + 2 * KW) - 1, {N, WF});  // its first element is v's last
+  const Tensor shifted_k = buf.slice(N * QW - 1, {N, KW});                // its first element is q's last
+  const Tensor shifted_v = buf.slice(N * (QW + KW) - 1, {N, KW});         // its first element is k's last
+  struct Case {
+    const char* what;
+    std::function<void()> call;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"qkv_full into v", [&] { gqa_expand(shifted_full, bq, bk, bv, NH, KV, HS); }, "qkv_full overlaps v"},
+      {"qkv_full is q's buffer", [&] { gqa_expand(buf.slice(0, {N, WF}), bq, bk, bv, NH, KV, HS); },
+       "qkv_full overlaps q"},
+      {"dk into dq", [&] { gqa_reduce(bq, shifted_k, bv, bfull, NH, KV, HS); }, "dq overlaps dk"},
+      {"dv into dk", [&] { gqa_reduce(bq, bk, shifted_v, bfull, NH, KV, HS); }, "dk overlaps dv"},
+      {"dk is dv", [&] { gqa_reduce(bq, bk, bk, bfull, NH, KV, HS); }, "dk overlaps dv"},
+      {"dqkv_full into dv", [&] { gqa_reduce(bq, bk, bv, shifted_full, NH, KV, HS); }, "dv overlaps dqkv_full"},
+      {"k of q's width", [&] { gqa_expand(full, q, q, kv, NH, KV, HS); }, "k has shape"},
+      {"dv of another dtype",
+       [&] { gqa_reduce(bq, bk, Tensor::empty({N, KW}, DType::F32), bfull, NH, KV, HS); }, "dv is fp32 but dq is fp64"},
+      {"n_head not a multiple", [&] { gqa_expand(full, q, kv, kv, NH, 3, HS); }, "is not a multiple of n_kv_head"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const std::string msg = abort_message(c.call);
+    INFO("stderr: " << msg);
+    REQUIRE(msg.find(c.message) != std::string::npos);
+  }
+  // The disjoint views of the buffer are accepted.
+  gqa_expand(bfull, bq, bk, bv, NH, KV, HS);
+  gqa_reduce(bq, bk, bv, bfull, NH, KV, HS);
 }

@@ -9,18 +9,10 @@ namespace mt::kernels {
 using namespace detail;
 
 namespace {
-// inp [..., 2H] and the [..., H] tensor `half` (out or dout) of inp's dtype and device, with the same leading
-// dimensions. Returns N (rows) and H.
-void check_halves(const char* op, const Tensor& inp, const Tensor& half, const char* half_name, int64_t& N,
-                  int64_t& H) {
-  check_defined(inp, op, "inp"), check_defined(half, op, half_name), check_activation(inp, op, "inp");
-  check_same_dtype(half, inp, op, half_name, "inp"), check_same_device(half, inp, op, half_name, "inp");
-  CHECK(inp.ndim() >= 1 && inp.dim(-1) % 2 == 0, "{}: inp {} must be [..., 2H]", op, inp.shape().str());
-  H = inp.dim(-1) / 2;
-  N = H > 0 ? inp.numel() / (2 * H) : 0;
-  Shape expected = inp.shape();
-  expected.d[expected.n - 1] = H;
-  check_shape(half, expected, op, half_name);
+// t is defined with gate's dtype, device and shape.
+void check_like_gate(const char* op, const Tensor& t, const char* name, const Tensor& gate) {
+  check_defined(t, op, name), check_same_dtype(t, gate, op, name, "gate");
+  check_same_device(t, gate, op, name, "gate"), check_shape(t, gate.shape(), op, name);
 }
 
 // Whether two tensors' element ranges overlap.
@@ -28,31 +20,43 @@ bool overlaps(const Tensor& x, const Tensor& y) {
   const char *xb = static_cast<const char*>(x.data()), *yb = static_cast<const char*>(y.data());
   return xb < yb + y.nbytes() && yb < xb + x.nbytes();
 }
+
+// An output may be the input itself (the same data pointer: with equal shapes and dtypes, the same elements, each
+// read before it is written) but must not overlap it otherwise, where one element's write would clobber another
+// element's input before it is read.
+void check_alias(const char* op, const Tensor& out, const char* out_name, const Tensor& inp, const char* inp_name) {
+  CHECK(out.data() == inp.data() || !overlaps(out, inp),
+        "{}: {} overlaps {} without being the same tensor (only an exact alias is allowed)", op, out_name, inp_name);
+}
 }  // namespace
 
-void swiglu_forward(const Tensor& out, const Tensor& inp) {
+void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   const char* op = "swiglu_forward";
-  int64_t N, H;
-  check_halves(op, inp, out, "out", N, H);
-  CHECK(!overlaps(out, inp), "{}: out overlaps inp", op);  // a row's outputs would overwrite its unread inputs
-  if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::swiglu_forward(out, inp));
-  dispatch_storage(inp.dtype(), [&](auto s) {
+  check_defined(gate, op, "gate"), check_activation(gate, op, "gate");
+  check_like_gate(op, up, "up", gate), check_like_gate(op, out, "out", gate);
+  check_alias(op, out, "out", gate, "gate"), check_alias(op, out, "out", up, "up");
+  if (gate.device() == Device::CUDA) MT_ON_CUDA(op, gpu::swiglu_forward(out, gate, up));
+  dispatch_storage(gate.dtype(), [&](auto s) {
     using S = decltype(s);
-    cpu::swiglu_forward<S>(storage_ptr<S>(out), storage_ptr<S>(inp), N, H);
+    cpu::swiglu_forward<S>(storage_ptr<S>(out), storage_ptr<S>(gate), storage_ptr<S>(up), gate.numel());
   });
 }
 
-void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
   const char* op = "swiglu_backward";
-  int64_t N, H;
-  check_halves(op, inp, dout, "dout", N, H);
-  check_defined(dinp, op, "dinp"), check_same_dtype(dinp, inp, op, "dinp", "inp");
-  check_same_device(dinp, inp, op, "dinp", "inp"), check_shape(dinp, inp.shape(), op, "dinp");
-  CHECK(!overlaps(dinp, dout) && !overlaps(dinp, inp), "{}: dinp overlaps dout or inp", op);
-  if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::swiglu_backward(dinp, dout, inp));
-  dispatch_storage(inp.dtype(), [&](auto s) {
+  check_defined(gate, op, "gate"), check_activation(gate, op, "gate");
+  check_like_gate(op, up, "up", gate), check_like_gate(op, dout, "dout", gate);
+  check_like_gate(op, dgate, "dgate", gate), check_like_gate(op, dup, "dup", gate);
+  // Two writes to one element: the result would depend on their order (between GPU threads, on the schedule).
+  CHECK(!overlaps(dgate, dup), "{}: dgate overlaps dup", op);
+  for (auto [o, on] : {std::pair{&dgate, "dgate"}, std::pair{&dup, "dup"}})
+    for (auto [i, in] : {std::pair{&dout, "dout"}, std::pair{&gate, "gate"}, std::pair{&up, "up"}})
+      check_alias(op, *o, on, *i, in);
+  if (gate.device() == Device::CUDA) MT_ON_CUDA(op, gpu::swiglu_backward(dgate, dup, dout, gate, up));
+  dispatch_storage(gate.dtype(), [&](auto s) {
     using S = decltype(s);
-    cpu::swiglu_backward<S>(storage_ptr<S>(dinp), storage_ptr<S>(dout), storage_ptr<S>(inp), N, H);
+    cpu::swiglu_backward<S>(storage_ptr<S>(dgate), storage_ptr<S>(dup), storage_ptr<S>(dout), storage_ptr<S>(gate),
+                            storage_ptr<S>(up), gate.numel());
   });
 }
 

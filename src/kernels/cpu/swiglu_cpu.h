@@ -1,4 +1,5 @@
-// CPU SwiGLU, see kernels/swiglu.h. S is the storage type (float, double, bf16, fp16).
+// CPU SwiGLU, see kernels/swiglu.h. S is the storage type (float, double, bf16, fp16). The op is elementwise over
+// the n elements of gate, up and out (dout, dgate, dup).
 #pragma once
 #include <cstdint>
 
@@ -6,11 +7,11 @@
 
 namespace mt::kernels::cpu {
 
-// inp [N, 2H] (gate | up per row), out [N, H].
+// out = silu(gate) * up; out may alias gate or up (the same pointer).
 template <typename S>
-void swiglu_forward(S* out, const S* inp, int64_t N, int64_t H);
-// dinp [N, 2H] overwritten from dout [N, H]; no overlap between dinp and dout or inp.
+void swiglu_forward(S* out, const S* gate, const S* up, int64_t n);
+// dgate and dup overwritten; each may alias dout, gate or up (the same pointer), not each other.
 template <typename S>
-void swiglu_backward(S* dinp, const S* dout, const S* inp, int64_t N, int64_t H);
+void swiglu_backward(S* dgate, S* dup, const S* dout, const S* gate, const S* up, int64_t n);
 
 }  // namespace mt::kernels::cpu
