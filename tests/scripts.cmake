@@ -8,6 +8,9 @@ set(MT_WORK ${CMAKE_BINARY_DIR}/test_work)
 add_test(NAME pytorch_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_pytorch_parity.py $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt ${MT_WORK}/parity)
+add_test(NAME llama_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_parity.py $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR}/data/tinyshakespeare.txt ${MT_WORK}/llama_parity)
 add_test(NAME bad_inputs
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bad_inputs.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
                  ${MT_WORK}/bad_inputs ${MPIEXEC_EXECUTABLE})
@@ -16,7 +19,7 @@ add_test(NAME default_config_converges
                  ${MT_WORK}/convergence)
 add_test(NAME trainer_help COMMAND $<TARGET_FILE:trainer> --help)
 set_tests_properties(trainer_help PROPERTIES PASS_REGULAR_EXPRESSION "model.n_layer.*optim.lr")
-set_tests_properties(pytorch_parity bad_inputs default_config_converges PROPERTIES
+set_tests_properties(pytorch_parity llama_parity bad_inputs default_config_converges PROPERTIES
                      ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 1500)
 
 # Byte-level text with a separate validation file, end to end: evaluation rows carry val_loss.
@@ -52,6 +55,11 @@ add_test(NAME pp_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_pp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/pp_parity)
 set_tests_properties(pp_parity PROPERTIES TIMEOUT 1200 PROCESSORS 2)
+# Llama (model.arch=llama) on every mesh against one rank.
+add_test(NAME llama_mesh
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_mesh.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/llama_mesh)
+set_tests_properties(llama_mesh PROPERTIES TIMEOUT 1200 PROCESSORS 2)
 
 # Mixed precision: bf16 and fp16 on one rank and bf16 (with bf16 gradient reduction) on dp2 x tp2 end within 2%
 # of fp32 after 150 steps of tinyshakespeare; an injected overflow is skipped by every rank of a 2x2x2 mesh.
