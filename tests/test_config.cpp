@@ -474,7 +474,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
       "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.pin_threads=false", "train.skip_nonfinite=true",
       "train.straggler.ranks=[1, 2]", "train.straggler.slowdown=1.5", "train.straggler.delay_ms=3.5",
-      "train.straggler.delay_sigma=0.5",
+      "train.straggler.delay_sigma=0.5", "train.recompute=selective",
       "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
       "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "optim.name=sgd",
@@ -500,6 +500,12 @@ TEST_CASE("to_yaml round-trips every key") {
   for (const char* a : {"device=cuda", "comm.backend=nccl", "comm.adapt=true", "comm.adapt_bucket_mb_min=0.5",
                         "comm.adapt_bucket_mb_max=8", "comm.adapt_compress='none, bf16'", "comm.adapt_every=3"})
     apply_override(gpu, a);
+  // Llama's keys apply to model.arch=llama only: a fifth config.
+  Config llama;
+  for (const char* a : {"model.arch=llama", "model.n_kv_head=2", "model.ffn_hidden=96", "model.multiple_of=32",
+                        "model.norm_eps=1e-6", "model.rope_theta=500000", "model.tie_embeddings=true"})
+    apply_override(llama, a);
+  CHECK(load_config(write_yaml("llama.yaml", to_yaml(llama)), {}).model.rope_theta == 500000);
   // Staleness needs a data-parallel-only mesh without ZeRO-1: a fourth config.
   Config stale;
   for (const char* a : {"optim.staleness=2", "optim.staleness_policy=fixed"}) apply_override(stale, a);
@@ -510,7 +516,8 @@ TEST_CASE("to_yaml round-trips every key") {
   for (const std::string& k : config_keys()) {
     INFO(k);
     CHECK((config_value(c, k) != config_value(defaults, k) || config_value(local, k) != config_value(defaults, k) ||
-           config_value(gpu, k) != config_value(defaults, k) || config_value(stale, k) != config_value(defaults, k)));
+           config_value(gpu, k) != config_value(defaults, k) || config_value(stale, k) != config_value(defaults, k) ||
+           config_value(llama, k) != config_value(defaults, k)));
   }
   CHECK(load_config(write_yaml("local.yaml", to_yaml(local)), {}).optim.sync_every == 4);
   const Config gpu_back = load_config(write_yaml("gpu.yaml", to_yaml(gpu)), {});
@@ -549,8 +556,10 @@ TEST_CASE("every enum key round-trips each of its names, and refuses others nami
     std::function<int(const Config&)> value;
   };
   const std::vector<EnumKey> keys = {
+      {"model.arch", {"gpt2", "llama"}, [](const Config& c) { return int(c.model.arch); }},
       {"parallel.schedule", {"1f1b", "gpipe", "interleaved", "zb1"},
        [](const Config& c) { return int(c.parallel.schedule); }},
+      {"train.recompute", {"none", "selective", "full"}, [](const Config& c) { return int(c.train.recompute); }},
       {"optim.schedule", {"cosine", "linear", "constant"}, [](const Config& c) { return int(c.optim.schedule); }},
       {"optim.name", {"adamw", "sgd"}, [](const Config& c) { return int(c.optim.name); }},
       {"optim.outer", {"none", "nesterov"}, [](const Config& c) { return int(c.optim.outer); }},

@@ -102,19 +102,28 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
       {2, true, 1, 2, 2, DType::F16, false, 4},   {4, true, 1, 3, 4, DType::BF16, true, 2},
       {4, false, 1, 2, 3, DType::F32, true, 1},
   };
-  for (const Case& k : cases) {
+  for (const Case& k : cases)
+  for (const ModelArch arch : {ModelArch::GPT2, ModelArch::Llama})
+  for (const Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    if (rc == Recompute::Full && k.split) continue;  // refused (config validation)
     GPTConfig g;
+    g.arch = arch;
+    g.recompute = rc;
     g.n_layer = k.n_layer;
     g.n_head = 4;
     g.d_model = 32;
     g.seq_len = 8;
     g.vocab_size = 70;  // padded per tp
+    if (arch == ModelArch::Llama) {
+      g.n_kv_head = k.tp == 4 ? 4 : 2;  // grouped-query attention where tp allows it
+      g.ffn_hidden = 40;
+    }
     g.tp = k.tp;
     g.sequence_parallel = k.sp;
     g.layer_begin = k.begin;
     g.layer_end = k.end;
-    INFO(fmt::format("tp {} sp {} stage [{}, {}) of {} {} split {} B {}", k.tp, k.sp, k.begin, k.end, k.n_layer,
-                     dtype_name(k.dt), k.split, k.B));
+    INFO(fmt::format("{} recompute {}: tp {} sp {} stage [{}, {}) of {} {} split {} B {}", name_of(arch),
+                     name_of(rc), k.tp, k.sp, k.begin, k.end, k.n_layer, dtype_name(k.dt), k.split, k.B));
     GPT model(g, k.dt);
     NullCommunicator null(k.tp, 0);
     if (k.tp > 1) model.set_tp_comm(&null);

@@ -218,13 +218,15 @@ void GPT::alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const {
     }
     return;
   }
-  for (auto& la : a.layers) {
+  share_block_records(a, [&](bool own_att) {
+    LayerActivations la;
     la.ln1 = arena.alloc({Ns, Cf}, dtype_);
     la.ln1_mean = arena.alloc({Ns}, acc);
     la.ln1_rstd = arena.alloc({Ns}, acc);
     la.qkv = arena.alloc({N, 3 * C}, dtype_);
     // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32.
-    la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NH, a.T), device_ == Device::CUDA ? acc : dtype_);
+    if (own_att)
+      la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NH, a.T), device_ == Device::CUDA ? acc : dtype_);
     la.atty = arena.alloc({N, C}, dtype_);
     la.res_attn = arena.alloc({Ns, Cf}, dtype_);
     la.ln2 = arena.alloc({Ns, Cf}, dtype_);
@@ -232,11 +234,27 @@ void GPT::alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const {
     la.ln2_rstd = arena.alloc({Ns}, acc);
     la.fch = arena.alloc({N, 4 * C}, dtype_);
     la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
-  }
+    return la;
+  });
   if (cfg_.last_stage()) {
     a.lnf = arena.alloc({Ns, Cf}, dtype_);
     a.lnf_mean = arena.alloc({Ns}, acc);
     a.lnf_rstd = arena.alloc({Ns}, acc);
+  }
+}
+
+void GPT::share_block_records(Activations& a, const std::function<LayerActivations(bool)>& make) const {
+  const Recompute rc = cfg_.recompute;
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    if (l > 0 && rc == Recompute::Full) {
+      a.layers[l] = a.layers[0];
+      continue;
+    }
+    // Selective: the probabilities are written by each block's forward and recomputed before its backward, so one
+    // buffer serves every block.
+    const bool own_att = l == 0 || rc != Recompute::Selective;
+    a.layers[l] = make(own_att);
+    if (!own_att) a.layers[l].att = a.layers[0].att;
   }
 }
 
@@ -252,7 +270,7 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
   // and with sequence parallelism the residual stream and LayerNorms hold this rank's rows only. Shapes are this
   // rank's: Cl = C / tp columns of each head-split projection, NHl = n_head / tp heads.
   const TensorParallel tp = tensor_parallel();
-  const int64_t N = int64_t(a.B) * a.T, Cl = cfg_.d_model / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
+  const int64_t N = int64_t(a.B) * a.T;
   const Tensor& full = a.sp_full;  // sequence parallelism's [N, C] scratch
   if (cfg_.first_stage())  // a later pipeline stage: the caller has put the previous stage's output into a.input()
     vocab_embedding_forward(tp, a.residual[0], full, a.tokens, param(wte_), param(wpe_), vocab_begin(), vp_);
@@ -265,17 +283,9 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
                              param(layer_param(0, LN1_W)), param(layer_param(0, LN1_B)));
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
-    auto P = [&](Slot s) { return param(layer_param(l, s)); };
-    const Tensor& x = a.residual[l];
     const Tensor& out = a.residual[l + 1];
-    column_linear_forward(tp, la.qkv, la.ln1, full, P(QKV_W), P(QKV_B));
-    kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), NHl);
-    // c_proj writes into res_attn, then the skip connection is added in place (with ln_2).
-    row_linear_forward(tp, la.res_attn, la.atty, full, P(ATTPROJ_W), P(ATTPROJ_B));
-    kernels::residual_layernorm_forward(la.res_attn, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, x, P(LN2_W),
-                                        P(LN2_B));
-    column_linear_gelu_forward(tp, la.fch, la.fch_gelu, la.ln2, full, P(FC_W), P(FC_B));
-    row_linear_forward(tp, out, la.fch_gelu, full, P(FCPROJ_W), P(FCPROJ_B));
+    block_forward(a, l, tp);
+    row_linear_forward(tp, out, la.fch_gelu, full, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
     if (l + 1 < L) {
       LayerActivations& next = a.layers[l + 1];
       kernels::residual_layernorm_forward(out, next.ln1, next.ln1_mean, next.ln1_rstd, out, la.res_attn,
@@ -293,6 +303,19 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
   vocab_cross_entropy(tp, a.losses, a.logits, a.targets.view({N}), a.xent_max, a.xent_stats, vocab_begin(),
                       cfg_.vocab_size, dloss);
   if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
+}
+
+void GPT::block_forward(Activations& a, int l, const TensorParallel& tp) const {
+  const int64_t Cl = cfg_.d_model / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
+  LayerActivations& la = a.layers[l];
+  auto P = [&](Slot s) { return param(layer_param(l, s)); };
+  column_linear_forward(tp, la.qkv, la.ln1, a.sp_full, P(QKV_W), P(QKV_B));
+  kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), NHl);
+  // c_proj writes into res_attn, then the skip connection is added in place (with ln_2).
+  row_linear_forward(tp, la.res_attn, la.atty, a.sp_full, P(ATTPROJ_W), P(ATTPROJ_B));
+  kernels::residual_layernorm_forward(la.res_attn, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, a.residual[l],
+                                      P(LN2_W), P(LN2_B));
+  column_linear_gelu_forward(tp, la.fch, la.fch_gelu, la.ln2, a.sp_full, P(FC_W), P(FC_B));
 }
 
 void GPT::ready_through(int p, const std::function<void(int64_t)>& grads_ready) const {
@@ -357,6 +380,11 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     LayerActivations& la = a.layers[l];
     LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
     auto P = [&](Slot s) { return layer_param(l, s); };
+    if (cfg_.recompute == Recompute::Full) {
+      // The block's forward again from its kept input (ln_1 unfused: the same values, kernels/layernorm.h).
+      kernels::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, a.residual[l], param(P(LN1_W)), param(P(LN1_B)));
+      block_forward(a, l, tp);
+    }
     // MLP branch: dres is d/d(block output) here.
     const Tensor dfch_l = split ? kept->dfch : dfch;
     const Tensor d_fcproj = row_linear_output_grad(tp, dres, dres_full);
@@ -371,6 +399,8 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     row_linear_backward(datty, G(P(ATTPROJ_W)), G(P(ATTPROJ_B)), d_attproj, la.atty, param(P(ATTPROJ_W)));
     if (split) keep(kept->d_attproj, d_attproj);
     const Tensor dqkv_l = split ? kept->dqkv : dqkv;
+    if (cfg_.recompute == Recompute::Selective)  // the probabilities again (atty is rewritten with its own values)
+      kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), NHl);
     kernels::attention_backward(dqkv_l.view({a.B, a.T, 3 * Cl}), datt, datty.view({a.B, a.T, Cl}),
                                 la.qkv.view({a.B, a.T, 3 * Cl}), la.atty.view({a.B, a.T, Cl}), la.att, NHl);
     column_linear_backward(tp, dln_full, dln, G(P(QKV_W)), G(P(QKV_B)), dqkv_l, la.ln1, full, param(P(QKV_W)));

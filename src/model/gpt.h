@@ -19,6 +19,7 @@
 #include "model/model_arch.h"
 #include "model/parallel_layers.h"
 #include "model/param_table.h"
+#include "model/recompute.h"
 
 namespace mt {
 
@@ -34,6 +35,8 @@ struct GPTConfig {
   int n_kv_head = 0, ffn_hidden = 0, multiple_of = 256;
   double norm_eps = 1e-5, rope_theta = 10000.0;
   bool tie_embeddings = false;
+  // Activation recomputation (model/recompute.h): which of a block's forward values its backward recomputes.
+  Recompute recompute = Recompute::None;
   int tp = 1, tp_rank = 0;  // tensor-parallel degree and this rank's place in its tp group
   // Megatron sequence parallelism (only with tp > 1): each tp rank holds a contiguous block of N/tp rows of the
   // residual stream and the LayerNorm regions, rows [tp_rank * N/tp, (tp_rank + 1) * N/tp) of the flattened
@@ -200,6 +203,15 @@ class GPT {
   int layer_param(int i, int s) const { return layer_params_[i * slots_ + s]; }
   // The blocks' records and the final norm's, or (kept_grads) what the split backward keeps for the weight pass.
   void alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const;
+  // Block l's forward from its normed input la.ln1 to the MLP's activation (fch_gelu; Llama: swiglu), everything
+  // its backward reads that the block's input does not give directly: run by forward(), and again by backward()
+  // under train.recompute=full, where the blocks share one set of these tensors.
+  void block_forward(Activations& a, int l, const TensorParallel& tp) const;
+  void llama_block_forward(Activations& a, int l, const TensorParallel& tp) const;
+  // The blocks' records under train.recompute: each block its own (none), all blocks one attention-probability
+  // buffer (selective), or all blocks one set (full). `make(att)` allocates one block's (att: with the
+  // attention record).
+  void share_block_records(Activations& a, const std::function<LayerActivations(bool)>& make) const;
   // Llama's passes (model/llama.cpp).
   void llama_alloc(Activations& a, Arena& arena, bool kept_grads) const;
   void llama_forward(Activations& a, double dloss, const Tensor& loss_sum) const;

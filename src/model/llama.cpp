@@ -82,14 +82,16 @@ void GPT::llama_alloc(Activations& a, Arena& arena, bool kept_grads) const {
     }
     return;
   }
-  for (auto& la : a.layers) {
+  share_block_records(a, [&](bool own_att) {
+    LayerActivations la;
     la.ln1 = arena.alloc({Ns, Cf}, dtype_);
     la.ln1_rstd = arena.alloc({Ns}, acc);
     la.q = arena.alloc({N, NHl * HS}, dtype_);
     la.k = arena.alloc({N, KVl * HS}, dtype_);
     la.v = arena.alloc({N, KVl * HS}, dtype_);
     la.qkv = arena.alloc({N, 3 * NHl * HS}, dtype_);
-    la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NHl, a.T), device_ == Device::CUDA ? acc : dtype_);
+    if (own_att)
+      la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NHl, a.T), device_ == Device::CUDA ? acc : dtype_);
     la.atty = arena.alloc({N, NHl * HS}, dtype_);
     la.res_attn = arena.alloc({Ns, Cf}, dtype_);
     la.ln2 = arena.alloc({Ns, Cf}, dtype_);
@@ -97,7 +99,8 @@ void GPT::llama_alloc(Activations& a, Arena& arena, bool kept_grads) const {
     la.gate = arena.alloc({N, Hl}, dtype_);
     la.up = arena.alloc({N, Hl}, dtype_);
     la.swiglu = arena.alloc({N, Hl}, dtype_);
-  }
+    return la;
+  });
   if (cfg_.last_stage()) {
     a.lnf = arena.alloc({Ns, Cf}, dtype_);
     a.lnf_rstd = arena.alloc({Ns}, acc);
@@ -106,9 +109,8 @@ void GPT::llama_alloc(Activations& a, Arena& arena, bool kept_grads) const {
 
 void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum) const {
   const TensorParallel tp = tensor_parallel();
-  const int64_t N = int64_t(a.B) * a.T, HS = cfg_.head_size();
-  const int NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.kv_heads() / cfg_.tp;
-  const double eps = cfg_.norm_eps, theta = cfg_.rope_theta;
+  const int64_t N = int64_t(a.B) * a.T;
+  const double eps = cfg_.norm_eps;
   const Tensor none, &full = a.sp_full;
   if (cfg_.first_stage())
     vocab_embedding_forward(tp, a.residual[0], full, a.tokens, param(wte_), none, vocab_begin(), vp_);
@@ -117,23 +119,9 @@ void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum) co
   kernels::rmsnorm_forward(a.layers[0].ln1, a.layers[0].ln1_rstd, a.residual[0], param(layer_param(0, IN_NORM)), eps);
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
-    auto P = [&](LlamaSlot s) { return param(layer_param(l, s)); };
-    const Tensor& x = a.residual[l];
     const Tensor& out = a.residual[l + 1];
-    // Attention: h = x + o(attention(rope(q), rope(k), v)) of the normed x.
-    column_linears_forward(tp, {la.q, la.k, la.v}, la.ln1, full, {P(Q_W), P(K_W), P(V_W)}, WeightLayout::OutIn);
-    kernels::rope_forward(la.q, a.T, HS, theta, 0, NHl * HS);
-    kernels::rope_forward(la.k, a.T, HS, theta, 0, KVl * HS);
-    kernels::gqa_expand(la.qkv, la.q, la.k, la.v, NHl, KVl, int(HS));
-    kernels::attention_forward(la.atty.view({a.B, a.T, NHl * HS}), la.att, la.qkv.view({a.B, a.T, 3 * NHl * HS}),
-                               NHl);
-    row_linear_forward(tp, la.res_attn, la.atty, full, P(O_W), none, WeightLayout::OutIn);
-    kernels::accumulate(la.res_attn, x);
-    // MLP: out = h + down(silu(gate) * up) of the normed h.
-    kernels::rmsnorm_forward(la.ln2, la.ln2_rstd, la.res_attn, P(POST_NORM), eps);
-    column_linears_forward(tp, {la.gate, la.up}, la.ln2, full, {P(GATE_W), P(UP_W)}, WeightLayout::OutIn);
-    kernels::swiglu_forward(la.swiglu, la.gate, la.up);
-    row_linear_forward(tp, out, la.swiglu, full, P(DOWN_W), none, WeightLayout::OutIn);
+    llama_block_forward(a, l, tp);
+    row_linear_forward(tp, out, la.swiglu, full, param(layer_param(l, DOWN_W)), none, WeightLayout::OutIn);
     kernels::accumulate(out, la.res_attn);
     if (l + 1 < L)
       kernels::rmsnorm_forward(a.layers[l + 1].ln1, a.layers[l + 1].ln1_rstd, out,
@@ -146,6 +134,27 @@ void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum) co
   vocab_cross_entropy(tp, a.losses, a.logits, a.targets.view({N}), a.xent_max, a.xent_stats, vocab_begin(),
                       cfg_.vocab_size, dloss);
   if (loss_sum.defined()) kernels::sum_accumulate(loss_sum, a.losses);
+}
+
+void GPT::llama_block_forward(Activations& a, int l, const TensorParallel& tp) const {
+  const int64_t HS = cfg_.head_size();
+  const int NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.kv_heads() / cfg_.tp;
+  const double theta = cfg_.rope_theta;
+  const Tensor& full = a.sp_full;
+  LayerActivations& la = a.layers[l];
+  auto P = [&](LlamaSlot s) { return param(layer_param(l, s)); };
+  // Attention: h = x + o(attention(rope(q), rope(k), v)) of the normed x.
+  column_linears_forward(tp, {la.q, la.k, la.v}, la.ln1, full, {P(Q_W), P(K_W), P(V_W)}, WeightLayout::OutIn);
+  kernels::rope_forward(la.q, a.T, HS, theta, 0, NHl * HS);
+  kernels::rope_forward(la.k, a.T, HS, theta, 0, KVl * HS);
+  kernels::gqa_expand(la.qkv, la.q, la.k, la.v, NHl, KVl, int(HS));
+  kernels::attention_forward(la.atty.view({a.B, a.T, NHl * HS}), la.att, la.qkv.view({a.B, a.T, 3 * NHl * HS}), NHl);
+  row_linear_forward(tp, la.res_attn, la.atty, full, P(O_W), Tensor(), WeightLayout::OutIn);
+  kernels::accumulate(la.res_attn, a.residual[l]);
+  // MLP: out = h + down(silu(gate) * up) of the normed h; the down projection is the caller's.
+  kernels::rmsnorm_forward(la.ln2, la.ln2_rstd, la.res_attn, P(POST_NORM), cfg_.norm_eps);
+  column_linears_forward(tp, {la.gate, la.up}, la.ln2, full, {P(GATE_W), P(UP_W)}, WeightLayout::OutIn);
+  kernels::swiglu_forward(la.swiglu, la.gate, la.up);
 }
 
 void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& ready, bool split,
@@ -194,6 +203,10 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
     LayerActivations& la = a.layers[l];
     LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
     auto P = [&](LlamaSlot s) { return layer_param(l, s); };
+    if (cfg_.recompute == Recompute::Full) {  // the block's forward again from its kept input
+      kernels::rmsnorm_forward(la.ln1, la.ln1_rstd, a.residual[l], param(P(IN_NORM)), cfg_.norm_eps);
+      llama_block_forward(a, l, tp);
+    }
     // MLP branch: dres is d/d(block output).
     const Tensor d_down = row_linear_output_grad(tp, dres, dres_full);
     row_linear_backward(dswiglu, G(P(DOWN_W)), none, d_down, la.swiglu, param(P(DOWN_W)), WeightLayout::OutIn);
@@ -208,6 +221,9 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
     const Tensor d_o = row_linear_output_grad(tp, dres, dres_full);
     row_linear_backward(datty, G(P(O_W)), none, d_o, la.atty, param(P(O_W)), WeightLayout::OutIn);
     if (split) copy_convert(kept->d_attproj, d_o);
+    if (cfg_.recompute == Recompute::Selective)  // the probabilities again (atty is rewritten with its own values)
+      kernels::attention_forward(la.atty.view({a.B, a.T, NHl * HS}), la.att, la.qkv.view({a.B, a.T, 3 * NHl * HS}),
+                                 NHl);
     kernels::attention_backward(dqkv.view({a.B, a.T, 3 * NHl * HS}), datt, datty.view({a.B, a.T, NHl * HS}),
                                 la.qkv.view({a.B, a.T, 3 * NHl * HS}), la.atty.view({a.B, a.T, NHl * HS}), la.att,
                                 NHl);

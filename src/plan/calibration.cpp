@@ -82,6 +82,7 @@ PassTimes Calibration::measure(const StageShape& s) {
   set_compute_threads(opts_.threads);
   // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
   GPTConfig g = gpt_config(model_);
+  g.recompute = s.recompute;
   g.tp = s.tp;
   g.tp_rank = 0;
   g.sequence_parallel = s.sp;
@@ -222,9 +223,10 @@ double Calibration::zero_grads_us(int64_t numel) {
 }
 
 std::string Calibration::header() const {
-  return fmt::format("meshtrain planner calibration v1: n_head {} d_model {} seq_len {} vocab {} threads {} "
-                     "timed_blocks {}",
-                     model_.n_head, model_.d_model, model_.seq_len, model_.vocab_size, opts_.threads,
+  return fmt::format("meshtrain planner calibration v2: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
+                     "vocab {} threads {} timed_blocks {}",
+                     name_of(model_.arch), model_.n_head, model_.n_kv_head, model_.d_model,
+                     gpt_config(model_).mlp_hidden(), model_.seq_len, model_.vocab_size, opts_.threads,
                      opts_.max_timed_blocks);
 }
 
@@ -241,9 +243,11 @@ int Calibration::load(const std::string& path) {
       StageShape s;
       int dt = 0;
       PassTimes t;
-      in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> t.fwd >> t.bwd >>
-          t.bwd_input >> t.bwd_weight;
+      int rc = 0;
+      in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> rc >> t.fwd >>
+          t.bwd >> t.bwd_input >> t.bwd_weight;
       s.dtype = static_cast<DType>(dt);
+      s.recompute = static_cast<Recompute>(rc);
       if (in) stages_[s] = t, ++n;
     } else if (kind == "optimizer") {
       int64_t numel = 0;
@@ -266,8 +270,9 @@ void Calibration::save(const std::string& path) const {
   if (!f) throw InputError(fmt::format("--calibration: cannot write {}", path));
   f << header() << "\n";
   for (const auto& [s, t] : stages_)
-    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}\n", s.blocks, int(s.first),
-                     int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, t.fwd, t.bwd,
+    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}\n", s.blocks, int(s.first),
+                     int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, int(s.recompute),
+                     t.fwd, t.bwd,
                      t.bwd_input, t.bwd_weight);
   for (const auto& [k, us] : optim_) f << fmt::format("optimizer {} {} {:.3f}\n", k.first, k.second, us);
   for (const auto& [n, us] : zeroing_) f << fmt::format("zero {} {:.3f}\n", n, us);

@@ -24,7 +24,8 @@ struct StageShape {
   DType dtype = DType::F32;
   bool split = false;  // zero-bubble backward (input pass + weight pass) instead of one backward pass
   int inflight = 1;    // activation records the schedule keeps: passes between a forward and its backward
-  auto key() const { return std::make_tuple(blocks, first, last, B, tp, sp, int(dtype), split, inflight); }
+  Recompute recompute = Recompute::None;  // train.recompute: its forward work again inside the backward
+  auto key() const { return std::make_tuple(blocks, first, last, B, tp, sp, int(dtype), split, inflight, int(recompute)); }
   bool operator<(const StageShape& o) const { return key() < o.key(); }
 };
 

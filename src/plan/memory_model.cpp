@@ -39,7 +39,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len;
   const int m = cfg.train.global_batch / (dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
-  GPTConfig base = gpt_config(cfg.model);
+  GPTConfig base = gpt_config(cfg);
   base.tp = tp;
   base.tp_rank = 0;
   base.sequence_parallel = cfg.parallel.sequence_parallel;

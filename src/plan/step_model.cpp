@@ -25,16 +25,21 @@ std::vector<std::pair<int64_t, double>> ready_points(const GPTConfig& g, const P
     const int i = t.index_of(name);
     return i < 0 ? t.total_numel() : t[i].offset + t[i].numel();
   };
+  // Multiply-adds per row of each half block: GPT-2's MLP 8 C^2, attention 4 C^2; Llama's SwiGLU 3 C H, attention
+  // C (Q + 2 KV) + Q C (q, k, v and o), Q = NH HS and KV = n_kv_head HS.
+  const double Q = double(g.n_head) * g.head_size(), KV = double(g.kv_heads()) * g.head_size();
+  const double mlp = g.llama() ? 3 * C * g.mlp_hidden() : 8 * C * C;
+  const double attn = g.llama() ? C * (2 * Q + 2 * KV) : 4 * C * C;
   double w = 0;
   if (g.last_stage()) {
     w += C * Vp / tp;
-    pts.push_back({end_of("ln_f.bias"), w});
+    pts.push_back({end_of(g.llama() ? "model.norm.weight" : "ln_f.bias"), w});
   }
   for (int l = g.stage_end() - 1; l >= g.layer_begin; --l) {
-    w += 8 * C * C / tp;
-    pts.push_back({end_of("h." + std::to_string(l) + ".ln_2.bias"), w});
-    w += 4 * C * C / tp + (weight_pass ? 0 : T * C / tp);
-    pts.push_back({end_of("h." + std::to_string(l) + ".ln_1.bias"), w});
+    w += mlp / tp;
+    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 5) : "h." + std::to_string(l) + ".ln_2.bias"), w});
+    w += attn / tp + (weight_pass ? 0 : T * C / tp);
+    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 0) : "h." + std::to_string(l) + ".ln_1.bias"), w});
   }
   if (g.first_stage()) w += C;
   pts.push_back({t.total_numel(), w});
@@ -49,7 +54,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len;
   const int m = cfg.train.global_batch / (dp * B), S = p * v;
   const std::vector<int> layers = layers_per_stage(cfg);
-  GPTConfig base = gpt_config(cfg.model);
+  GPTConfig base = gpt_config(cfg);
   base.tp = tp;
   base.sequence_parallel = cfg.parallel.sequence_parallel;
   const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
@@ -106,6 +111,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
       s.dtype = dt;
       s.split = split;
       s.inflight = inflight[r];
+      s.recompute = cfg.train.recompute;
       const PassTimes t = cal.stage(s);
       const TpTraffic traffic = tp_traffic(cfg.model, s);
       auto cost = [&](const std::vector<TpOp>& ops, double work_us) {

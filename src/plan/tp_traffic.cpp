@@ -24,6 +24,7 @@ TpTraffic tp_traffic(const ModelConfig& m, const StageShape& s) {
     std::vector<TpOp>& b = s.split ? t.bwd_input : t.bwd;
     if (s.last) add(b, AR, act);        // the head's input gradient (f's backward)
     add(b, AR, act, 2 * L);             // c_attn's and c_fc's input gradients
+    if (s.recompute == Recompute::Full) add(b, AR, act, L);  // the blocks' forward again (attention c_proj)
     return t;
   }
   // Sequence parallelism.
@@ -40,13 +41,18 @@ TpTraffic tp_traffic(const ModelConfig& m, const StageShape& s) {
     add(t.fwd, AR, 2 * N * f32);
   }
   std::vector<TpOp>& b = s.split ? t.bwd_input : t.bwd;
-  const int64_t ln = 2 * C * f32;  // a LayerNorm's partial weight and bias gradients
+  const int64_t ln = (m.arch == ModelArch::Llama ? 1 : 2) * C * f32;  // a norm's partial weight (and bias) gradients
   if (s.last) {
     add(b, AG, act);  // lnf again
     add(b, RS, act);  // the head's input gradient
     add(b, AR, ln);
   }
   for (int l = 0; l < L; ++l) {
+    if (s.recompute == Recompute::Full) {  // the block's forward again, as far as the MLP's activation
+      add(b, AG, act);
+      add(b, RS, act);
+      add(b, AG, act);
+    }
     add(b, AG, act);  // dres for MLP c_proj
     add(b, AG, act);  // ln2 for c_fc (gathered in the input pass too, split or not)
     add(b, RS, act);

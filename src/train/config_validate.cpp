@@ -222,6 +222,11 @@ void validate_values(const Config& c) {
   check_stage_split(c);
 
   const TrainConfig& t = c.train;
+  // The zero-bubble weight pass reads every block's inputs after the input pass of all of them: full
+  // recomputation would have to run each block's forward a third time.
+  require(t.recompute != Recompute::Full || p.schedule != PipelineSchedule::ZB1,
+          "train.recompute=full with parallel.schedule=zb1: the split backward's weight pass needs every block's "
+          "inputs after all input passes; use selective, or another schedule");
   require(t.global_batch > 0, "train.global_batch must be > 0, got {}", t.global_batch);
   require(t.micro_batch > 0, "train.micro_batch must be > 0, got {}", t.micro_batch);
   require(t.steps > 0, "train.steps must be > 0, got {}", t.steps);

@@ -23,4 +23,11 @@ inline GPTConfig gpt_config(const ModelConfig& m) {
   return g;
 }
 
+// The same with the run's recomputation policy (train.recompute), which shapes the activation records.
+inline GPTConfig gpt_config(const Config& c) {
+  GPTConfig g = gpt_config(c.model);
+  g.recompute = c.train.recompute;
+  return g;
+}
+
 }  // namespace mt

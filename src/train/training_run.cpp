@@ -241,7 +241,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.local_batch = r.gb / mesh.dp();
   r.n_micro = r.local_batch / r.mb;
   r.tokens_per_step = int64_t(r.gb) * r.T;
-  r.gcfg = gpt_config(cfg.model);
+  r.gcfg = gpt_config(cfg);
   r.gcfg.tp = mesh.tp();
   r.gcfg.tp_rank = mesh.tp_rank();
   r.gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
