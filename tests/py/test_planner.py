@@ -73,6 +73,12 @@ def memory_cases():
          ["optim.sync_every=2", "optim.outer=nesterov", "precision.compute=bf16"]),
         ("w4_tp_pp_sp_fp16", 4, dict(dp=1, tp=2, pp=2, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0),
          ["parallel.sequence_parallel=true", "precision.compute=fp16"]),
+        ("w1_llama_full", 1, dict(dp=1, tp=1, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0),
+         ["model.arch=llama", "model.n_kv_head=1", "model.multiple_of=16", "train.recompute=full"]),
+        ("w2_llama_pp_selective", 2, dict(dp=1, tp=1, pp=2, schedule="1f1b", virtual_stages=1, micro_batch=1, zero=0),
+         ["model.arch=llama", "train.recompute=selective"]),
+        ("w2_tp_sp_full", 2, dict(dp=1, tp=2, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0),
+         ["parallel.sequence_parallel=true", "train.recompute=full"]),
     ]
     for name, world, layout, other in cases:
         rows = planner(world, other, ["--memory-only"])
