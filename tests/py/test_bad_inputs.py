@@ -62,6 +62,24 @@ CASES = [
                                 b'{"wte.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'.ljust(72) +
                                 b"\0" * 4)],
      ["range.safetensors", "wte.weight"]),
+    ("a GPT-2 safetensors file for a Llama", None,
+     ["model.arch=llama", "model.init_from=" + path("gpt2_file.safetensors", struct.pack("<Q", 72) +
+                                                    b'{"wte.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'.ljust(72) +
+                                                    b"\0" * 8)],
+     ["gpt2_file.safetensors", "wte.weight", "Llama", "model.arch=gpt2"]),
+    ("a Llama safetensors file for a GPT-2", None,
+     ["model.init_from=" + path("llama_file.safetensors", struct.pack("<Q", 104) +
+                                b'{"model.layers.0.mlp.up_proj.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+                                .ljust(104) + b"\0" * 8)],
+     ["llama_file.safetensors", "up_proj", "model.arch=llama"]),
+    ("n_kv_head not dividing n_head", None, ["model.arch=llama", "model.n_kv_head=3"],
+     ["model.n_kv_head=3", "model.n_head=2"]),
+    ("rotary embeddings with an odd head size", None, ["model.arch=llama", "model.d_model=30"],
+     ["model.arch=llama", "even head size", "15"]),
+    ("a Llama key on a GPT-2", None, ["model.n_kv_head=1"], ["model.n_kv_head", "model.arch=llama"]),
+    ("unknown recompute", None, ["train.recompute=some"], ["train.recompute", "some", "selective"]),
+    ("full recompute with zb1", None, ["train.recompute=full", "parallel.schedule=zb1"],
+     ["train.recompute=full", "parallel.schedule=zb1"]),
     ("global_batch not divisible by micro_batch", None, ["train.global_batch=6", "train.micro_batch=4"],
      ["global_batch", "6", "4"]),
     ("d_model not divisible by n_head", None, ["model.d_model=30", "model.n_head=4"], ["d_model", "30", "4"]),
