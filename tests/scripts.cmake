@@ -60,6 +60,10 @@ add_test(NAME llama_mesh
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_mesh.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/llama_mesh)
 set_tests_properties(llama_mesh PROPERTIES TIMEOUT 1200 PROCESSORS 2)
+add_test(NAME llama_features
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_features.py ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/llama_features)
+set_tests_properties(llama_features PROPERTIES TIMEOUT 900 PROCESSORS 2)
 
 # Mixed precision: bf16 and fp16 on one rank and bf16 (with bf16 gradient reduction) on dp2 x tp2 end within 2%
 # of fp32 after 150 steps of tinyshakespeare; an injected overflow is skipped by every rank of a 2x2x2 mesh.
