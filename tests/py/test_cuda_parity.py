@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GPU path reproduces the CPU path, and several ranks sharing one GPU reproduce the single-rank GPU run.
 
-1. One rank, fp32: the first step's loss on device=cuda within 1e-5 relative of device=cpu, and every tensor of
+1. One rank, fp32, GPT-2 and Llama: the first step's loss on device=cuda within 1e-5 relative of device=cpu, and every tensor of
    the step-1 gradients (run.dump_grads) within 1e-4 relative (||g - g_cpu|| / ||g_cpu||). Why: the same
    function in fp32 with a different summation order (cuBLASLt tiles, the flash kernel's online softmax,
    atomic gradient sums) moves results by ~1e-6 relative; a wrong index or a missing term moves a tensor by
@@ -52,23 +52,27 @@ def report(ok, what):
     print(("ok   " if ok else "FAIL ") + what)
 
 
-def one_step(name, device, precision):
+def one_step(name, device, precision, model):
     run_dir = os.path.join(work, name)
     grads = os.path.join(work, name + "_grads.safetensors")
-    losses, _ = run_trainer(mpiexec, trainer, 1, BASE + [
+    losses, _ = run_trainer(mpiexec, trainer, 1, BASE + model + [
         "--set", f"device={device}", "--set", f"precision.compute={precision}", "--set", "train.steps=1",
         "--set", f"run.dump_grads={grads}"], run_dir)
     return losses, read_safetensors(grads)
 
 
-for precision, loss_rtol, grad_rtol in (("fp32", 1e-5, 1e-4), ("bf16", 1e-2, 5e-2)):
-    cpu_loss, cpu_grads = one_step("cpu_" + precision, "cpu", precision)
-    gpu_loss, gpu_grads = one_step("gpu_" + precision, "cuda", precision)
-    d = max_relative_loss_difference(gpu_loss, cpu_loss)
-    report(d <= loss_rtol, f"{precision}: step-1 loss {gpu_loss[0]:.6f} on the GPU, {cpu_loss[0]:.6f} on the CPU "
-                           f"(relative difference {d:.2e}, bound {loss_rtol:g})")
-    report(compare_grads(f"{precision} gradients, GPU against CPU", gpu_grads, cpu_grads, grad_rtol),
-           f"{precision}: step-1 gradients within {grad_rtol:g}")
+# GPT-2, and Llama (its RMSNorm, rotary, SwiGLU and grouped-query kernels; head size 16) with recomputation.
+LLAMA = ["--set", "model.arch=llama", "--set", "model.n_head=4", "--set", "model.n_kv_head=2", "--set",
+         "model.multiple_of=32", "--set", "train.recompute=selective"]
+for arch, model in (("gpt2", []), ("llama", LLAMA)):
+    for precision, loss_rtol, grad_rtol in (("fp32", 1e-5, 1e-4), ("bf16", 1e-2, 5e-2)):
+        cpu_loss, cpu_grads = one_step(f"cpu_{arch}_{precision}", "cpu", precision, model)
+        gpu_loss, gpu_grads = one_step(f"gpu_{arch}_{precision}", "cuda", precision, model)
+        d = max_relative_loss_difference(gpu_loss, cpu_loss)
+        report(d <= loss_rtol, f"{arch} {precision}: step-1 loss {gpu_loss[0]:.6f} on the GPU, {cpu_loss[0]:.6f} on "
+                               f"the CPU (relative difference {d:.2e}, bound {loss_rtol:g})")
+        report(compare_grads(f"{arch} {precision} gradients, GPU against CPU", gpu_grads, cpu_grads, grad_rtol),
+               f"{arch} {precision}: step-1 gradients within {grad_rtol:g}")
 
 STEPS = ["--set", "train.steps=10", "--set", "device=cuda", "--set", "comm.backend=mpi"]
 reference, _ = run_trainer(mpiexec, trainer, 1, BASE + STEPS, os.path.join(work, "gpu_1rank"))
