@@ -56,10 +56,20 @@ Tensor build_model_and_data(TrainingRun& r) {
   if (r.data.entropy_rate_nats >= 0)
     spdlog::info("data: best achievable loss (entropy rate) {:.4f} nats; uniform guess ln(V) = {:.4f}",
                  r.data.entropy_rate_nats, std::log(double(cfg.model.vocab_size)));
-  spdlog::info("model: GPT-2 L={} NH={} C={} T={} V={} (padded {}): {:.3f}M parameters{}", cfg.model.n_layer,
-               cfg.model.n_head, cfg.model.d_model, r.T, cfg.model.vocab_size,
-               padded_vocab(cfg.model.vocab_size, mesh.tp()), model.num_parameters() / 1e6,
+  const GPTConfig& g = r.gcfg;
+  const std::string llama = g.llama() ? fmt::format(" KV={} SwiGLU hidden {}, rotary theta {:g}, RMSNorm eps {:g}, "
+                                                    "{} head", g.kv_heads(), g.mlp_hidden(), g.rope_theta, g.norm_eps,
+                                                    g.tie_embeddings ? "tied" : "untied")
+                                      : "";
+  spdlog::info("model: {} L={} NH={}{} C={} T={} V={} (padded {}): {:.3f}M parameters{}",
+               g.llama() ? "Llama" : "GPT-2", cfg.model.n_layer, cfg.model.n_head, llama, cfg.model.d_model, r.T,
+               cfg.model.vocab_size, padded_vocab(cfg.model.vocab_size, mesh.tp()), model.num_parameters() / 1e6,
                cfg.model.init_from.empty() ? "" : ", from " + cfg.model.init_from);
+  if (g.recompute != Recompute::None)
+    spdlog::info("recompute: {} ({})", name_of(g.recompute),
+                 g.recompute == Recompute::Full ? "each block's forward again in its backward; records keep the block "
+                                                  "inputs"
+                                                : "the attention probabilities again before each attention backward");
   if (mesh.pp() > 1) {
     std::string stages;
     for (size_t s = 0; s < r.stage_layers.size(); ++s) stages += fmt::format("{}{}", s ? ", " : "", r.stage_layers[s]);
