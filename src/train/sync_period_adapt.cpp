@@ -36,8 +36,7 @@ std::optional<SyncPeriodDecision> SyncPeriodController::observe(int step, double
   const int target = shortest_within_slack(d.compute_ms, d.sync_ms);
   d.to = target;
   d.predicted_to_ms = mean_step(target);
-  const double bound = (1 + kSlack) * d.fastest_ms;
-  const bool too_slow = d.predicted_from_ms > bound + 0.03 * d.predicted_from_ms;
+  const bool too_slow = d.predicted_from_ms > (1 + kKeep) * d.fastest_ms;
   const bool too_long = 3 * target <= 2 * period_;
   if (target == period_ || (!too_slow && !too_long)) return std::nullopt;
   period_ = target;

@@ -4,13 +4,14 @@
 //
 // Model. A period of H steps costs H steps of compute and one average: a mean step of compute + sync / H. A longer
 // period is always faster per step and always worse for convergence (the replicas drift further apart), so the
-// fastest period is not the goal: the controller picks the shortest period whose mean step is within 5% of the
-// fastest the limits allow (the longest), and so trades at most 5% of step time for the most frequent averaging.
-// Each average is a decision point: compute is the mean of the period's steps less their exposed communication,
-// and the average's cost is the period's exposed communication (the slowest rank's: the others' also holds their
-// wait for it, which no period removes). It moves when the current period misses the bound by more than 3% of
-// the step, or when a period at most two thirds as long meets it (hysteresis against noise). A changed link
-// shows at the next average, so it settles within one period of the longest.
+// fastest period is not the goal: the controller picks the shortest period whose mean step is within 2% of the
+// fastest the limits allow (the longest), and keeps a period while it stays within 5%: it trades at most 5% of
+// step time for the most frequent averaging. Each average is a decision point: compute is the mean of the
+// period's steps less their exposed communication, and the average's cost is the period's exposed communication
+// (the slowest rank's: the others' also holds their wait for it, which no period removes). It moves when the
+// current period is more than 5% slower than the longest, or when a period at most two thirds as long is within
+// 2% (the gap between the two bounds is the hysteresis against noise). A changed link shows at the next average,
+// so it settles within one period of the longest.
 #pragma once
 #include <optional>
 #include <string>
@@ -31,8 +32,8 @@ struct SyncPeriodDecision {
 
 class SyncPeriodController {
  public:
-  // The share of step time the controller gives up, at most, for more frequent averaging.
-  static constexpr double kSlack = 0.05;
+  // The share of step time a chosen period may cost over the longest's, and the share at which a period is left.
+  static constexpr double kSlack = 0.02, kKeep = 0.05;
 
   SyncPeriodController(const SyncPeriodLimits& limits, int start);
 

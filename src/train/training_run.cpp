@@ -296,9 +296,10 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
     r.adapt_period = std::make_unique<SyncPeriodController>(
         SyncPeriodLimits{cfg.comm.adapt_sync_every_min, cfg.comm.adapt_sync_every_max}, cfg.optim.sync_every);
     if (r.mesh.rank() == 0)
-      spdlog::info("comm.adapt: local SGD period {}..{} steps, the shortest within {:g}% of the longest's step time; "
-                   "a decision at every parameter average", cfg.comm.adapt_sync_every_min,
-                   cfg.comm.adapt_sync_every_max, 100 * SyncPeriodController::kSlack);
+      spdlog::info("comm.adapt: local SGD period {}..{} steps, the shortest within {:g}% of the longest's step time "
+                   "(kept while within {:g}%); a decision at every parameter average", cfg.comm.adapt_sync_every_min,
+                   cfg.comm.adapt_sync_every_max, 100 * SyncPeriodController::kSlack,
+                   100 * SyncPeriodController::kKeep);
   } else if (cfg.comm.adapt) {
     build_adapt(r);
   }
