@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--periods", action="store_true", help="also the local SGD period (optim.sync_every)")
     ap.add_argument("--only-periods", action="store_true", help="the local SGD period only")
     ap.add_argument("--repeats", type=int, default=3, help="runs per local SGD setting (their median counts)")
+    ap.add_argument("--links", default="fast,medium,slow", help="the local SGD part's links")
     args = ap.parse_args()
     methods = [m.strip() for m in args.compress.split(",")]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); dp={args.dp}, configs/gpt.yaml, {args.steps} steps, mean "
@@ -120,6 +121,8 @@ def local_sgd_periods(args):
           f"{'chosen':>6} {'shortest static within 5%':>26}")
     with tempfile.TemporaryDirectory() as work:
         for name, (lat, bw) in LINKS.items():
+            if name not in args.links.split(","):
+                continue
             link = [f"comm.emulate.latency_us={lat}", f"comm.emulate.bandwidth_gbps={bw}"]
             settings = {h: link + [f"optim.sync_every={h}"] for h in periods}
             settings["adapt"] = link + ["optim.sync_every=1", "comm.adapt=true",

@@ -3,7 +3,8 @@
 weight decay, clipping, warmup + cosine and gradient accumulation, trained side by side for 20 steps, for
 n_kv_head equal to n_head, smaller than it (grouped-query attention), and with the head tied to the embedding.
 Then the export: meshtrain's model.safetensors loads back into the reference and gives meshtrain's final loss
-(Hugging Face names and layouts out, as in).
+(Hugging Face names and layouts out, as in), and export then import is the identity (the export loaded with
+model.init_from and exported again after a step of lr 1e-30 holds the same tensors).
 
 Tolerances, as the GPT-2 parity test's and for the same reasons: loss 1e-5 relative at every step (fp32 against
 the fp64 reference; the fp32 reference's own drift must stay under it), step-1 gradients 1e-4 relative per tensor.
@@ -124,6 +125,17 @@ def run_case(trainer, name, c, tokens, token_path, work):
     print(f"{name}: export holds the reference's {len(final64)} tensors: {same}; its loss {ours_final:.6f} against "
           f"the reference's {ref_final:.6f} ({d:.1e})")
     ok &= same and d <= 1e-4  # 20 AdamW steps in fp32 against fp64: weights agree to ~1e-5
+    # Export then import is the identity: the export loaded back and exported again after one step of lr 1e-30
+    # (which moves a weight by at most ~1e-30) holds the same tensors.
+    again = os.path.join(work, f"{name}_reimport")
+    cmd2 = cmd[:cmd.index("--set")] + [a for k, v in dict(sets, **{
+        "model.init_from": os.path.join(run_dir, "model.safetensors"), "train.steps": 1, "optim.lr": 1e-30,
+        "optim.min_lr": 0, "run.dir": again, "run.dump_grads": ""}).items() for a in ("--set", f"{k}={v}")]
+    r2 = subprocess.run(cmd2, capture_output=True, text=True)
+    back = read_safetensors(os.path.join(again, "model.safetensors")) if r2.returncode == 0 else {}
+    diff = max((float(np.max(np.abs(back[n] - exported[n]))) for n in exported if n in back), default=float("inf"))
+    ok &= sorted(back) == sorted(exported) and diff <= 1e-20
+    print(f"{name}: export -> init_from -> export: {len(back)} tensors, max difference {diff:.1e}")
     print(f"{'ok  ' if ok else 'FAIL'} {name}")
     return ok
 
