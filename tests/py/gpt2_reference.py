@@ -86,6 +86,34 @@ def lr_at(step, lr, min_lr, warmup, total, kind="cosine"):
     return lr - (lr - min_lr) * p
 
 
+def train_reference(model, named, decays, c, tokens):
+    """Trains `model` (parameters `named`, weight decay where decays(name)) as meshtrain does with config `c`:
+    AdamW, clipping, the warmup + cosine schedule and gradient accumulation over the data windows. Returns the
+    losses and gradient norms per step and the step-1 gradients."""
+    groups = [{"params": [p for n, p in named.items() if decays(n)], "weight_decay": c["weight_decay"]},
+              {"params": [p for n, p in named.items() if not decays(n)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    n_micro = c["global_batch"] // c["micro_batch"]
+    losses, norms, grads1 = [], [], None
+    for step in range(1, c["steps"] + 1):
+        opt.zero_grad(set_to_none=False)
+        total = 0.0
+        for m in range(n_micro):
+            xs, ys = zip(*[window(tokens, step - 1, m * c["micro_batch"] + b, c["global_batch"], c["seq_len"])
+                           for b in range(c["micro_batch"])])
+            loss = model(torch.tensor(np.array(xs), dtype=torch.long), torch.tensor(np.array(ys), dtype=torch.long))
+            (loss / n_micro).backward()
+            total += loss.item() / n_micro
+        if step == 1:
+            grads1 = {n: p.grad.detach().double().numpy().copy() for n, p in named.items()}
+        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"]).item())
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, c["lr"], c["min_lr"], c["warmup"], c["steps"])
+        opt.step()
+        losses.append(total)
+    return np.array(losses), np.array(norms), grads1
+
+
 def window(tokens, step, g, global_batch, T):
     """docs/data.md, data.order = sequential."""
     o = ((step * global_batch + g) * T) % (len(tokens) - T - 1)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpt2_reference import lr_at, read_safetensors, window, write_llmc_shard, write_safetensors
+from gpt2_reference import read_safetensors, train_reference, window, write_llmc_shard, write_safetensors
 from llama_reference import Llama, llama_decays, llama_shapes
 
 LOSS_RTOL, GRAD_RTOL = 1e-5, 1e-4
@@ -41,29 +41,9 @@ def initial_weights(c, seed=0):
 def reference_run(c, weights, tokens, dtype):
     model = Llama(c, weights, dtype)
     named = model.named()
-    groups = [{"params": [p for n, p in named.items() if llama_decays(n)], "weight_decay": c["weight_decay"]},
-              {"params": [p for n, p in named.items() if not llama_decays(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
-    n_micro = c["global_batch"] // c["micro_batch"]
-    losses, norms, grads1 = [], [], None
-    for step in range(1, c["steps"] + 1):
-        opt.zero_grad(set_to_none=False)
-        total = 0.0
-        for m in range(n_micro):
-            xs, ys = zip(*[window(tokens, step - 1, m * c["micro_batch"] + b, c["global_batch"], c["seq_len"])
-                           for b in range(c["micro_batch"])])
-            loss = model(torch.tensor(np.array(xs), dtype=torch.long), torch.tensor(np.array(ys), dtype=torch.long))
-            (loss / n_micro).backward()
-            total += loss.item() / n_micro
-        if step == 1:
-            grads1 = {n: p.grad.detach().double().numpy().copy() for n, p in named.items()}
-        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"]).item())
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, c["lr"], c["min_lr"], c["warmup"], c["steps"])
-        opt.step()
-        losses.append(total)
+    losses, norms, grads1 = train_reference(model, named, llama_decays, c, tokens)
     final = {n: p.detach().double().numpy().copy() for n, p in named.items()}
-    return np.array(losses), np.array(norms), grads1, final
+    return losses, norms, grads1, final
 
 
 def eval_loss(c, weights, tokens, step):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpt2_reference import GPT2, decays, lr_at, read_safetensors, window, write_llmc_shard, write_safetensors
+from gpt2_reference import GPT2, decays, read_safetensors, train_reference, write_llmc_shard, write_safetensors
 
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-4
@@ -51,29 +51,7 @@ def reference_run(weights, tokens, dtype):
     with torch.no_grad():
         for name, p in model.named().items():
             p.copy_(torch.from_numpy(weights[name]).to(dtype))
-    named = model.named()
-    groups = [{"params": [p for n, p in named.items() if decays(n)], "weight_decay": c["weight_decay"]},
-              {"params": [p for n, p in named.items() if not decays(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
-    n_micro = c["global_batch"] // c["micro_batch"]
-    losses, norms, grads1 = [], [], None
-    for step in range(1, c["steps"] + 1):
-        opt.zero_grad(set_to_none=False)
-        total = 0.0
-        for m in range(n_micro):
-            xs, ys = zip(*[window(tokens, step - 1, m * c["micro_batch"] + b, c["global_batch"], c["seq_len"])
-                           for b in range(c["micro_batch"])])
-            loss = model(torch.tensor(np.array(xs), dtype=torch.long), torch.tensor(np.array(ys), dtype=torch.long))
-            (loss / n_micro).backward()
-            total += loss.item() / n_micro
-        if step == 1:
-            grads1 = {n: p.grad.detach().double().numpy().copy() for n, p in named.items()}
-        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"]).item())
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, c["lr"], c["min_lr"], c["warmup"], c["steps"])
-        opt.step()
-        losses.append(total)
-    return np.array(losses), np.array(norms), grads1
+    return train_reference(model, model.named(), decays, c, tokens)
 
 
 def main():
