@@ -1,5 +1,6 @@
-// The GPT-2 model on one rank: the parameter table over flat parameter/gradient buffers, mesh-independent
-// initialisation, and the forward and backward passes of one micro-batch.
+// A GPT-2 or Llama model (GPTConfig::arch; Llama's table and passes in model/llama.cpp) on one rank: the parameter
+// table over flat parameter/gradient buffers, mesh-independent initialisation, and the forward and backward
+// passes of one micro-batch, with tensor parallelism in the layers of model/parallel_layers.h.
 // Shapes use one vocabulary: B batch, T sequence, C channels, NH heads, HS head size, L layers, V vocab
 // (Vp: padded to a multiple of kVocabAlign * tp), N = B*T rows.
 // Tensor parallelism: a GPT object is one tp rank's shard of the model (cfg.tp ranks, this one cfg.tp_rank); the
