@@ -11,8 +11,11 @@ best static on the slow link.
 
 With --periods (or --only-periods): local SGD's period, each static period of 1..16 against comm.adapt choosing it.
 
+--repeats N runs every setting N times, round robin, and compares medians (single runs of one setting differ by a
+few percent here, as much as the bar); --links picks the links.
+
 Usage: /usr/bin/python3 bench/bench_adapt.py [--dp 2] [--steps 40] [--compress none,bf16,powersgd] [--change 30]
-                                             [--periods | --only-periods]
+                                             [--periods | --only-periods] [--repeats 1] [--links fast,medium,slow]
 Timings are only meaningful on an idle machine; about 6 minutes on a 2-core machine with the defaults.
 """
 import argparse
@@ -61,8 +64,8 @@ def main():
     ap.add_argument("--change", type=int, default=30, help="the step from which the changing link is slow")
     ap.add_argument("--periods", action="store_true", help="also the local SGD period (optim.sync_every)")
     ap.add_argument("--only-periods", action="store_true", help="the local SGD period only")
-    ap.add_argument("--repeats", type=int, default=3, help="runs per local SGD setting (their median counts)")
-    ap.add_argument("--links", default="fast,medium,slow", help="the local SGD part's links")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per setting, round robin (their median counts)")
+    ap.add_argument("--links", default="fast,medium,slow", help="the links to measure")
     args = ap.parse_args()
     methods = [m.strip() for m in args.compress.split(",")]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); dp={args.dp}, configs/gpt.yaml, {args.steps} steps, mean "
@@ -75,20 +78,28 @@ def main():
         print(f"{'link':>6} {'latency':>8} {'GB/s':>6} {'best static':>22} {'ms':>7} {'worst':>7} {'adaptive':>8} "
               f"{'ratio':>6} {'bar <= 1.05':>11}  adaptive's final setting")
         for name, (lat, bw) in LINKS.items():
+            if name not in args.links.split(","):
+                continue
             link = [f"comm.emulate.latency_us={lat}", f"comm.emulate.bandwidth_gbps={bw}"]
-            static = {}
-            for m in methods:
-                for b in BUCKETS:
-                    static[(b, m)] = mean_step(run(work, f"{name}_{b}_{m}", args,
-                                                   link + [f"comm.bucket_mb={b}", f"comm.compress={m}"]))
+            settings = {(b, m): link + [f"comm.bucket_mb={b}", f"comm.compress={m}"] for m in methods for b in BUCKETS}
+            settings["adapt"] = link + adapt
+            means, finals = {k: [] for k in settings}, []
+            for _ in range(args.repeats):  # round robin: a slow spell of the machine hits every setting alike
+                for k, sets in settings.items():
+                    rows = run(work, f"{name}_{k}", args, sets)
+                    means[k].append(mean_step(rows))
+                    if k == "adapt":
+                        finals.append(f"{rows[-1]['bucket_mb']:g} MiB, {rows[-1]['compress']}")
+            static = {k: statistics.median(v) for k, v in means.items() if k != "adapt"}
             best = min(static, key=static.get)
             best_on[name] = static[best]
-            rows = run(work, f"{name}_adapt", args, link + adapt)
-            a = mean_step(rows)
+            a = statistics.median(means["adapt"])
             ratio = a / static[best]
-            final = f"{rows[-1]['bucket_mb']:g} MiB, {rows[-1]['compress']}"
+            final = "; ".join(finals)
             print(f"{name:>6} {lat:>8} {bw:>6} {f'{best[0]:g} MiB, {best[1]}':>22} {static[best]:7.1f} "
                   f"{max(static.values()):7.1f} {a:8.1f} {ratio:6.3f} {'ok' if ratio <= 1.05 else 'MISSED':>11}  {final}")
+        if "slow" not in best_on:
+            return
         # A link that changes: fast until --change, slow from there.
         lat0, bw0 = LINKS["fast"]
         lat1, bw1 = LINKS["slow"]
