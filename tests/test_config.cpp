@@ -398,6 +398,10 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.adapt=true", "comm.overlap=false"}, 2), Contains("set comm.overlap=true"));
   CHECK_THAT(validate_error({"comm.adapt=true"}, 1), Contains("comm.adapt needs data parallelism"));
   CHECK_THAT(validate_error({"comm.adapt=true", "comm.adapt_every=0"}, 2), Contains("comm.adapt_every must be >= 1"));
+  // Llama's kv heads over tp: one count must divide the other.
+  CHECK_THAT(validate_error({"model.arch=llama", "model.d_model=48", "model.n_head=6", "model.n_kv_head=3",
+                             "parallel.tp=2"}, 2),
+             Contains("model.n_kv_head=3 and parallel.tp=2: one must divide the other"));
   // Under local SGD it adapts the period: limits that contradict each other or the period the run starts from.
   CHECK_THAT(validate_error({"comm.adapt_sync_every_min=0"}), Contains("comm.adapt_sync_every_min must be >= 1"));
   CHECK_THAT(validate_error({"comm.adapt_sync_every_min=8", "comm.adapt_sync_every_max=4"}),

@@ -115,7 +115,7 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
     g.seq_len = 8;
     g.vocab_size = 70;  // padded per tp
     if (arch == ModelArch::Llama) {
-      g.n_kv_head = k.tp == 4 ? 4 : 2;  // grouped-query attention where tp allows it
+      g.n_kv_head = 2;  // grouped-query attention; at tp 4 each kv head on two ranks
       g.ffn_hidden = 40;
     }
     g.tp = k.tp;

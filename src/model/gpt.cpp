@@ -30,8 +30,9 @@ GPTConfig checked(const GPTConfig& cfg) {
   CHECK(cfg.n_head % cfg.tp == 0, "n_head {} is not divisible by tp {}", cfg.n_head, cfg.tp);
   CHECK(cfg.mlp_hidden() % cfg.tp == 0, "the MLP width {} is not divisible by tp {}", cfg.mlp_hidden(), cfg.tp);
   CHECK(cfg.d_model % cfg.n_head == 0, "d_model {} is not divisible by n_head {}", cfg.d_model, cfg.n_head);
-  CHECK(!cfg.llama() || (cfg.n_head % cfg.kv_heads() == 0 && cfg.kv_heads() % cfg.tp == 0 && cfg.head_size() % 2 == 0),
-        "Llama: n_kv_head {} must divide n_head {} and be divisible by tp {}, and the head size {} even",
+  CHECK(!cfg.llama() || (cfg.n_head % cfg.kv_heads() == 0 &&
+                         (cfg.kv_heads() % cfg.tp == 0 || cfg.tp % cfg.kv_heads() == 0) && cfg.head_size() % 2 == 0),
+        "Llama: n_kv_head {} must divide n_head {}, divide or be divisible by tp {}, and the head size {} be even",
         cfg.kv_heads(), cfg.n_head, cfg.tp, cfg.head_size());
   CHECK(cfg.layer_begin >= 0 && cfg.layer_begin < cfg.stage_end() && cfg.stage_end() <= cfg.n_layer,
         "pipeline stage [{}, {}) is not a non-empty range of the {} blocks", cfg.layer_begin, cfg.stage_end(),
@@ -97,6 +98,8 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
     lnf_w_ = table_.index_of("model.norm.weight");
     head_ = cfg_.tie_embeddings ? wte_ : table_.index_of("lm_head.weight");
     slots_ = kLlamaSlots;
+    if (cfg_.kv_copies() > 1 && cfg_.stage_layers() > 0)
+      kv_sum_ = Tensor::zeros({2 * int64_t(cfg_.kv_heads()) * cfg_.head_size() * cfg_.d_model}, acc_dtype(dtype), device);
   } else {
     wte_ = head_ = table_.index_of("wte.weight");
     wpe_ = table_.index_of("wpe.weight");

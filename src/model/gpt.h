@@ -50,6 +50,9 @@ struct GPTConfig {
 
   bool llama() const { return arch == ModelArch::Llama; }
   int kv_heads() const { return llama() && n_kv_head > 0 ? n_kv_head : n_head; }
+  // The kv heads a tp rank holds: kv_heads / tp, or one when tp exceeds them (each then held by tp / kv_heads ranks).
+  int local_kv_heads() const { return kv_heads() >= tp ? kv_heads() / tp : 1; }
+  int kv_copies() const { return kv_heads() >= tp ? 1 : tp / kv_heads(); }
   int head_size() const { return d_model / n_head; }
   int mlp_hidden() const { return llama() ? llama_mlp_hidden(d_model, ffn_hidden, multiple_of) : 4 * d_model; }
   bool tied() const { return !llama() || tie_embeddings; }
@@ -219,6 +222,11 @@ class GPT {
   void llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, bool split,
                       const Tensor& dout, const Tensor& dinput);
   void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready);
+  // Block l's k and v weight gradients: compute(dk_w, dv_w) accumulates into them. With n_kv_head < tp each copy
+  // of a kv head sees only its query heads' share, so compute() writes this micro-batch's into kv_sum_, the copies'
+  // shares are summed over tp there, then accumulated into grads() (summing grads() itself would count earlier
+  // micro-batches once per copy).
+  void kv_weight_grads(int l, const TensorParallel& tp, const std::function<void(const Tensor&, const Tensor&)>& compute);
   void ready_through(int p, const std::function<void(int64_t)>& grads_ready) const;
   TensorParallel tensor_parallel() const;  // the layers' view of the tp group (checked)
 
@@ -233,6 +241,7 @@ class GPT {
   // when tied), model.norm (lnf_w_).
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
   int slots_ = kSlotsPerLayer;  // parameters per block
+  Tensor kv_sum_;               // Llama with n_kv_head < tp: [2, KV, HS x C] in the gradients' dtype
   std::vector<int> layer_params_;
 };
 

@@ -37,6 +37,10 @@ ParamTable llama_param_table(const GPTConfig& cfg) {
   const int tp = cfg.tp, r = cfg.tp_rank;
   // Weights are [out, in]: column-parallel splits dim 0 (outputs), row-parallel dim 1 (inputs).
   const Shard replicated{-1, tp, r, 1}, column{0, tp, r, 1}, row{1, tp, r, 1};
+  // k and v by kv heads: column-parallel, or with fewer kv heads than tp ranks each head on tp / KV ranks (the
+  // ranks whose query heads use it: consecutive query heads share a kv head).
+  const int copies = cfg.kv_copies();
+  const Shard kv_heads = copies == 1 ? column : Shard{0, tp / copies, r / copies, 1, copies, r % copies};
   ParamTable t;
   // Reverse order of use, as GPT-2's: the head's gradients are ready first, the embedding's last.
   if (cfg.last_stage()) {
@@ -52,8 +56,8 @@ ParamTable llama_param_table(const GPTConfig& cfg) {
     add(6, {H, C}, true, column);           // mlp.gate_proj
     add(5, {C}, false, replicated);         // post_attention_layernorm
     add(4, {C, Q}, true, row);              // self_attn.o_proj
-    add(3, {KV, C}, true, column);          // self_attn.v_proj
-    add(2, {KV, C}, true, column);          // self_attn.k_proj
+    add(3, {KV, C}, true, kv_heads);        // self_attn.v_proj
+    add(2, {KV, C}, true, kv_heads);        // self_attn.k_proj
     add(1, {Q, C}, true, column);           // self_attn.q_proj
     add(0, {C}, false, replicated);         // input_layernorm
   }
@@ -65,7 +69,7 @@ ParamTable llama_param_table(const GPTConfig& cfg) {
 
 void GPT::llama_alloc(Activations& a, Arena& arena, bool kept_grads) const {
   const int64_t N = int64_t(a.B) * a.T, HS = cfg_.head_size(), Cf = cfg_.d_model;
-  const int64_t NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.kv_heads() / cfg_.tp, Hl = cfg_.mlp_hidden() / cfg_.tp;
+  const int64_t NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.local_kv_heads(), Hl = cfg_.mlp_hidden() / cfg_.tp;
   const bool sp = sequence_parallel();
   const int64_t Ns = sp ? N / cfg_.tp : N;
   const DType acc = acc_dtype(dtype_);
@@ -138,7 +142,7 @@ void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum) co
 
 void GPT::llama_block_forward(Activations& a, int l, const TensorParallel& tp) const {
   const int64_t HS = cfg_.head_size();
-  const int NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.kv_heads() / cfg_.tp;
+  const int NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.local_kv_heads();
   const double theta = cfg_.rope_theta;
   const Tensor& full = a.sp_full;
   LayerActivations& la = a.layers[l];
@@ -163,7 +167,7 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
   const bool sp = tp.sp(), first = cfg_.first_stage(), last = cfg_.last_stage();
   const int L = cfg_.stage_layers();
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, HS = cfg_.head_size();
-  const int NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.kv_heads() / cfg_.tp;
+  const int NHl = cfg_.n_head / cfg_.tp, KVl = cfg_.local_kv_heads();
   const int64_t Hl = cfg_.mlp_hidden() / cfg_.tp, Ns = sp ? N / cfg_.tp : N;
   const double theta = cfg_.rope_theta;
   const Tensor none, &full = a.sp_full;
@@ -231,8 +235,15 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
     kernels::gqa_reduce(dq_l, dk_l, dv_l, dqkv, NHl, KVl, int(HS));
     kernels::rope_backward(dq_l, a.T, HS, theta, 0, NHl * HS);
     kernels::rope_backward(dk_l, a.T, HS, theta, 0, KVl * HS);
-    column_linears_backward(tp, dln_full, dln, dx_part, {G(P(Q_W)), G(P(K_W)), G(P(V_W))}, {dq_l, dk_l, dv_l},
-                            la.ln1, full, {param(P(Q_W)), param(P(K_W)), param(P(V_W))}, WeightLayout::OutIn);
+    if (split) {
+      column_linears_backward(tp, dln_full, dln, dx_part, {none, none, none}, {dq_l, dk_l, dv_l}, la.ln1, full,
+                              {param(P(Q_W)), param(P(K_W)), param(P(V_W))}, WeightLayout::OutIn);
+    } else {
+      kv_weight_grads(l, tp, [&](const Tensor& dk_w, const Tensor& dv_w) {
+        column_linears_backward(tp, dln_full, dln, dx_part, {grad(P(Q_W)), dk_w, dv_w}, {dq_l, dk_l, dv_l}, la.ln1,
+                                full, {param(P(Q_W)), param(P(K_W)), param(P(V_W))}, WeightLayout::OutIn);
+      });
+    }
     norm_backward(P(IN_NORM), a.residual[l], la.ln1_rstd);
     ready_through(P(IN_NORM), ready);
   }
@@ -244,6 +255,21 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
     else vocab_embedding_backward(tp, grad(wte_), none, demb, a.tokens, vocab_begin(), vp_);
   }
   if (ready) ready(table_.total_numel());
+}
+
+void GPT::kv_weight_grads(int l, const TensorParallel& tp,
+                          const std::function<void(const Tensor&, const Tensor&)>& compute) {
+  const int k = layer_param(l, K_W), v = layer_param(l, V_W);
+  if (!kv_sum_.defined()) return compute(grad(k), grad(v));
+  // Each part (kv head) in its own slot, zero elsewhere: one all-reduce over tp sums every head's copies at once.
+  const ParamSpec& s = table_[k];
+  const int64_t n = s.numel(), parts = s.shard.parts, at = s.shard.part * n;
+  const Tensor dk_w = kv_sum_.slice(at, s.shape), dv_w = kv_sum_.slice(parts * n + at, s.shape);
+  zero_(kv_sum_);
+  compute(dk_w, dv_w);
+  tp.comm().all_reduce(kv_sum_, ReduceOp::Sum);
+  kernels::accumulate(grad(k), dk_w);
+  kernels::accumulate(grad(v), dv_w);
 }
 
 void GPT::llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready) {
@@ -263,9 +289,10 @@ void GPT::llama_backward_weights(Activations& a, const std::function<void(int64_
                             full, {param(P(GATE_W)), param(P(UP_W))}, WeightLayout::OutIn);
     ready_through(P(POST_NORM), grads_ready);
     row_linear_backward(none, grad(P(O_W)), none, kept.d_attproj, la.atty, param(P(O_W)), WeightLayout::OutIn);
-    column_linears_backward(tp, none, none, none, {grad(P(Q_W)), grad(P(K_W)), grad(P(V_W))},
-                            {kept.dq, kept.dk, kept.dv}, la.ln1, full, {param(P(Q_W)), param(P(K_W)), param(P(V_W))},
-                            WeightLayout::OutIn);
+    kv_weight_grads(l, tp, [&](const Tensor& dk_w, const Tensor& dv_w) {
+      column_linears_backward(tp, none, none, none, {grad(P(Q_W)), dk_w, dv_w}, {kept.dq, kept.dk, kept.dv}, la.ln1,
+                              full, {param(P(Q_W)), param(P(K_W)), param(P(V_W))}, WeightLayout::OutIn);
+    });
     ready_through(P(IN_NORM), grads_ready);
   }
   if (cfg_.first_stage()) vocab_embedding_backward(tp, grad(wte_), none, a.demb, a.tokens, vocab_begin(), vp_);

@@ -51,6 +51,9 @@ struct Shard {
   int parts = 1;   // the tp degree
   int part = 0;    // this rank's tp_rank
   int groups = 1;  // interleaved groups along dim, each cut into `parts` chunks (c_attn: q|k|v -> 3)
+  // Parts held by several tp ranks each (Llama's k and v when n_kv_head < tp): tp = parts x copies, tp rank r
+  // holds part r / copies as copy r % copies. Every copy holds the same values.
+  int copies = 1, copy = 0;
   // True when this rank holds the whole global tensor (replicated, or tp = 1).
   bool whole() const { return dim < 0 || parts == 1; }
 };

@@ -16,12 +16,13 @@ void assemble_full_param(const ParamSpec& spec, const std::vector<const float*>&
     std::memcpy(full, flat_by_rank[0] + spec.offset, sizeof(float) * n_full);  // padding is a suffix
     return;
   }
-  CHECK(static_cast<int>(flat_by_rank.size()) == spec.shard.parts, "{}: {} shards given for tp = {}", spec.name,
-        flat_by_rank.size(), spec.shard.parts);
+  const int copies = spec.shard.copies;
+  CHECK(static_cast<int>(flat_by_rank.size()) == spec.shard.parts * copies, "{}: {} shards given for tp = {}",
+        spec.name, flat_by_rank.size(), spec.shard.parts * copies);
   const int64_t len = spec.run_length();
   for (int r = 0; r < spec.shard.parts; ++r) {
     const ParamSpec s = spec.for_part(r);
-    const float* local = flat_by_rank[r] + s.offset;
+    const float* local = flat_by_rank[r * copies] + s.offset;  // the first copy of part r
     for (int64_t q = 0; q < s.num_runs(); ++q) {
       const int64_t g0 = s.run_global_begin(q);
       const int64_t n = std::min(len, n_full - g0);  // drop vocabulary padding

@@ -15,7 +15,9 @@ namespace mt {
 
 std::vector<OptimSegment> param_segments(const ParamTable& table) {
   std::vector<OptimSegment> out;
-  for (const ParamSpec& p : table.specs()) out.push_back({p.offset, p.offset, p.numel(), p.decay, !p.shard.whole()});
+  // A part held by several tp ranks counts once in the norm: its first copy's.
+  for (const ParamSpec& p : table.specs())
+    out.push_back({p.offset, p.offset, p.numel(), p.decay, !p.shard.whole(), p.shard.copy == 0});
   return out;
 }
 

@@ -10,7 +10,7 @@ bool seq_parallel(const GPTConfig& g) { return g.tp > 1 && g.sequence_parallel; 
 
 int64_t record_bytes(const GPTConfig& g, int B, int T, DType dt, bool split) {
   const int64_t N = int64_t(B) * T, Cf = g.d_model, NHl = g.n_head / g.tp, HS = g.head_size();
-  const int64_t C = NHl * HS, KV = g.kv_heads() / g.tp * HS, H = g.mlp_hidden() / g.tp;
+  const int64_t C = NHl * HS, KV = g.local_kv_heads() * HS, H = g.mlp_hidden() / g.tp;
   const bool sp = seq_parallel(g), llama = g.llama();
   const int64_t Ns = sp ? N / g.tp : N;
   const DType acc = acc_dtype(dt);
@@ -59,7 +59,7 @@ int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dt, bool 
   if (sp) b += 2 * arena_bytes(N * C, dt);  // dln_full, dres_full
   const int64_t datt = arena_bytes(g.stage_layers() > 0 ? int64_t(B) * NHl * T * T : 1, acc);  // fp32 scratch
   if (g.llama()) {
-    const int64_t KV = g.kv_heads() / g.tp * g.head_size(), H = g.mlp_hidden() / g.tp;
+    const int64_t KV = g.local_kv_heads() * g.head_size(), H = g.mlp_hidden() / g.tp;
     b += arena_bytes(N * C, dt) + arena_bytes(N * Cl, dt) + arena_bytes(N * 3 * Cl, dt) + arena_bytes(N * H, dt);
     // dx_part, datty, dqkv (expanded), dswiglu
     if (!split) b += arena_bytes(N * Cl, dt) + 2 * arena_bytes(N * KV, dt) + 2 * arena_bytes(N * H, dt);

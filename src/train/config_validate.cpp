@@ -212,9 +212,10 @@ void validate_values(const Config& c) {
     const int hidden = llama_mlp_hidden(m.d_model, m.ffn_hidden, m.multiple_of);
     require(hidden % p.tp == 0, "the SwiGLU hidden size {} (model.ffn_hidden, or the multiple_of rule) is not "
             "divisible by parallel.tp={}", hidden, p.tp);
-    // Each tp rank holds whole kv heads; kv heads replicated over tp (n_kv_head < tp) are not supported yet.
-    require(kv % p.tp == 0, "model.n_kv_head={} is not divisible by parallel.tp={}: each tensor-parallel rank "
-            "holds whole key/value heads (replicating them over tp is not supported yet)", kv, p.tp);
+    // Each tp rank holds whole kv heads: kv / tp of them, or with fewer kv heads than ranks one, shared by tp / kv
+    // ranks.
+    require(kv % p.tp == 0 || p.tp % kv == 0, "model.n_kv_head={} and parallel.tp={}: one must divide the other "
+            "(each tensor-parallel rank holds whole key/value heads)", kv, p.tp);
   }
   // Sequence parallelism splits the flattened batch x sequence rows into tp contiguous blocks of whole rows.
   require(!p.sequence_parallel || p.tp == 1 || m.seq_len % p.tp == 0,

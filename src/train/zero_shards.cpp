@@ -12,7 +12,8 @@ std::vector<OptimSegment> zero_segments(const ParamTable& table, const GradReduc
     const int64_t hi = reducer.buckets()[b].begin + reducer.shard(b).end;
     for (const ParamSpec& p : table.specs()) {
       const int64_t s = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel());
-      if (s < e) out.push_back({s, reducer.shard_offset(b) + (s - lo), e - s, p.decay, !p.shard.whole()});
+      if (s < e)
+        out.push_back({s, reducer.shard_offset(b) + (s - lo), e - s, p.decay, !p.shard.whole(), p.shard.copy == 0});
     }
   }
   return out;

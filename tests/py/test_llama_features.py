@@ -1,6 +1,7 @@
 """Llama with the rest of the trainer (the mesh and PyTorch parity tests cover the model itself):
-  1. checkpoints reshard: a dp2 x tp2 ZeRO-1 checkpoint of step 6 resumed on tp2 x pp2 and on one rank continues
-     within 1e-5 of the uninterrupted run (the same bound, and for the same reason, as test_checkpoints.py);
+  1. checkpoints reshard: a dp2 x tp2 ZeRO-1 checkpoint of step 6 resumed on tp2 x pp2 and on one rank, and a
+     tp4 checkpoint (2 kv heads, each on two ranks) resumed on tp2 and on one rank, continue within 1e-5 of the
+     uninterrupted run (the same bound, and for the same reason, as test_checkpoints.py);
   2. mixed precision: bf16 and fp16 compute end within 2% of fp32's loss after 30 steps (as the GPT-2 test);
   3. data-parallel variants train: PowerSGD compression and local SGD (DiLoCo) on 2 ranks end well below the
      starting loss;
@@ -46,6 +47,15 @@ for name, ranks, sets in [("to_tp2_pp2", 4, ["parallel.tp=2", "parallel.pp=2"]),
     got, out = run(name, ranks, *LLAMA, "train.steps=12", *sets, f"run.resume={ckpt}")
     worst = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(got, ref[6:]))
     check(len(got) == 6 and worst <= 1e-5, f"dp2 x tp2 ZeRO-1 step 6 -> {name[3:]}: steps 7-12 within {worst:.1e}")
+
+# With tp 4 over 2 kv heads each kv head is on two ranks (Shard::copies): its checkpoint reshards the same way.
+run("tp4_kv_copies", 4, *LLAMA, "train.steps=12", "parallel.tp=4", "run.checkpoint_every=6")
+ckpt = os.path.join(work, "tp4_kv_copies", "checkpoints", "step_00000006")
+for name, ranks, sets in [("to_tp2", 2, ["parallel.tp=2"]), ("to_1rank_again", 1, [])]:
+    got, out = run(name, ranks, *LLAMA, "train.steps=12", *sets, f"run.resume={ckpt}")
+    worst = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(got, ref[6:]))
+    check(len(got) == 6 and worst <= 1e-5, f"tp4 (kv heads on two ranks) step 6 -> {name[3:]}: steps 7-12 within "
+          f"{worst:.1e}")
 
 # 2. Mixed precision.
 fp32, _ = run("fp32", 1, *LLAMA, "train.steps=30")

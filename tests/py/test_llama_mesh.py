@@ -1,8 +1,9 @@
 """Llama on every mesh reproduces the single-rank run, on 8 ranks: every factorization 8 = dp x tp x pp with the
-1f1b schedule (tp up to 4: n_kv_head 4 must divide over tp), every schedule (gpipe, interleaved with two chunks
-per rank, zb1) on dp2 x tp2 x pp2, sequence parallelism with ZeRO-1 and uneven stages, n_kv_head equal to tp and
-larger than it, and the head tied to the embedding across pipeline stages. Every step's loss (and the validation
-losses of steps 10 and 20) within 1e-5 relative of one rank over 20 steps; the step-1 gradients of three layouts,
+1f1b schedule (tp up to 4, n_kv_head 4), every schedule (gpipe, interleaved with two chunks per rank, zb1) on
+dp2 x tp2 x pp2, sequence parallelism with ZeRO-1 and uneven stages, n_kv_head equal to tp, larger and smaller than
+it, and the head tied to the embedding across pipeline stages. Every step's loss (and the validation
+losses of steps 10 and 20) within 1e-5 relative of one rank over 20 steps, also with fewer kv heads (2) than
+tensor-parallel ranks (4), each kv head then held by two ranks; the step-1 gradients of five layouts,
 gathered from every shard, within 1e-5 per tensor; the exported model has the single-rank export's names and shapes.
 Tolerances as in test_pp_parity.py, for the same reasons (only summation order differs). The peak learning rate is
 3e-3, not tiny.yaml's 1e-2: at 1e-2 this model's loss spikes at step 8 (gradient norm 2), and the spike amplifies
@@ -52,8 +53,14 @@ CASES.append(("dp2_tp2_pp2_uneven_zero_sp_zb1", 2, 2, 2,
               ["parallel.stage_layers=[5,3]", "optim.zero=1", "parallel.sequence_parallel=true",
                "parallel.schedule=zb1"], False, "untied"))
 CASES.append(("dp2_tp2_pp2_tied", 2, 2, 2, ["model.tie_embeddings=true"], False, "tied"))
-for key, sets in (("untied", ()), ("tied", ("model.tie_embeddings=true",))):
-    refs[key] = run(f"single_{key}", 1, 1, 1, sets, grads=key == "untied")
+# Fewer kv heads than tp ranks: each kv head on tp / n_kv_head ranks, its weight gradient summed over them.
+KV2 = "model.n_kv_head=2"
+CASES.append(("dp1_tp4_pp2_kv2", 1, 4, 2, [KV2], True, "kv2"))
+CASES.append(("dp2_tp4_pp1_kv2_zero", 2, 4, 1, [KV2, "optim.zero=1"], False, "kv2"))
+CASES.append(("dp1_tp4_pp2_kv2_sp_zb1", 1, 4, 2, [KV2, "parallel.sequence_parallel=true", "parallel.schedule=zb1"],
+              True, "kv2"))
+for key, sets in (("untied", ()), ("tied", ("model.tie_embeddings=true",)), ("kv2", (KV2,))):
+    refs[key] = run(f"single_{key}", 1, 1, 1, sets, grads=key != "tied")
 for name, dp, tp, pp, sets, grads, ref in CASES:
     losses, shapes, g = run(name, dp, tp, pp, sets, grads)
     worst = max_relative_loss_difference(losses, refs[ref][0])
