@@ -120,6 +120,26 @@ TEST_CASE("safetensors: round trip of F32, BF16, F16, F64 and I32 tensors with m
   require_input_error([&] { f.read_as_float(*w, out.data(), 5); }, {p, "h.0.attn.c_attn.weight", "6 elements"});
 }
 
+TEST_CASE("safetensors: a write that fails says why (the errno text) and leaves no file behind") {
+  // The temporary file the writer opens is a link to /dev/full, whose writes fail with ENOSPC: a full disk.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("meshtrain_full_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "w.safetensors").string();
+  fs::create_symlink("/dev/full", path + ".tmp");
+  const float v[4] = {1, 2, 3, 4};
+  std::string what;
+  try {
+    write_safetensors(path, {{"w", DType::F32, {4}, v}}, {});
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Matchers::Contains("w.safetensors.tmp") && Catch::Matchers::Contains("No space left on device"));
+  CHECK_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));
+  CHECK_FALSE(fs::exists(path));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("safetensors: the written layout is the reference implementation's") {
   // What Python's safetensors.torch.save_file({"a": torch.tensor([1.0, 2.0])}, f, metadata={"format": "pt"})
   // writes: compact JSON with __metadata__ first, padded with spaces to a multiple of 8, then the raw data.

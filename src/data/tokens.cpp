@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace mt {
 
@@ -19,8 +20,7 @@ constexpr size_t kLlmcHeaderInts = 256;
 constexpr size_t kLlmcHeaderBytes = kLlmcHeaderInts * 4;
 
 std::vector<unsigned char> read_whole_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) input_error("{} '{}' is a directory, not a file", what, path);
+  require_regular_file(path, what);
   std::ifstream f(path, std::ios::binary);
   if (!f) input_error("{} '{}': cannot open the file (missing or unreadable)", what, path);
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -5,6 +5,7 @@
 #include "model/safetensors.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "core/checksum.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/json.h"
 
 namespace mt {
@@ -94,8 +96,7 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) input_error("safetensors file '{}' is a directory", path);
+  require_regular_file(path, "safetensors file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) input_error("safetensors file '{}': cannot open the file (missing or unreadable)", path);
   const std::streamoff size = in.tellg();
@@ -290,23 +291,28 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
 
   const std::string tmp = path + ".tmp";
   FILE* fp = std::fopen(tmp.c_str(), "wb");
-  if (!fp) input_error("cannot open '{}' for writing", tmp);
+  if (!fp) input_error("cannot open '{}' for writing: {}", tmp, std::strerror(errno));
+  int err = 0;  // the first failure's errno: "No space left on device" says what to do, "failed" does not
+  auto check = [&](bool ok) {
+    if (!ok && err == 0) err = errno;
+    return ok;
+  };
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
   Checksum64 sum;
   auto put = [&](const void* p, size_t n) {
     if (checksum) sum.update(p, n);
-    return n == 0 || std::fwrite(p, 1, n, fp) == n;
+    return check(n == 0 || std::fwrite(p, 1, n, fp) == n);
   };
   bool ok = put(len, 8) && put(header.data(), header.size());
   // The tensors are written in host byte order, which safetensors' little-endian matches on every supported CPU.
   for (size_t i = 0; ok && i < tensors.size(); ++i) ok = put(tensors[i].data, sizes[i]);
-  ok = std::fflush(fp) == 0 && ok;
-  ok = ::fsync(fileno(fp)) == 0 && ok;
-  ok = std::fclose(fp) == 0 && ok;
+  ok = check(std::fflush(fp) == 0) && ok;
+  ok = check(::fsync(fileno(fp)) == 0) && ok;
+  ok = check(std::fclose(fp) == 0) && ok;
   if (!ok) {
     std::remove(tmp.c_str());
-    throw std::runtime_error("writing '" + tmp + "' failed");
+    throw std::runtime_error("writing '" + tmp + "' failed: " + std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

@@ -17,6 +17,7 @@
 
 #include "core/checksum.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/json.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
@@ -33,6 +34,7 @@ const char* const kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 
 std::vector<char> read_bytes(const std::string& path) {
+  require_regular_file(path, "checkpoint file");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) input_error("checkpoint file {} cannot be read", path);
   const std::streamoff size = f.tellg();

@@ -14,11 +14,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <type_traits>
 #include <variant>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace mt {
 namespace {
@@ -403,10 +405,15 @@ std::string location(const std::string& file, const YAML::Node& node) {
 // Walks a YAML map whose keys are relative to `prefix`. A key may itself be dotted ("model.n_layer: 4" at the
 // top level), so flat and nested files both work.
 void load_map(Config& cfg, const YAML::Node& map, const std::string& prefix, const std::string& file) {
+  std::map<std::string, int> lines;  // each key's line: YAML parsers keep one of two equal keys without a word
   for (const auto& kv : map) {
     if (!kv.first.IsScalar())
       input_error("{}: a key must be a plain name, got {}", location(file, kv.first), describe(kv.first));
     const std::string full = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+    const auto [seen, fresh] = lines.emplace(kv.first.Scalar(), kv.first.Mark().line + 1);
+    if (!fresh)
+      input_error("config file '{}': {} is given twice, on lines {} and {}", file, full, seen->second,
+                  kv.first.Mark().line + 1);
     if (const KeyDesc* k = find_key(full)) {
       set_field(cfg, *k, kv.second, location(file, kv.second));
     } else if (is_section(full)) {
@@ -479,6 +486,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::error_code ec;
   if (!fs::exists(path, ec)) input_error("config file '{}' does not exist", path);
   if (fs::is_directory(path, ec)) input_error("config file '{}' is a directory, not a YAML file", path);
+  require_regular_file(path, "config file");
   std::ifstream in(path);
   if (!in) input_error("cannot read config file '{}'", path);
   std::stringstream text;

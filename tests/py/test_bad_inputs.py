@@ -28,11 +28,26 @@ def llmc(tokens, magic=20240520, version=1, count=None):
 
 good_tokens = [i % 64 for i in range(4096)]
 tokens_file = path("good.bin", llmc(good_tokens))
+fifo = path("data.fifo")
+if os.path.exists(fifo):
+    os.remove(fifo)
+os.mkfifo(fifo)  # opening it would wait for a writer forever
 
 CASES = [
     # (name, config file or None for tiny, --set overrides, words the message must contain)
     ("unknown key in the file", path("unknown.yaml", "model:\n  n_layers: 2\n"), [], ["model.n_layers", "model.n_layer"]),
     ("unknown key in --set", None, ["optim.l_r=1"], ["optim.l_r", "did you mean 'optim.lr'"]),
+    ("a key given twice in the file", path("twice.yaml", "model:\n  n_layer: 2\n  n_head: 2\n  n_layer: 3\n"), [],
+     ["model.n_layer", "twice", "lines 2 and 4"]),
+    ("a section given twice in the file", path("twice_section.yaml", "model:\n  n_layer: 2\ntrain:\n  steps: 3\n"
+                                                                      "model:\n  n_head: 2\n"), [],
+     ["model", "twice", "lines 1 and 5"]),
+    ("a FIFO as the data file", None, ["data.source=text", "model.vocab_size=256", f"data.path={fifo}"],
+     ["data.fifo", "FIFO"]),
+    ("/dev/zero as the token file", None, ["data.source=tokens", "data.path=/dev/zero"],
+     ["/dev/zero", "character device"]),
+    ("a FIFO as init_from", None, [f"model.init_from={fifo}"], ["data.fifo", "safetensors file", "FIFO"]),
+    ("a FIFO as the config file", fifo, [], ["data.fifo", "config file", "FIFO"]),
     ("keep no checkpoints", None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints", ">= 1"]),
     ("resume from a missing checkpoint", None, ["run.resume=" + path("no_such_checkpoint")],
      ["no_such_checkpoint", "not a directory"]),
