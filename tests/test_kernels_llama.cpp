@@ -108,28 +108,8 @@ const DType kReducedDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
 using mt::test::gradcheck;
 
-// MT_CHECK aborts the process: run f in a child with stderr in a file; returns what it printed when it aborted,
-// "" when it did not. The child aborts in the argument checks, before any OpenMP region.
 std::string abort_message(const std::function<void()>& f) {
-  const std::string path = mt::test::tmp_path("kernels_llama", "stderr.txt");
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::signal(SIGABRT, SIG_DFL);  // not Catch2's fatal-signal handler: the child must just die
-    std::freopen("/dev/null", "w", stdout);
-    std::freopen(path.c_str(), "w", stderr);
-    f();
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  std::string printed;
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
-    std::ifstream in(path);
-    printed.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
-  return printed;
+  return mt::test::abort_message("kernels_llama", f);
 }
 
 }  // namespace

@@ -108,24 +108,8 @@ double rounded_once_err(const Tensor& got16, const Tensor& ref32, double noise =
   return err_ratio(got16, ref32, unit_roundoff(got16.dtype()) + 1e-6, subnormal_atol(got16.dtype()) + noise);
 }
 
-// MT_CHECK aborts the process: run f in a child with stderr in a file; returns what it printed when it aborted,
-// "" when it did not.
 std::string abort_message(const std::function<void()>& f) {
-  const std::string path = mt::test::tmp_path("precision_dense", "stderr.txt");
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::signal(SIGABRT, SIG_DFL);  // not Catch2's fatal-signal handler: the child must just die
-    std::freopen("/dev/null", "w", stdout);
-    std::freopen(path.c_str(), "w", stderr);
-    f();
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT) return "";
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return mt::test::abort_message("precision_dense", f);
 }
 
 const char* name(DType d) { return dtype_name(d); }

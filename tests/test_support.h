@@ -1,10 +1,15 @@
 // Helpers shared by the unit tests. Include after <catch2/catch.hpp>.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <string>
 #include <vector>
@@ -61,6 +66,29 @@ inline void gradcheck(const std::function<double()>& loss, const std::vector<Gra
       REQUIRE(std::abs(num - g[i]) <= 1e-6 * std::max(1.0, std::abs(g[i])));
     }
   }
+}
+
+// MT_CHECK aborts the process: runs f in a forked child with stderr in a file (`suite` names its folder); returns
+// what it printed when it aborted, "" when it did not. f must abort before any OpenMP region (fork keeps one thread).
+inline std::string abort_message(const std::string& suite, const std::function<void()>& f) {
+  const std::string path = tmp_path(suite, "stderr.txt");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGABRT, SIG_DFL);  // not Catch2's fatal-signal handler: the child must just die
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen(path.c_str(), "w", stderr);
+    f();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::string printed;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
+    std::ifstream in(path);
+    printed.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return printed;
 }
 
 }  // namespace mt::test

@@ -10,11 +10,10 @@ Tolerances as in test_pp_parity.py, for the same reasons (only summation order d
 rounding-level differences (1e-7 at step 7, with step-1 gradients equal to 8e-7) to 1e-3 by step 10, where no
 tolerance could tell them from a bug; at 3e-3 it trains further (4.16 to 3.58) and the layouts agree to ~1e-7.
 Usage: test_llama_mesh.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
-import json
 import os
 import sys
 
-from parity_support import compare_grads, max_relative_loss_difference, read_safetensors, run_trainer
+from parity_support import compare_grads, max_relative_loss_difference, run_mesh
 
 mpiexec, trainer, src, work = sys.argv[1:5]
 RTOL = 1e-5
@@ -27,18 +26,8 @@ BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.a
 
 
 def run(name, dp, tp, pp, sets=(), grads=False):
-    run_dir = os.path.join(work, name)
-    args = BASE + ["--set", f"parallel.dp={dp}", "--set", f"parallel.tp={tp}", "--set", f"parallel.pp={pp}"]
-    for s in sets:
-        args += ["--set", s]
-    grads_path = os.path.join(run_dir, "grads.safetensors")
-    if grads:
-        args += ["--set", f"run.dump_grads={grads_path}"]
-    losses, _ = run_trainer(mpiexec, trainer, dp * tp * pp, args, run_dir)
-    losses += [json.loads(line)["val_loss"] for line in open(os.path.join(run_dir, "metrics.jsonl"))
-               if "val_loss" in line]
-    shapes = {k: v[0] for k, v in read_safetensors(os.path.join(run_dir, "model.safetensors")).items()}
-    return losses, shapes, (read_safetensors(grads_path) if grads else None)
+    losses, _, weights, g = run_mesh(mpiexec, trainer, BASE, os.path.join(work, name), dp, tp, pp, sets, grads)
+    return losses, {k: v[0] for k, v in weights.items()}, g
 
 
 failures = 0

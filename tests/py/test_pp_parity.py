@@ -17,13 +17,11 @@ tied gradient not summed (or counted twice in the norm) or a message matched to 
 the first step as an O(1e-2) or larger difference. The model is tiny (8 blocks, 8 heads of 4 channels) so the
 ~20 runs of 8 oversubscribed ranks fit CI's time.
 Usage: test_pp_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
-import json
 import os
 import re
 import sys
 
-from parity_support import (compare_grads, max_relative_loss_difference, max_weight_difference,
-                            read_safetensors, run_trainer)
+from parity_support import compare_grads, max_relative_loss_difference, max_weight_difference, run_mesh
 
 mpiexec, trainer, src, work = sys.argv[1:5]
 RTOL, WTOL = 1e-5, 1e-20
@@ -35,21 +33,11 @@ INITIAL = ["train.steps=1", "optim.lr=1e-30", "optim.min_lr=0"]
 
 
 def run(name, dp, tp, pp, sets=(), grads=False):
-    run_dir = os.path.join(work, name)
-    args = BASE + ["--set", f"parallel.dp={dp}", "--set", f"parallel.tp={tp}", "--set", f"parallel.pp={pp}"]
-    for s in sets:
-        args += ["--set", s]
-    grads_path = os.path.join(run_dir, "grads.safetensors")
-    if grads:
-        args += ["--set", f"run.dump_grads={grads_path}"]
-    losses, log = run_trainer(mpiexec, trainer, dp * tp * pp, args, run_dir)
-    weights = read_safetensors(os.path.join(run_dir, "model.safetensors"))
     # Evaluation rows (steps 10 and 20, forward-only through the pipeline) are compared like training losses.
-    losses = losses + [json.loads(line)["val_loss"] for line in open(os.path.join(run_dir, "metrics.jsonl"))
-                       if "val_loss" in line]
+    losses, log, weights, g = run_mesh(mpiexec, trainer, BASE, os.path.join(work, name), dp, tp, pp, sets, grads)
     run.records = {int(m.group(1)): int(m.group(2))
                    for m in re.finditer(r"\[pipeline stage (\d+)\] peak activations [0-9.]+ MiB \((\d+) records", log)}
-    return losses, weights, (read_safetensors(grads_path) if grads else None)
+    return losses, weights, g
 
 
 ref_losses, ref_weights, ref_grads = run("single", 1, 1, 1, grads=True)
