@@ -81,3 +81,10 @@ add_test(NAME checkpoints
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_checkpoints.py ${MPIEXEC_EXECUTABLE}
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/checkpoints)
 set_tests_properties(checkpoints PROPERTIES TIMEOUT 900 PROCESSORS 2)
+
+# run.stop_signals: SIGTERM / SIGUSR1 stop after the step in progress with a checkpoint that resumes bit-identically
+# (also under optim.staleness), a second signal stops at once; a checkpoint on a full disk leaves nothing behind.
+add_test(NAME stop_signals
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_stop_signals.py ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/stop_signals)
+set_tests_properties(stop_signals PROPERTIES TIMEOUT 600 PROCESSORS 2)

@@ -1,6 +1,8 @@
 // Tests of the typed config: defaults, the shipped configs, every kind of bad input (type AND message), override
 // precedence, dp resolution, the to_yaml round trip, --help coverage and command-line parsing.
 #include <unistd.h>
+
+#include <csignal>
 #include <yaml-cpp/yaml.h>
 
 #include <catch2/catch.hpp>
@@ -15,6 +17,7 @@
 #include "train/cli.h"
 #include "train/config.h"
 #include "train/link_schedule.h"
+#include "train/stop_signal.h"
 
 namespace fs = std::filesystem;
 using namespace mt;
@@ -492,7 +495,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5",
       "comm.emulate.schedule='5:1.5:20, 9:3:10'", "run.dir=\" lead space\"",
       "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.resume=none", "run.profile=true",
-      "run.dump_grads=g.safetensors"};
+      "run.dump_grads=g.safetensors", "run.stop_signals='usr2, SIGHUP'"};
   for (const auto& a : changes) apply_override(c, a);
   // Local SGD excludes ZeRO-1, compression and checkpoints, so its key round-trips in a second config.
   Config local = c;
@@ -806,4 +809,17 @@ TEST_CASE("command line: --config, --set, --help") {
   CHECK_THAT(input_error_of([] { parse_cli({"--config", "a.yaml", "--config", "b.yaml"}); }), Contains("twice"));
   CHECK_THAT(input_error_of([] { parse_cli({"--config="}); }), Contains("--config needs a FILE"));
   CHECK_THAT(cli_usage(), Contains("--set KEY=VALUE"));
+}
+
+TEST_CASE("run.stop_signals: names with or without SIG in any case and bad names refused") {
+  std::vector<int> s;
+  std::string bad;
+  CHECK(parse_stop_signals(" TERM, sigusr1 ,Usr1", s, bad));
+  CHECK(s == std::vector<int>{SIGTERM, SIGUSR1});
+  CHECK(parse_stop_signals("", s, bad));
+  CHECK(s.empty());
+  CHECK_FALSE(parse_stop_signals("TERM,KILL", s, bad));
+  CHECK(bad == "KILL");
+  CHECK_FALSE(parse_stop_signals("TERM,,USR1", s, bad));
+  CHECK(signal_name(SIGUSR1) == "SIGUSR1");
 }

@@ -141,6 +141,17 @@ void prune(const std::string& root, int keep, int64_t newest) {
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < complete.size(); ++i) fs::remove_all(complete[i].second);
 }
 
+// A failed write, seen by every rank at once: rank 0 removes the incomplete step directory (a full disk would
+// otherwise keep the space the partial files hold), then every rank stops with `what` (exit 1, no abort).
+[[noreturn]] void fail_together(const std::string& dir, int rank, const std::string& what) {
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (ec) spdlog::error("[rank 0] could not remove the incomplete checkpoint {}: {}", dir, ec.message());
+  }
+  throw StoppedTogether(what);
+}
+
 }  // namespace
 
 std::string write_checkpoint(const std::string& root, const Config& cfg, const TrainState& st,
@@ -186,10 +197,10 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
   for (int r = 0; r < shard.world; ++r)
     if (!w[5 * r]) {
       if (r == shard.rank) spdlog::error("[rank {}] writing its checkpoint file failed: {}", r, error);
-      throw std::runtime_error(fmt::format("writing checkpoint {} failed on rank {}", dir, r));
+      fail_together(dir, shard.rank, fmt::format("writing checkpoint {} failed on rank {}", dir, r));
     }
 
-  if (shard.rank == 0) {
+  if (shard.rank == 0) try {
     std::string files;
     for (int r = 0; r < shard.world; ++r) {
       const uint64_t sz = uint64_t(w[5 * r + 1]) | uint64_t(w[5 * r + 2]) << 32;
@@ -226,8 +237,17 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
     write_text_durably(dir + "/meta.json", text);
     write_text_durably(dir + "/COMPLETE", std::to_string(st.step) + "\n");
     prune(root, keep, st.step);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
-  world.barrier();  // on return the checkpoint is complete for every rank
+  // Rank 0's verdict on meta.json and COMPLETE to every rank; on return the checkpoint is complete for every rank.
+  Tensor ok = Tensor::zeros({1}, DType::F32);
+  static_cast<float*>(ok.data())[0] = error.empty() ? 1.f : 0.f;
+  world.broadcast(ok, 0);
+  if (static_cast<const float*>(ok.data())[0] != 1.f) {
+    if (shard.rank == 0) spdlog::error("[rank 0] writing the checkpoint's meta.json or COMPLETE failed: {}", error);
+    fail_together(dir, shard.rank, fmt::format("writing checkpoint {} failed on rank 0", dir));
+  }
   return dir;
 }
 

@@ -180,6 +180,9 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(run.checkpoint_every, "write a checkpoint every this many steps (and at the last); 0 = off"),
       MT_KEY(run.keep_checkpoints, "keep the newest this many complete checkpoints"),
       MT_KEY(run.resume, "auto (latest checkpoint in dir, if any) | none | a checkpoint path"),
+      MT_KEY(run.stop_signals, "signals that stop the run after the step in progress with a checkpoint, exit 0 "
+                               "(comma-separated: TERM, INT, HUP, USR1, USR2; \"\" = none); the same signal again "
+                               "stops at once"),
       MT_KEY(run.profile, "write a Chrome trace (trace.json) of every rank"),
       MT_KEY(run.dump_grads, "\"\" or a safetensors path: write the first step's gradients there (parity tests)"),
       MT_KEY(device, "cpu | cuda"),

@@ -164,6 +164,9 @@ struct RunConfig {
   std::string dir;  // "" = runs/<config file stem>
   int log_every = 1, checkpoint_every = 0, keep_checkpoints = 3;
   std::string resume = "auto";  // auto | none | PATH
+  // Signals that stop the run at the next step boundary with a checkpoint (stop_signal.h), comma-separated; "" =
+  // none (the signals then end the run at once, as without a handler).
+  std::string stop_signals = "TERM,USR1";
   bool profile = false;
   std::string dump_grads;  // "" or a safetensors path: write the first step's gradients there (parity tests)
 };

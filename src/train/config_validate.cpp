@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "train/config.h"
+#include "train/stop_signal.h"
 #include "train/link_schedule.h"
 
 namespace mt {
@@ -322,6 +323,10 @@ void validate_values(const Config& c) {
   require(!r.resume.empty(), "run.resume must be auto, none or a checkpoint path, got an empty string");
   require(r.checkpoint_every >= 0, "run.checkpoint_every must be >= 0 (0 = off), got {}", r.checkpoint_every);
   require(r.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1, got {}", r.keep_checkpoints);
+  std::vector<int> signals;
+  std::string bad_signal;
+  require(parse_stop_signals(r.stop_signals, signals, bad_signal), "run.stop_signals: '{}' is not one of TERM, INT, "
+          "HUP, USR1, USR2 (comma-separated, \"\" for none)", bad_signal);
 
   require(cm.backend != CommBackend::Nccl || c.device == Device::CUDA,
           "comm.backend=nccl needs device=cuda, got device={}", name_of(c.device));

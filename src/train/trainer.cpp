@@ -25,6 +25,7 @@
 #include "train/metrics.h"
 #include "train/profiler.h"
 #include "train/step_report.h"
+#include "train/stop_signal.h"
 #include "train/train_step.h"
 #include "train/training_run.h"
 
@@ -107,6 +108,31 @@ void apply_link_schedule(const std::vector<LinkChange>& schedule, int step, bool
                  now->latency_us, now->bandwidth_gbps);
 }
 
+// run.stop_signals: armed where the run can write a checkpoint; null where not (the signals then end it at once).
+std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun& run, Communicator* world, bool log) {
+  std::vector<int> signals;
+  std::string bad;
+  parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
+  if (signals.empty()) return nullptr;
+  const char* no_checkpoint = run.dev == Device::CUDA ? "device=cuda has no checkpoints yet"
+                              : run.local_sgd         ? "local SGD has no checkpoints yet"
+                                                      : nullptr;
+  if (no_checkpoint) {
+    if (log) spdlog::warn("run.stop_signals: not armed ({}): a signal ends the run at once", no_checkpoint);
+    return nullptr;
+  }
+  install_stop_signals(signals);
+  return std::make_unique<StopVote>(world, cfg.optim.staleness);
+}
+
+// After a step's report: whether the run stops here for a signal. Once every rank knows of it, the run stops at
+// the first step after which every replica holds the same weights (every step, except under optim.staleness,
+// where the signal makes the next step a sync point); a signal during the last step changes nothing.
+bool stop_now(StopVote& vote, int& signal, bool replicas_agree, int step, int last_step) {
+  if (!signal) signal = vote.cast();
+  return signal && replicas_agree && step < last_step;
+}
+
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
 void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, bool nccl, CommTimeline& timeline,
@@ -133,6 +159,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   if (start_step > cfg.train.steps)
     spdlog::info("nothing to train: the checkpoint is at step {}, train.steps is {}", start_step - 1, cfg.train.steps);
   auto due = [&](int every, int step) { return every > 0 && (step % every == 0 || step == cfg.train.steps); };
+  int checkpointed = 0;  // the step of the newest checkpoint this run wrote
   // A step's row once its figures are complete: evaluation and checkpoint when due, metrics.jsonl, the log.
   auto report = [&](StepMetrics& row) {
     const int step = int(row.step);
@@ -141,7 +168,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       last_val = row.val_loss;
     }
     if (metrics) metrics->write(row);
-    if (due(cfg.run.checkpoint_every, step)) checkpoint_run(run, step);
+    if (due(cfg.run.checkpoint_every, step)) checkpoint_run(run, step), checkpointed = step;
     total_ms += row.step_ms;
     last_elapsed_ms = row.elapsed_ms;
     last_loss = row.loss;
@@ -153,11 +180,14 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   };
   PendingRows pending(meter, world > 1 ? comms.world.get() : nullptr);
   const std::vector<LinkChange> link_schedule = parse_link_schedule(cfg.comm.emulate.schedule);
+  std::unique_ptr<StopVote> stop_vote = arm_stop_signals(cfg, run, world > 1 ? comms.world.get() : nullptr, rank0);
+  int stop_signal = 0;   // agreed by every rank: stop with a checkpoint at the next step where the replicas agree
+  int stopped_at = 0;
   for (int step = start_step; step <= cfg.train.steps; ++step) {
     // Evaluations, checkpoints and the end need every replica's weights alike (optim.staleness applies every
     // average still in flight there).
-    const bool sync_point =
-        step == cfg.train.steps || due(cfg.train.eval_every, step) || due(cfg.run.checkpoint_every, step);
+    const bool sync_point = step == cfg.train.steps || due(cfg.train.eval_every, step) ||
+                            due(cfg.run.checkpoint_every, step) || stop_signal != 0;
     apply_link_schedule(link_schedule, step, step == start_step, comms, rank0);
     meter.begin();
     const StepResult s = train_step(run, step, sync_point, prof);
@@ -176,6 +206,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       row.skipped_steps = run.nonfinite_skipped;  // averages skipped for a non-finite norm
       pending.add(row, meter.measure(s));
       pending.flush(sync_point, report);
+      if (stop_vote && stop_now(*stop_vote, stop_signal, sync_point, step, cfg.train.steps)) {
+        stopped_at = step;
+        break;
+      }
       continue;
     }
     AdaptSample sample;
@@ -186,6 +220,18 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     if (run.fp16) row.loss_scale = s.loss_scale;
     if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;
     report(row);
+    if (stop_vote && stop_now(*stop_vote, stop_signal, true, step, cfg.train.steps)) {
+      stopped_at = step;
+      break;
+    }
+  }
+  if (stopped_at) {
+    if (checkpointed != stopped_at) checkpoint_run(run, stopped_at);
+    const double since = seconds_since_stop_signal();  // 0 where this rank was not signalled itself
+    spdlog::info("stopped by {} after step {} of {}{}; the checkpoint of step {} is written: the same command "
+                 "continues from it (run.resume=auto)", signal_name(stop_signal), stopped_at, cfg.train.steps,
+                 since > 0 ? fmt::format(", {:.2f} s after the signal", since) : "", stopped_at);
+    return;
   }
 
   // The training's peak (of GPU memory for a GPU model), before the export gathers whole tensors.

@@ -49,6 +49,7 @@ CASES = [
     ("a FIFO as init_from", None, [f"model.init_from={fifo}"], ["data.fifo", "safetensors file", "FIFO"]),
     ("a FIFO as the config file", fifo, [], ["data.fifo", "config file", "FIFO"]),
     ("keep no checkpoints", None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints", ">= 1"]),
+    ("stop on a signal that cannot be caught", None, ["run.stop_signals=TERM,KILL"], ["run.stop_signals", "KILL"]),
     ("resume from a missing checkpoint", None, ["run.resume=" + path("no_such_checkpoint")],
      ["no_such_checkpoint", "not a directory"]),
     ("wrong type", None, ["model.n_layer=four"], ["model.n_layer", "four"]),
