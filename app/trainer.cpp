@@ -51,6 +51,5 @@ int main(int argc, char** argv) {
     others_may_wait = true;  // the other ranks may be waiting on this one
   }
   if (others_may_wait && world > 1) mt::abort_job(status);
-  MPI_Finalize();
-  return status;
+  return mt::finalize_mpi(status);
 }

@@ -2,6 +2,11 @@
 #include "comm/mpi_init.h"
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include "core/check.h"
 
@@ -18,13 +23,75 @@ int init_mpi(int* argc, char*** argv) {
 }
 
 NodeRanks node_ranks() {
+  int world = 1, rank = 0;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   NodeRanks r;
   MPI_CHECK(MPI_Comm_rank(node, &r.local_rank));
   MPI_CHECK(MPI_Comm_size(node, &r.local_size));
+  int leader = rank;  // the node's lowest world rank names it
+  MPI_CHECK(MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, node));
   MPI_CHECK(MPI_Comm_free(&node));
+  std::vector<int> leaders(static_cast<size_t>(world));
+  MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(name, &len));
+  std::vector<char> names(static_cast<size_t>(world) * MPI_MAX_PROCESSOR_NAME);
+  MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                          MPI_COMM_WORLD));
+  r.node_of.resize(static_cast<size_t>(world));
+  std::vector<int> index_of_leader(static_cast<size_t>(world), -1);
+  for (int w = 0; w < world; ++w) {  // leaders appear in increasing order of their own rank
+    int& index = index_of_leader[static_cast<size_t>(leaders[w])];
+    if (index < 0) {
+      index = static_cast<int>(r.hosts.size());
+      r.hosts.emplace_back(&names[static_cast<size_t>(leaders[w]) * MPI_MAX_PROCESSOR_NAME]);
+    }
+    r.node_of[static_cast<size_t>(w)] = index;
+  }
+  r.nodes = static_cast<int>(r.hosts.size());
+  r.node = r.node_of[static_cast<size_t>(rank)];
   return r;
+}
+
+int finalize_mpi(int status) {
+  int world = 1, local = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  if (local < world) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::thread([status] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::fprintf(stderr, "MPI_Finalize has not returned after 10 s (a known hang of MPICH's UCX transport over "
+                           "TCP); everything is written, so this rank exits now with status %d\n", status);
+      std::fflush(nullptr);
+      ::_exit(status);
+    }).detach();
+  }
+  MPI_Finalize();
+  return status;
+}
+
+std::string NodeRanks::describe() const {
+  std::string out = std::to_string(nodes) + (nodes == 1 ? " node: " : " nodes: ");
+  for (int n = 0; n < nodes; ++n) {
+    std::string ranks;
+    for (int w = 0; w < static_cast<int>(node_of.size()); ++w) {
+      if (node_of[static_cast<size_t>(w)] != n) continue;
+      int last = w;
+      while (last + 1 < static_cast<int>(node_of.size()) && node_of[static_cast<size_t>(last + 1)] == n) ++last;
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(w) + (last > w ? "-" + std::to_string(last) : "");
+      w = last;
+    }
+    out += (n ? ", " : "") + hosts[static_cast<size_t>(n)] + " (rank" + (ranks.find_first_of(",-") != std::string::npos ? "s " : " ") + ranks + ")";
+  }
+  return out;
 }
 
 }  // namespace mt

@@ -2,17 +2,31 @@
 // operations on its own thread, and several communicators (dp, tp, pp) call MPI at the same time, so MPI must be
 // initialised with MPI_THREAD_MULTIPLE.
 #pragma once
+#include <string>
+#include <vector>
 
 namespace mt {
 
 // MPI_Init_thread(MPI_THREAD_MULTIPLE); CHECK-fails when the library provides less. Returns the provided level.
 int init_mpi(int* argc, char*** argv);
 
-// This rank's position among the ranks on its node (MPI_COMM_TYPE_SHARED), and how many there are: the GPU a
-// rank uses is its local rank modulo the node's GPUs. Collective over MPI_COMM_WORLD.
+// The job's nodes as MPI finds them (MPI_COMM_TYPE_SHARED: the ranks that share memory, one host each), and this
+// rank's place among them: the GPU a rank uses is its local rank modulo the node's GPUs. Nodes are numbered in
+// order of their lowest world rank. Collective over MPI_COMM_WORLD.
 struct NodeRanks {
   int local_rank = 0, local_size = 1;
+  int node = 0, nodes = 1;
+  std::vector<int> node_of;        // node of every world rank
+  std::vector<std::string> hosts;  // host name of every node (MPI_Get_processor_name of its lowest rank)
+  // "2 nodes: mt-h1 (ranks 0-1), mt-h2 (ranks 2-3)"; ranks listed as ranges where consecutive.
+  std::string describe() const;
 };
 NodeRanks node_ranks();
+
+// MPI_Finalize, guarded where the job spans nodes: MPICH 4.0's UCX transport over TCP can hang in MPI_Finalize
+// (one rank waits for a peer that has already left UCX's progress loop to acknowledge closing their connection). All
+// ranks pass a barrier first, so every output is written; if MPI_Finalize has not returned 10 s later, the
+// process says so and exits with `status` itself. Returns `status`.
+int finalize_mpi(int status);
 
 }  // namespace mt

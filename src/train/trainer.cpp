@@ -108,6 +108,39 @@ void apply_link_schedule(const std::vector<LinkChange>& schedule, int step, bool
                  now->latency_us, now->bandwidth_gbps);
 }
 
+// The real node of each of `world_ranks`.
+std::vector<int> nodes_of(const std::vector<int>& world_ranks, const NodeRanks& node) {
+  std::vector<int> out;
+  for (int r : world_ranks) out.push_back(node.node_of[static_cast<size_t>(r)]);
+  return out;
+}
+
+// The hosts and their ranks, and which mesh axes keep their groups inside a host (docs/multinode.md): tensor
+// parallelism exchanges activations every layer, so a tp group spanning hosts is worth a warning.
+void log_nodes(const DeviceMesh& mesh, const NodeRanks& node) {
+  spdlog::info("{}", node.describe());
+  if (node.nodes == 1) return;
+  auto spans_nodes = [&](MeshAxis a) {
+    for (int r = 0; r < mesh.world_size(); ++r) {
+      const std::vector<int> n = nodes_of(mesh.group_members(a, r), node);
+      if (std::any_of(n.begin(), n.end(), [&](int x) { return x != n.front(); })) return true;
+    }
+    return false;
+  };
+  std::string inside, across;
+  for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP}) {
+    if (mesh.group_members(a, 0).size() < 2) continue;
+    std::string& list = spans_nodes(a) ? across : inside;
+    list += (list.empty() ? "" : ", ") + std::string(mesh_axis_name(a));
+  }
+  spdlog::info("mesh over nodes: groups inside a node: {}; groups spanning nodes: {}", inside.empty() ? "none" : inside,
+               across.empty() ? "none" : across);
+  if (mesh.tp() > 1 && spans_nodes(MeshAxis::TP))
+    spdlog::warn("tensor-parallel groups span nodes: their exchanges in every layer cross the network; "
+                 "parallel.order with tp first (tp-dp-pp, the default) keeps them inside a node when each node's "
+                 "ranks are consecutive");
+}
+
 // run.stop_signals: armed where the run can write a checkpoint; null where not (the signals then end it at once).
 std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun& run, Communicator* world, bool log) {
   std::vector<int> signals;
@@ -266,6 +299,7 @@ void run_training(const Config& cfg) {
   DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
   const NodeRanks node = node_ranks();
   const int on_node = node.local_size;
+  if (rank == 0 && world > 1) log_nodes(mesh, node);
   if (gpu) {
     if (!cuda_available()) input_error("device=cuda: no usable GPU on this node");
     cuda_init(node.local_rank);
@@ -283,13 +317,20 @@ void run_training(const Config& cfg) {
   // Declared before the communicators: their threads report into these until they are destroyed.
   CommTimeline timeline;
   Profiler prof(cfg.run.profile);
-  // comm.hierarchical: every dp group must hold the same number of ranks on each emulated node. Checked for all
+  // comm.hierarchical: every dp group must hold the same number of ranks on each node (emulated, or as MPI finds them). Checked for all
   // groups on every rank before any communicator exists, so no group is left waiting for one that refused.
   if (cfg.comm.hierarchical)
     for (int r = 0; r < world; ++r) {
-      const HierarchicalLayout l =
-          hierarchical_layout(emulated_nodes(mesh.group_members(MeshAxis::DP, r), cfg.comm.emulate.ranks_per_node), 0);
+      const std::vector<int> members = mesh.group_members(MeshAxis::DP, r);
+      const HierarchicalLayout l = hierarchical_layout(
+          cfg.comm.emulate.ranks_per_node > 0 ? emulated_nodes(members, cfg.comm.emulate.ranks_per_node)
+                                              : nodes_of(members, node),
+          0);
       if (!l.error.empty()) input_error("comm.hierarchical: the dp group of rank {}: {}", r, l.error);
+      if (r == 0 && rank == 0)
+        spdlog::info("comm.hierarchical: each dp all-reduce over {} nodes x {} ranks ({})", l.nodes, l.ranks_per_node,
+                     cfg.comm.emulate.ranks_per_node > 0 ? "emulated: comm.emulate.ranks_per_node"
+                                                         : "nodes as MPI finds them");
     }
   // train.pin_threads, when the job's compute threads fill the node's cores, one each (a job that leaves cores
   // free may share the node with another, which would pin to the same first cores): the communication threads below
