@@ -103,3 +103,10 @@ add_test(NAME network_faults
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_network_faults.py $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/network_faults)
 set_tests_properties(network_faults PROPERTIES TIMEOUT 900 PROCESSORS 2 SKIP_RETURN_CODE 77 RESOURCE_LOCK host_network)
+
+# scripts/slurm/train.sbatch without Slurm: syntax, refusals, the command built from Slurm's environment, and a real
+# run through a stand-in srun, requeued once (same job id: it resumes).
+add_test(NAME slurm_script
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_slurm_script.py ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/slurm_script)
+set_tests_properties(slurm_script PROPERTIES TIMEOUT 300 PROCESSORS 2)
