@@ -9,7 +9,8 @@ hostname), 2 ranks on each, and the trainer runs across them.
   4. comm.hierarchical (reduce-scatter inside each host, all-reduce across, all-gather inside) on the real hosts:
      every loss bit-identical to the flat all-reduce across the same hosts;
   5. a checkpoint written on 2 hosts resumes on 1 (mpiexec here): every loss after it within 1e-5 of the run
-     that went on across the hosts.
+     that went on across the hosts;
+  6. scripts/cluster.sh refuses (exit 2) without root, and `down` removes every namespace it made.
 
 Needs root and `ip netns` (exit 77, reported as skipped, without them, or when a cluster is already up). The
 cluster is removed at the end, also on failure. comm.wait=poll: the hosts share this machine's cores, so the MPI
@@ -94,6 +95,9 @@ def host_bytes():
 
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
+r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", cluster, "up", "2"],
+                   capture_output=True, text=True)
+check(r.returncode == 2 and "needs root" in r.stderr, f"without root: exit {r.returncode}, says why")
 subprocess.run([cluster, "up", "2"], check=True)
 try:
     layouts = {"dp4": [], "tp2_dp2": ["parallel.tp=2"], "pp2_dp2": ["parallel.pp=2", "parallel.schedule=1f1b"]}
