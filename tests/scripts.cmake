@@ -110,3 +110,10 @@ add_test(NAME slurm_script
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_slurm_script.py ${MPIEXEC_EXECUTABLE}
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/slurm_script)
 set_tests_properties(slurm_script PROPERTIES TIMEOUT 300 PROCESSORS 2)
+
+# The Slurm batch script on a two-node Slurm cluster in network namespaces (slurmctld, 2 slurmd, munged): a job on
+# 2 nodes, and a requeued job stopping with a checkpoint and resuming. Skipped (exit 77) without root or slurm-wlm.
+add_test(NAME slurm_cluster
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_slurm_cluster.py $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/slurm_cluster)
+set_tests_properties(slurm_cluster PROPERTIES TIMEOUT 600 PROCESSORS 2 SKIP_RETURN_CODE 77 RESOURCE_LOCK host_network)

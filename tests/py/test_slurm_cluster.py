@@ -1,0 +1,198 @@
+"""scripts/slurm/train.sbatch on a real two-node Slurm cluster: Debian's slurmctld, two slurmd and a munged of its
+own, the nodes being scripts/cluster.sh's network-namespace hosts (each slurmd runs in its host's namespace under
+the host's name).
+
+  1. sbatch: 4 ranks, 2 per node, srun starting them through PMI2, TCP between the hosts: the run finishes,
+     its log names both hosts, run.dir is RUN_ROOT/<job id>;
+  2. preemption: `scontrol requeue` while it trains: Slurm sends SIGTERM, every rank finishes its step and
+     writes a checkpoint ("stopped by SIGTERM"); the requeued job (same id, restart 1) resumes from that
+     checkpoint and finishes, every step once in metrics.jsonl, with the losses of an uninterrupted job.
+
+Skipped (exit 77) without root, `ip netns`, or the slurm-wlm and munge packages; everything it starts is stopped
+and the cluster removed at the end.
+
+usage: test_slurm_cluster.py TRAINER SOURCE_DIR WORK_DIR"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+trainer, src, work = sys.argv[1:4]
+cluster = os.path.join(src, "scripts", "cluster.sh")
+ok = True
+
+
+def check(cond, what):
+    global ok
+    ok &= bool(cond)
+    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
+
+
+def skip(why):
+    print(f"skip: {why}")
+    sys.exit(77)
+
+
+if os.geteuid() != 0:
+    skip("needs root for network namespaces and the Slurm daemons")
+if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+    skip("no 'ip netns' here")
+missing = [b for b in ("slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "munged") if not shutil.which(b) and
+           not os.path.exists(f"/usr/sbin/{b}")]
+if missing:
+    skip(f"no {', '.join(missing)} (Debian packages slurm-wlm and munge)")
+if os.path.exists("/run/meshtrain-cluster"):
+    skip("a cluster is already up (scripts/cluster.sh down removes it)")
+
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+conf = f"{work}/slurm.conf"
+env = dict(os.environ, SLURM_CONF=conf)
+daemons = []
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # their logs are files under WORK
+
+
+def binary(name):
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def write_config():
+    key = f"{work}/munge.key"
+    with open(key, "wb") as f:
+        f.write(os.urandom(1024))
+    os.chmod(key, 0o400)
+    # Nodes as the hosts see them; slurmctld listens on the bridge's address under this machine's name.
+    cgroup = "cgroup/v1" if os.path.isdir("/sys/fs/cgroup/cpu") else "cgroup/v2"
+    with open(f"{work}/cgroup.conf", "w") as f:
+        f.write(f"CgroupPlugin={cgroup}\nIgnoreSystemd=yes\n")
+    ncpu = os.cpu_count()
+    with open(conf, "w") as f:
+        f.write(f"""ClusterName=meshtrain-test
+SlurmctldHost={socket.gethostname()}(10.99.0.254)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={work}/munge.socket
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmi2
+ReturnToService=2
+StateSaveLocation={work}/state
+SlurmdSpoolDir={work}/spool-%n
+SlurmctldPidFile={work}/slurmctld.pid
+SlurmdPidFile={work}/slurmd-%n.pid
+SlurmctldLogFile={work}/slurmctld.log
+SlurmdLogFile={work}/slurmd-%n.log
+SlurmctldPort=16817
+SlurmdPort=16818
+NodeName=mt-h1 NodeAddr=10.99.0.1 CPUs={ncpu} State=UNKNOWN
+NodeName=mt-h2 NodeAddr=10.99.0.2 CPUs={ncpu} State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+    for d in ("state", "spool-mt-h1", "spool-mt-h2"):
+        os.makedirs(f"{work}/{d}")
+
+
+def start_daemons():
+    daemons.append(subprocess.Popen([binary("munged"), "--foreground", "--force", f"--socket={work}/munge.socket",
+                                     f"--key-file={work}/munge.key", f"--pid-file={work}/munged.pid",
+                                     f"--log-file={work}/munged.log", f"--seed-file={work}/munge.seed"], **quiet))
+    time.sleep(1)
+    daemons.append(subprocess.Popen([binary("slurmctld"), "-D", "-c"], env=env, **quiet))
+    for h in ("mt-h1", "mt-h2"):
+        daemons.append(subprocess.Popen(["ip", "netns", "exec", h, "unshare", "--uts", "sh", "-c",
+                                         f"hostname {h} && exec {binary('slurmd')} -D -N {h}"], env=env, **quiet))
+    for _ in range(60):
+        out = subprocess.run(["sinfo", "-h", "-o", "%T %D"], capture_output=True, text=True, env=env).stdout.split()
+        if out[:2] == ["idle", "2"]:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def sbatch(*sets):
+    e = dict(env, CONFIG=os.path.join(src, "configs", "tiny.yaml"), TRAINER=trainer, RUN_ROOT=f"{work}/runs",
+             UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0", OMP_NUM_THREADS="1")
+    args = []
+    for s in ("train.global_batch=8", "comm.wait=poll", "run.log_every=100") + sets:
+        args += ["--set", s]
+    out = subprocess.run(["sbatch", "--parsable", f"--output={work}/%j.out",
+                          os.path.join(src, "scripts", "slurm", "train.sbatch")] + args,
+                         capture_output=True, text=True, env=e, cwd=src, check=True).stdout
+    return out.strip().split(";")[0]
+
+
+def state(job):
+    out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env).stdout
+    return out.split("JobState=")[1].split()[0] if "JobState=" in out else "GONE"
+
+
+def wait_done(job, timeout=180):
+    t0 = time.time()
+    while state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "GONE"):
+        if time.time() - t0 > timeout:
+            return "STUCK"
+        time.sleep(0.5)
+    return state(job)
+
+
+def rows(job):
+    path = f"{work}/runs/{job}/metrics.jsonl"
+    return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+subprocess.run([cluster, "up", "2"], check=True)
+try:
+    write_config()
+    if not start_daemons():
+        print(open(f"{work}/slurmctld.log").read()[-2000:])
+        raise SystemExit("FAIL: the two slurmd did not register with slurmctld")
+
+    job = sbatch("train.steps=12")
+    st = wait_done(job)
+    out = open(f"{work}/{job}.out").read()
+    check(st == "COMPLETED" and "done: 12 steps" in out and "2 nodes: mt-h1 (ranks 0-1), mt-h2 (ranks 2-3)" in out
+          and os.path.exists(f"{work}/runs/{job}/model.safetensors"),
+          f"sbatch on 2 nodes: {st}, both hosts named, run.dir under the job id")
+
+    slow = ("train.steps=60", "run.checkpoint_every=100", "train.straggler.ranks=[0]", "train.straggler.delay_ms=100")
+    reference = sbatch(*slow)
+    job = sbatch(*slow)
+    t0 = time.time()
+    while len(rows(job)) < 10 and time.time() - t0 < 120:
+        time.sleep(0.1)
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True)
+    t0 = time.time()
+    while "stopped by SIGTERM" not in open(f"{work}/{job}.out").read() and time.time() - t0 < 60:
+        time.sleep(0.2)
+    first = open(f"{work}/{job}.out").read()
+    check("stopped by SIGTERM" in first, "scontrol requeue: the ranks stop with a checkpoint (\"stopped by SIGTERM\")")
+    # A requeued job waits for its begin time (Slurm delays it); start it now.
+    t0 = time.time()
+    while state(job) != "PENDING" and time.time() - t0 < 60:
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env)
+    st, ref_st = wait_done(job), wait_done(reference)
+    out = open(f"{work}/{job}.out").read()
+    same = [r["loss"] for r in rows(job)] == [r["loss"] for r in rows(reference)]
+    check(st == "COMPLETED" and "restart 1" in out and "resumed from" in out and
+          [r["step"] for r in rows(job)] == list(range(1, 61)) and same,
+          f"the requeued job resumes and finishes ({st}): every step once, the losses of an uninterrupted job "
+          f"({ref_st})")
+finally:
+    for d in reversed(daemons):
+        d.terminate()
+    for d in daemons:
+        try:
+            d.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            d.kill()
+    subprocess.run([cluster, "down"])
+sys.exit(0 if ok else 1)
