@@ -23,32 +23,15 @@ import shutil
 import subprocess
 import sys
 
+from cluster_support import check, exit_status, require_cluster
+
 mpiexec, trainer, src, work = sys.argv[1:5]
 cluster = os.path.join(src, "scripts", "cluster.sh")
 STEPS = 12
 base = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.n_head=4", "--set",
         "train.global_batch=8", "--set", "train.micro_batch=2", "--set", f"train.steps={STEPS}",
         "--set", "run.log_every=100", "--set", "comm.wait=poll", "--set", "comm.timeout_s=60"]
-ok = True
-
-
-def check(cond, what):
-    global ok
-    ok &= bool(cond)
-    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
-
-
-def skip(why):
-    print(f"skip: {why}")
-    sys.exit(77)
-
-
-if os.geteuid() != 0:
-    skip("needs root for network namespaces")
-if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-    skip("no 'ip netns' here")
-if os.path.exists("/run/meshtrain-cluster"):
-    skip("a cluster is already up (scripts/cluster.sh down removes it)")
+require_cluster()
 
 
 def trainer_cmd(name, sets):
@@ -140,4 +123,4 @@ check(not os.path.exists("/run/meshtrain-cluster") and
       not any(n.startswith("mt-h") for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                            text=True).stdout.split()),
       "scripts/cluster.sh down removed every namespace it made")
-sys.exit(0 if ok else 1)
+sys.exit(exit_status())

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from cluster_support import check, exit_status, require_cluster
+
 trainer, src, work = sys.argv[1:4]
 cluster = os.path.join(src, "scripts", "cluster.sh")
 TIMEOUT_S = 10
@@ -27,26 +29,7 @@ for s in ["model.n_head=4", "train.global_batch=8", "train.micro_batch=2", "trai
           "parallel.tp=2", "comm.wait=poll", f"comm.timeout_s={TIMEOUT_S}", "run.checkpoint_every=5",
           "train.straggler.ranks=[0]", "train.straggler.delay_ms=100"]:
     cmd += ["--set", s]
-ok = True
-
-
-def check(cond, what):
-    global ok
-    ok &= bool(cond)
-    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
-
-
-def skip(why):
-    print(f"skip: {why}")
-    sys.exit(77)
-
-
-if os.geteuid() != 0:
-    skip("needs root for network namespaces")
-if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-    skip("no 'ip netns' here")
-if os.path.exists("/run/meshtrain-cluster"):
-    skip("a cluster is already up (scripts/cluster.sh down removes it)")
+require_cluster()
 
 
 def rows(name):
@@ -128,4 +111,4 @@ try:
           "the link down for 2 s (< comm.timeout_s): training goes on, every row equals the uninterrupted run")
 finally:
     subprocess.run([cluster, "down"])
-sys.exit(0 if ok else 1)
+sys.exit(exit_status())

@@ -20,32 +20,15 @@ import subprocess
 import sys
 import time
 
+from cluster_support import check, exit_status, require_cluster, skip
+
 trainer, src, work = sys.argv[1:4]
 cluster = os.path.join(src, "scripts", "cluster.sh")
-ok = True
-
-
-def check(cond, what):
-    global ok
-    ok &= bool(cond)
-    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
-
-
-def skip(why):
-    print(f"skip: {why}")
-    sys.exit(77)
-
-
-if os.geteuid() != 0:
-    skip("needs root for network namespaces and the Slurm daemons")
-if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-    skip("no 'ip netns' here")
+require_cluster("network namespaces and the Slurm daemons")
 missing = [b for b in ("slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "munged") if not shutil.which(b) and
            not os.path.exists(f"/usr/sbin/{b}")]
 if missing:
     skip(f"no {', '.join(missing)} (Debian packages slurm-wlm and munge)")
-if os.path.exists("/run/meshtrain-cluster"):
-    skip("a cluster is already up (scripts/cluster.sh down removes it)")
 
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -195,4 +178,4 @@ finally:
         except subprocess.TimeoutExpired:
             d.kill()
     subprocess.run([cluster, "down"])
-sys.exit(0 if ok else 1)
+sys.exit(exit_status())
