@@ -33,7 +33,6 @@ require_root() {
 }
 
 hosts() { [[ -f $STATE/hosts ]] && cat "$STATE/hosts" || true; }
-host_ns() { echo "$1"; }                       # the namespace of a host is named as the host
 host_ip() { echo "$NET.${1#"$PREFIX"}"; }
 require_up() { [[ -s $STATE/hosts ]] || die "no cluster is up (scripts/cluster.sh up N)"; }
 
