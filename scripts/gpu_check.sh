@@ -6,6 +6,7 @@
 # downloaded here and nothing is installed into /).
 #
 #   scripts/gpu_check.sh [--steps LIST] [--skip LIST] [--budget SECONDS] [--build-dir DIR] [--report-dir DIR]
+#                        [--tests REGEX]
 #
 # Steps, in the order they run (LIST: comma-separated names; default all):
 #   deps        unpack .gpu-deps (the .deb files with dpkg-deb -x, or debian-deps.tar.xz) into a private prefix
@@ -15,9 +16,11 @@
 #   configure   cmake -G Ninja -DMESHTRAIN_CUDA=ON into the build dir (default build-cuda/), every dependency
 #               pointed at the prefix
 #   build       cmake --build -j<cores> (llm.c and the benchmark's token file are prepared meanwhile)
-#   cuda-tests  ctest -R cuda
+#   cuda-tests  ctest -R cuda (--tests REGEX: the ctest tests matching REGEX instead)
 #   py-tests    each tests/py/test_cuda_*.py, run as `python3 FILE BUILD_DIR`
 #   bench       scripts/bench_gpt2.sh: meshtrain, llm.c and PyTorch on GPT-2 124M (tokens/s, MFU)
+#   profile     scripts/gpu_profile.sh: GPU time by kernel of meshtrain's GPT-2 124M step (3 steps, micro-batch
+#               16 of 16), and of llm.c's (its second step), into kernels_meshtrain.md and kernels_llmc.md
 #   all-tests   the whole ctest suite, with the time that is left (ctest --stop-time)
 # Without a GPU (nvidia-smi lists none) it runs deps, locate and configure only, says so, and exits 0.
 # With one it exits 1 when a step it ran failed (a benchmark contender that fails is a row of the table, not a
@@ -33,12 +36,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
-STEPS_ALL=(deps locate configure build cuda-tests py-tests bench all-tests)
+STEPS_ALL=(deps locate configure build cuda-tests py-tests bench profile all-tests)
 WANT=",$(IFS=,; echo "${STEPS_ALL[*]}"),"
 SKIP=","
 BUDGET=${MT_GPU_CHECK_BUDGET_S:-570}
 BUILD=${MT_GPU_BUILD_DIR:-build-cuda}
 REPORT=${OUT:-}
+TESTS_REGEX=cuda
 while (($#)); do
   case "$1" in
     --steps) WANT=",$2,"; shift 2 ;;
@@ -46,7 +50,8 @@ while (($#)); do
     --budget) BUDGET="$2"; shift 2 ;;
     --build-dir) BUILD="$2"; shift 2 ;;
     --report-dir) REPORT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --tests) TESTS_REGEX="$2"; shift 2 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -256,6 +261,12 @@ fi
 for lib in "$NCCL_LIB" "$CUDNN_LIB"; do
   [[ -n "$lib" ]] && LD_LIBRARY_PATH="$(dirname "$lib"):$LD_LIBRARY_PATH"
 done
+# The toolkit's cudart and cuBLASLt, for a build made elsewhere (a prebuilt --build-dir) where ldconfig lacks them.
+if [[ -n "$NVCC" ]]; then
+  for d in "$(dirname "$(readlink -f "$NVCC")")"/../lib64 "$(dirname "$(readlink -f "$NVCC")")"/../lib; do
+    [[ -e "$d/libcublasLt.so.13" || -e "$d/libcublasLt.so.12" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(cd "$d" && pwd)"
+  done
+fi
 export LD_LIBRARY_PATH
 export MT_NVCC="$NVCC" MT_CUDNN_INCLUDE_DIR="$CUDNN_INC" MT_CUDNN_LIBRARY="$CUDNN_LIB"
 [[ -n "$NVCC" ]] && PATH="$(dirname "$NVCC"):$PATH" && export PATH
@@ -313,7 +324,7 @@ if ((HAVE_GPU)); then
     fi
   fi
 else
-  for s in build cuda-tests py-tests bench all-tests; do want "$s" && record "$s" skipped 0 "no GPU"; done
+  for s in build cuda-tests py-tests bench profile all-tests; do want "$s" && record "$s" skipped 0 "no GPU"; done
 fi
 
 # ---- tests -------------------------------------------------------------------------------------------------
@@ -335,8 +346,9 @@ if ((HAVE_GPU && !BUILD_OK)); then
   WANT=${WANT//,all-tests,/,}
 fi
 if ((HAVE_GPU)) && want cuda-tests; then
-  run_step cuda-tests 150 ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 120 -j 4
-  [[ -f "$LOGS/cuda-tests.log" ]] && TEST_LINES+=("ctest -R cuda: $(ctest_counts "$LOGS/cuda-tests.log")")
+  # cuda_parity is a tests/py/test_cuda_*.py script: the py-tests step runs it.
+  run_step cuda-tests 150 ctest --test-dir "$BUILD" -R "$TESTS_REGEX" -E cuda_parity --output-on-failure --timeout 120 -j 4
+  [[ -f "$LOGS/cuda-tests.log" ]] && TEST_LINES+=("ctest -R $TESTS_REGEX: $(ctest_counts "$LOGS/cuda-tests.log")")
 fi
 if ((HAVE_GPU)) && want py-tests; then
   shopt -s nullglob
@@ -363,11 +375,28 @@ if ((HAVE_GPU)) && want bench; then
   fi
   # Leave the whole suite at least 90 s when there is time for both.
   left=$(time_left)
-  cap=$((left > 330 ? left - 90 : left))
+  cap=$left
+  want all-tests && ((left > 330)) && cap=$((left - 90))
   contenders=meshtrain,llmc,pytorch
   ((BUILD_OK)) || contenders=llmc,pytorch
   run_step bench "$cap" env MT_BENCH_BUDGET_S="$((cap - 10))" scripts/bench_gpt2.sh --build-dir "$BUILD" \
     --out "$REPORT" --contenders "$contenders"
+fi
+if ((HAVE_GPU)) && want profile; then
+  if ((BUILD_OK)); then
+    run_step profile-meshtrain 150 bash -c "scripts/gpu_profile.sh --steps 3 --csv '$LOGS/kernels_meshtrain.csv' -- \
+      '$BUILD/trainer' --config configs/gpt2-124m.yaml --set train.steps=3 --set train.global_batch=16 \
+      --set train.micro_batch=16 --set run.dir=/tmp/mt-profile --set run.log_every=1 > '$REPORT/kernels_meshtrain.md'"
+  fi
+  llmc=$BUILD/bench-gpt2/llm.c
+  if scripts/bench_gpt2.sh --prepare-only --contenders llmc --build-dir "$BUILD" --out "$REPORT" \
+      >"$LOGS/profile_prepare.log" 2>&1 && [[ -x "$llmc/train_gpt2cu" ]]; then
+    run_step profile-llmc 120 bash -c "cd '$llmc' && '$ROOT/scripts/gpu_profile.sh' --steps 1 \
+      --nvtx-range 'Train step 1' --csv '$LOGS/kernels_llmc.csv' -- ./train_gpt2cu -i ../tokens.bin -j ../tokens.bin \
+      -e d12 -b 16 -t 1024 -d 16384 -x 2 -v 1000000 -m 1 -s 0 > '$REPORT/kernels_llmc.md'"
+  else
+    record profile-llmc skipped 0 "llm.c not built (logs/profile_prepare.log)"
+  fi
 fi
 if ((HAVE_GPU)) && want all-tests; then
   left=$(time_left)

@@ -1,7 +1,8 @@
 // GPU GELU forward and backward (kernels/gelu.h): a grid-stride loop over 16-byte packs when every pointer is
 // 16-byte aligned (then a scalar tail of fewer than one pack), else element by element. Each element is computed
-// in fp32 (fp64 for fp64) with the CPU's formula and rounded once; tanhf is CUDA's (within 2 ulp), where the CPU
-// uses Eigen's rational approximation, so fp32 results agree to a few ulp, not bitwise.
+// in fp32 (fp64 for fp64) with the CPU's formula (0.5 (1 + tanh u) as sigmoid(2u), which does not cancel for
+// u << 0) and rounded once; expf is CUDA's (within 2 ulp), the CPU's is Eigen's, so fp32 results agree to a few
+// ulp, not bitwise.
 #include "kernels/cuda/gelu_cuda.h"
 
 #include <cstdint>
@@ -15,19 +16,25 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float tanh_acc(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh_acc(double x) { return tanh(x); }
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+
+// sigmoid(2u) = 0.5 (1 + tanh u), u = k (x + c x^3).
+template <typename A>
+__device__ __forceinline__ A sigmoid_2u(A x) {
+  return A(1) / (A(1) + exp_acc(A(-2 * kSqrt2OverPi) * (x + A(kCubic) * x * x * x)));
+}
 
 template <typename A>
 __device__ __forceinline__ A gelu(A x) {
-  return A(0.5) * x * (A(1) + tanh_acc(A(kSqrt2OverPi) * (x + A(kCubic) * x * x * x)));
+  return x * sigmoid_2u(x);
 }
 
-// d/dx [0.5 x (1 + t)] = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x), t = tanh(u), u' = k (1 + 3 c x^2); times dy.
+// d/dx [x s] = s + 2 x s (1 - s) u'(x), s = sigmoid(2u), u' = k (1 + 3 c x^2); times dy.
 template <typename A>
 __device__ __forceinline__ A gelu_grad(A x, A dy) {
-  const A t = tanh_acc(A(kSqrt2OverPi) * (x + A(kCubic) * x * x * x));
-  return dy * (A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * (A(kSqrt2OverPi) * (A(1) + A(3 * kCubic) * x * x)));
+  const A s = sigmoid_2u(x);
+  return dy * s * (A(1) + A(2) * x * (A(1) - s) * (A(kSqrt2OverPi) * (A(1) + A(3 * kCubic) * x * x)));
 }
 
 // V = Pack<S>::kN (all pointers 16-byte aligned) or 1.
