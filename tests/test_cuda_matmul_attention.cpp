@@ -181,11 +181,20 @@ Tolerance attention_backward_tolerance(DType t) {
   }
 }
 
-void check_attention(int64_t B, int64_t T, int64_t NH, int64_t HS, DType dt, bool misaligned) {
+// meshtrain's flash-attention kernels, and cuDNN's fused attention where the build has it (16-bit, aligned).
+std::vector<GpuAttention> gpu_attention_impls() {
+  std::vector<GpuAttention> impls{GpuAttention::Own};
+  if (gpu_attention_has_cudnn()) impls.push_back(GpuAttention::Auto);
+  return impls;
+}
+
+void check_attention(int64_t B, int64_t T, int64_t NH, int64_t HS, DType dt, bool misaligned, GpuAttention impl) {
   const int64_t C = NH * HS;
   const DType acc = acc_dtype(dt);
   INFO("attention B " << B << " T " << T << " NH " << NH << " HS " << HS << ", " << dtype_name(dt)
-                      << (misaligned ? ", misaligned" : ""));
+                      << (misaligned ? ", misaligned" : "")
+                      << (impl == GpuAttention::Own ? ", meshtrain's kernels" : ", cuDNN where it applies"));
+  set_gpu_attention(impl);
   const Tensor qkv = host_normal({B, T, 3 * C}, dt, 31), dout = host_normal({B, T, C}, dt, 32);
 
   // CPU reference: probabilities [B, NH, T, T].
@@ -205,6 +214,7 @@ void check_attention(int64_t B, int64_t T, int64_t NH, int64_t HS, DType dt, boo
   attention_forward(g_out, g_lse, g_qkv, int(NH));
   attention_backward(g_dqkv, g_datt, g_dout, g_qkv, g_out, g_lse, int(NH));
   device_synchronize(Device::CUDA);
+  set_gpu_attention(GpuAttention::Auto);
 
   require_close(g_out, out, tolerance(dt), "out");
   require_close(g_dqkv, dqkv, attention_backward_tolerance(dt), "dqkv");
@@ -285,13 +295,14 @@ TEST_CASE("cuda attention: forward (out, log-sum-exp) and backward against the c
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64})
     for (const Dims& d : {Dims{1, 1, 2, 64}, Dims{2, 17, 3, 32}, Dims{2, 64, 4, 64}, Dims{1, 200, 2, 64},
                           Dims{2, 200, 4, 32}, Dims{1, 130, 3, 64}})
-      check_attention(d.B, d.T, d.NH, d.HS, dt, false);
+      for (GpuAttention impl : gpu_attention_impls()) check_attention(d.B, d.T, d.NH, d.HS, dt, false, impl);
 }
 
 TEST_CASE("cuda attention: other head sizes and misaligned views", "[cuda][attention]") {
-  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    check_attention(1, 77, 2, 16, dt, false);
-    check_attention(1, 77, 1, 128, dt, false);
-    check_attention(2, 70, 2, 64, dt, true);
-  }
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (GpuAttention impl : gpu_attention_impls()) {
+      check_attention(1, 77, 2, 16, dt, false, impl);
+      check_attention(1, 77, 1, 128, dt, false, impl);
+      check_attention(2, 70, 2, 64, dt, true, impl);
+    }
 }

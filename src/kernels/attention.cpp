@@ -30,6 +30,22 @@ void acc(const char* op, const Tensor& t, const char* name, const Tensor& qkv, c
 }
 }  // namespace
 
+void set_gpu_attention(GpuAttention impl) {
+#if MESHTRAIN_WITH_CUDA
+  gpu::allow_cudnn_attention(impl == GpuAttention::Auto);
+#else
+  (void)impl;
+#endif
+}
+
+bool gpu_attention_has_cudnn() {
+#if MESHTRAIN_WITH_CUDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
 Shape attention_record_shape(Device d, int64_t B, int64_t NH, int64_t T) {
   return d == Device::CUDA ? Shape{B, NH, T} : Shape{B, NH, T, T};
 }

@@ -17,6 +17,14 @@
 
 namespace mt::kernels {
 
+// The GPU's 16-bit attention: cuDNN's fused attention where the build has it (docs/cuda.md) and cuDNN takes the
+// shape and the pointers' alignment (Auto, the default), else meshtrain's own flash-attention kernels; Own: always
+// meshtrain's. Both keep the record above (cuDNN's softmax stats are the same log-sum-exp). Process-wide; the GPU
+// tests run both.
+enum class GpuAttention { Auto, Own };
+void set_gpu_attention(GpuAttention impl);
+bool gpu_attention_has_cudnn();  // this build has the cuDNN path
+
 // The shape of att and datt on device d: cpu {B, NH, T, T}; cuda {B, NH, T}.
 Shape attention_record_shape(Device d, int64_t B, int64_t NH, int64_t T);
 

@@ -21,10 +21,15 @@
 // Every kernel runs on compute_stream(), each launch followed by CUDA_LAUNCH_CHECK().
 #include <mma.h>
 
+#include <atomic>
 #include <cmath>
+#include <initializer_list>
 
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/common.cuh"
+#if MESHTRAIN_WITH_CUDNN
+#include "kernels/cuda/attention_cudnn.h"
+#endif
 
 namespace mt::kernels::gpu {
 namespace {
@@ -780,11 +785,31 @@ void run(bool forward, const Tensor& out, const Tensor& lse, const Tensor& qkv, 
   });
 }
 
+std::atomic<bool> g_allow_cudnn{true};
+
+// cuDNN takes 16-bit tensors whose every pointer is 16-byte aligned (C a multiple of 8 keeps each row so).
+bool on_cudnn(std::initializer_list<const Tensor*> tensors, int64_t B, int64_t T, int64_t C, int64_t NH) {
+#if MESHTRAIN_WITH_CUDNN
+  if (!g_allow_cudnn.load(std::memory_order_relaxed) || C % 8 != 0) return false;
+  for (const Tensor* t : tensors)
+    if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
+  return cudnn_attention_supported((*tensors.begin())->dtype(), B, T, C, NH);
+#else
+  (void)tensors, (void)B, (void)T, (void)C, (void)NH;
+  return false;
+#endif
+}
+
 }  // namespace
+
+void allow_cudnn_attention(bool allowed) { g_allow_cudnn.store(allowed); }
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH) {
   check_dims("attention_forward", B, T, C, NH);
+#if MESHTRAIN_WITH_CUDNN
+  if (on_cudnn({&qkv, &out, &lse}, B, T, C, NH)) return cudnn_attention_forward(out, lse, qkv, B, T, C, NH);
+#endif
   run(true, out, lse, qkv, Tensor(), Tensor(), Tensor(), B, T, C, NH);
 }
 
@@ -792,6 +817,10 @@ void attention_backward(const Tensor& dqkv, const Tensor& delta, const Tensor& d
                         const Tensor& out, const Tensor& lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
   check_dims("attention_backward", B, T, C, NH);
   if (B == 0 || T == 0) return;
+#if MESHTRAIN_WITH_CUDNN
+  if (on_cudnn({&qkv, &dqkv, &dout, &out, &lse}, B, T, C, NH))
+    return cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+#endif
   // D = rowsum(dO * O) first: both backward kernels read it.
   const int64_t rows = B * T * NH;
   const int warps_per_block = 8;

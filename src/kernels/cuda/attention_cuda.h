@@ -12,6 +12,10 @@ namespace mt::kernels::gpu {
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH);
 
+// Whether the 16-bit calls may run on cuDNN's fused attention (attention_cudnn.h; builds with cuDNN only): true by
+// default; false keeps them on the kernels of this file (kernels/attention.h: set_gpu_attention).
+void allow_cudnn_attention(bool allowed);
+
 // dqkv[B, T, 3C] (overwritten) from dout, qkv, the forward's out and lse; delta [B, NH, T] (accumulation dtype) is
 // scratch for D = rowsum(dout * out).
 void attention_backward(const Tensor& dqkv, const Tensor& delta, const Tensor& dout, const Tensor& qkv,

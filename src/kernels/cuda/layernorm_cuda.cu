@@ -19,6 +19,7 @@ constexpr int kWarp = 32;
 constexpr int kForwardRowsPerBlock = 8;  // 256 threads: a warp per row
 constexpr int kBackwardThreads = 512;    // 16 warps share one block's dweight/dbias partial sums
 constexpr size_t kMaxSharedBytes = 48 * 1024;
+constexpr int kMaxRegisterChunks = 4;    // rows up to 4 * 32 packs wide take layernorm_backward_registers_kernel
 
 __device__ __forceinline__ float rsqrt_acc(float x) { return 1.0f / sqrtf(x); }  // IEEE sqrt and divide, as the CPU
 __device__ __forceinline__ double rsqrt_acc(double x) { return 1.0 / sqrt(x); }
@@ -132,6 +133,75 @@ __global__ void layernorm_backward_kernel(S* dinp, acc_t<S>* dweight, acc_t<S>* 
   }
 }
 
+// Backward for rows of at most kChunks * 32 * V columns (GPT-2's 768 in bf16: 3 chunks): each lane owns the
+// columns lane * V + k * 32 * V (k < kChunks) of every row its warp visits, keeps its dout and x of the row in
+// registers (read once), and sums its dweight and dbias terms in registers over those rows. Only at the end do the
+// block's warps add their sums into shared memory (one atomicAdd per column per warp, not per row: per-row shared
+// atomics from 16 warps on the same columns were most of the time of layernorm_backward_kernel), then one global
+// atomicAdd per column per block. dinp is the same per-row arithmetic, in the same order, as that kernel.
+template <typename S, int V, int kChunks>
+__global__ void __launch_bounds__(256) layernorm_backward_registers_kernel(
+    S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout, const S* inp, const S* weight,
+    const acc_t<S>* mean, const acc_t<S>* rstd, int64_t N, int C) {
+  using A = acc_t<S>;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  A* part_w = reinterpret_cast<A*>(shared_bytes);
+  A* part_b = part_w + C;
+  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) part_w[i] = 0;
+  __syncthreads();
+
+  const int lane = threadIdx.x % kWarp;
+  const int warps = blockDim.x / kWarp;
+  A sum_w[kChunks][V] = {}, sum_b[kChunks][V] = {};
+  for (int64_t row = int64_t(blockIdx.x) * warps + threadIdx.x / kWarp; row < N;
+       row += int64_t(gridDim.x) * warps) {  // warp-uniform loop: the shuffles see every lane
+    const int64_t off = row * C;
+    const A m = mean[row], r = rstd[row];
+    A dy[kChunks][V], x[kChunks][V];
+    A sg = 0, sgx = 0;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int c = k * kWarp * V + lane * V;
+      if (c >= C) break;
+      A w[V];
+      load_n<V>(dy[k], dout + off + c), load_n<V>(x[k], inp + off + c), load_n<V>(w, weight + c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const A g = dy[k][i] * w[i];
+        sg += g;
+        sgx += g * (x[k][i] - m) * r;
+      }
+    }
+    const A mg = warp_sum(sg) / A(C), mgx = warp_sum(sgx) / A(C);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int c = k * kWarp * V + lane * V;
+      if (c >= C) break;
+      A w[V], dx[V];
+      load_n<V>(w, weight + c), load_n<V>(dx, dinp + off + c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        dx[i] += r * (dy[k][i] * w[i] - mg - (x[k][i] - m) * r * mgx);
+        sum_w[k][i] += dy[k][i] * (x[k][i] - m) * r;
+        sum_b[k][i] += dy[k][i];
+      }
+      store_n<V>(dinp + off + c, dx);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = k * kWarp * V + lane * V;
+    if (c >= C) break;
+#pragma unroll
+    for (int i = 0; i < V; ++i) atomicAdd(part_w + c + i, sum_w[k][i]), atomicAdd(part_b + c + i, sum_b[k][i]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {
+    atomicAdd(dweight + i, part_w[i]);
+    atomicAdd(dbias + i, part_b[i]);
+  }
+}
+
 int sm_count() {
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -168,7 +238,20 @@ void launch_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout,
   // A few blocks per SM: enough warps to hide latency, few enough that the per-block atomics stay cheap.
   const int blocks = static_cast<int>(std::min<int64_t>((N + warps - 1) / warps, int64_t(2) * sm_count()));
   const size_t shared = 2 * size_t(C) * sizeof(acc_t<S>);
-  if (shared <= kMaxSharedBytes)
+  const int chunks = (C + kWarp * V - 1) / (kWarp * V);
+  if (shared <= kMaxSharedBytes && chunks <= kMaxRegisterChunks) {
+    // 8 warps per block (the registers: 2 * kChunks * V sums and the row's dout and x per lane).
+    const int reg_blocks = static_cast<int>(std::min<int64_t>((N + 7) / 8, int64_t(4) * sm_count()));
+    auto launch = [&](auto kernel) {
+      kernel<<<reg_blocks, 256, shared, compute_stream()>>>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    };
+    switch (chunks) {
+      case 1: launch(layernorm_backward_registers_kernel<S, V, 1>); break;
+      case 2: launch(layernorm_backward_registers_kernel<S, V, 2>); break;
+      case 3: launch(layernorm_backward_registers_kernel<S, V, 3>); break;
+      default: launch(layernorm_backward_registers_kernel<S, V, 4>); break;
+    }
+  } else if (shared <= kMaxSharedBytes)
     layernorm_backward_kernel<S, V, true><<<blocks, kBackwardThreads, shared, compute_stream()>>>(
         dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   else
