@@ -289,6 +289,8 @@ CMAKE_ARGS=(
   -DMPI_C_LIB_NAMES=mpich -DMPI_mpich_LIBRARY="$PREFIX/$ARCH_LIB/libmpich.so"
   -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpiexec"
   -DNCCL_INCLUDE_DIR="$NCCL_INC" -DNCCL_LIBRARY="$NCCL_LIB"
+  # cuDNN (the Python package's) for the fused attention; the frontend headers come from .gpu-deps.
+  -DCUDNN_INCLUDE_DIR="$CUDNN_INC" -DCUDNN_LIBRARY="$CUDNN_LIB"
   # The script tests run with this machine's python3 (its torch and numpy), not /usr/bin/python3.
   -DMESHTRAIN_PYTHON="$(command -v python3)"
 )
@@ -300,7 +302,7 @@ if want configure; then
   if [[ -f "$BUILD/CMakeCache.txt" ]]; then
     echo "dependencies as configured:"
     keys='Eigen3_DIR|yaml-cpp_DIR|spdlog_DIR|fmt_DIR|Catch2_DIR|MPI_C_HEADER_DIR|MPI_mpich_LIBRARY|MPIEXEC_EXECUTABLE'
-    keys+='|NCCL_INCLUDE_DIR|NCCL_LIBRARY|BLAS_openblas_LIBRARY|CBLAS_INCLUDE_DIR|CMAKE_CUDA_COMPILER|CMAKE_CUDA_ARCHITECTURES'
+    keys+='|NCCL_INCLUDE_DIR|NCCL_LIBRARY|CUDNN_LIBRARY|CUDNN_FRONTEND_INCLUDE_DIR|BLAS_openblas_LIBRARY|CBLAS_INCLUDE_DIR|CMAKE_CUDA_COMPILER|CMAKE_CUDA_ARCHITECTURES'
     grep -E "^($keys):" \
       "$BUILD/CMakeCache.txt" | sed 's/^/  /'
   fi
