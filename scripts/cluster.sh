@@ -42,9 +42,10 @@ shape_host() {
   ip netns exec "$h" tc qdisc del dev eth0 root 2> /dev/null || true
   tc qdisc del dev "$h" root 2> /dev/null || true
   [[ $mbit == 0 ]] && return
-  # Burst: at least one 10 ms worth at the rate (tbf needs burst >= rate / HZ), and 32 KiB for small rates.
-  local burst=$(( mbit * 1000000 / 8 / 100 ))
-  (( burst < 32768 )) && burst=32768
+  # Burst 16 KiB: a real link has no token bucket, and tbf's lets a burst through at the veth's speed (a 128 KiB
+  # message took 0.47x its time at the rate with a 250 KB bucket). tbf times packets with high-resolution timers,
+  # so the old rule burst >= rate / HZ no longer applies; 4 KiB cost throughput (docs/multinode.md).
+  local burst=16384
   ip netns exec "$h" tc qdisc add dev eth0 root tbf rate "${mbit}mbit" burst "$burst" latency 100ms
   tc qdisc add dev "$h" root tbf rate "${mbit}mbit" burst "$burst" latency 100ms
 }

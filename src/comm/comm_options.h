@@ -38,6 +38,14 @@ struct LinkModel {
 };
 // The intra- or inter-node link of `opts`.
 LinkModel link_model(const CommOptions& opts, bool inter_node);
+// A node's link is shared: when a group spanning nodes has `on_node` of a node's `ranks_per_node` ranks, the node's
+// other ranks are in groups of the same shape (the mesh's other tp ranks, dp replicas or pipelines) that
+// communicate at the same moments, so ranks_per_node / on_node groups cross the node's link at once (at least 1).
+// Measured on real hosts: dp 2 across 2 hosts next to tp 2 inside each took twice the bandwidth term of one group
+// (docs/multinode.md, "The network model against the network").
+int node_link_sharers(int ranks_per_node, int on_node);
+// `link` with its bandwidth divided among `sharers` groups.
+LinkModel shared_link(LinkModel link, int sharers);
 
 enum class CommKind { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv, Barrier };
 const char* comm_kind_name(CommKind k);

@@ -29,6 +29,15 @@ LinkModel link_model(const CommOptions& o, bool inter_node) {
   return m;
 }
 
+int node_link_sharers(int ranks_per_node, int on_node) {
+  return ranks_per_node > 0 && on_node > 0 ? std::max(1, ranks_per_node / on_node) : 1;
+}
+
+LinkModel shared_link(LinkModel link, int sharers) {
+  link.beta_us_per_byte *= std::max(1, sharers);
+  return link;
+}
+
 const char* comm_kind_name(CommKind k) {
   switch (k) {
     case CommKind::AllReduce: return "all_reduce";

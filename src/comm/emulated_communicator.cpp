@@ -33,6 +33,9 @@ class EmulatedCommunicator : public Communicator {
     CHECK(static_cast<int>(node_of_.size()) == inner_->size(), "emulation of '{}': {} node ids for {} ranks",
           inner_->name(), node_of_.size(), inner_->size());
     spans_nodes_ = std::any_of(node_of_.begin(), node_of_.end(), [&](int n) { return n != node_of_[0]; });
+    const int mine = node_of_[inner_->rank()];
+    sharers_ = node_link_sharers(opts_.ranks_per_node,
+                                 static_cast<int>(std::count(node_of_.begin(), node_of_.end(), mine)));
     inner_->set_event_sink([this](const CommEvent& e) { on_inner_done(e); });
     timer_ = std::thread([this] {
       prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // complete handles on time, not 50 us late
@@ -100,7 +103,8 @@ class EmulatedCommunicator : public Communicator {
   double predict(CommKind kind, size_t bytes, int peer) const {
     const int p = size();
     const bool inter = peer >= 0 ? node_of_[peer] != node_of_[rank()] : spans_nodes_;
-    return predict_us(kind, static_cast<int64_t>(bytes), p, link_model(opts_, inter));
+    return predict_us(kind, static_cast<int64_t>(bytes), p,
+                      inter ? shared_link(link_model(opts_, true), sharers_) : link_model(opts_, false));
   }
 
   template <class Issue>
@@ -166,6 +170,7 @@ class EmulatedCommunicator : public Communicator {
   CommOptions opts_;
   std::vector<int> node_of_;
   bool spans_nodes_ = false;
+  int sharers_ = 1;  // groups crossing this rank's node link at once (node_link_sharers)
   std::shared_ptr<WaitStats> stats_;
 
   std::mutex m_;

@@ -16,9 +16,10 @@ NetModel::NetModel(const Config& cfg, const NetOptions& o) : net_(o) {
   opts_.inter_bandwidth_gbps = e.inter_bandwidth_gbps;
 }
 
-double NetModel::op_us(CommKind kind, int64_t bytes, int p, bool inter) const {
+double NetModel::op_us(CommKind kind, int64_t bytes, int p, bool inter, int sharers) const {
   if (p <= 1 && kind != CommKind::Send && kind != CommKind::Recv) return net_.op_overhead_us;
-  const double emulated = opts_.emulating() ? predict_us(kind, bytes, p, link_model(opts_, inter)) : 0.0;
+  const LinkModel link = inter ? shared_link(link_model(opts_, true), sharers) : link_model(opts_, false);
+  const double emulated = opts_.emulating() ? predict_us(kind, bytes, p, link) : 0.0;
   LinkModel shm;
   shm.alpha_us = net_.shm_latency_us;
   shm.beta_us_per_byte = 1e6 / (net_.shm_gbps * 1e9);
@@ -34,11 +35,20 @@ MeshLinks mesh_links(const Config& cfg, int world) {
   auto spans = [&](const std::vector<int>& ranks) {
     return std::any_of(ranks.begin(), ranks.end(), [&](int r) { return node(r) != node(ranks[0]); });
   };
+  // Groups crossing rank r's node link at once, for a group of r's that spans nodes (1 otherwise).
+  auto sharers = [&](const std::vector<int>& ranks, int r) {
+    if (!spans(ranks)) return 1;
+    const int on_node = static_cast<int>(std::count_if(ranks.begin(), ranks.end(), [&](int q) { return node(q) == node(r); }));
+    return node_link_sharers(k, on_node);
+  };
   MeshLinks l;
   l.pp.assign(std::max(0, pp - 1), false);
   for (int r = 0; r < world; ++r) {
     l.tp = l.tp || spans(mesh.group_members(MeshAxis::TP, r));
     l.dp = l.dp || spans(mesh.group_members(MeshAxis::DP, r));
+    l.tp_sharers = std::max(l.tp_sharers, sharers(mesh.group_members(MeshAxis::TP, r), r));
+    l.dp_sharers = std::max(l.dp_sharers, sharers(mesh.group_members(MeshAxis::DP, r), r));
+    l.pp_sharers = std::max(l.pp_sharers, sharers(mesh.group_members(MeshAxis::PP, r), r));
     const std::vector<int> stages = mesh.group_members(MeshAxis::PP, r);
     for (int s = 0; s + 1 < pp; ++s) l.pp[s] = l.pp[s] || node(stages[s]) != node(stages[s + 1]);
     if (pp > 1) l.emb = l.emb || node(stages.front()) != node(stages.back());

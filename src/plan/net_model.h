@@ -37,7 +37,8 @@ class NetModel {
   NetModel(const Config& cfg, const NetOptions& o);
   // One operation over p ranks of a group whose links are inter-node or not: max(emulated, real) + overhead
   // (the emulated delay includes the real operation; docs/comm.md). A group of one rank costs the overhead only.
-  double op_us(CommKind kind, int64_t bytes, int p, bool inter) const;
+  // `sharers`: groups crossing a node's link at once (node_link_sharers, comm/comm_options.h; inter only).
+  double op_us(CommKind kind, int64_t bytes, int p, bool inter, int sharers = 1) const;
   const CommOptions& comm() const { return opts_; }
 
  private:
@@ -49,6 +50,8 @@ class NetModel {
 struct MeshLinks {
   bool tp = false, dp = false, emb = false, world = false;
   std::vector<bool> pp;  // per stage boundary r -> r+1 (r = 0 .. pp-2)
+  // Groups of each kind crossing one node's link at once, where that kind spans nodes (node_link_sharers).
+  int tp_sharers = 1, dp_sharers = 1, pp_sharers = 1;
 };
 MeshLinks mesh_links(const Config& cfg, int world);
 

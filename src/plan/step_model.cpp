@@ -117,7 +117,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
       auto cost = [&](const std::vector<TpOp>& ops, double work_us) {
         PassCost pc;
         pc.work_us = work_us;
-        for (const TpOp& op : ops) pc.wall_us += net.op_us(op.kind, op.bytes, tp, links.tp) + sync;
+        for (const TpOp& op : ops) pc.wall_us += net.op_us(op.kind, op.bytes, tp, links.tp, links.tp_sharers) + sync;
         return pc;
       };
       StepPrediction::RankPasses& rp = out.ranks[r];
@@ -135,7 +135,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   for (int s = 0; s + 1 < S; ++s) {
     const int r = s % p;
     const bool inter = r + 1 < p ? links.pp[r] : links.emb;  // rank p-1 -> rank 0: the interleaved wrap-around
-    in.xfer_us.push_back(net.op_us(CommKind::Send, msg, 2, inter) + o.net.p2p_latency_us + sync);
+    in.xfer_us.push_back(net.op_us(CommKind::Send, msg, 2, inter, links.pp_sharers) + o.net.p2p_latency_us + sync);
   }
   const std::vector<TimelineRank> tl = simulate_timeline(in);
 
@@ -176,10 +176,11 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
       const double s0 = tl[r].final_start[c], s1 = tl[r].final_end[c];
       for (const Bucket& b : buckets) {
         const double dur = net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
-                                     b.numel() * int64_t(wire), dp, links.dp);
+                                     b.numel() * int64_t(wire), dp, links.dp, links.dp_sharers);
         if (zero) {
           state_numel[r] += double(shard_range(b.numel(), dp, 0).size());
-          gather[r] += net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(dt)), dp, links.dp);
+          gather[r] += net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(dt)), dp, links.dp,
+                            links.dp_sharers);
         }
         double at = -1;
         if (cfg.comm.overlap)
