@@ -1,8 +1,8 @@
 // The planner's pieces (src/plan/): the enumeration of layouts against a hand count and against every candidate
 // the trainer's validate() accepts; the byte mirrors of the model's arena allocations against the real
 // allocations (exact: the memory model is built from them); the schedule's record counts against the schedule
-// simulator's; and the timeline simulation against the schedule simulator's makespan with unit costs (exact),
-// plus its sharing of cores. Whole-program checks (memory against run.dir/memory.json, JSON, exit status) are
+// simulator's; the timeline simulation against the schedule simulator's makespan with unit costs (exact),
+// plus its sharing of cores; and the network model's sharing of a node's link. Whole-program checks (memory against run.dir/memory.json, JSON, exit status) are
 // in tests/py/test_planner.py.
 #include <catch2/catch.hpp>
 
@@ -19,6 +19,7 @@
 #include "parallel/schedule.h"
 #include "plan/activation_bytes.h"
 #include "plan/layout.h"
+#include "plan/net_model.h"
 #include "plan/null_communicator.h"
 #include "plan/schedule_usage.h"
 #include "plan/timeline.h"
@@ -280,4 +281,33 @@ TEST_CASE("a layout applies its keys and describes itself", "[planner]") {
   std::string why;
   CHECK_FALSE(layout_valid(c, Layout{3, 1, 1, PipelineSchedule::OneFOneB, 1, 1, 0}, 3, &why));
   CHECK(why.find("global_batch") != std::string::npos);
+}
+
+TEST_CASE("network model: a node's link is shared by the groups that cross it at once", "[planner]") {
+  CHECK(node_link_sharers(0, 1) == 1);  // no nodes
+  CHECK(node_link_sharers(2, 2) == 1);  // dp 4 over 2 x 2: one group, two of its ranks on each node
+  CHECK(node_link_sharers(2, 1) == 2);  // dp 2 across next to tp 2 inside: two groups cross each node's link
+  CHECK(node_link_sharers(8, 2) == 4);
+  const LinkModel l = shared_link(LinkModel{50, 0.04}, 2);
+  CHECK(l.alpha_us == 50);  // the latency is not shared, the bandwidth is
+  CHECK(l.beta_us_per_byte == Approx(0.08));
+
+  // 4 ranks, 2 per node (the layouts of bench/bench_network_model.py; order tp-dp-pp).
+  Config c = tiny();
+  c.comm.emulate.ranks_per_node = 2;
+  auto links = [&](int dp, int tp, int pp) {
+    Config a = c;
+    a.parallel.dp = dp, a.parallel.tp = tp, a.parallel.pp = pp;
+    return mesh_links(a, 4);
+  };
+  const MeshLinks dp4 = links(4, 1, 1), tp2dp2 = links(2, 2, 1), pp2dp2 = links(2, 1, 2);
+  CHECK((dp4.dp && dp4.dp_sharers == 1));
+  CHECK((!tp2dp2.tp && tp2dp2.dp && tp2dp2.dp_sharers == 2));
+  CHECK((!pp2dp2.dp && pp2dp2.pp[0] && pp2dp2.pp_sharers == 2));
+  // The planner's cost of the shared dp all-reduce: the bandwidth term doubles, the latency does not.
+  c.comm.emulate.inter_latency_us = 100, c.comm.emulate.inter_bandwidth_gbps = 0.025;
+  const NetModel net(c, NetOptions{});
+  const double alone = net.op_us(CommKind::AllReduce, 1 << 20, 2, true, 1);
+  const double shared = net.op_us(CommKind::AllReduce, 1 << 20, 2, true, 2);
+  CHECK(shared - alone == Approx(double(1 << 20) * 1e6 / 0.025e9));  // 2 (p-1) n/p beta more, p = 2
 }
