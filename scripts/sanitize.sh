@@ -20,7 +20,10 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 mkdir -p "$B"
 targets=()
 for f in tests/test_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
-if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_CUDA=OFF &&
+# -O1 -g1 (the optimisation ASan's documentation recommends, and line tables for the reports' stack traces): the
+# build takes 7 minutes on 2 cores instead of RelWithDebInfo's (-O2 -g) 15.5, and the tests take the same 60 s.
+if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+         -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_CUDA=OFF &&
        cmake --build "$B" -j2 --target "${targets[@]}"; } >"$B/build.log" 2>&1; then
   grep -E -A5 "error|Error" "$B/build.log" | head -80 >&2
   echo "sanitize: the build failed; the whole log is $B/build.log" >&2
