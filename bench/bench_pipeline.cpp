@@ -1,7 +1,8 @@
 // Pipeline bubbles, speed-up and activation memory per schedule, measured against theory and against a
 // one-rank baseline in the same run.
 // Run: mpiexec -n 2 build/bench/bench_pipeline [--steps 12] [--layers 8] [--d-model 128] [--micro-batch 2]
-//        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0]  (p = the number of ranks)
+//        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0]
+//        [--thread-priority auto|realtime|normal]  (p = the number of ranks)
 // --pin 1 (the default, as the trainer's train.pin_threads): each rank's compute thread on a core of its own when
 // the ranks fit the cores; 0: the OS places them.
 //
@@ -33,6 +34,8 @@
 // caches and memory bandwidth, and speed-up ~ p (1 - bubble) / work); and the peak activation memory per stage.
 // --backend sets the pipeline communicator's transport: shm (shared memory, threads sleep on futexes; the
 // default), mpi-poll (MPI, nonblocking calls polled with back-off), mpi-block (MPI, blocking calls that spin).
+// --thread-priority as the trainer's comm.thread_priority: auto (the default) gives the shared-memory transport's
+// threads real-time priority where the OS permits it, realtime requires it, normal never.
 #include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
@@ -51,6 +54,7 @@
 
 #include "bench_timing.h"
 #include "comm/make_communicator.h"
+#include "comm/realtime_threads.h"
 #include "comm/mpi_init.h"
 #include "core/threads.h"
 #include "model/pipeline_chunks.h"
@@ -130,7 +134,7 @@ std::string cpu_model() {
   if (rank == 0)
     std::fprintf(stderr, "bench_pipeline: %s\nusage: mpiexec -n P bench_pipeline [--steps 12] [--layers 8] "
                  "[--d-model 128] [--micro-batch 2] [--seq 64] [--micro-batches 4,8] "
-                 "[--backend shm|mpi-poll|mpi-block] [--pin 1|0]\n", why);
+                 "[--backend shm|mpi-poll|mpi-block] [--pin 1|0] [--thread-priority auto|realtime|normal]\n", why);
   MPI_Finalize();
   std::exit(2);
 }
@@ -143,7 +147,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   int steps = 12, layers_total = 8, d_model = 128, B = 2, T = 64;
-  std::string ms_arg = "4,8", backend = "shm";
+  std::string ms_arg = "4,8", backend = "shm", priority = "auto";
   bool pin = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
     else if (a == "--micro-batches") ms_arg = v;
     else if (a == "--backend") backend = v;
     else if (a == "--pin") pin = std::atoi(v) != 0;
+    else if (a == "--thread-priority") priority = v;
     else usage(rank, ("unknown option " + a).c_str());
   }
   std::vector<int> ms;
@@ -177,6 +182,13 @@ int main(int argc, char** argv) {
   } else {
     usage(rank, "--backend must be shm, mpi-poll or mpi-block");
   }
+  if (priority != "auto" && priority != "realtime" && priority != "normal")
+    usage(rank, "--thread-priority must be auto, realtime or normal");
+  std::string why;
+  opts.realtime_threads = priority != "normal" && realtime_threads_permitted(&why);
+  if (priority == "realtime" && !opts.realtime_threads) usage(rank, ("real-time threads refused: " + why).c_str());
+  if (rank == 0)
+    std::printf("communication threads: %s\n", opts.realtime_threads ? "real-time" : "normal priority");
   set_compute_threads(1);
   {
     DeviceMesh mesh(1, 1, p, "tp-dp-pp", p, rank);

@@ -21,6 +21,9 @@ struct CommOptions {
   // The MPI transport only (comm.wait): true: collectives are blocking MPI calls, which spin while a peer is late;
   // false: nonblocking calls polled with back-off, which leave the cores to compute.
   bool blocking_waits = false;
+  // comm.thread_priority, as the trainer resolved it: the threads that never spin (shared-memory transport, network
+  // emulation, hierarchical worker) run under SCHED_FIFO priority 1 (realtime_threads.h).
+  bool realtime_threads = false;
 
   bool emulating() const {
     return latency_us > 0 || bandwidth_gbps > 0 || inter_latency_us > 0 || inter_bandwidth_gbps > 0;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "comm/comm_work.h"
+#include "comm/realtime_threads.h"
 #include "core/check.h"
 
 namespace mt {
@@ -38,6 +39,7 @@ class EmulatedCommunicator : public Communicator {
                                  static_cast<int>(std::count(node_of_.begin(), node_of_.end(), mine)));
     inner_->set_event_sink([this](const CommEvent& e) { on_inner_done(e); });
     timer_ = std::thread([this] {
+      enter_comm_thread(opts_.realtime_threads);  // it completes handles: late wake-ups would lengthen every operation
       prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // complete handles on time, not 50 us late
       run_timer();
     });

@@ -32,6 +32,7 @@
 #include "comm/comm_util.h"
 #include "comm/comm_work.h"
 #include "comm/make_communicator.h"
+#include "comm/realtime_threads.h"
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/errors.h"
@@ -181,7 +182,10 @@ class HierarchicalCommunicator : public Communicator {
       if (c) c->set_event_sink([this](const CommEvent& e) {
         if (sink_) sink_(e);
       });
-    worker_ = std::thread([this] { run(); });
+    worker_ = std::thread([this, realtime = opts.realtime_threads] {
+      enter_comm_thread(realtime);
+      run();
+    });
     worker_handle_ = worker_.native_handle();
   }
 

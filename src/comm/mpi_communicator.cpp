@@ -56,7 +56,7 @@ class MpiCommunicator : public QueuedCommunicator {
           name, level);
     mpi_type(DType::BF16);  // creates the 16-bit types on this thread, before the communication thread runs
     MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-    start(&bell_);
+    start(&bell_, false);  // MPI polls or spins: never real-time (realtime_threads.h)
   }
 
   ~MpiCommunicator() override {

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "comm/futex.h"
+#include "comm/realtime_threads.h"
 #include "core/check.h"
 #include "core/dtype.h"
 
@@ -16,9 +17,10 @@ QueuedCommunicator::QueuedCommunicator(const std::string& name, int rank, int si
     : opts_(opts), rank_(rank), size_(size), max_elements_(max_elements),
       stats_(make_wait_stats(name, opts.timeout_s)) {}
 
-void QueuedCommunicator::start(std::atomic<uint32_t>* bell) {
+void QueuedCommunicator::start(std::atomic<uint32_t>* bell, bool realtime) {
   bell_ = bell;
-  thread_ = std::thread([this] {
+  thread_ = std::thread([this, realtime] {
+    enter_comm_thread(realtime);
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // short sleeps (MPI polling) must not be rounded up to 50 us
     run();
   });

@@ -64,7 +64,8 @@ class QueuedCommunicator : public Communicator {
   QueuedCommunicator(const std::string& name, int rank, int size, const CommOptions& opts, int64_t max_elements);
   // The derived constructor calls start() last and the derived destructor stop() first: stop() runs every queued
   // operation, completes every send and receive, and joins the thread.
-  void start(std::atomic<uint32_t>* bell);
+  // realtime: the thread takes real-time priority (only a transport whose thread never spins asks for it).
+  void start(std::atomic<uint32_t>* bell, bool realtime);
   void stop();
 
   // ---- transport hooks

@@ -144,7 +144,7 @@ class ShmCommunicator : public QueuedCommunicator {
     MPI_CHECK(MPI_Barrier(comm_));  // every segment is initialised before any thread looks at it
     messages_ = std::make_unique<ShmMessages>(window_, rank, size, name,
                                               [this](Op& op, double start_us) { finish(op, start_us); });
-    start(&window_.control(rank).bell);
+    start(&window_.control(rank).bell, opts.realtime_threads);
   }
 
   ~ShmCommunicator() override {

@@ -49,6 +49,13 @@ inline const auto& enum_names(CommWait) {
       {CommWait::Auto, "auto"}, {CommWait::Poll, "poll"}, {CommWait::Block, "block"}};
   return names;
 }
+enum class CommThreadPriority : uint8_t { Auto, Realtime, Normal };  // comm.thread_priority
+inline const auto& enum_names(CommThreadPriority) {
+  static constexpr EnumName<CommThreadPriority> names[] = {{CommThreadPriority::Auto, "auto"},
+                                                           {CommThreadPriority::Realtime, "realtime"},
+                                                           {CommThreadPriority::Normal, "normal"}};
+  return names;
+}
 // The dtypes precision.compute and precision.grad_reduce accept (a few of DType's), named as dtype_name names them.
 inline const auto& compute_dtype_names() {
   static constexpr EnumName<DType> names[] = {{DType::F32, "fp32"}, {DType::BF16, "bf16"}, {DType::F16, "fp16"}};
@@ -148,6 +155,8 @@ struct CommConfig {
   // inside (docs/comm.md).
   bool hierarchical = false;
   CommWait wait = CommWait::Auto;  // how communication threads wait for peers (docs/comm.md)
+  // Real-time priority for the communication threads that never spin (comm/realtime_threads.h).
+  CommThreadPriority thread_priority = CommThreadPriority::Auto;
   double timeout_s = 300;
   EmulateConfig emulate;
   // comm.adapt (docs/adaptive.md): a controller picks the bucket size within [adapt_bucket_mb_min, _max] and, among

@@ -16,6 +16,7 @@
 #include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 #include "comm/nccl_communicator.h"
+#include "comm/realtime_threads.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/threads.h"
@@ -74,6 +75,27 @@ std::string transport_description(const CommOptions& o) {
 bool blocking_waits(const CommConfig& c, int ranks_on_node, int threads_per_rank) {
   if (c.wait != CommWait::Auto) return c.wait == CommWait::Block;
   return ranks_on_node * threads_per_rank <= omp_get_num_procs();
+}
+
+// comm.thread_priority: whether the communication threads that never spin run real-time (comm/realtime_threads.h).
+// auto takes it where the OS permits it; realtime refuses to start without it. Collective over the world, so that a
+// refusal on one node ends the job on every rank (exit 2) instead of leaving the others waiting for it.
+bool realtime_comm_threads(CommThreadPriority want, int local_rank) {
+  if (want == CommThreadPriority::Normal) return false;
+  std::string why;
+  const int mine = realtime_threads_permitted(&why) ? 1 : 0;
+  int all = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (want == CommThreadPriority::Realtime && !all)
+    input_error("comm.thread_priority=realtime: {}", mine ? "another rank's node refuses real-time threads"
+                : fmt::format("this process may not run real-time threads ({}); grant CAP_SYS_NICE or an rtprio "
+                              "limit of at least 1 (ulimit -r, docs/comm.md), or set comm.thread_priority=auto",
+                              why));
+  if (!mine && local_rank == 0)
+    spdlog::warn("comm.thread_priority=auto: real-time threads refused on this node ({}); communication threads run "
+                 "at normal priority, and hide less of the communication when every core computes (docs/comm.md)",
+                 why);
+  return mine;
 }
 
 // comm.backend for the host transports: shm and mpi force one; auto (and nccl, for the communicators NCCL does not
@@ -172,10 +194,11 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                    Profiler& prof, const CommOptions& copts, int threads) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
-  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}", mesh.describe(),
+  spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}{}", mesh.describe(),
                name_of(cfg.device),
                cfg.device == Device::CUDA ? fmt::format(" (GPU {} of this node)", cuda_device_index()) : "", threads,
                nccl ? "nccl" : transport_description(copts),
+               copts.realtime_threads ? " (real-time threads)" : "",
                copts.emulating() ? fmt::format(", emulated network {} us / {} GB/s", copts.latency_us,
                                                copts.bandwidth_gbps)
                                  : "");
@@ -313,7 +336,8 @@ void run_training(const Config& cfg) {
                 "comm.backend=mpi)", on_node, cuda_device_count());
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
-  const CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads), gpu);
+  CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads), gpu);
+  copts.realtime_threads = realtime_comm_threads(cfg.comm.thread_priority, node.local_rank);
   // Declared before the communicators: their threads report into these until they are destroyed.
   CommTimeline timeline;
   Profiler prof(cfg.run.profile);

@@ -1,0 +1,24 @@
+// Real-time scheduling for the communication threads that never spin (comm.thread_priority, docs/comm.md "Waiting
+// without taking a core"). Why: when every core computes, a communication thread woken for a collective waits
+// behind the compute threads for its turn, and a collective needs every rank's thread several times (arrival,
+// each round's barriers), so on 4 ranks sharing 2 cores each gradient bucket started milliseconds late and the
+// dp all-reduce hid a third of its time instead of three quarters. SCHED_FIFO (priority 1, the lowest real-time
+// one) lets such a wake-up preempt compute at once. Only threads that sleep whenever they wait get it: the
+// shared-memory transport's, the network emulation's timer and the hierarchical all-reduce's worker. The MPI
+// transport's threads poll or spin inside MPI, and a spinning real-time thread would take its core from compute.
+#pragma once
+#include <string>
+
+namespace mt {
+
+// Whether this process may run threads under SCHED_FIFO priority 1: root's CAP_SYS_NICE, or an RLIMIT_RTPRIO of
+// at least 1 (`ulimit -r`, limits.conf `rtprio`, `docker run --cap-add SYS_NICE` or `--ulimit rtprio=1`), and no
+// cgroup that forbids real-time threads. Found by trying it once on a short-lived thread; on refusal `why` (if
+// given) gets the reason.
+bool realtime_threads_permitted(std::string* why = nullptr);
+
+// First thing on a communication thread: SCHED_FIFO priority 1 when `realtime` (the trainer has checked that it is
+// permitted; should the OS refuse anyway, the thread keeps its normal priority), else nothing.
+void enter_comm_thread(bool realtime);
+
+}  // namespace mt
