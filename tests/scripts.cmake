@@ -117,3 +117,9 @@ add_test(NAME slurm_cluster
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_slurm_cluster.py $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/slurm_cluster)
 set_tests_properties(slurm_cluster PROPERTIES TIMEOUT 600 PROCESSORS 2 SKIP_RETURN_CODE 77 RESOURCE_LOCK host_network)
+
+# comm.thread_priority: real-time communication threads where permitted, a clear refusal where required and denied.
+add_test(NAME thread_priority
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_thread_priority.py ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/thread_priority)
+set_tests_properties(thread_priority PROPERTIES TIMEOUT 300 PROCESSORS 2)

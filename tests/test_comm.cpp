@@ -4,13 +4,18 @@
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <sched.h>
+
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "comm/make_communicator.h"
+#include "comm/realtime_threads.h"
 #include "comm/shm_communicator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -448,4 +453,37 @@ TEST_CASE("shared memory: a receive posted after its message arrived, and a coll
   for (int64_t i = 0; i < 5000; ++i) bad += get(got, i) != static_cast<float>((r + p - 1) % p + i % 50);
   for (int64_t i = 0; i < 100; ++i) bad += get(t, i) != expected(ReduceOp::Sum, p, i);
   CHECK(bad == 0);
+}
+
+TEST_CASE("real-time threads: the shared-memory transport and the emulation take them when asked, MPI's thread never") {
+  if (!realtime_threads_permitted()) {
+    // The same answer on every rank of one machine: all of them leave the case together.
+    WARN("this process may not run real-time threads: only that the refusal is reported is checked");
+    std::string why;
+    CHECK_FALSE(realtime_threads_permitted(&why));
+    CHECK_FALSE(why.empty());
+    return;
+  }
+  // Threads of this process under SCHED_FIFO; a communicator's threads have set their policy once an operation
+  // through it has completed (the queue's thread ran it, the emulation's timer completed it).
+  const auto fifo_threads = [] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+      n += sched_getscheduler(std::stoi(e.path().filename().string())) == SCHED_FIFO;
+    return n;
+  };
+  const int before = fifo_threads();
+  const auto threads_with = [&](Transport t, bool realtime, bool emulated) {
+    CommOptions o = test_opts(t);
+    o.realtime_threads = realtime;
+    if (emulated) o.latency_us = 1;
+    auto c = world(o, "rt");
+    c->barrier();
+    return fifo_threads() - before;
+  };
+  CHECK(threads_with(Transport::Shm, true, false) == 1);
+  CHECK(threads_with(Transport::Shm, true, true) == 2);
+  CHECK(threads_with(Transport::Shm, false, true) == 0);
+  CHECK(threads_with(Transport::Mpi, true, true) == 1);  // the emulation's timer; MPI's own thread polls
+  CHECK(threads_with(Transport::Mpi, false, false) == 0);
 }

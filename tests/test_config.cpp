@@ -490,7 +490,8 @@ TEST_CASE("to_yaml round-trips every key") {
       "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
       "data.val_path='123'", "data.order=shuffle", "data.synthetic_tokens=9000000000", "data.val_fraction=0.25",
       "comm.bucket_mb=0.5", "comm.overlap=false", "comm.compress=bf16",
-      "comm.topk_fraction=0.05", "comm.powersgd_rank=2", "comm.hierarchical=true", "comm.wait=block", "comm.timeout_s=12.5",
+      "comm.topk_fraction=0.05", "comm.powersgd_rank=2", "comm.hierarchical=true", "comm.wait=block",
+      "comm.thread_priority=normal", "comm.timeout_s=12.5",
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5",
       "comm.emulate.schedule='5:1.5:20, 9:3:10'", "run.dir=\" lead space\"",
@@ -579,6 +580,8 @@ TEST_CASE("every enum key round-trips each of its names, and refuses others nami
       {"comm.compress", {"none", "bf16", "int8", "topk", "powersgd"},
        [](const Config& c) { return int(c.comm.compress); }},
       {"comm.wait", {"auto", "poll", "block"}, [](const Config& c) { return int(c.comm.wait); }},
+      {"comm.thread_priority", {"auto", "realtime", "normal"},
+       [](const Config& c) { return int(c.comm.thread_priority); }},
       {"device", {"cpu", "cuda"}, [](const Config& c) { return int(c.device); }},
   };
   // What some values need besides, so that load_config's validation passes.
