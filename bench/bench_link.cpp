@@ -4,6 +4,12 @@
 //   ping      a 4-byte message from the first rank to the last and back: the link's latency (half the round trip)
 //   message   a --msg-bytes message from the first rank to the last (half of a ping-pong round trip)
 //   all_reduce  --bytes of fp32, summed over every rank
+//   exchange 1  rank 0 and rank size/2 (the first rank of the second host) swap --bytes messages, both directions
+//               at once: one flow per direction of the link, as a 2-rank all-reduce across hosts sends
+//   exchange P  every rank r < size/2 swaps --bytes with r + size/2, all at once: size/2 flows per direction share
+//               the host's link (the prediction divides the bandwidth among them, comm_options.h shared_link), as
+//               the dp groups of tp 2 x dp 2 do
+//   all_reduce P  the same pairs all-reduce --bytes at once, each pair its own communicator: tp 2 x dp 2's dp groups
 // and prints each beside comm.emulate's alpha-beta prediction (comm/comm_options.h, predict_us) for the link
 // --latency-us / --bandwidth-gbps, the inter-node link of the planner and the emulation. Median of --iters
 // repetitions after one warm-up; rank 0 prints.
@@ -95,6 +101,30 @@ int main(int argc, char** argv) {
     Tensor grad = Tensor::empty({bytes / 4}, DType::F32);
     std::fill_n(grad.data_as<float>(), grad.numel(), 1.0f);
     const double ar_ms = timed([&] { comm->all_reduce(grad, ReduceOp::Sum); });
+    // Swaps with the rank half a world away, by every rank below `pairs` and its peer; the others only time.
+    const int half = size / 2;
+    Tensor out = Tensor::empty({bytes / 4}, DType::F32), in = Tensor::empty({bytes / 4}, DType::F32);
+    std::fill_n(out.data_as<float>(), out.numel(), 1.0f);
+    auto exchange = [&](int pairs) {
+      return timed([&] {
+        const int peer = rank < half ? rank + half : rank - half;
+        if (half > 0 && (rank % half) < pairs) {
+          WorkPtr s = comm->send_async(out, peer, 3);
+          WorkPtr r = comm->recv_async(in, peer, 3);
+          s->wait();
+          r->wait();
+        }
+      });
+    };
+    const double one_ms = exchange(1), all_ms = exchange(half);
+    MPI_Comm pair_comm;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % std::max(1, half), rank, &pair_comm);
+    double pairs_ar_ms = 0;
+    {
+      auto pair = make_communicator(pair_comm, "pair", opts);
+      pairs_ar_ms = timed([&] { pair->all_reduce(grad, ReduceOp::Sum); });
+    }
+    MPI_Comm_free(&pair_comm);
     if (rank == 0) {
       std::printf("link model: alpha %.1f us, %.4f GB/s; %d ranks\n", link.alpha_us, bandwidth_gbps, size);
       std::printf("%-10s %12s %5s %12s %12s %8s\n", "op", "bytes", "ranks", "measured_ms", "predicted_ms", "ratio");
@@ -105,6 +135,11 @@ int main(int argc, char** argv) {
       row("ping", 4, 2, ping_ms, predict_us(CommKind::Send, 4, 2, link) * 1e-3);
       row("message", msg_bytes, 2, msg_ms, predict_us(CommKind::Send, msg_bytes, 2, link) * 1e-3);
       row("all_reduce", bytes, size, ar_ms, predict_us(CommKind::AllReduce, bytes, size, link) * 1e-3);
+      row("exchange 1", bytes, 2, one_ms, predict_us(CommKind::Send, bytes, 2, link) * 1e-3);
+      row(("exchange " + std::to_string(half)).c_str(), bytes, size, all_ms,
+          predict_us(CommKind::Send, bytes, 2, shared_link(link, half)) * 1e-3);
+      row(("all_reduce " + std::to_string(half)).c_str(), bytes, size, pairs_ar_ms,
+          predict_us(CommKind::AllReduce, bytes, 2, shared_link(link, half)) * 1e-3);
     }
   }
   return finalize_mpi(0);

@@ -1,11 +1,11 @@
 // Real-time scheduling for the communication threads that never spin (comm.thread_priority, docs/comm.md "Waiting
 // without taking a core"). Why: when every core computes, a communication thread woken for a collective waits
 // behind the compute threads for its turn, and a collective needs every rank's thread several times (arrival,
-// each round's barriers), so on 4 ranks sharing 2 cores each gradient bucket started milliseconds late and the
-// dp all-reduce hid a third of its time instead of three quarters. SCHED_FIFO (priority 1, the lowest real-time
-// one) lets such a wake-up preempt compute at once. Only threads that sleep whenever they wait get it: the
-// shared-memory transport's, the network emulation's timer and the hierarchical all-reduce's worker. The MPI
-// transport's threads poll or spin inside MPI, and a spinning real-time thread would take its core from compute.
+// each round's barriers): on 4 ranks sharing 2 cores, gradient buckets started up to 20 ms after their last rank
+// had issued them. SCHED_FIFO (priority 1, the lowest real-time one) lets such a wake-up preempt compute at once.
+// Only threads that sleep whenever they wait get it: the shared-memory transport's, the network emulation's timer
+// and the hierarchical all-reduce's worker. The MPI transport's threads poll or spin inside MPI, and a spinning
+// real-time thread would take its core from compute.
 #pragma once
 #include <string>
 
