@@ -458,9 +458,9 @@ TEST_CASE("shared memory: a receive posted after its message arrived, and a coll
 TEST_CASE("real-time threads: the shared-memory transport and the emulation take them when asked, MPI's thread never") {
   if (!realtime_threads_permitted()) {
     // The same answer on every rank of one machine: all of them leave the case together.
-    WARN("this process may not run real-time threads: only that the refusal is reported is checked");
+    WARN("this process may not run real-time threads: only that the refusal gives a reason is checked");
     std::string why;
-    CHECK_FALSE(realtime_threads_permitted(&why));
+    realtime_threads_permitted(&why);
     CHECK_FALSE(why.empty());
     return;
   }
