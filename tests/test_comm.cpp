@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "comm/make_communicator.h"
+#include "comm/mpi_types.h"
 #include "comm/realtime_threads.h"
 #include "comm/shm_communicator.h"
 #include "core/dtype.h"
@@ -119,6 +121,35 @@ TEST_CASE("all_reduce: exact sums, averages and maxima for fp32, bf16, fp16 at u
         INFO("dtype " << dtype_name(dt) << " op " << int(op) << " n " << n);
         CHECK(bad == 0);
       }
+}
+
+TEST_CASE("MPI transport in groups of two: its one-exchange all-reduce gives MPICH's own bits on both ranks") {
+  // Inexact values (every sum rounds) in pairs of ranks, large enough for MPICH's rendezvous protocol: the
+  // exchange must round exactly as MPI_Allreduce does, or layouts with dp groups of two would drift.
+  const int world_size = [] { int s = 0; MPI_Comm_size(MPI_COMM_WORLD, &s); return s; }();
+  const int world_rank = [] { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }();
+  if (world_size < 2) return;
+  MPI_Comm pair;  // {0, 1}, {2, 3}, ...; an odd last rank alone
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank / 2, world_rank, &pair);
+  auto c = make_communicator(pair, "pair", test_opts(Transport::Mpi));
+  const int64_t n = 300001;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      Tensor mine = Tensor::empty({n}, dt), theirs = Tensor::empty({n}, dt);
+      for (int64_t i = 0; i < n; ++i) set(mine, i, std::sin(0.37 * double(i) + 1.3 * world_rank) * 1e3 / (1 + i % 97));
+      copy_convert(theirs, mine);
+      c->all_reduce(mine, op);
+      MPI_Allreduce(MPI_IN_PLACE, theirs.data(), int(n), mpi_type(dt), mpi_op(dt, op), pair);
+      uint32_t digest = 0;  // the ranks of a pair hold the same bits
+      for (int64_t i = 0; i < n; ++i) digest = digest * 31u + uint32_t(get(mine, i) * 64.0);
+      uint32_t peer = digest;
+      MPI_Allreduce(MPI_IN_PLACE, &peer, 1, MPI_UINT32_T, MPI_BXOR, pair);
+      INFO("dtype " << dtype_name(dt) << " op " << int(op) << " group of " << c->size());
+      CHECK(std::memcmp(mine.data(), theirs.data(), mine.nbytes()) == 0);
+      CHECK(peer == (c->size() == 2 ? 0u : digest));
+    }
+  c.reset();
+  MPI_Comm_free(&pair);
 }
 
 TEST_CASE("reduce_scatter gives each rank its shard, and all_gather of the shards equals all_reduce") {

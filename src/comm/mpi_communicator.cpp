@@ -56,6 +56,7 @@ class MpiCommunicator : public QueuedCommunicator {
           name, level);
     mpi_type(DType::BF16);  // creates the 16-bit types on this thread, before the communication thread runs
     MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+    MPI_CHECK(MPI_Comm_dup(comm, &exchange_comm_));  // its own matching space: no user send can match its messages
     start(&bell_, false);  // MPI polls or spins: never real-time (realtime_threads.h)
   }
 
@@ -63,7 +64,7 @@ class MpiCommunicator : public QueuedCommunicator {
     stop();
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (!finalized) MPI_Comm_free(&comm_), MPI_Comm_free(&exchange_comm_);
   }
 
  private:
@@ -138,21 +139,27 @@ class MpiCommunicator : public QueuedCommunicator {
     return progressed;
   }
 
-  // Completes the collective just started: a blocking call (rc only) is done; a nonblocking one (req_) is
-  // polled with MPI_Test, spinning (yielding) for 1 ms plus the time the payload takes at 1 GB/s, since MPICH
-  // advances a nonblocking collective only inside MPI calls and sleeping while data moves would cost bandwidth;
-  // then sleeping with a doubling back-off from 1 us to 200 us, so a rank waiting for a late peer leaves the
-  // cores to compute (MPICH's blocking calls spin).
-  void complete_request(int rc, int64_t bytes) {
+  // Completes the collective just started: a blocking call (rc only) is done; a nonblocking one (req_, or the
+  // `count` requests at `reqs`) is polled with MPI_Test, spinning (yielding) for 1 ms plus the time the payload
+  // takes at 1 GB/s, since MPICH advances a nonblocking collective only inside MPI calls and sleeping while data
+  // moves would cost bandwidth; then sleeping with a doubling back-off from 1 us to 200 us, so a rank waiting for
+  // a late peer leaves the cores to compute (MPICH's blocking calls spin).
+  void complete_request(int rc, int64_t bytes, MPI_Request* reqs = nullptr, int count = 1) {
     MPI_CHECK(rc);
-    if (opts_.blocking_waits) return;
+    if (!reqs) {
+      if (opts_.blocking_waits) return;
+      reqs = &req_;
+    } else if (opts_.blocking_waits) {
+      MPI_CHECK(MPI_Waitall(count, reqs, MPI_STATUSES_IGNORE));
+      return;
+    }
     constexpr double kMaxSleepUs = 200;
     const double spin_us = 1000 + static_cast<double>(bytes) * 1e-3;
     const double t0 = trace_clock_us();
     double sleep_us = 1;
     for (;;) {
       int flag = 0;
-      MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+      MPI_CHECK(MPI_Testall(count, reqs, &flag, MPI_STATUSES_IGNORE));
       if (flag) return;
       if (!pending_.empty()) progress_p2p();
       if (trace_clock_us() - t0 < spin_us) {
@@ -162,6 +169,18 @@ class MpiCommunicator : public QueuedCommunicator {
       sleep_on_bell(bell()->load(std::memory_order_acquire), sleep_us);
       sleep_us = std::min(kMaxSleepUs, 2 * sleep_us);
     }
+  }
+
+  // The all-reduce of a group of two: each rank sends its whole buffer and adds the peer's (x + y == y + x in
+  // IEEE arithmetic, so both hold the same bits, those MPICH's algorithms give). One exchange where MPICH's
+  // reduce-scatter + all-gather makes two, each waiting for both directions of the one before: where two such
+  // groups share a host's link and TCP shares it unevenly, that wait left the link idle (docs/multinode.md).
+  void exchange_all_reduce(void* data, int n, MPI_Datatype t, MPI_Op r, int64_t bytes, int64_t nbytes) {
+    void* peer = scratch(static_cast<size_t>(nbytes));
+    MPI_Request reqs[2];
+    MPI_CHECK(MPI_Irecv(peer, n, t, 1 - rank(), 0, exchange_comm_, &reqs[0]));
+    complete_request(MPI_Isend(data, n, t, 1 - rank(), 0, exchange_comm_, &reqs[1]), bytes, reqs, 2);
+    MPI_CHECK(MPI_Reduce_local(peer, data, n, t, r));
   }
 
   void* scratch(size_t bytes) {
@@ -183,9 +202,12 @@ class MpiCommunicator : public QueuedCommunicator {
         if (p > 1 && n > 0) {
           const MPI_Datatype t = mpi_type(a.dtype());
           const MPI_Op r = mpi_op(a.dtype(), op.rop);
-          complete_request(blocking ? MPI_Allreduce(MPI_IN_PLACE, a.data(), n, t, r, comm_)
-                                    : MPI_Iallreduce(MPI_IN_PLACE, a.data(), n, t, r, comm_, &req_),
-                           bytes);
+          if (p == 2)
+            exchange_all_reduce(a.data(), n, t, r, bytes, a.nbytes());
+          else
+            complete_request(blocking ? MPI_Allreduce(MPI_IN_PLACE, a.data(), n, t, r, comm_)
+                                      : MPI_Iallreduce(MPI_IN_PLACE, a.data(), n, t, r, comm_, &req_),
+                             bytes);
         }
         if (op.rop == ReduceOp::Avg && p > 1) divide_by_group_size(a, p);
         break;
@@ -325,7 +347,7 @@ class MpiCommunicator : public QueuedCommunicator {
     st.synchronize();
   }
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL, exchange_comm_ = MPI_COMM_NULL;
   std::atomic<uint32_t> bell_{0};  // private to this process: only the caller's issues ring it
 
   // Device tensors only: created by the first device operation's issuing thread (staging_once_), then used by the
