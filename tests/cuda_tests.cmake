@@ -4,3 +4,7 @@
 add_test(NAME cuda_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_parity.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_parity)
 set_tests_properties(cuda_parity PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
+# Checkpoints written from and resumed into GPU state, across the GPU and the CPU (tests/py/test_cuda_checkpoints.py).
+add_test(NAME cuda_checkpoints
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_checkpoints.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_checkpoints)
+set_tests_properties(cuda_checkpoints PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
@@ -60,9 +59,13 @@ void Optimizer::load_state(int64_t offset, int64_t n, const float* master, const
     const int64_t lo = std::max(offset, g.offset), hi = std::min(offset + n, g.offset + g.numel);
     if (lo >= hi) continue;
     const int64_t state = g.state_offset + (lo - g.offset), src = lo - offset, len = hi - lo;
-    if (keeps_masters()) std::memcpy(masters_.data_as<float>() + state, master + src, sizeof(float) * len);
-    std::memcpy(m_.data_as<float>() + state, m + src, sizeof(float) * len);
-    std::memcpy(v_.data_as<float>() + state, v + src, sizeof(float) * len);
+    // Host values into the state wherever it lives (a copy, or an upload to the GPU).
+    auto put = [&](const Tensor& to, const float* from) {
+      copy_convert(to.slice(state, {len}), Tensor(const_cast<float*>(from + src), {len}, DType::F32));
+    };
+    if (keeps_masters()) put(masters_, master);
+    put(m_, m);
+    put(v_, v);
   }
 }
 

@@ -44,6 +44,7 @@ struct CheckpointPiece {
 struct CheckpointShard {
   const ParamTable* table = nullptr;
   std::vector<CheckpointPiece> pieces;
+  std::vector<Tensor> host_copies;  // state that lives on a GPU, downloaded for the write: the pieces point here
   int rank = 0, world = 1;
 };
 

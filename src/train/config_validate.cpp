@@ -338,8 +338,6 @@ void validate_values(const Config& c) {
     require(c.optim.sync_every == 0, "optim.sync_every={} (local SGD) {}", c.optim.sync_every, gap);
     require(plain_reduce, "comm.compress={} {}", name_of(cm.compress), gap);
     require(!cm.hierarchical, "comm.hierarchical {}", gap);
-    require(r.checkpoint_every == 0, "run.checkpoint_every={} (checkpoints) {}", r.checkpoint_every, gap);
-    require(r.resume == "auto" || r.resume == "none", "run.resume={} (resuming) {}", r.resume, gap);
   }
 }
 

@@ -169,11 +169,8 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   std::string bad;
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   if (signals.empty()) return nullptr;
-  const char* no_checkpoint = run.dev == Device::CUDA ? "device=cuda has no checkpoints yet"
-                              : run.local_sgd         ? "local SGD has no checkpoints yet"
-                                                      : nullptr;
-  if (no_checkpoint) {
-    if (log) spdlog::warn("run.stop_signals: not armed ({}): a signal ends the run at once", no_checkpoint);
+  if (run.local_sgd) {
+    if (log) spdlog::warn("run.stop_signals: not armed (local SGD has no checkpoints yet): a signal ends the run at once");
     return nullptr;
   }
   install_stop_signals(signals);

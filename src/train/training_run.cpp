@@ -194,9 +194,6 @@ void resume(TrainingRun& r) {
   CheckpointInfo info;
   const double l0 = trace_clock_us();
   try {
-    if (r.dev == Device::CUDA)
-      input_error("run.resume: found {}, and resuming is not available with device=cuda yet (docs/cuda.md); "
-                  "set run.resume=none or use another run.dir", resume_dir);
     info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt);
     if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
     r.nonfinite_skipped = info.state.nonfinite_skipped;
