@@ -8,3 +8,7 @@ set_tests_properties(cuda_parity PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIME
 add_test(NAME cuda_checkpoints
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_checkpoints.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_checkpoints)
 set_tests_properties(cuda_checkpoints PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
+# Local SGD on the GPU (plain average and the outer Nesterov step) against the CPU (tests/py/test_cuda_local_sgd.py).
+add_test(NAME cuda_local_sgd
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_local_sgd.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_local_sgd)
+set_tests_properties(cuda_local_sgd PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)

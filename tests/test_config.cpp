@@ -345,7 +345,6 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.backend=nccl"}), Contains("needs device=cuda"));
   CHECK_THAT(validate_error({"device=cuda", "comm.backend=shm"}), Contains("host tensors only"));
   // Host-only features are refused on the GPU by name rather than run wrongly.
-  CHECK_THAT(validate_error({"device=cuda", "optim.sync_every=4"}), Contains("optim.sync_every=4 (local SGD) is not available with device=cuda"));
   CHECK_THAT(validate_error({"device=cuda", "comm.compress=int8"}), Contains("comm.compress=int8 is not available with device=cuda"));
   CHECK_THAT(validate_error({"device=cuda", "comm.hierarchical=true"}), Contains("comm.hierarchical is not available"));
   Config gpu_ok;  // checkpoints and resuming run on the GPU (state downloaded and uploaded)
@@ -353,6 +352,10 @@ TEST_CASE("validate names the numbers that disagree") {
                         "run.checkpoint_every=10", "run.resume=ckpt/step_10"})
     apply_override(gpu_ok, o);
   CHECK_NOTHROW(validate(gpu_ok, 1));
+  Config gpu_local;  // local SGD, with its outer Nesterov step, on the GPU
+  for (const char* o : {"device=cuda", "optim.sync_every=4", "optim.outer=nesterov", "parallel.dp=2", "train.micro_batch=4"})
+    apply_override(gpu_local, o);
+  CHECK_NOTHROW(validate(gpu_local, 2));
   for (const char* order : {"tp-dp", "tp-dp-dp", "tp-dp-pp-", "tp,dp,pp", "dp-pp-xx"})
     CHECK_THAT(validate_error({std::string("parallel.order=") + order}), Contains("parallel.order"));
   for (const char* order : {"tp-dp-pp", "pp-dp-tp", "dp-tp-pp"}) {
@@ -502,7 +505,7 @@ TEST_CASE("to_yaml round-trips every key") {
   for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0",
                         "comm.adapt_sync_every_min=2", "comm.adapt_sync_every_max=8"})
     apply_override(local, a);
-  // device=cuda excludes the features that run on the host only (hierarchical, local SGD): a third config.
+  // device=cuda excludes the features that run on the host only (the hierarchical all-reduce): a third config.
   Config gpu;
   for (const char* a : {"device=cuda", "comm.backend=nccl", "comm.adapt=true", "comm.adapt_bucket_mb_min=0.5",
                         "comm.adapt_bucket_mb_max=8", "comm.adapt_compress='none, bf16'", "comm.adapt_every=3"})

@@ -622,6 +622,17 @@ void compare_optimizer(int64_t n, DType param_dt, DType grad_dt, DType scale_dt,
 }
 }  // namespace
 
+TEST_CASE("cuda outer_nesterov_update (local SGD's outer step) matches the CPU over 3 steps", "[cuda][sgd]") {
+  // Buffers: the anchor, the velocity; each step's x (the averaged weights) is the step's random "gradient".
+  for (DType dt : {DType::F32, DType::F64})
+    for (int64_t n : {int64_t(1001), int64_t(1 << 20) + 3}) {
+      INFO(dtype_name(dt) << " n=" << n);
+      compare_optimizer(n, dt, dt, DType::F32, 2, [](std::vector<Tensor>& s, const Tensor& x, const Tensor&, int) {
+        outer_nesterov_update(s[0], s[1], x, 0.7, 0.9);
+      });
+    }
+}
+
 TEST_CASE("cuda adamw_update and sgd_update match the CPU over 3 steps", "[cuda][adamw][sgd]") {
   struct Types {
     DType params, grads, scale;

@@ -1,4 +1,5 @@
-// sgd_update: argument checks, the CPU loop and the dispatch to the GPU kernel (kernels/sgd.h).
+// sgd_update and outer_nesterov_update: argument checks, the CPU loops and the dispatch to the GPU kernels
+// (kernels/sgd.h).
 #include "kernels/sgd.h"
 
 #include "kernels/cuda/sgd_cuda.h"
@@ -18,7 +19,35 @@ void sgd_cpu(P* p, const G* g, P* b, double gs, int64_t n, const SGDHyper& h) {
     p[i] = p[i] * decay - lr * b[i];
   }
 }
+template <typename P>
+void outer_nesterov_cpu(P* a, P* v, P* x, P lr, P mu, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const P d = a[i] - x[i];
+    v[i] = mu * v[i] + d;
+    a[i] -= lr * (d + mu * v[i]);
+    x[i] = a[i];
+  }
+}
 }  // namespace
+
+void outer_nesterov_update(const Tensor& anchor, const Tensor& velocity, const Tensor& x, double lr, double momentum) {
+  const char* op = "outer_nesterov_update";
+  check_defined(anchor, op, "anchor"), check_defined(velocity, op, "velocity"), check_defined(x, op, "x");
+  CHECK(anchor.dtype() == DType::F32 || anchor.dtype() == DType::F64, "{}: anchor must be fp32 or fp64, is {}", op,
+        dtype_name(anchor.dtype()));
+  check_same_dtype(velocity, anchor, op, "velocity", "anchor"), check_same_dtype(x, anchor, op, "x", "anchor");
+  check_same_device(velocity, anchor, op, "velocity", "anchor"), check_same_device(x, anchor, op, "x", "anchor");
+  CHECK(velocity.numel() == anchor.numel() && x.numel() == anchor.numel(),
+        "{}: anchor/velocity/x have {}/{}/{} elements", op, anchor.numel(), velocity.numel(), x.numel());
+  if (anchor.device() == Device::CUDA) MT_ON_CUDA(op, gpu::outer_nesterov_update(anchor, velocity, x, lr, momentum));
+  if (anchor.dtype() == DType::F64)
+    outer_nesterov_cpu(anchor.data_as<double>(), velocity.data_as<double>(), x.data_as<double>(), lr, momentum,
+                       anchor.numel());
+  else
+    outer_nesterov_cpu(anchor.data_as<float>(), velocity.data_as<float>(), x.data_as<float>(), float(lr),
+                       float(momentum), anchor.numel());
+}
 
 void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& buf, const Tensor& grad_scale,
                 const SGDHyper& h) {

@@ -17,4 +17,10 @@ struct SGDHyper {
 void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& buf, const Tensor& grad_scale,
                 const SGDHyper& h);
 
+// Local SGD's outer step (optim/local_sgd.h): PyTorch's SGD(nesterov=True, dampening 0) on the pseudo-gradient
+// d = anchor - x, where x holds the replicas' averaged weights:
+//   v = momentum * v + d;  anchor -= lr * (d + momentum * v);  x = anchor
+// anchor, velocity, x: equal numel, one float dtype (fp32, or fp64 in tests), one device; all three in place.
+void outer_nesterov_update(const Tensor& anchor, const Tensor& velocity, const Tensor& x, double lr, double momentum);
+
 }  // namespace mt::kernels

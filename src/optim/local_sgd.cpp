@@ -1,7 +1,7 @@
 // Local SGD: the periodic parameter average and the outer Nesterov step.
 #include "optim/local_sgd.h"
 
-#include <cstring>
+#include "kernels/sgd.h"
 
 namespace mt {
 
@@ -11,10 +11,11 @@ LocalSGD::LocalSGD(const LocalSGDSettings& s, Communicator& dp, const Tensor& pa
   CHECK(opt.keeps_masters() || params.dtype() == DType::F32, "local SGD: {} parameters without fp32 masters",
         dtype_name(params.dtype()));
   const Shape shape{params.numel()};
-  if (opt.keeps_masters()) staging_ = Tensor::zeros(shape, DType::F32);
+  const Device dev = params.device();  // the buffers live with the parameters (on the GPU for device=cuda)
+  if (opt.keeps_masters()) staging_ = Tensor::zeros(shape, DType::F32, dev);
   if (!s.nesterov) return;
-  anchor_ = Tensor::zeros(shape, DType::F32);
-  velocity_ = Tensor::zeros(shape, DType::F32);
+  anchor_ = Tensor::zeros(shape, DType::F32, dev);
+  velocity_ = Tensor::zeros(shape, DType::F32, dev);
   if (opt.keeps_masters())
     opt.store_masters(anchor_);
   else
@@ -32,22 +33,9 @@ void LocalSGD::sync(int step, const Tensor& params, Optimizer& opt) {
   const Tensor w = opt.keeps_masters() ? staging_ : params;
   if (opt.keeps_masters()) opt.store_masters(w);
   dp_.all_reduce(w, ReduceOp::Avg);
-  if (s_.nesterov) {
-    // PyTorch's SGD(nesterov=True) on the pseudo-gradient d = anchor - average (its first step's buffer is d,
-    // as here with v starting at 0): v = mu v + d; anchor -= lr (d + mu v).
-    float* a = anchor_.data_as<float>();
-    float* v = velocity_.data_as<float>();
-    float* x = w.data_as<float>();
-    const float lr = float(s_.outer_lr), mu = float(s_.outer_momentum);
-    const int64_t n = w.numel();
-#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16))
-    for (int64_t i = 0; i < n; ++i) {
-      const float d = a[i] - x[i];
-      v[i] = mu * v[i] + d;
-      a[i] -= lr * (d + mu * v[i]);
-      x[i] = a[i];
-    }
-  }
+  // PyTorch's SGD(nesterov=True) on the pseudo-gradient anchor - average (its first step's buffer is that
+  // pseudo-gradient, as here with the velocity starting at 0).
+  if (s_.nesterov) kernels::outer_nesterov_update(anchor_, velocity_, w, s_.outer_lr, s_.outer_momentum);
   if (opt.keeps_masters()) {
     opt.load_masters(w);
     copy_convert(params, w);

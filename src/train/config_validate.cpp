@@ -335,7 +335,6 @@ void validate_values(const Config& c) {
   // Features whose state or arithmetic still lives in host loops (docs/cuda.md lists them).
   if (c.device == Device::CUDA) {
     const char* gap = "is not available with device=cuda yet (docs/cuda.md)";
-    require(c.optim.sync_every == 0, "optim.sync_every={} (local SGD) {}", c.optim.sync_every, gap);
     require(plain_reduce, "comm.compress={} {}", name_of(cm.compress), gap);
     require(!cm.hierarchical, "comm.hierarchical {}", gap);
   }

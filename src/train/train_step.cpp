@@ -15,11 +15,14 @@ namespace mt {
 namespace {
 
 // Collective over `group`: whether `flag` is true on any of its ranks.
-bool any_rank(bool flag, Communicator& group) {
-  Tensor t = Tensor::zeros({1}, DType::F32);
-  t.data_as<float>()[0] = flag ? 1.0f : 0.0f;
+// The flag travels on `dev`, the group's device: an NCCL group takes device tensors only.
+bool any_rank(bool flag, Communicator& group, Device dev) {
+  Tensor host = Tensor::zeros({1}, DType::F32);
+  host.data_as<float>()[0] = flag ? 1.0f : 0.0f;
+  Tensor t = dev == Device::CPU ? host : Tensor::empty({1}, DType::F32, dev);
+  if (dev != Device::CPU) copy_convert(t, host);
   group.all_reduce(t, ReduceOp::Max);
-  return t.data_as<float>()[0] > 0;
+  return read_scalar(t) > 0;
 }
 
 // The loss lives on the last stage, complete on each of its tp ranks: one of them contributes it.
@@ -142,7 +145,7 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   // stops when any replica's norm is non-finite, so that no replica waits alone in the next parameter average.
   const bool nonfinite = !out.applied && !overflow;
   const bool stop = !cfg.train.skip_nonfinite &&
-                    (r.local_sgd && mesh.dp() > 1 ? any_rank(nonfinite, *r.comms.dp) : nonfinite);
+                    (r.local_sgd && mesh.dp() > 1 ? any_rank(nonfinite, *r.comms.dp, r.dev) : nonfinite);
   if (stop || nonfinite) {
     const std::string what = !out.finite_loss ? fmt::format("the loss became non-finite ({})", out.loss)
                              : nonfinite      ? std::string("the gradient norm became non-finite")

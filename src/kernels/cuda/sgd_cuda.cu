@@ -1,4 +1,4 @@
-// GPU SGD with momentum: the CPU loop's arithmetic (kernels/sgd.cpp) element by element, scalars rounded to the
+// GPU SGD with momentum, and local SGD's outer Nesterov step: the CPU loops' arithmetic (kernels/sgd.cpp) element by element, scalars rounded to the
 // parameter type on the host as there, grad_scale[0] read from device memory. fp32 params and grads use float4
 // loads/stores when all three buffers are 16-byte aligned (then a scalar tail).
 #include "kernels/cuda/sgd_cuda.h"
@@ -69,7 +69,33 @@ void launch(const Tensor& params, const Tensor& grads, const Tensor& buf, const 
   CUDA_LAUNCH_CHECK();
 }
 
+template <typename P>
+__global__ void outer_nesterov_kernel(P* __restrict__ a, P* __restrict__ v, P* __restrict__ x, P lr, P mu,
+                                      int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const P d = a[i] - x[i];
+    const P vi = mu * v[i] + d;
+    const P ai = a[i] - lr * (d + mu * vi);
+    v[i] = vi, a[i] = ai, x[i] = ai;
+  }
+}
+
+template <typename P>
+void launch_outer_nesterov(const Tensor& anchor, const Tensor& velocity, const Tensor& x, double lr, double mu) {
+  const int64_t n = anchor.numel();
+  if (n == 0) return;
+  outer_nesterov_kernel<P><<<grid_for(n, kThreads), kThreads, 0, compute_stream()>>>(
+      ptr<P>(anchor), ptr<P>(velocity), ptr<P>(x), P(lr), P(mu), n);
+  CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
+
+void outer_nesterov_update(const Tensor& anchor, const Tensor& velocity, const Tensor& x, double lr, double momentum) {
+  if (anchor.dtype() == DType::F64) launch_outer_nesterov<double>(anchor, velocity, x, lr, momentum);
+  else launch_outer_nesterov<float>(anchor, velocity, x, lr, momentum);
+}
 
 void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& buf, const Tensor& grad_scale,
                 const SGDHyper& h) {
