@@ -348,8 +348,9 @@ if ((HAVE_GPU && !BUILD_OK)); then
   WANT=${WANT//,all-tests,/,}
 fi
 if ((HAVE_GPU)) && want cuda-tests; then
-  # cuda_parity is a tests/py/test_cuda_*.py script: the py-tests step runs it.
-  run_step cuda-tests 150 ctest --test-dir "$BUILD" -R "$TESTS_REGEX" -E cuda_parity --output-on-failure --timeout 120 -j 4
+  # The ctest tests named cuda_* (cuda_parity, cuda_checkpoints, ...) are the tests/py/test_cuda_*.py scripts:
+  # the py-tests step runs them.
+  run_step cuda-tests 150 ctest --test-dir "$BUILD" -R "$TESTS_REGEX" -E "^cuda_" --output-on-failure --timeout 120 -j 4
   [[ -f "$LOGS/cuda-tests.log" ]] && TEST_LINES+=("ctest -R $TESTS_REGEX: $(ctest_counts "$LOGS/cuda-tests.log")")
 fi
 if ((HAVE_GPU)) && want py-tests; then
