@@ -12,3 +12,8 @@ set_tests_properties(cuda_checkpoints PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1"
 add_test(NAME cuda_local_sgd
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_local_sgd.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_local_sgd)
 set_tests_properties(cuda_local_sgd PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
+# comm.hierarchical with device tensors (staged by the MPI transport) against the flat run and the CPU
+# (tests/py/test_cuda_hierarchical.py).
+add_test(NAME cuda_hierarchical
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_hierarchical.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_hierarchical)
+set_tests_properties(cuda_hierarchical PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)

@@ -346,7 +346,8 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"device=cuda", "comm.backend=shm"}), Contains("host tensors only"));
   // Host-only features are refused on the GPU by name rather than run wrongly.
   CHECK_THAT(validate_error({"device=cuda", "comm.compress=int8"}), Contains("comm.compress=int8 is not available with device=cuda"));
-  CHECK_THAT(validate_error({"device=cuda", "comm.hierarchical=true"}), Contains("comm.hierarchical is not available"));
+  CHECK_THAT(validate_error({"device=cuda", "comm.hierarchical=true", "comm.backend=nccl"}),
+             Contains("comm.hierarchical with comm.backend=nccl is not available"));
   Config gpu_ok;  // checkpoints and resuming run on the GPU (state downloaded and uploaded)
   for (const char* o : {"device=cuda", "comm.compress=bf16", "comm.backend=nccl", "optim.zero=1",
                         "run.checkpoint_every=10", "run.resume=ckpt/step_10"})
@@ -505,7 +506,7 @@ TEST_CASE("to_yaml round-trips every key") {
   for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0",
                         "comm.adapt_sync_every_min=2", "comm.adapt_sync_every_max=8"})
     apply_override(local, a);
-  // device=cuda excludes the features that run on the host only (the hierarchical all-reduce): a third config.
+  // device=cuda with comm.backend=nccl excludes comm.hierarchical: a third config.
   Config gpu;
   for (const char* a : {"device=cuda", "comm.backend=nccl", "comm.adapt=true", "comm.adapt_bucket_mb_min=0.5",
                         "comm.adapt_bucket_mb_max=8", "comm.adapt_compress='none, bf16'", "comm.adapt_every=3"})

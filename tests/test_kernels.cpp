@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <functional>
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "kernels/adamw.h"
@@ -488,6 +490,24 @@ TEST_CASE("softmax_xent: many rows of a wide vocabulary (multithreaded) in fp32"
   softmax_xent_forward_backward(l32, d32, d32, targets, V, 1.0 / N);
   REQUIRE(max_err(l32, losses, 1e-5, 1e-5) <= 1);  // 1000-term fp32 sums: ~1e-6 relative
   REQUIRE(max_err(d32, d, 1e-4, 1e-9) <= 1);
+}
+
+TEST_CASE("elementwise: divide_ is one fp32 division rounded once into the storage type", "[elementwise]") {
+  const int64_t n = 1001;
+  Tensor x32 = f32({n});
+  for (int64_t i = 0; i < n; ++i) x32.data_as<float>()[i] = std::sin(0.1f * float(i)) * 100.0f;
+  Tensor x16 = Tensor::empty({n}, DType::BF16);
+  copy_convert(x16, x32);
+  Tensor want16 = Tensor::empty({n}, DType::BF16), got = f32({n}), want = f32({n});
+  for (int64_t i = 0; i < n; ++i) {
+    want.data_as<float>()[i] = x32.data_as<float>()[i] / 3.0f;
+    got.data_as<float>()[i] = bf16_to_float(static_cast<const uint16_t*>(x16.data())[i]) / 3.0f;
+  }
+  copy_convert(want16, got);  // the fp32 quotients of the bf16 inputs, rounded once
+  divide_(x32, 3);
+  divide_(x16, 3);
+  REQUIRE(std::memcmp(x32.data(), want.data(), x32.nbytes()) == 0);
+  REQUIRE(std::memcmp(x16.data(), want16.data(), x16.nbytes()) == 0);
 }
 
 TEST_CASE("elementwise: add (aliased too) and accumulate", "[elementwise]") {

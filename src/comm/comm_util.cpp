@@ -8,22 +8,11 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kernels/elementwise.h"
+
 namespace mt {
 
-void divide_by_group_size(const Tensor& t, int p) {
-  const int64_t n = t.numel();
-  const float fp = static_cast<float>(p);
-  if (t.dtype() == DType::F32) {
-    float* x = static_cast<float*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] /= fp;
-  } else if (t.dtype() == DType::BF16) {
-    uint16_t* x = static_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] = float_to_bf16(bf16_to_float(x[i]) / fp);
-  } else {
-    uint16_t* x = static_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i) x[i] = float_to_fp16(fp16_to_float(x[i]) / fp);
-  }
-}
+void divide_by_group_size(const Tensor& t, int p) { kernels::divide_(t, p); }
 
 void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::string& comm, double waited_s,
                     double timeout_s) {

@@ -34,6 +34,7 @@
 #include "comm/make_communicator.h"
 #include "comm/realtime_threads.h"
 #include "core/check.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/errors.h"
 
@@ -220,7 +221,7 @@ class HierarchicalCommunicator : public Communicator {
   }
 
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
-    check_cpu(t, "all_reduce");
+    check_defined(t, "all_reduce");
     CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
           "all_reduce on '{}': reductions take fp32, bf16 or fp16 tensors, got {}", name(), dtype_name(t.dtype()));
     CHECK(t.numel() <= INT_MAX, "all_reduce on '{}': {} elements exceed one MPI call's int count", name(), t.numel());
@@ -232,8 +233,8 @@ class HierarchicalCommunicator : public Communicator {
   }
 
   WorkPtr reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) override {
-    check_cpu(in, "reduce_scatter");
-    check_cpu(out, "reduce_scatter");
+    check_defined(in, "reduce_scatter");
+    check_defined(out, "reduce_scatter");
     CHECK(out.numel() == shard_range(in.numel(), size_, rank_).size(),
           "reduce_scatter on '{}': {} elements over {} ranks give rank {} {} elements, output has {}", name(),
           in.numel(), size_, rank_, shard_range(in.numel(), size_, rank_).size(), out.numel());
@@ -246,8 +247,8 @@ class HierarchicalCommunicator : public Communicator {
   }
 
   WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
-    check_cpu(in, "all_gather");
-    check_cpu(out, "all_gather");
+    check_defined(in, "all_gather");
+    check_defined(out, "all_gather");
     CHECK(in.numel() == shard_range(out.numel(), size_, rank_).size(),
           "all_gather on '{}': {} elements over {} ranks give rank {} {} elements, input has {}", name(), out.numel(),
           size_, rank_, shard_range(out.numel(), size_, rank_).size(), in.numel());
@@ -259,7 +260,7 @@ class HierarchicalCommunicator : public Communicator {
   }
 
   WorkPtr broadcast_async(const Tensor& t, int root) override {
-    check_cpu(t, "broadcast");
+    check_defined(t, "broadcast");
     CHECK(root >= 0 && root < size_, "broadcast on '{}': root {} of {} ranks", name(), root, size_);
     Task k;
     k.kind = CommKind::Broadcast;
@@ -278,16 +279,15 @@ class HierarchicalCommunicator : public Communicator {
   }
 
  private:
-  void check_cpu(const Tensor& t, const char* what) const {
-    CHECK(t.device() == Device::CPU, "{} on hierarchical communicator '{}': the tensor is on {}; comm.hierarchical "
-          "takes host tensors only (device tensors: the flat MPI backend or NCCL)", what, name(),
-          device_name(t.device()));
+  // Device tensors pass to the sub-communicators, which take them where their transport does (MPI stages them
+  // through host memory; the shared-memory transport refuses them).
+  void check_defined(const Tensor& t, const char* what) const {
     CHECK(t.numel() == 0 || t.defined(), "{} on '{}': undefined tensor", what, name());
   }
 
   WorkPtr p2p(CommKind kind, const Tensor& t, int peer, int tag) {
     const char* what = comm_kind_name(kind);
-    check_cpu(t, what);
+    check_defined(t, what);
     CHECK(peer >= 0 && peer < size_, "{} on '{}': peer {} of {} ranks", what, name(), peer, size_);
     CHECK(tag >= 0, "{} on '{}': negative tag {}", what, name(), tag);
     Task k;
@@ -350,6 +350,9 @@ class HierarchicalCommunicator : public Communicator {
       intra_->reduce_scatter_async(x, shard, part)->wait();  // into its own slice (the ZeRO layout)
     }
     if (inter_) inter_->all_reduce_async(shard, part)->wait();
+    // On a GPU the division is a kernel on the compute stream, launched from this thread: the GPU made current
+    // here (cuda_init is idempotent; later calls only do that).
+    if (t.device() == Device::CUDA) cuda_init(0);
     if (op == ReduceOp::Avg && size_ > 1) divide_by_group_size(shard, size_);
     if (intra_) intra_->all_gather_async(shard, x)->wait();  // in place
   }

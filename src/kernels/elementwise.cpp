@@ -1,4 +1,4 @@
-// add_forward / accumulate / bias_add: argument checks and device dispatch (kernels/elementwise.h).
+// add_forward / accumulate / bias_add / divide_: argument checks and device dispatch (kernels/elementwise.h).
 #include "kernels/elementwise.h"
 
 #include "kernels/cpu/elementwise_cpu.h"
@@ -48,6 +48,21 @@ void bias_add(const Tensor& out, const Tensor& bias) {
   dispatch_storage(out.dtype(), [&](auto s) {
     using S = decltype(s);
     cpu::bias_add<S>(storage_ptr<S>(out), storage_ptr<S>(bias), out.numel() / OC, OC);
+  });
+}
+
+void divide_(const Tensor& t, int divisor) {
+  const char* op = "divide_";
+  check_defined(t, op, "t");
+  CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+        "{}: t must be fp32, bf16 or fp16, is {}", op, dtype_name(t.dtype()));
+  CHECK(divisor > 0, "{}: divisor {}", op, divisor);
+  if (t.device() == Device::CUDA) MT_ON_CUDA(op, gpu::divide_(t, divisor));
+  const float d = static_cast<float>(divisor);
+  dispatch_storage(t.dtype(), [&](auto s) {
+    using S = decltype(s);
+    S* x = storage_ptr<S>(t);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) cpu::store(x[i], float(cpu::load(x[i])) / d);
   });
 }
 

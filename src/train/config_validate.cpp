@@ -336,7 +336,8 @@ void validate_values(const Config& c) {
   if (c.device == Device::CUDA) {
     const char* gap = "is not available with device=cuda yet (docs/cuda.md)";
     require(plain_reduce, "comm.compress={} {}", name_of(cm.compress), gap);
-    require(!cm.hierarchical, "comm.hierarchical {}", gap);
+    require(!cm.hierarchical || cm.backend != CommBackend::Nccl, "comm.hierarchical with comm.backend=nccl is not "
+            "available yet (docs/cuda.md): set comm.backend=mpi");
   }
 }
 

@@ -78,6 +78,13 @@ __global__ void bias_add_kernel(S* out, const S* bias, int64_t n, int64_t OC) {
   }
 }
 
+template <typename S>
+__global__ void divide_kernel(S* x, float d, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = from_acc<S>(float(to_acc(x[i])) / d);  // a true division, as the host's: x * (1 / d) rounds otherwise
+}
+
 }  // namespace
 
 void add_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -130,6 +137,16 @@ void bias_add(const Tensor& out, const Tensor& bias) {
     else
       bias_add_kernel<S, 1><<<grid_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<S>(out), ptr<S>(bias), n,
                                                                                      OC);
+    CUDA_LAUNCH_CHECK();
+  });
+}
+
+void divide_(const Tensor& t, int divisor) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  dispatch_dtype(t.dtype(), [&](auto s) {
+    using S = decltype(s);
+    divide_kernel<S><<<grid_for(n, kThreads), kThreads, 0, compute_stream()>>>(ptr<S>(t), float(divisor), n);
     CUDA_LAUNCH_CHECK();
   });
 }
