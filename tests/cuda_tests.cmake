@@ -17,3 +17,8 @@ set_tests_properties(cuda_local_sgd PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" T
 add_test(NAME cuda_hierarchical
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_hierarchical.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_hierarchical)
 set_tests_properties(cuda_hierarchical PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
+# comm.compress int8, topk and powersgd with GPU gradients (the compressors on a host copy) against the CPU
+# (tests/py/test_cuda_compress.py).
+add_test(NAME cuda_compress
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cuda_compress.py ${CMAKE_BINARY_DIR} ${MT_WORK}/cuda_compress)
+set_tests_properties(cuda_compress PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)

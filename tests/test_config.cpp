@@ -344,8 +344,7 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"comm.backend=gloo"}), Contains("auto, shm, mpi, nccl"));
   CHECK_THAT(validate_error({"comm.backend=nccl"}), Contains("needs device=cuda"));
   CHECK_THAT(validate_error({"device=cuda", "comm.backend=shm"}), Contains("host tensors only"));
-  // Host-only features are refused on the GPU by name rather than run wrongly.
-  CHECK_THAT(validate_error({"device=cuda", "comm.compress=int8"}), Contains("comm.compress=int8 is not available with device=cuda"));
+  // What the GPU cannot run is refused by name rather than run wrongly.
   CHECK_THAT(validate_error({"device=cuda", "comm.hierarchical=true", "comm.backend=nccl"}),
              Contains("comm.hierarchical with comm.backend=nccl is not available"));
   Config gpu_ok;  // checkpoints and resuming run on the GPU (state downloaded and uploaded)
@@ -357,6 +356,12 @@ TEST_CASE("validate names the numbers that disagree") {
   for (const char* o : {"device=cuda", "optim.sync_every=4", "optim.outer=nesterov", "parallel.dp=2", "train.micro_batch=4"})
     apply_override(gpu_local, o);
   CHECK_NOTHROW(validate(gpu_local, 2));
+  for (const char* m : {"int8", "topk", "powersgd"}) {  // the compressors, on host copies of GPU gradients
+    Config gpu_compress;
+    for (const std::string o : {std::string("device=cuda"), std::string("train.micro_batch=4"), std::string("comm.compress=") + m})
+      apply_override(gpu_compress, o);
+    CHECK_NOTHROW(validate(gpu_compress, 2));
+  }
   for (const char* order : {"tp-dp", "tp-dp-dp", "tp-dp-pp-", "tp,dp,pp", "dp-pp-xx"})
     CHECK_THAT(validate_error({std::string("parallel.order=") + order}), Contains("parallel.order"));
   for (const char* order : {"tp-dp-pp", "pp-dp-tp", "dp-tp-pp"}) {

@@ -26,7 +26,7 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
 }
 
 GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,
-                         const ParamTable& table, const CompressOptions& compress)
+                         const ParamTable& table, const CompressOptions& compress, Communicator* host_group)
     : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero), method_(compress.method) {
   if (method_ == CompressMethod::BF16 && grads.dtype() == DType::F32) wire = DType::BF16;
   if (compress_with_feedback(method_)) {
@@ -34,19 +34,23 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
     CHECK(grads.dtype() == DType::F32 && wire == DType::F32,
           "comm.compress={} encodes fp32 gradients itself: got {} gradients and wire dtype {} (set "
           "precision.grad_reduce=fp32)", name_of(method_), dtype_name(grads.dtype()), dtype_name(wire));
-    residual_ = Tensor::zeros(grads.shape(), DType::F32, grads.device());
+    // The compressors' loops run on the host: GPU gradients get a host copy to work on.
+    if (grads.device() != Device::CPU) staged_ = Tensor::zeros(grads.shape(), DType::F32);
+    const Tensor& work = staged_.defined() ? staged_ : grads_;
+    Communicator& group = host_group ? *host_group : dp_;
+    residual_ = Tensor::zeros(grads.shape(), DType::F32);
     if (method_ == CompressMethod::TopK) topk_scratch_ = std::make_shared<std::vector<float>>();
     if (method_ == CompressMethod::PowerSGD)
       CHECK(table.size() > 0 && table.total_numel() <= grads.numel(), "comm.compress=powersgd needs the table of "
             "the parameters whose gradients it reduces: got {} parameters ({} elements) for {} gradients",
             table.size(), table.total_numel(), grads.numel());
     for (const Bucket& k : buckets_) {
-      const Tensor g = grads_.slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
-      if (method_ == CompressMethod::Int8) compressors_.push_back(make_int8_compressor(dp_, g, e));
+      const Tensor g = work.slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
+      if (method_ == CompressMethod::Int8) compressors_.push_back(make_int8_compressor(group, g, e));
       if (method_ == CompressMethod::TopK)
-        compressors_.push_back(make_topk_compressor(dp_, g, e, compress.topk_fraction, topk_scratch_));
+        compressors_.push_back(make_topk_compressor(group, g, e, compress.topk_fraction, topk_scratch_));
       if (method_ == CompressMethod::PowerSGD)
-        compressors_.push_back(make_powersgd_compressor(dp_, g, e, powersgd_layout(table, k, compress.powersgd_rank),
+        compressors_.push_back(make_powersgd_compressor(group, g, e, powersgd_layout(table, k, compress.powersgd_rank),
                                                         compress.seed));
     }
   }
@@ -61,8 +65,12 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
 }
 
 void GradReducer::launch(int b) {
-  if (!compressors_.empty()) return compressors_[b]->launch();
   const Bucket& k = buckets_[b];
+  if (!compressors_.empty()) {
+    // Waits for the GPU's backward pass up to here: the host reads the bucket.
+    if (staged_.defined()) copy_convert(staged_.slice(k.begin, {k.numel()}), grads_.slice(k.begin, {k.numel()}));
+    return compressors_[b]->launch();
+  }
   const Tensor& buf = wire_.defined() ? wire_ : grads_;
   Tensor full = buf.slice(k.begin, {k.numel()});
   if (wire_.defined()) copy_convert(full, grads_.slice(k.begin, {k.numel()}));
@@ -101,7 +109,10 @@ void GradReducer::finish_compressed() {
   for (auto& c : compressors_) c->complete();
   next_ = 0;
   armed_ = false;
-  if (!all_finite(grads_))
+  const Tensor& averaged = staged_.defined() ? staged_ : grads_;
+  if (staged_.defined())  // the decoded averages back to the GPU
+    for (const Bucket& k : buckets_) copy_convert(grads_.slice(k.begin, {k.numel()}), staged_.slice(k.begin, {k.numel()}));
+  if (!all_finite(averaged))
     for (auto& c : compressors_) c->reset();
 }
 
@@ -120,7 +131,7 @@ int64_t GradReducer::compress_state_bytes() const {
 }
 
 int64_t GradReducer::compress_buffer_bytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = staged_.defined() ? int64_t(staged_.nbytes()) : 0;
   for (const auto& c : compressors_) bytes += c->buffer_bytes();
   if (topk_scratch_) {  // topk_select's magnitudes, as large as the largest bucket
     int64_t most = 0;

@@ -46,8 +46,11 @@ class GradReducer {
   //   none      as the constructor above;
   //   bf16      wire dtype BF16 whatever `wire` says (the precision.grad_reduce=bf16 path);
   //   int8, topk, powersgd: fp32 gradients, zero = false and wire = fp32 (the method is the encoding); CHECKed.
+  // On a GPU the compressors run on a host copy of the gradients (downloaded as each bucket is launched,
+  // uploaded once decoded: the CPU's arithmetic bit for bit); their collectives go to `host_group` where given
+  // (an NCCL dp group takes device tensors only), else to dp.
   GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,
-              const ParamTable& table, const CompressOptions& compress);
+              const ParamTable& table, const CompressOptions& compress, Communicator* host_group = nullptr);
 
   // Arms the reducer for the coming backward pass: only the step's last micro-batch communicates.
   void begin_micro_batch(bool last) { armed_ = last; }
@@ -89,7 +92,8 @@ class GradReducer {
   std::vector<WorkPtr> work_;
   std::vector<int64_t> shard_offsets_;  // size buckets + 1
   CompressMethod method_ = CompressMethod::None;
-  Tensor residual_;  // fp32, like grads_ (methods with error feedback)
+  Tensor residual_;  // fp32, like grads_ (methods with error feedback), on the host
+  Tensor staged_;    // GPU gradients with a compressor: their host copy, which the compressors read and write
   std::vector<std::unique_ptr<BucketCompressor>> compressors_;  // one per bucket, or none
   std::shared_ptr<std::vector<float>> topk_scratch_;
 };

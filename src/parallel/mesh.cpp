@@ -185,6 +185,7 @@ MeshComms& MeshComms::operator=(MeshComms&& o) noexcept {
     tp = std::move(o.tp);
     pp = std::move(o.pp);
     emb = std::move(o.emb);
+    dp_host = std::move(o.dp_host);
     world_mpi = o.world_mpi;
     dp_mpi = o.dp_mpi;
     tp_mpi = o.tp_mpi;
@@ -199,6 +200,7 @@ MeshComms::~MeshComms() { release(); }
 
 void MeshComms::release() {
   // Communicators first: a backend's thread may still be using its MPI communicator until it is joined.
+  dp_host.reset();
   emb.reset();
   pp.reset();
   tp.reset();

@@ -98,6 +98,10 @@ struct MeshComms {
   // The tied-embedding group: with pp > 1, the first and the last stage of this rank's (dp, tp) pipeline, which
   // both hold wte and sum its gradient (Megatron's embedding group). Null on middle stages and when pp == 1.
   std::unique_ptr<Communicator> emb;
+  // Over the dp group's MPI communicator, a host transport for what an NCCL dp group cannot take (host
+  // tensors): the compressed gradient reduction's collectives on a GPU (comm.compress int8, topk, powersgd).
+  // Null unless made for that.
+  std::unique_ptr<Communicator> dp_host;
 
   MeshComms() = default;
   MeshComms(MeshComms&&) noexcept;
@@ -109,7 +113,7 @@ struct MeshComms {
   // Every communicator object once (a group may serve two axes), without the null ones.
   std::vector<Communicator*> all() const {
     std::vector<Communicator*> out;
-    for (Communicator* c : {world.get(), dp.get(), tp.get(), pp.get(), emb.get()})
+    for (Communicator* c : {world.get(), dp.get(), tp.get(), pp.get(), emb.get(), dp_host.get()})
       if (c && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     return out;
   }

@@ -332,13 +332,9 @@ void validate_values(const Config& c) {
           "comm.backend=nccl needs device=cuda, got device={}", name_of(c.device));
   require(cm.backend != CommBackend::Shm || c.device == Device::CPU, "comm.backend=shm moves host tensors only, got "
           "device={} (use auto, mpi or nccl)", name_of(c.device));
-  // Features whose state or arithmetic still lives in host loops (docs/cuda.md lists them).
-  if (c.device == Device::CUDA) {
-    const char* gap = "is not available with device=cuda yet (docs/cuda.md)";
-    require(plain_reduce, "comm.compress={} {}", name_of(cm.compress), gap);
-    require(!cm.hierarchical || cm.backend != CommBackend::Nccl, "comm.hierarchical with comm.backend=nccl is not "
-            "available yet (docs/cuda.md): set comm.backend=mpi");
-  }
+  // The three-phase all-reduce chains on the host transports' threads, not on NCCL's streams (docs/cuda.md).
+  require(!cm.hierarchical || cm.backend != CommBackend::Nccl, "comm.hierarchical with comm.backend=nccl is not "
+          "available yet (docs/cuda.md): set comm.backend=mpi");
 }
 
 void validate(const Config& c, int world_size) {

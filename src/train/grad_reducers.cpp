@@ -6,7 +6,7 @@
 namespace mt {
 
 ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model, Communicator& dp, int dp_size,
-                                 bool log) {
+                                 bool log, Communicator* host_dp) {
   ChunkReducers out;
   out.owned.resize(model.size());
   out.hooks.resize(model.size());
@@ -27,7 +27,7 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
         dp, chunk.grads(),
         make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(chunk.grad_dtype()),
                      cfg.comm.bucket_mb * 1048576.0),
-        zero, wire, chunk.table(), compress);
+        zero, wire, chunk.table(), compress, host_dp);
     out.hooks[c].reducer = out.owned[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
   }

@@ -18,7 +18,8 @@ struct ChunkReducers {
 
 // Reducers for every chunk when the dp gradients need reducing (dp > 1 or ZeRO-1, and not local SGD, which
 // averages parameters instead); logs the buckets, the wire bytes per step and the compression's state on rank 0.
+// host_dp: where dp is NCCL, a host transport over the same group for the compressors' collectives (GradReducer).
 ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model, Communicator& dp, int dp_size,
-                                 bool log);
+                                 bool log, Communicator* host_dp = nullptr);
 
 }  // namespace mt

@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/threads.h"
+#include "parallel/grad_compress.h"
 #include "train/comm_timeline.h"
 #include "train/memory_report.h"
 #include "train/link_schedule.h"
@@ -372,6 +373,9 @@ void run_training(const Config& cfg) {
     if (nccl && name != "world") return make_device_communicator(c, name, copts);
     return make_communicator(c, name, copts);
   });
+  // The compressors work on host copies of the gradients (GradReducer); an NCCL dp group takes device tensors only.
+  if (nccl && compress_with_feedback(cfg.comm.compress) && comms.dp_mpi != MPI_COMM_NULL)
+    comms.dp_host = make_communicator(comms.dp_mpi, "dp.host", copts);
   // The communication threads, created above, have the rank's cores; now the compute threads get one each.
   if (!cores.empty()) {
     pin_compute_threads(cores);

@@ -147,7 +147,7 @@ ChunkReducers reducers_for(const TrainingRun& r, const AdaptSetting& s, bool log
   Config c = r.cfg;
   c.comm.bucket_mb = s.bucket_mb;
   c.comm.compress = s.compress;
-  return make_grad_reducers(c, *r.model, *r.comms.dp, r.mesh.dp(), log);
+  return make_grad_reducers(c, *r.model, *r.comms.dp, r.mesh.dp(), log, r.comms.dp_host.get());
 }
 
 // comm.adapt: the controller, told how many bytes each allowed compression puts on the wire per gradient byte
@@ -265,7 +265,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.zero = cfg.optim.zero == 1;
   r.local_sgd = cfg.optim.sync_every > 0;
   r.tied = r.model->tied_chunk();
-  r.dp_reduce = make_grad_reducers(cfg, *r.model, *comms.dp, mesh.dp(), rank0);
+  r.dp_reduce = make_grad_reducers(cfg, *r.model, *comms.dp, mesh.dp(), rank0, comms.dp_host.get());
   build_optimizer(r);
   if (r.mixed) r.opt->load_masters(masters);
   masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
