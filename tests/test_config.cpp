@@ -353,7 +353,8 @@ TEST_CASE("validate names the numbers that disagree") {
     apply_override(gpu_ok, o);
   CHECK_NOTHROW(validate(gpu_ok, 1));
   Config gpu_local;  // local SGD, with its outer Nesterov step, on the GPU
-  for (const char* o : {"device=cuda", "optim.sync_every=4", "optim.outer=nesterov", "parallel.dp=2", "train.micro_batch=4"})
+  for (const char* o :
+       {"device=cuda", "optim.sync_every=4", "optim.outer=nesterov", "parallel.dp=2", "train.micro_batch=4"})
     apply_override(gpu_local, o);
   CHECK_NOTHROW(validate(gpu_local, 2));
   for (const char* m : {"int8", "topk", "powersgd"}) {  // the compressors, on host copies of GPU gradients

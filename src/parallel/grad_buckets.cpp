@@ -111,7 +111,8 @@ void GradReducer::finish_compressed() {
   armed_ = false;
   const Tensor& averaged = staged_.defined() ? staged_ : grads_;
   if (staged_.defined())  // the decoded averages back to the GPU
-    for (const Bucket& k : buckets_) copy_convert(grads_.slice(k.begin, {k.numel()}), staged_.slice(k.begin, {k.numel()}));
+    for (const Bucket& k : buckets_)
+      copy_convert(grads_.slice(k.begin, {k.numel()}), staged_.slice(k.begin, {k.numel()}));
   if (!all_finite(averaged))
     for (auto& c : compressors_) c->reset();
 }

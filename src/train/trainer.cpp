@@ -171,7 +171,8 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   if (signals.empty()) return nullptr;
   if (run.local_sgd) {
-    if (log) spdlog::warn("run.stop_signals: not armed (local SGD has no checkpoints yet): a signal ends the run at once");
+    if (log)
+      spdlog::warn("run.stop_signals: not armed (local SGD has no checkpoints yet): a signal ends the run at once");
     return nullptr;
   }
   install_stop_signals(signals);

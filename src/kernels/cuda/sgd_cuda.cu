@@ -1,6 +1,7 @@
-// GPU SGD with momentum, and local SGD's outer Nesterov step: the CPU loops' arithmetic (kernels/sgd.cpp) element by element, scalars rounded to the
-// parameter type on the host as there, grad_scale[0] read from device memory. fp32 params and grads use float4
-// loads/stores when all three buffers are 16-byte aligned (then a scalar tail).
+// GPU SGD with momentum, and local SGD's outer Nesterov step: the CPU loops' arithmetic (kernels/sgd.cpp) element
+// by element, scalars rounded to the parameter type on the host as there, grad_scale[0] read from device memory.
+// SGD's fp32 params and grads use float4 loads/stores when all three buffers are 16-byte aligned (then a scalar
+// tail).
 #include "kernels/cuda/sgd_cuda.h"
 
 #include <cstdint>
