@@ -16,41 +16,15 @@
 Exits 77 (skipped) when the trainer has no CUDA backend or sees no GPU.
 Usage: test_cuda_checkpoints.py BUILD_DIR [WORK_DIR]"""
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_support import SMALL_GPT, GpuTest  # noqa: E402
 from parity_support import max_relative_loss_difference, run_trainer  # noqa: E402
 
-build = os.path.abspath(sys.argv[1])
-work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="cuda_checkpoints_")
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-trainer = os.path.join(build, "trainer")
-mpiexec = shutil.which("mpiexec") or "mpiexec"
-# cuda_parity's small GPT (head size 32, which the flash-attention kernel takes), 4 micro-batches per step.
-BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.d_model=64", "--set",
-        "model.seq_len=64", "--set", "train.global_batch=8", "--set", "train.micro_batch=2", "--set",
-        "run.log_every=100", "--set", "comm.timeout_s=120", "--set", "train.eval_every=0"]
-
-probe = subprocess.run([trainer] + BASE + ["--set", "device=cuda", "--set", "train.steps=1", "--set",
-                                           "run.dir=" + os.path.join(work, "probe")],
-                       capture_output=True, text=True, timeout=300)
-if probe.returncode != 0 and ("no usable GPU" in probe.stderr + probe.stdout or
-                              "no CUDA backend" in probe.stderr + probe.stdout):
-    print("skipped: " + (probe.stderr + probe.stdout).strip().splitlines()[-1])
-    sys.exit(77)
-
-failures = 0
-
-
-def report(ok, what):
-    global failures
-    failures += not ok
-    print(("ok   " if ok else "FAIL ") + what)
+BASE = SMALL_GPT + ["--set", "train.eval_every=0"]
+t = GpuTest("cuda_checkpoints_", BASE)
+work, report = t.work, t.report
 
 
 def train(name, ranks=1, **sets):
@@ -58,7 +32,7 @@ def train(name, ranks=1, **sets):
     args = list(BASE)
     for k, v in sets.items():
         args += ["--set", f"{k.replace('__', '.')}={v}"]
-    losses, _ = run_trainer(mpiexec, trainer, ranks, args, os.path.join(work, name))
+    losses, _ = run_trainer(t.mpiexec, t.trainer, ranks, args, os.path.join(work, name))
     return losses
 
 
@@ -123,4 +97,4 @@ for name, ranks, sets in (("gpu_dp2_resumed", 2, dict(**GPU, **MESH)), ("gpu_dp2
     report(len(got) == 4 and d <= 1e-5, f"dp 2 ZeRO-1 GPU checkpoint -> {name[8:]}: steps 5-8 within {d:.2e}")
 
 print(f"GPU fp32 losses: step 1 {gpu[0]:.6f}, step 8 {gpu[-1]:.6f}")
-sys.exit(1 if failures else 0)
+t.finish()

@@ -17,39 +17,14 @@
 Exits 77 (skipped) when the trainer has no CUDA backend or sees no GPU.
 Usage: test_cuda_parity.py BUILD_DIR [WORK_DIR]"""
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_support import SMALL_GPT as BASE, GpuTest  # noqa: E402
 from parity_support import compare_grads, max_relative_loss_difference, read_safetensors, run_trainer  # noqa: E402
 
-build = os.path.abspath(sys.argv[1])
-work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="cuda_parity_")
-src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-trainer = os.path.join(build, "trainer")
-mpiexec = shutil.which("mpiexec") or "mpiexec"
-# A small GPT whose head size (64 / 2 = 32) the flash-attention kernel takes; 4 micro-batches per step.
-BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.d_model=64", "--set",
-        "model.seq_len=64", "--set", "train.global_batch=8", "--set", "train.micro_batch=2", "--set",
-        "run.log_every=100", "--set", "comm.timeout_s=120"]
-
-probe = subprocess.run([trainer] + BASE + ["--set", "device=cuda", "--set", "train.steps=1", "--set",
-                                           "run.dir=" + os.path.join(work, "probe")],
-                       capture_output=True, text=True, timeout=300)
-if probe.returncode != 0 and ("no usable GPU" in probe.stderr + probe.stdout or
-                              "no CUDA backend" in probe.stderr + probe.stdout):
-    print("skipped: " + (probe.stderr + probe.stdout).strip().splitlines()[-1])
-    sys.exit(77)
-
-failures = 0
-
-
-def report(ok, what):
-    global failures
-    failures += not ok
-    print(("ok   " if ok else "FAIL ") + what)
+t = GpuTest("cuda_parity_")
+work, trainer, mpiexec, report = t.work, t.trainer, t.mpiexec, t.report
 
 
 def one_step(name, device, precision, model):
@@ -85,4 +60,4 @@ for name, extra in (("dp2_zero1", ["--set", "parallel.dp=2", "--set", "optim.zer
                       f"{d:.2e} against one rank")
 print(f"single-rank GPU loss: first {reference[0]:.6f}, last {reference[-1]:.6f}")
 report(reference[-1] < reference[0] - 0.3, "the single-rank GPU run trains")
-sys.exit(1 if failures else 0)
+t.finish()
