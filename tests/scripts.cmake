@@ -123,3 +123,9 @@ add_test(NAME thread_priority
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_thread_priority.py ${MPIEXEC_EXECUTABLE}
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/thread_priority)
 set_tests_properties(thread_priority PROPERTIES TIMEOUT 300 PROCESSORS 2)
+
+# Test processes remove their scratch directories (tests/test_support.h, scratch_dir) when they exit: two suites
+# that write files run with a fresh TMPDIR, which must be empty afterwards.
+add_test(NAME scratch_cleanup
+         COMMAND bash -c "d=$(mktemp -d) && TMPDIR=$d \"$0\" > /dev/null && TMPDIR=$d \"$1\" > /dev/null && left=$(ls -A $d) && rmdir $d && [ -z \"$left\" ] || { echo \"left in $d: $left\"; exit 1; }"
+                 $<TARGET_FILE:test_config> $<TARGET_FILE:test_data>)

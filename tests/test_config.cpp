@@ -18,6 +18,7 @@
 #include "train/config.h"
 #include "train/link_schedule.h"
 #include "train/stop_signal.h"
+#include "test_support.h"
 
 namespace fs = std::filesystem;
 using namespace mt;
@@ -25,13 +26,9 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// A fresh directory per test process for temporary YAML files.
+// A fresh directory per test process for temporary YAML files, removed when the process exits.
 const fs::path& temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("meshtrain_test_config_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path dir = test::scratch_dir("config");
   return dir;
 }
 

@@ -19,11 +19,27 @@
 
 namespace mt::test {
 
-// A path in a per-process scratch directory, e.g. /tmp/meshtrain_test_data_1234/name.
-inline std::string tmp_path(const std::string& suite, const std::string& name) {
+// A per-process scratch directory, e.g. /tmp/meshtrain_test_data_1234, created on first use and removed with
+// everything in it when the process exits normally (a test process that aborts leaves it for inspection).
+inline std::filesystem::path scratch_dir(const std::string& suite) {
+  struct Made {
+    std::vector<std::filesystem::path> dirs;
+    ~Made() {
+      for (const auto& d : dirs) {
+        std::error_code ignored;  // a test may have removed it already
+        std::filesystem::remove_all(d, ignored);
+      }
+    }
+  };
+  static Made made;
   auto dir = std::filesystem::temp_directory_path() / ("meshtrain_test_" + suite + "_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  if (std::filesystem::create_directories(dir)) made.dirs.push_back(dir);
+  return dir;
+}
+
+// A path in the per-process scratch directory of `suite`, e.g. /tmp/meshtrain_test_data_1234/name.
+inline std::string tmp_path(const std::string& suite, const std::string& name) {
+  return (scratch_dir(suite) / name).string();
 }
 
 // Runs f, which must throw InputError whose message contains every one of `parts`.
