@@ -185,6 +185,9 @@ class HierarchicalCommunicator : public Communicator {
       });
     worker_ = std::thread([this, realtime = opts.realtime_threads] {
       enter_comm_thread(realtime);
+      // Device tensors' Avg is a kernel launched from here (divide_by_group_size): the process's GPU made current
+      // on this thread, where there is one (cuda_init is idempotent; a later call only does that).
+      if (cuda_device_index() >= 0) cuda_init(0);
       run();
     });
     worker_handle_ = worker_.native_handle();
@@ -350,9 +353,6 @@ class HierarchicalCommunicator : public Communicator {
       intra_->reduce_scatter_async(x, shard, part)->wait();  // into its own slice (the ZeRO layout)
     }
     if (inter_) inter_->all_reduce_async(shard, part)->wait();
-    // On a GPU the division is a kernel on the compute stream, launched from this thread: the GPU made current
-    // here (cuda_init is idempotent; later calls only do that).
-    if (t.device() == Device::CUDA) cuda_init(0);
     if (op == ReduceOp::Avg && size_ > 1) divide_by_group_size(shard, size_);
     if (intra_) intra_->all_gather_async(shard, x)->wait();  // in place
   }

@@ -12,8 +12,8 @@
 namespace mt {
 
 // Whether this process may run threads under SCHED_FIFO priority 1: CAP_SYS_NICE, or an RLIMIT_RTPRIO of at least 1
-// (sched(7)), and no cgroup that forbids real-time threads (docs/comm.md says where these come from). Found by trying it once on a short-lived thread; on refusal `why` (if
-// given) gets the reason.
+// (sched(7)), and no cgroup that forbids real-time threads (docs/comm.md says where these come from). Found by
+// trying it once on a short-lived thread; on refusal `why` (if given) gets the reason.
 bool realtime_threads_permitted(std::string* why = nullptr);
 
 // First thing on a communication thread: SCHED_FIFO priority 1 when `realtime` (the trainer has checked that it is

@@ -159,7 +159,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(comm.wait, "how the MPI transport's threads wait for peers: auto (block when the node has a core "
                         "per compute thread, else poll) | poll | block; the shared-memory transport always sleeps"),
       MT_KEY(comm.thread_priority, "real-time priority (SCHED_FIFO 1) for the communication threads that never spin "
-                                   "(shared memory, network emulation): auto (when the OS permits it) | realtime "
+                                   "(shared memory, network emulation, hierarchical worker): auto (when the OS "
+                                   "permits it) | realtime "
                                    "(refuse to start without it) | normal"),
       MT_KEY(comm.timeout_s, "watchdog: abort a communication wait that lasts longer than this (seconds)"),
       MT_KEY(comm.adapt, "adapt the bucket size (and the compression, see adapt_compress) to the measured link, "

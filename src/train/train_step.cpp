@@ -19,8 +19,8 @@ namespace {
 bool any_rank(bool flag, Communicator& group, Device dev) {
   Tensor host = Tensor::zeros({1}, DType::F32);
   host.data_as<float>()[0] = flag ? 1.0f : 0.0f;
-  Tensor t = dev == Device::CPU ? host : Tensor::empty({1}, DType::F32, dev);
-  if (dev != Device::CPU) copy_convert(t, host);
+  Tensor t = Tensor::empty({1}, DType::F32, dev);
+  copy_convert(t, host);
   group.all_reduce(t, ReduceOp::Max);
   return read_scalar(t) > 0;
 }

@@ -334,11 +334,12 @@ void run_training(const Config& cfg) {
     input_error("comm.backend=nccl: {} ranks on this node share {} GPUs; NCCL needs one GPU per rank (use "
                 "comm.backend=mpi)", on_node, cuda_device_count());
   // The three phases run on the host transports' sub-communicators (device tensors staged through host memory);
-  // over NCCL they would have to chain on NCCL's streams, which is not built.
+  // over NCCL they would have to chain on NCCL's streams, which is not built. comm.backend=nccl is refused with the
+  // config; here auto has chosen NCCL.
   if (nccl && cfg.comm.hierarchical)
-    input_error("comm.hierarchical is not available over NCCL yet ({}); set comm.backend=mpi for the "
-                "three-phase all-reduce of device tensors (staged through host memory), or comm.hierarchical=false",
-                cfg.comm.backend == CommBackend::Nccl ? "comm.backend=nccl" : "comm.backend=auto chose NCCL");
+    input_error("comm.hierarchical is not available over NCCL yet (comm.backend=auto chose NCCL: every rank has a GPU "
+                "of its own); set comm.backend=mpi for the three-phase all-reduce of device tensors (staged through "
+                "host memory), or comm.hierarchical=false");
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
   CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads), gpu);
