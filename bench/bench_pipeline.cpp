@@ -15,7 +15,9 @@
 //                the other ranks sleep in a barrier (MPI_Ibarrier polled with 0.5 ms sleeps, so they leave the
 //                cores alone); --steps steps before the pipeline runs and --steps after, the median of all is the
 //                baseline time (the medians before and after are printed too: they differ when the machine's
-//                speed drifted). The table is printed at the end.
+//                speed drifted). The table is printed at the end. A diagnostic beside it: the same run in GPipe's
+//                order (every forward, then every backward), whose m live records cost memory traffic that the
+//                baseline's one record does not; gpipe's speed-up against it is printed after the table.
 //   schedules    gpipe, 1f1b, interleaved (v = 2 chunks per rank) and zb1 for each m through the trainer's
 //                executor, every step started by a barrier on all ranks.
 // Per step, the pipeline phase lasts as long as its slowest rank (span); a rank's bubble is span minus its own
@@ -172,6 +174,7 @@ int main(int argc, char** argv) {
   if (steps < 1 || B < 1 || T < 1 || d_model < kHeads || d_model % kHeads || ms.empty() ||
       *std::min_element(ms.begin(), ms.end()) < 1)
     usage(rank, "--steps, --micro-batch, --seq and every m must be positive, --d-model a multiple of 4");
+  if (p < 2) usage(rank, "needs at least 2 ranks (a pipeline of p = the number of ranks stages)");
   if (layers_total % (2 * p)) usage(rank, "--layers must be a multiple of 2p (interleaved runs 2 chunks per rank)");
   CommOptions opts;
   if (backend == "shm") {
@@ -224,15 +227,18 @@ int main(int argc, char** argv) {
     // Baseline: the whole model on rank 0 alone, one thread, the same m micro-batches per step; --steps steps
     // before the pipeline runs and --steps after (a drift of the machine's speed in between shows as a difference
     // of the two medians), the figure is the median of all.
-    std::vector<std::vector<double>> base_before(ms.size()), base_after(ms.size());
+    // The same in GPipe's order (every forward, then every backward, so all m records are live at once) is a
+    // diagnostic: what keeping m micro-batches' activations costs on one rank, without any pipeline.
+    std::vector<std::vector<double>> base_before(ms.size()), base_after(ms.size()), gpipe_before(ms.size()),
+        gpipe_after(ms.size());
     std::unique_ptr<PipelineChunks> whole;  // rank 0's
     if (rank == 0) whole = std::make_unique<PipelineChunks>(cfg, std::vector<int>{layers_total}, 1, 0, DType::F32);
-    auto run_baseline = [&](std::vector<std::vector<double>>& times) {
+    auto run_baseline = [&](std::vector<std::vector<double>>& times, PipelineSchedule order) {
       sleeping_barrier();
       if (rank == 0) {
         for (size_t j = 0; j < ms.size(); ++j) {
           whole->init(1, 0.02);
-          PipelineRunner runner(*whole, nullptr, PipelineSchedule::OneFOneB, ms[j], B, T, prof);
+          PipelineRunner runner(*whole, nullptr, order, ms[j], B, T, prof);
           Tensor loss = Tensor::zeros({1}, DType::F32);
           std::mt19937 rng(0);
           const FillFn fill = make_fill(rng);
@@ -245,7 +251,8 @@ int main(int argc, char** argv) {
       }
       sleeping_barrier();
     };
-    run_baseline(base_before);
+    run_baseline(base_before, PipelineSchedule::OneFOneB);
+    run_baseline(gpipe_before, PipelineSchedule::GPipe);
 
     struct Row {
       PipelineSchedule schedule;
@@ -304,10 +311,11 @@ int main(int argc, char** argv) {
         }
       }
     }
-    run_baseline(base_after);
+    run_baseline(gpipe_after, PipelineSchedule::GPipe);
+    run_baseline(base_after, PipelineSchedule::OneFOneB);
 
     if (rank == 0) {
-      std::vector<double> base_med(ms.size());
+      std::vector<double> base_med(ms.size()), gpipe_med(ms.size());
       std::printf("CPU: %s\n", cpu_model().c_str());
       std::printf("pipeline of %d ranks (--backend %s), GPT L=%d C=%d T=%d V=%d, micro-batch %d, 1 compute thread "
                   "per rank; %d steps per configuration after %d warm-up steps\n",
@@ -322,6 +330,12 @@ int main(int argc, char** argv) {
         std::printf("baseline m=%d (rank 0 alone, whole model, 1 thread): %.1f ms (median; before %.1f, after %.1f, "
                     "min %.1f), %.2f ms per micro-batch\n", ms[j], base_med[j], median(base_before[j]),
                     median(base_after[j]), minimum(all), base_med[j] / ms[j]);
+        std::vector<double> g = gpipe_before[j];
+        g.insert(g.end(), gpipe_after[j].begin(), gpipe_after[j].end());
+        gpipe_med[j] = median(g);
+        std::printf("  the same in GPipe's order (every forward, then every backward: all %d micro-batches' "
+                    "activations live at once): %.1f ms, %.2fx the baseline\n", ms[j], gpipe_med[j],
+                    gpipe_med[j] / base_med[j]);
       }
       std::printf("bars: |bubble - formula| <= 0.05; speed-up = baseline / span %s\n\n",
                   p == 2 ? ">= 1.6x" : "(no bar for this p; the bar is set for p = 2)");
@@ -335,6 +349,10 @@ int main(int argc, char** argv) {
                     std::abs(r.bubble - r.formula) <= 0.05 ? "yes" : "NO", r.span, r.span_min, base, speedup, ideal,
                     p == 2 ? (speedup >= 1.6 ? "yes" : "NO") : "-", r.imbalance, r.work_ms / base, r.mem.c_str());
       }
+      for (const Row& r : rows)
+        if (r.schedule == PipelineSchedule::GPipe)
+          std::printf("gpipe m=%d against the one-rank run in GPipe's order: %.2fx (its memory's cost is in both)\n",
+                      r.m, gpipe_med[r.j] / r.span);
     }
   }
   MPI_Finalize();
