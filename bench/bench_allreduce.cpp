@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
 
@@ -23,15 +24,28 @@ using namespace mt;
 
 int main(int argc, char** argv) {
   init_mpi(&argc, &argv);
-  int64_t max_mib = 64;
+  int max_mib = 64;
   std::string mode = "shm";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--max-mib")) max_mib = std::atoll(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--transport")) mode = argv[i + 1];
-  }
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto usage = [&](const std::string& why) {
+    if (rank == 0)
+      std::fprintf(stderr, "bench_allreduce: %s\nusage: mpiexec -n P bench_allreduce [--max-mib 64] "
+                   "[--transport shm|poll|block]\n", why.c_str());
+    MPI_Finalize();
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage("missing value for " + a);
+    bool ok = true;
+    if (a == "--max-mib") ok = bench::arg_int(argv[i + 1], 1, 1024, &max_mib);
+    else if (a == "--transport") mode = argv[i + 1];
+    else usage("unknown option " + a);
+    if (!ok) usage("bad value for " + a + ": " + argv[i + 1]);
+  }
+  if (mode != "shm" && mode != "poll" && mode != "block") usage("--transport must be shm, poll or block");
   MPI_Comm raw;
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
   {
@@ -43,7 +57,7 @@ int main(int argc, char** argv) {
       std::printf("all_reduce fp32 sum, %d ranks, communicator: %s\n%10s %12s %12s %8s\n", size,
                   mode == "shm" ? "shared memory" : ("mpi, comm.wait=" + mode).c_str(), "bytes", "raw GB/s",
                   "comm GB/s", "ratio");
-    for (int64_t bytes = 1024; bytes <= max_mib * 1024 * 1024; bytes *= 4) {
+    for (int64_t bytes = 1024; bytes <= int64_t(max_mib) * 1024 * 1024; bytes *= 4) {
       const int64_t n = bytes / 4;
       Tensor t = Tensor::empty({n}, DType::F32);
       std::fill_n(t.data_as<float>(), n, 1.0f);

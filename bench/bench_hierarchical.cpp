@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "comm/hierarchical_communicator.h"
 #include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
@@ -35,13 +36,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// "256K", "4M", "1000" -> bytes (a multiple of 4: fp32 elements).
-int64_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  return std::max<int64_t>(4, static_cast<int64_t>(v) / 4 * 4);
+// "256K", "4M", "1000" -> bytes (a multiple of 4: fp32 elements); -1 for anything else.
+int64_t parse_bytes(std::string s) {
+  double scale = 1, v = 0;
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) scale = 1024;
+  if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) scale = 1024 * 1024;
+  if (scale > 1) s.pop_back();
+  if (!bench::arg_number(s.c_str(), 1, 1 << 30, &v)) return -1;
+  return std::max<int64_t>(4, static_cast<int64_t>(v * scale) / 4 * 4);
 }
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -63,15 +65,28 @@ int main(int argc, char** argv) {
   init_mpi(&argc, &argv);
   int reps = 7, rpn = 2;
   std::string links, sizes = "256K,1M,4M";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--ranks-per-node")) rpn = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--links")) links = argv[i + 1];
-    if (!std::strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
-  }
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto usage = [&](const std::string& why) {
+    if (rank == 0)
+      std::fprintf(stderr, "bench_hierarchical: %s\nusage: mpiexec -n 4 bench_hierarchical [--reps 7] "
+                   "[--ranks-per-node 2] [--links intra_latency_us,intra_gbps,inter_latency_us,inter_gbps "
+                   "[--sizes 256K,1M,4M]]\n", why.c_str());
+    MPI_Finalize();
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage("missing value for " + a);
+    bool ok = true;
+    if (a == "--reps") ok = bench::arg_int(argv[i + 1], 1, 100000, &reps);
+    else if (a == "--ranks-per-node") ok = bench::arg_int(argv[i + 1], 1, 1 << 16, &rpn);
+    else if (a == "--links") links = argv[i + 1];
+    else if (a == "--sizes") sizes = argv[i + 1];
+    else usage("unknown option " + a);
+    if (!ok) usage("bad value for " + a + ": " + argv[i + 1]);
+  }
   MPI_Comm raw;  // for the timing barriers and the max over ranks, apart from the communicators measured
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
 
@@ -100,15 +115,18 @@ int main(int argc, char** argv) {
   };
   // --links intra_us,intra_gbps,inter_us,inter_gbps [--sizes 256K,1M,...]: one setting of one's own instead.
   const std::vector<std::string> l = split_commas(links);
-  if (l.size() == 4) {
-    Setting s{"intra " + l[0] + "us " + l[1] + "GB/s, inter " + l[2] + "us " + l[3] + "GB/s", std::atof(l[0].c_str()),
-              std::atof(l[1].c_str()), std::atof(l[2].c_str()), std::atof(l[3].c_str()), {}};
-    for (const std::string& b : split_commas(sizes)) s.sizes.push_back(parse_bytes(b));
+  if (!links.empty()) {
+    double v[4];
+    for (size_t i = 0; i < 4; ++i)
+      if (l.size() != 4 || !bench::arg_number(l[i].c_str(), 0, 1e9, &v[i]))
+        usage("--links takes four numbers: intra_latency_us,intra_gbps,inter_latency_us,inter_gbps");
+    Setting s{"intra " + l[0] + "us " + l[1] + "GB/s, inter " + l[2] + "us " + l[3] + "GB/s", v[0], v[1], v[2], v[3],
+              {}};
+    for (const std::string& b : split_commas(sizes)) {
+      s.sizes.push_back(parse_bytes(b));
+      if (s.sizes.back() < 0) usage("bad --sizes entry: " + b);
+    }
     settings = {s};
-  } else if (!links.empty()) {
-    if (rank == 0) std::fprintf(stderr, "--links takes intra_latency_us,intra_gbps,inter_latency_us,inter_gbps\n");
-    MPI_Finalize();
-    return 2;
   }
   if (rank == 0) {
     std::printf("all_reduce fp32 avg, %d ranks = %d nodes x %d ranks (emulated, ranks_per_node %d), median of %d\n",

@@ -13,8 +13,8 @@
 // and prints each beside comm.emulate's alpha-beta prediction (comm/comm_options.h, predict_us) for the link
 // --latency-us / --bandwidth-gbps, the inter-node link of the planner and the emulation. Median of --iters
 // repetitions after one warm-up; rank 0 prints.
-//   scripts/cluster.sh run -n 4 --per-host 2 -- build/bench/bench_link --bytes 3000000 --msg-bytes 65536 \
-//     --latency-us 100 --bandwidth-gbps 0.025 [--iters 5]
+//   scripts/cluster.sh run -n 4 --per-host 2 -- build/bench/bench_link --bytes 3000000 --msg-bytes 65536
+//     --latency-us 100 --bandwidth-gbps 0.025 [--iters 5]   (one command line)
 // Output, one line per operation: name, bytes, ranks, measured ms, predicted ms, measured / predicted.
 #include <mpi.h>
 
@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "comm/comm_options.h"
 #include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
@@ -46,16 +47,28 @@ int main(int argc, char** argv) {
   int iters = 5;
   LinkModel link;
   double bandwidth_gbps = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
-    const char* v = argv[i + 1];
-    if (k == "--bytes") bytes = std::atoll(v);
-    else if (k == "--msg-bytes") msg_bytes = std::atoll(v);
-    else if (k == "--iters") iters = std::max(1, std::atoi(v));
-    else if (k == "--latency-us") link.alpha_us = std::atof(v);
-    else if (k == "--bandwidth-gbps") bandwidth_gbps = std::atof(v);
-    else {
-      std::fprintf(stderr, "bench_link: unknown argument %s\n", k.c_str());
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    double x = 0;
+    bool ok = true;
+    if (k == "--bytes") {
+      ok = bench::arg_number(v, 4, 1 << 30, &x);
+      bytes = int64_t(x);
+    } else if (k == "--msg-bytes") {
+      ok = bench::arg_number(v, 1, 1 << 30, &x);
+      msg_bytes = int64_t(x);
+    } else if (k == "--iters") {
+      ok = bench::arg_int(v, 1, 100000, &iters);
+    } else if (k == "--latency-us") {
+      ok = bench::arg_number(v, 0, 1e9, &link.alpha_us);
+    } else if (k == "--bandwidth-gbps") {
+      ok = bench::arg_number(v, 0, 1e6, &bandwidth_gbps);
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bench_link: bad argument %s %s\n", k.c_str(), v ? v : "(no value)");
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }

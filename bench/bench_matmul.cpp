@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_timing.h"
 #include "core/tensor.h"
 #include "core/threads.h"
@@ -150,8 +151,12 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--peak-only") peak_only = true;
     else pos.push_back(argv[i]);
   }
-  int threads = pos.size() > 0 ? std::atoi(pos[0]) : 2;
-  if (pos.size() > 1) g_seconds = std::atof(pos[1]);
+  int threads = 2;
+  if (pos.size() > 2 || (pos.size() > 0 && !mt::bench::arg_int(pos[0], 1, 4096, &threads)) ||
+      (pos.size() > 1 && !mt::bench::arg_number(pos[1], 1e-3, 3600, &g_seconds))) {
+    std::fprintf(stderr, "usage: bench_matmul [THREADS >= 1 [SECONDS_PER_CASE > 0]] [--peak-only]\n");
+    return 2;
+  }
   mt::set_compute_threads(threads);
   openblas_set_num_threads(threads);
   if (peak_only) {  // the machine's sgemm throughput with the trainer's backend, for other benchmarks to quote

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_timing.h"
 #include "core/arena.h"
 #include "core/tensor.h"
@@ -262,9 +263,14 @@ void run_config(const Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  if (argc > 2) g_seconds = std::atof(argv[2]);
+  int threads = 2;
   const std::string which = argc > 3 ? argv[3] : "AB";
+  if (argc > 4 || (argc > 1 && !mt::bench::arg_int(argv[1], 1, 4096, &threads)) ||
+      (argc > 2 && !mt::bench::arg_number(argv[2], 1e-3, 3600, &g_seconds)) || which.empty() ||
+      which.find_first_not_of("AB") != std::string::npos) {
+    std::fprintf(stderr, "usage: bench_ops [THREADS >= 1 [SECONDS_PER_CASE > 0 [CONFIGS: A, B or AB]]]\n");
+    return 2;
+  }
   mt::set_compute_threads(threads);
   g_cold = std::getenv("BENCH_COLD") != nullptr;
   std::printf("bench_ops: %d threads, best ~10 ms batch within %.2f s per case\n", threads, g_seconds);

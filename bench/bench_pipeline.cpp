@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_timing.h"
 #include "comm/make_communicator.h"
 #include "comm/realtime_threads.h"
@@ -155,25 +156,31 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) usage(rank, ("missing value for " + a).c_str());
     const char* v = argv[++i];
-    if (a == "--steps") steps = std::atoi(v);
-    else if (a == "--layers") layers_total = std::atoi(v);
-    else if (a == "--d-model") d_model = std::atoi(v);
-    else if (a == "--micro-batch") B = std::atoi(v);
-    else if (a == "--seq") T = std::atoi(v);
+    bool ok = true;
+    int pin_arg = 1;
+    if (a == "--steps") ok = bench::arg_int(v, 1, 1 << 20, &steps);
+    else if (a == "--layers") ok = bench::arg_int(v, 1, 1 << 10, &layers_total);
+    else if (a == "--d-model") ok = bench::arg_int(v, kHeads, 1 << 14, &d_model);
+    else if (a == "--micro-batch") ok = bench::arg_int(v, 1, 1 << 12, &B);
+    else if (a == "--seq") ok = bench::arg_int(v, 1, 1 << 14, &T);
     else if (a == "--micro-batches") ms_arg = v;
     else if (a == "--backend") backend = v;
-    else if (a == "--pin") pin = std::atoi(v) != 0;
+    else if (a == "--pin") ok = bench::arg_int(v, 0, 1, &pin_arg);
     else if (a == "--thread-priority") priority = v;
     else usage(rank, ("unknown option " + a).c_str());
+    if (!ok) usage(rank, ("bad value for " + a + ": " + v).c_str());
+    if (a == "--pin") pin = pin_arg != 0;
   }
   std::vector<int> ms;
   {
     std::stringstream ss(ms_arg);
-    for (std::string tok; std::getline(ss, tok, ',');) ms.push_back(std::atoi(tok.c_str()));
+    for (std::string tok; std::getline(ss, tok, ',');) {
+      int m = 0;
+      if (!bench::arg_int(tok.c_str(), 1, 1 << 12, &m)) usage(rank, ("bad --micro-batches entry: " + tok).c_str());
+      ms.push_back(m);
+    }
   }
-  if (steps < 1 || B < 1 || T < 1 || d_model < kHeads || d_model % kHeads || ms.empty() ||
-      *std::min_element(ms.begin(), ms.end()) < 1)
-    usage(rank, "--steps, --micro-batch, --seq and every m must be positive, --d-model a multiple of 4");
+  if (ms.empty() || d_model % kHeads) usage(rank, "--micro-batches needs at least one m, --d-model a multiple of 4");
   if (p < 2) usage(rank, "needs at least 2 ranks (a pipeline of p = the number of ranks stages)");
   if (layers_total % (2 * p)) usage(rank, "--layers must be a multiple of 2p (interleaved runs 2 chunks per rank)");
   CommOptions opts;

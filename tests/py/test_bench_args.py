@@ -1,0 +1,55 @@
+"""The C++ benchmarks refuse a bad command line: a misspelt option, a missing value, a number that is not one or is
+out of range, too few ranks. Each must exit 2 at once with a line naming the problem, never run something other
+than what was asked (atoi's 0), abort or hang. Nothing is timed; every case ends before any measurement starts.
+
+usage: test_bench_args.py MPIEXEC BENCH_DIR"""
+import os
+import subprocess
+import sys
+
+mpiexec, bench = sys.argv[1:3]
+ok = True
+
+# (ranks, 0 for no mpiexec), bench, arguments, a word the message must contain
+CASES = [
+    (0, "bench_matmul", ["x"], "usage"),
+    (0, "bench_matmul", ["2", "0"], "usage"),
+    (0, "bench_matmul", ["1", "2", "3"], "usage"),
+    (0, "bench_ops", ["0"], "usage"),
+    (0, "bench_ops", ["2", "0.1", "C"], "usage"),
+    (1, "bench_allreduce", ["--max-mib", "0"], "bad value for --max-mib"),
+    (1, "bench_allreduce", ["--transport", "x"], "--transport must be"),
+    (1, "bench_allreduce", ["--bogus", "1"], "unknown option --bogus"),
+    (1, "bench_allreduce", ["--max-mib"], "missing value"),
+    (2, "bench_hierarchical", ["--reps", "7x"], "bad value for --reps"),
+    (2, "bench_hierarchical", ["--links", "1,2,3"], "--links takes four numbers"),
+    (2, "bench_hierarchical", ["--links", "1,2,3,4", "--sizes", "4Q"], "bad --sizes entry"),
+    (2, "bench_link", ["--iters"], "bad argument --iters"),
+    (2, "bench_link", ["--bytes", "1e3x"], "bad argument --bytes"),
+    (1, "bench_pipeline", [], "needs at least 2 ranks"),
+    (2, "bench_pipeline", ["--steps", "0"], "bad value for --steps"),
+    (2, "bench_pipeline", ["--micro-batches", "4,,8"], "bad --micro-batches entry"),
+    (2, "bench_pipeline", ["--pin", "2"], "bad value for --pin"),
+    (2, "bench_pipeline", ["--layers", "6"], "--layers must be a multiple of 2p"),
+]
+
+for ranks, name, args, want in CASES:
+    exe = os.path.join(bench, name)
+    if not os.path.exists(exe):  # bench_matmul is built only where OpenBLAS is
+        print(f"skip {name}: not built")
+        continue
+    cmd = ([mpiexec, "-n", str(ranks)] if ranks else []) + [exe] + args
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        out = r.stdout + r.stderr
+        good = r.returncode == 2 and want in out
+        detail = f"exit {r.returncode}"
+    except subprocess.TimeoutExpired:
+        good, out, detail = False, "", "timed out"
+    ok &= good
+    print(f"{'ok  ' if good else 'FAIL'} {' '.join(cmd[-len(args) - 1:])}: {detail}, expects '{want}'", flush=True)
+    if not good:
+        print(out[-2000:])
+
+sys.exit(0 if ok else 1)
