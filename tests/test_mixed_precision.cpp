@@ -177,6 +177,55 @@ TEST_CASE("optimizer with fp32 masters: the update of fp32 training, rounded onc
   CHECK(mixed.state_bytes() == 3 * n * sizeof(float));  // two moments and the masters
 }
 
+TEST_CASE("optimizer over many segments: each run of them in one call gives every segment its own update",
+          "[mixed][optimizer]") {
+  // Ten segments as a GPT's parameters and ZeRO-1's shards lie: decay alternating in twos, the state packed except
+  // for one gap (segment 6's state lies elsewhere), one segment outside the norm (the last stage's tied wte).
+  // The optimizer merges what lies end to end into one kernel call; the result must be what one call per segment
+  // gives, bit for bit, and the norm the sum over the segments in the norm.
+  const int64_t per = 37, nseg = 10, n = per * nseg, state_n = n + 50;
+  std::vector<OptimSegment> segs;
+  for (int64_t i = 0; i < nseg; ++i)
+    segs.push_back({i * per, i == 6 ? n + 5 : i * per, per, (i / 2) % 2 == 0, false, i != 8});
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Tensor master32 = Tensor::zeros({n}, DType::F32), grads = Tensor::zeros({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) {
+    master32.data_as<float>()[i] = 0.1f * nd(rng);
+    grads.data_as<float>()[i] = 0.01f * nd(rng);
+  }
+  OptimizerSettings os;
+  os.grad_clip = 0;  // the scale is then exactly 1: the reference below needs no norm
+  Optimizer opt(segs, state_n, DType::F32, Device::CPU, os, nullptr, nullptr, nullptr, true);
+  Tensor compute = Tensor::zeros({n}, DType::BF16);
+  opt.load_masters(master32);
+  copy_convert(compute, master32);
+  Tensor m = Tensor::zeros({n}, DType::F32), v = Tensor::zeros({n}, DType::F32), one = Tensor::zeros({1}, DType::F32);
+  one.data_as<float>()[0] = 1.f;
+  for (int step = 1; step <= 3; ++step) {
+    REQUIRE(opt.step(compute, grads, 1e-2));
+    kernels::AdamWHyper h;
+    h.lr = 1e-2, h.beta1 = os.beta1, h.beta2 = os.beta2, h.eps = os.eps, h.step = step;
+    for (const OptimSegment& g : segs) {
+      h.weight_decay = g.decay ? os.weight_decay : 0.0;
+      kernels::adamw_update(master32.slice(g.offset, {per}), grads.slice(g.offset, {per}), m.slice(g.offset, {per}),
+                            v.slice(g.offset, {per}), one, h);
+    }
+  }
+  Tensor stored = Tensor::zeros({n}, DType::F32), rounded = Tensor::zeros({n}, DType::BF16);
+  opt.store_masters(stored);
+  copy_convert(rounded, master32);
+  for (int64_t i = 0; i < n; ++i) {
+    REQUIRE(stored.data_as<float>()[i] == master32.data_as<float>()[i]);
+    REQUIRE(static_cast<uint16_t*>(compute.data())[i] == static_cast<uint16_t*>(rounded.data())[i]);
+  }
+  double sq = 0;
+  for (const OptimSegment& g : segs)
+    for (int64_t i = g.offset; g.in_norm && i < g.offset + per; ++i)
+      sq += double(grads.data_as<float>()[i]) * grads.data_as<float>()[i];
+  CHECK(opt.grad_norm().data_as<float>()[0] == Approx(std::sqrt(sq)).epsilon(1e-6));
+}
+
 TEST_CASE("optimizer: a loss scale is divided out exactly, and a non-finite norm skips the step and changes nothing",
           "[mixed][optimizer][loss_scaler]") {
   const int64_t n = 64;

@@ -1,4 +1,4 @@
-// Optimizer step: clip by global norm (computed on the device), then AdamW per segment.
+// Optimizer step: clip by global norm (computed on the device), then AdamW over runs of segments.
 #include "optim/optimizer.h"
 
 #include "core/device.h"
@@ -20,6 +20,28 @@ std::vector<OptimSegment> param_segments(const ParamTable& table) {
   return out;
 }
 
+namespace {
+// Runs of consecutive segments that lie end to end (in the params layout, and in the state too when `state`) and
+// that `same` says may share a call. The kernels called per run are elementwise (AdamW, SGD, the cast), so a run
+// gives the bits its segments would; the sum of squares over a run is one sum instead of several added.
+template <typename Same>
+std::vector<OptimSegment> merge_adjacent(const std::vector<OptimSegment>& segments, bool state, Same same) {
+  std::vector<OptimSegment> runs;
+  for (const OptimSegment& g : segments) {
+    if (g.numel == 0) continue;
+    if (!runs.empty()) {
+      OptimSegment& r = runs.back();
+      if (r.offset + r.numel == g.offset && (!state || r.state_offset + r.numel == g.state_offset) && same(r, g)) {
+        r.numel += g.numel;
+        continue;
+      }
+    }
+    runs.push_back(g);
+  }
+  return runs;
+}
+}  // namespace
+
 Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DType dtype, Device device,
                      const OptimizerSettings& s, Communicator* norm_group, Communicator* tp_group,
                      Communicator* pp_group, bool keep_masters)
@@ -29,6 +51,12 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
   for (const OptimSegment& g : segments_)
     CHECK(g.state_offset >= 0 && g.state_offset + g.numel <= state_numel, "segment state [{}, +{}) outside {} elements",
           g.state_offset, g.numel, state_numel);
+  std::vector<OptimSegment> in_norm;
+  for (const OptimSegment& g : segments_)
+    if (g.in_norm) in_norm.push_back(g);
+  norm_runs_ = merge_adjacent(in_norm, false, [](auto& a, auto& b) { return a.tp_sharded == b.tp_sharded; });
+  update_runs_ = merge_adjacent(segments_, true, [](auto& a, auto& b) { return a.decay == b.decay; });
+  cast_runs_ = merge_adjacent(segments_, true, [](auto&, auto&) { return true; });
   m_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   v_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
   if (keep_masters) masters_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
@@ -74,15 +102,13 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
         dtype_name(params.dtype()), dtype_name(m_.dtype()), keeps_masters() ? " and masters" : "");
   zero_(norm_sq_);
   if (!tp_group_) {
-    for (const OptimSegment& g : segments_)
-      if (g.numel > 0 && g.in_norm) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
+    for (const OptimSegment& g : norm_runs_) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
   } else {
     // Sharded segments: each tp rank holds different elements, so their sums of squares add over tp; replicated
     // segments are the same on every tp rank and count once.
     zero_(rep_sq_);
-    for (const OptimSegment& g : segments_)
-      if (g.numel > 0 && g.in_norm)
-        kernels::sum_squares_accumulate(g.tp_sharded ? norm_sq_ : rep_sq_, grads.slice(g.offset, {g.numel}));
+    for (const OptimSegment& g : norm_runs_)
+      kernels::sum_squares_accumulate(g.tp_sharded ? norm_sq_ : rep_sq_, grads.slice(g.offset, {g.numel}));
     tp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
     kernels::accumulate(norm_sq_, rep_sq_);
   }
@@ -102,19 +128,19 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
   kernels::SGDHyper sh;
   sh.lr = lr;
   sh.momentum = s_.momentum;
-  for (const OptimSegment& g : segments_) {
-    if (g.numel == 0) continue;
+  for (const OptimSegment& g : update_runs_) {
     h.weight_decay = sh.weight_decay = g.decay ? s_.weight_decay : 0.0;
     const Shape flat{g.numel};
-    const Tensor param = params.slice(g.offset, flat);
-    const Tensor master = keeps_masters() ? masters_.slice(g.state_offset, flat) : param;
+    const Tensor master = keeps_masters() ? masters_.slice(g.state_offset, flat) : params.slice(g.offset, flat);
     if (s_.sgd)
       kernels::sgd_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat), scale_, sh);
     else
       kernels::adamw_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
                             v_.slice(g.state_offset, flat), scale_, h);
-    if (keeps_masters()) copy_convert(param, master);  // the compute copy: rounded once per step
   }
+  if (keeps_masters())  // the compute copy: rounded once per step
+    for (const OptimSegment& g : cast_runs_)
+      copy_convert(params.slice(g.offset, {g.numel}), masters_.slice(g.state_offset, {g.numel}));
   return true;
 }
 

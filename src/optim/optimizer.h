@@ -56,6 +56,10 @@ class Optimizer {
   bool step(const Tensor& params, const Tensor& grads, double lr, double loss_scale = 1.0);
   const Tensor& grad_norm() const { return norm_; }
   int64_t steps_taken() const { return t_; }
+  // Kernel calls a step makes over the parameters (the norm's sums of squares, the updates, the masters' casts).
+  size_t calls_per_step() const {
+    return norm_runs_.size() + update_runs_.size() + (keeps_masters() ? cast_runs_.size() : 0);
+  }
   size_t state_bytes() const { return m_.nbytes() + v_.nbytes() + masters_.nbytes(); }
   bool keeps_masters() const { return masters_.defined(); }
   // The masters of this optimizer's segments, read from / written to a buffer laid out like params (fp32).
@@ -73,6 +77,11 @@ class Optimizer {
 
  private:
   std::vector<OptimSegment> segments_;
+  // The segments merged where one kernel call can cover several (optimizer.cpp, merge_adjacent): each parameter is
+  // a segment, and on the GPU every call is a launch of a few microseconds, three per segment per step otherwise.
+  std::vector<OptimSegment> norm_runs_;    // in the norm, adjacent in grads, both tp-sharded or both replicated
+  std::vector<OptimSegment> update_runs_;  // adjacent in params and in the state, the same decay
+  std::vector<OptimSegment> cast_runs_;    // adjacent in params and in the state (the masters' cast)
   OptimizerSettings s_;
   Communicator* norm_group_;
   Communicator* tp_group_;
