@@ -18,7 +18,9 @@
 #   build       cmake --build -j<cores> (llm.c and the benchmark's token file are prepared meanwhile)
 #   cuda-tests  ctest -R cuda (--tests REGEX: the ctest tests matching REGEX instead)
 #   py-tests    each tests/py/test_cuda_*.py, run as `python3 FILE BUILD_DIR`
-#   bench       scripts/bench_gpt2.sh: meshtrain, llm.c and PyTorch on GPT-2 124M (tokens/s, MFU)
+#   bench       bench/bench_optimizer --device cuda (the optimizer step's calls merged against one per parameter,
+#               into bench_optimizer.txt), then scripts/bench_gpt2.sh: meshtrain, llm.c and PyTorch on GPT-2 124M
+#               (tokens/s, MFU)
 #   profile     scripts/gpu_profile.sh: GPU time by kernel of meshtrain's GPT-2 124M step (3 steps, micro-batch
 #               16 of 16), and of llm.c's (its second step), into kernels_meshtrain.md and kernels_llmc.md
 #   all-tests   the whole ctest suite, with the time that is left (ctest --stop-time)
@@ -376,6 +378,9 @@ if ((HAVE_GPU)) && want bench; then
     wait "$BENCH_PREP_PID"
     say "bench: preparation ended with exit $? (logs/bench_prepare.log)"
   fi
+  # The optimizer step's kernel calls merged into runs against one call per parameter (bench/bench_optimizer.cpp).
+  ((BUILD_OK)) && run_step bench-optimizer 60 bash -c "'$BUILD/bench/bench_optimizer' --device cuda \
+    > '$REPORT/bench_optimizer.txt'"
   # Leave the whole suite at least 90 s when there is time for both.
   left=$(time_left)
   cap=$left
