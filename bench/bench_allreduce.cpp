@@ -29,12 +29,8 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto usage = [&](const std::string& why) {
-    if (rank == 0)
-      std::fprintf(stderr, "bench_allreduce: %s\nusage: mpiexec -n P bench_allreduce [--max-mib 64] "
-                   "[--transport shm|poll|block]\n", why.c_str());
-    MPI_Finalize();
-    std::exit(2);
+  auto usage = [](const std::string& why) {
+    bench::usage_exit("bench_allreduce", why, "mpiexec -n P bench_allreduce [--max-mib 64] [--transport shm|poll|block]");
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];

@@ -1,9 +1,13 @@
-// The C++ benchmarks' command-line numbers. atoi/atof turn "8x" or "--steps" into 0 or 8 and the bench runs
-// something nobody asked for; here the whole argument must be a number within [lo, hi], or the caller prints its
-// usage and exits 2.
+// The C++ benchmarks' command lines. atoi/atof turn "8x" or "--steps" into 0 or 8 and the bench runs something
+// nobody asked for; here the whole argument must be a number within [lo, hi], or the bench ends through
+// usage_exit: the problem and the usage line, exit status 2.
 #pragma once
+#include <mpi.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 namespace mt::bench {
 
@@ -22,6 +26,17 @@ inline bool arg_int(const char* s, int lo, int hi, int* out) {
   if (!arg_number(s, lo, hi, &v) || v != static_cast<double>(static_cast<int>(v))) return false;
   *out = static_cast<int>(v);
   return true;
+}
+
+// "NAME: WHY" and "usage: USAGE" on stderr (from rank 0 alone when MPI runs), MPI finalised when it was started,
+// exit 2.
+[[noreturn]] inline void usage_exit(const char* name, const std::string& why, const char* usage) {
+  int mpi = 0, rank = 0;
+  MPI_Initialized(&mpi);
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) std::fprintf(stderr, "%s: %s\nusage: %s\n", name, why.c_str(), usage);
+  if (mpi) MPI_Finalize();
+  std::exit(2);
 }
 
 }  // namespace mt::bench

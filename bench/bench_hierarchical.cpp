@@ -68,13 +68,9 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto usage = [&](const std::string& why) {
-    if (rank == 0)
-      std::fprintf(stderr, "bench_hierarchical: %s\nusage: mpiexec -n 4 bench_hierarchical [--reps 7] "
-                   "[--ranks-per-node 2] [--links intra_latency_us,intra_gbps,inter_latency_us,inter_gbps "
-                   "[--sizes 256K,1M,4M]]\n", why.c_str());
-    MPI_Finalize();
-    std::exit(2);
+  auto usage = [](const std::string& why) {
+    bench::usage_exit("bench_hierarchical", why, "mpiexec -n 4 bench_hierarchical [--reps 7] [--ranks-per-node 2] "
+                      "[--links intra_latency_us,intra_gbps,inter_latency_us,inter_gbps [--sizes 256K,1M,4M]]");
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];

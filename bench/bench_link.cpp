@@ -67,10 +67,10 @@ int main(int argc, char** argv) {
     } else {
       ok = false;
     }
-    if (!ok) {
-      std::fprintf(stderr, "bench_link: bad argument %s %s\n", k.c_str(), v ? v : "(no value)");
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    if (!ok)
+      bench::usage_exit("bench_link", "bad argument " + k + " " + (v ? v : "(no value)"),
+                        "mpiexec -n P bench_link [--bytes 4194304] [--msg-bytes 65536] [--iters 5] [--latency-us A] "
+                        "[--bandwidth-gbps B]");
   }
   if (bandwidth_gbps > 0) link.beta_us_per_byte = 1e-3 / bandwidth_gbps;
   int rank = 0, size = 1;

@@ -29,9 +29,8 @@ using namespace mt;
 namespace {
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "bench_optimizer: %s\nusage: bench_optimizer [--layers 12] [--d-model 768] [--vocab 50304] "
-               "[--seq 1024] [--steps 20] [--device cpu|cuda]\n", why.c_str());
-  std::exit(2);
+  bench::usage_exit("bench_optimizer", why, "bench_optimizer [--layers 12] [--d-model 768] [--vocab 50304] "
+                    "[--seq 1024] [--steps 20] [--device cpu|cuda]");
 }
 
 struct Result {

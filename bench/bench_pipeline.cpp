@@ -133,13 +133,10 @@ std::string cpu_model() {
   return "unknown";
 }
 
-[[noreturn]] void usage(int rank, const char* why) {
-  if (rank == 0)
-    std::fprintf(stderr, "bench_pipeline: %s\nusage: mpiexec -n P bench_pipeline [--steps 12] [--layers 8] "
-                 "[--d-model 128] [--micro-batch 2] [--seq 64] [--micro-batches 4,8] "
-                 "[--backend shm|mpi-poll|mpi-block] [--pin 1|0] [--thread-priority auto|realtime|normal]\n", why);
-  MPI_Finalize();
-  std::exit(2);
+[[noreturn]] void usage(const std::string& why) {
+  bench::usage_exit("bench_pipeline", why, "mpiexec -n P bench_pipeline [--steps 12] [--layers 8] [--d-model 128] "
+                    "[--micro-batch 2] [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0] "
+                    "[--thread-priority auto|realtime|normal]");
 }
 
 }  // namespace
@@ -154,7 +151,7 @@ int main(int argc, char** argv) {
   bool pin = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc) usage(rank, ("missing value for " + a).c_str());
+    if (i + 1 >= argc) usage("missing value for " + a);
     const char* v = argv[++i];
     bool ok = true;
     int pin_arg = 1;
@@ -167,8 +164,8 @@ int main(int argc, char** argv) {
     else if (a == "--backend") backend = v;
     else if (a == "--pin") ok = bench::arg_int(v, 0, 1, &pin_arg);
     else if (a == "--thread-priority") priority = v;
-    else usage(rank, ("unknown option " + a).c_str());
-    if (!ok) usage(rank, ("bad value for " + a + ": " + v).c_str());
+    else usage("unknown option " + a);
+    if (!ok) usage("bad value for " + a + ": " + v);
     if (a == "--pin") pin = pin_arg != 0;
   }
   std::vector<int> ms;
@@ -176,13 +173,13 @@ int main(int argc, char** argv) {
     std::stringstream ss(ms_arg);
     for (std::string tok; std::getline(ss, tok, ',');) {
       int m = 0;
-      if (!bench::arg_int(tok.c_str(), 1, 1 << 12, &m)) usage(rank, ("bad --micro-batches entry: " + tok).c_str());
+      if (!bench::arg_int(tok.c_str(), 1, 1 << 12, &m)) usage("bad --micro-batches entry: " + tok);
       ms.push_back(m);
     }
   }
-  if (ms.empty() || d_model % kHeads) usage(rank, "--micro-batches needs at least one m, --d-model a multiple of 4");
-  if (p < 2) usage(rank, "needs at least 2 ranks (a pipeline of p = the number of ranks stages)");
-  if (layers_total % (2 * p)) usage(rank, "--layers must be a multiple of 2p (interleaved runs 2 chunks per rank)");
+  if (ms.empty() || d_model % kHeads) usage("--micro-batches needs at least one m, --d-model a multiple of 4");
+  if (p < 2) usage("needs at least 2 ranks (a pipeline of p = the number of ranks stages)");
+  if (layers_total % (2 * p)) usage("--layers must be a multiple of 2p (interleaved runs 2 chunks per rank)");
   CommOptions opts;
   if (backend == "shm") {
     opts.transport = CommOptions::Transport::Shm;
@@ -190,13 +187,13 @@ int main(int argc, char** argv) {
     opts.transport = CommOptions::Transport::Mpi;
     opts.blocking_waits = backend == "mpi-block";
   } else {
-    usage(rank, "--backend must be shm, mpi-poll or mpi-block");
+    usage("--backend must be shm, mpi-poll or mpi-block");
   }
   if (priority != "auto" && priority != "realtime" && priority != "normal")
-    usage(rank, "--thread-priority must be auto, realtime or normal");
+    usage("--thread-priority must be auto, realtime or normal");
   std::string why;
   opts.realtime_threads = priority != "normal" && realtime_threads_permitted(&why);
-  if (priority == "realtime" && !opts.realtime_threads) usage(rank, ("real-time threads refused: " + why).c_str());
+  if (priority == "realtime" && !opts.realtime_threads) usage("real-time threads refused: " + why);
   if (rank == 0)
     std::printf("communication threads: %s\n", opts.realtime_threads ? "real-time" : "normal priority");
   set_compute_threads(1);

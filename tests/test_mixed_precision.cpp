@@ -22,6 +22,16 @@ namespace {
 // Unit roundoff of each format: a value rounded once to nearest is within u * |x|.
 double unit_roundoff(DType t) { return t == DType::BF16 ? 1.0 / 256 : t == DType::F16 ? 1.0 / 2048 : 0x1p-24; }
 
+// fp32 weights ~ N(0, 0.1^2) and gradients ~ N(0, 0.01^2), from `seed`.
+void fill_weights_and_grads(const Tensor& weights, const Tensor& grads, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t i = 0; i < weights.numel(); ++i) {
+    weights.data_as<float>()[i] = 0.1f * nd(rng);
+    grads.data_as<float>()[i] = 0.01f * nd(rng);
+  }
+}
+
 GPTConfig small_model() {
   GPTConfig c;
   c.n_layer = 2;
@@ -149,13 +159,8 @@ TEST_CASE("optimizer with fp32 masters: the update of fp32 training, rounded onc
   const int64_t n = 1000;
   ParamTable table;
   table.add("w", {n}, {n}, true, Shard{});
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.f, 1.f);
   Tensor master32 = Tensor::zeros({n}, DType::F32), grads = Tensor::zeros({n}, DType::F32);
-  for (int64_t i = 0; i < n; ++i) {
-    master32.data_as<float>()[i] = 0.1f * nd(rng);
-    grads.data_as<float>()[i] = 0.01f * nd(rng);
-  }
+  fill_weights_and_grads(master32, grads, 5);
   OptimizerSettings os;
   os.grad_clip = 0;
   Optimizer ref(param_segments(table), n, DType::F32, Device::CPU, os);
@@ -187,13 +192,8 @@ TEST_CASE("optimizer over many segments: each run of them in one call gives ever
   std::vector<OptimSegment> segs;
   for (int64_t i = 0; i < nseg; ++i)
     segs.push_back({i * per, i == 6 ? n + 5 : i * per, per, (i / 2) % 2 == 0, false, i != 8});
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
   Tensor master32 = Tensor::zeros({n}, DType::F32), grads = Tensor::zeros({n}, DType::F32);
-  for (int64_t i = 0; i < n; ++i) {
-    master32.data_as<float>()[i] = 0.1f * nd(rng);
-    grads.data_as<float>()[i] = 0.01f * nd(rng);
-  }
+  fill_weights_and_grads(master32, grads, 11);
   OptimizerSettings os;
   os.grad_clip = 0;  // the scale is then exactly 1: the reference below needs no norm
   Optimizer opt(segs, state_n, DType::F32, Device::CPU, os, nullptr, nullptr, nullptr, true);
