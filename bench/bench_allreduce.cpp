@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   auto usage = [](const std::string& why) {
-    bench::usage_exit("bench_allreduce", why, "mpiexec -n P bench_allreduce [--max-mib 64] [--transport shm|poll|block]");
+    bench::usage_exit("bench_allreduce", why,
+                      "mpiexec -n P bench_allreduce [--max-mib 64] [--transport shm|poll|block]");
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];

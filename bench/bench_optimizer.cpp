@@ -7,11 +7,11 @@
 // gradient (4), AdamW reads gradient, master, m, v and writes master, m, v (28), the cast reads the master and writes
 // the bf16 copy (6): 38 bytes per parameter, 4.7 GB for 124M. Calls: the norm's sum of squares, AdamW and the cast
 // once per parameter each (3 x 148 for GPT-2 124M; on the GPU the sum of squares is two launches) against once per
-// run. On the GPU a launch costs microseconds whatever its size, so the per-parameter path pays ~600 of them.
+// run. On the GPU a launch costs microseconds whatever its size, so the per-parameter path pays ~450 of them.
 // The "per parameter" baseline is the same Optimizer given segments whose state lies one element apart, so no two
 // merge: the same code, the same kernels, one call per parameter.
-// Prints per variant: kernel calls per step (norm, AdamW and cast together), median ms per step, GB/s at 38 bytes per parameter, and the
-// ratio per-parameter / merged.
+// Prints per variant: kernel calls per step (norm, AdamW and cast together), median ms per step, GB/s at 38 bytes
+// per parameter, and the ratio per-parameter / merged.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -109,9 +109,10 @@ int main(int argc, char** argv) {
   const Result a = time_steps(apart, state, n, dev, steps);
   const Result b = time_steps(merged, n, n, dev, steps);
   const double gb = 38.0 * double(n) / 1e9;
+  const std::string where = dev == Device::CPU ? "cpu, " + std::to_string(compute_threads()) + " threads" : "cuda";
   std::printf("optimizer step, GPT L=%d C=%d V=%d T=%d: %.1fM parameters in %zu tensors, bf16 copy over fp32 masters, "
-              "AdamW, clip 1.0, %s (%d compute threads), median of %d steps\n", layers, d_model, vocab, seq, n / 1e6,
-              merged.size(), device.c_str(), dev == Device::CPU ? compute_threads() : 0, steps);
+              "AdamW, clip 1.0, %s, median of %d steps\n", layers, d_model, vocab, seq, n / 1e6, merged.size(),
+              where.c_str(), steps);
   std::printf("%-14s %6s %10s %10s %8s\n", "variant", "calls", "ms/step", "GB/s", "ratio");
   std::printf("%-14s %6zu %10.3f %10.1f %8s\n", "per parameter", a.calls, a.ms, gb / (a.ms * 1e-3), "1.00");
   std::printf("%-14s %6zu %10.3f %10.1f %7.2fx\n", "merged runs", b.calls, b.ms, gb / (b.ms * 1e-3), a.ms / b.ms);

@@ -132,5 +132,6 @@ add_test(NAME scratch_cleanup
 
 # The C++ benchmarks refuse a bad command line with exit 2 and a message (bench/bench_args.h), nothing timed.
 add_test(NAME bench_args
-         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bench_args.py ${MPIEXEC_EXECUTABLE} ${CMAKE_BINARY_DIR}/bench)
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bench_args.py ${MPIEXEC_EXECUTABLE}
+                 ${CMAKE_BINARY_DIR}/bench)
 set_tests_properties(bench_args PROPERTIES TIMEOUT 300 PROCESSORS 2)

@@ -102,7 +102,8 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
         dtype_name(params.dtype()), dtype_name(m_.dtype()), keeps_masters() ? " and masters" : "");
   zero_(norm_sq_);
   if (!tp_group_) {
-    for (const OptimSegment& g : norm_runs_) kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
+    for (const OptimSegment& g : norm_runs_)
+      kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
   } else {
     // Sharded segments: each tp rank holds different elements, so their sums of squares add over tp; replicated
     // segments are the same on every tp rank and count once.
