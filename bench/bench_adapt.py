@@ -25,6 +25,8 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_cli import COMPRESSIONS, int_at_least, names
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5
 LINKS = {"fast": (20, 5.0), "medium": (50, 0.3), "slow": (100, 0.05)}  # latency_us, bandwidth_gbps
@@ -58,14 +60,16 @@ def mean_step(rows, first=WARMUP):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dp", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--compress", default="none,bf16,powersgd", help="the compressions comm.adapt may choose")
-    ap.add_argument("--change", type=int, default=30, help="the step from which the changing link is slow")
+    ap.add_argument("--dp", type=int_at_least(2), default=2)
+    ap.add_argument("--steps", type=int_at_least(1), default=40)
+    ap.add_argument("--compress", type=names(COMPRESSIONS), default="none,bf16,powersgd",
+                    help="the compressions comm.adapt may choose")
+    ap.add_argument("--change", type=int_at_least(1), default=30, help="the step from which the changing link is slow")
     ap.add_argument("--periods", action="store_true", help="also the local SGD period (optim.sync_every)")
     ap.add_argument("--only-periods", action="store_true", help="the local SGD period only")
-    ap.add_argument("--repeats", type=int, default=1, help="runs per setting, round robin (their median counts)")
-    ap.add_argument("--links", default="fast,medium,slow", help="the links to measure")
+    ap.add_argument("--repeats", type=int_at_least(1), default=1,
+                    help="runs per setting, round robin (their median counts)")
+    ap.add_argument("--links", type=names(list(LINKS)), default="fast,medium,slow", help="the links to measure")
     args = ap.parse_args()
     methods = [m.strip() for m in args.compress.split(",")]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); dp={args.dp}, configs/gpt.yaml, {args.steps} steps, mean "

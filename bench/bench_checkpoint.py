@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 import time
 
+from bench_cli import int_at_least
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -41,10 +43,10 @@ def trainer(args, run_dir, steps_sets):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--d-model", type=int, default=1024)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--ranks", type=int, default=1)
+    ap.add_argument("--layers", type=int_at_least(1), default=24)
+    ap.add_argument("--d-model", type=int_at_least(1), default=1024)
+    ap.add_argument("--heads", type=int_at_least(1), default=16)
+    ap.add_argument("--ranks", type=int_at_least(1), default=1)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--mpiexec", default="mpiexec")
     args = ap.parse_args()

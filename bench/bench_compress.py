@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_cli import COMPRESSIONS, float_above, float_at_least, int_at_least, names
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -56,13 +58,14 @@ def run(args, work, method):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--latency-us", type=float, default=100)
-    ap.add_argument("--gbps", type=float, default=0.01, help="emulated link bandwidth, GB/s (0.01 = 80 Mbit/s)")
-    ap.add_argument("--bucket-mb", type=float, default=0.1)
-    ap.add_argument("--topk-fraction", type=float, default=0.01)
-    ap.add_argument("--powersgd-rank", type=int, default=4)
-    ap.add_argument("--methods", default="none,bf16,int8,topk,powersgd")
+    ap.add_argument("--steps", type=int_at_least(1), default=500)
+    ap.add_argument("--latency-us", type=float_at_least(0), default=100)
+    ap.add_argument("--gbps", type=float_above(0), default=0.01,
+                    help="emulated link bandwidth, GB/s (0.01 = 80 Mbit/s)")
+    ap.add_argument("--bucket-mb", type=float_above(0), default=0.1)
+    ap.add_argument("--topk-fraction", type=float_above(0), default=0.01)
+    ap.add_argument("--powersgd-rank", type=int_at_least(1), default=4)
+    ap.add_argument("--methods", type=names(COMPRESSIONS), default="none,bf16,int8,topk,powersgd")
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--trainer", default=os.path.join(ROOT, "build", "trainer"))
     ap.add_argument("--keep", default="", help="write the runs here instead of a temporary directory")

@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_cli import float_above, float_at_least, int_at_least, int_list
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(ROOT, "data", "tinyshakespeare.txt")
 MODEL = ["data.source=text", f"data.path={TEXT}", "model.vocab_size=256", "model.n_layer=2", "model.n_head=4",
@@ -43,10 +45,10 @@ def run(args, work, name, sets):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--every", default="4,16,64", help="comma-separated values of optim.sync_every")
-    ap.add_argument("--latency-us", type=float, default=100)
-    ap.add_argument("--gbps", type=float, default=0.1)
+    ap.add_argument("--steps", type=int_at_least(1), default=500)
+    ap.add_argument("--every", type=int_list(1), default="4,16,64", help="comma-separated values of optim.sync_every")
+    ap.add_argument("--latency-us", type=float_at_least(0), default=100)
+    ap.add_argument("--gbps", type=float_above(0), default=0.1)
     ap.add_argument("--mpiexec", default="mpiexec")
     args = ap.parse_args()
     cases = [("synchronous", [])]

@@ -24,10 +24,12 @@ import subprocess
 import sys
 import tempfile
 
+from bench_cli import float_above, int_at_least
+
 src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-ap.add_argument("--bandwidth-mbit", type=float, default=200)
-ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--bandwidth-mbit", type=float_above(0), default=200)
+ap.add_argument("--steps", type=int_at_least(1), default=20)
 ap.add_argument("--config", default=os.path.join(src, "configs", "gpt.yaml"))
 ap.add_argument("--build", default=os.path.join(src, "build"))
 args = ap.parse_args()

@@ -43,6 +43,8 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_cli import float_above, float_at_least, float_list_above, int_at_least
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5  # metrics rows skipped: allocations, first buckets, lr warm-up has no effect on timing
 
@@ -160,22 +162,25 @@ def print_table(rows, args, pred_ms):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dp", type=int, default=2, help="data-parallel ranks (mpiexec -n)")
-    ap.add_argument("--runs", type=int, default=1, help="repeat the whole measurement (calibration included)")
-    ap.add_argument("--steps", type=int, default=25, help=f"steps per run; the first {WARMUP} are not counted")
-    ap.add_argument("--latency-us", type=float, default=20)
-    ap.add_argument("--comm-fraction", type=float, default=0.6,
+    ap.add_argument("--dp", type=int_at_least(2), default=2, help="data-parallel ranks (mpiexec -n)")
+    ap.add_argument("--runs", type=int_at_least(1), default=1,
+                    help="repeat the whole measurement (calibration included)")
+    ap.add_argument("--steps", type=int_at_least(WARMUP + 1), default=25,
+                    help=f"steps per run; the first {WARMUP} are not counted")
+    ap.add_argument("--latency-us", type=float_at_least(0), default=20)
+    ap.add_argument("--comm-fraction", type=float_above(0), default=0.6,
                     help="serial all-reduce time of the whole gradient on the emulated link / compute time")
-    ap.add_argument("--buckets", default="0.25,0.5,1,2", help="comm.bucket_mb values, overlap on")
-    ap.add_argument("--backend", default="auto", help="comm.backend: auto | shm | mpi")
-    ap.add_argument("--comm-wait", default="auto", help="comm.wait (MPI transport): auto | poll | block")
-    ap.add_argument("--thread-priority", default="auto", help="comm.thread_priority: auto | realtime | normal")
-    ap.add_argument("--threads", type=int, default=0,
+    ap.add_argument("--buckets", type=float_list_above(0), default="0.25,0.5,1,2",
+                    help="comm.bucket_mb values, overlap on")
+    ap.add_argument("--backend", choices=["auto", "shm", "mpi"], default="auto", help="comm.backend: auto | shm | mpi")
+    ap.add_argument("--comm-wait", choices=["auto", "poll", "block"], default="auto",
+                    help="comm.wait (MPI transport): auto | poll | block")
+    ap.add_argument("--thread-priority", choices=["auto", "realtime", "normal"], default="auto",
+                    help="comm.thread_priority: auto | realtime | normal")
+    ap.add_argument("--threads", type=int_at_least(0), default=0,
                     help="train.threads and OMP_NUM_THREADS for the runs (0: leave both to the user's defaults)")
     ap.add_argument("--plot", default="")
     args = ap.parse_args()
-    if args.dp < 2:
-        raise SystemExit("--dp must be at least 2")
 
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores visible)")
     exp_bar, step_bar, hidden_bar = bars(args)

@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_cli import float_above, float_at_least, int_at_least
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACTS = re.compile(r"\[pipeline stage 0\] peak activations ([\d.]+) MiB")
 
@@ -53,10 +55,10 @@ def table(title, results, cols):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--latency-us", type=float, default=20)
-    ap.add_argument("--gbps", type=float, default=1.0)
+    ap.add_argument("--steps", type=int_at_least(1), default=50)
+    ap.add_argument("--threads", type=int_at_least(1), default=2)
+    ap.add_argument("--latency-us", type=float_at_least(0), default=20)
+    ap.add_argument("--gbps", type=float_above(0), default=1.0)
     ap.add_argument("--mpiexec", default="mpiexec")
     args = ap.parse_args()
     net = [f"comm.emulate.latency_us={args.latency_us}", f"comm.emulate.bandwidth_gbps={args.gbps}"]

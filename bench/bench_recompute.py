@@ -26,6 +26,8 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_cli import int_at_least
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -72,14 +74,14 @@ def run(work, arch, rc, a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3, help="runs per setting, interleaved")
+    ap.add_argument("--width", type=int_at_least(1), default=256)
+    ap.add_argument("--layers", type=int_at_least(1), default=4)
+    ap.add_argument("--heads", type=int_at_least(1), default=8)
+    ap.add_argument("--kv-heads", type=int_at_least(1), default=2)
+    ap.add_argument("--seq", type=int_at_least(1), default=256)
+    ap.add_argument("--batch", type=int_at_least(1), default=4)
+    ap.add_argument("--steps", type=int_at_least(1), default=20)
+    ap.add_argument("--repeats", type=int_at_least(1), default=3, help="runs per setting, interleaved")
     a = ap.parse_args()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); one rank, fp32; width {a.width}, {a.layers} blocks, "
           f"{a.heads} heads (Llama: {a.kv_heads} kv heads), T {a.seq}, micro-batch {a.batch}")

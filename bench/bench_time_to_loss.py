@@ -20,6 +20,8 @@ import json
 import os
 import subprocess
 
+from bench_cli import float_above, float_at_least, int_at_least, names
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 STRATEGIES = [  # name, label, settings
@@ -65,17 +67,19 @@ def run(args, name, settings):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=120)
-    ap.add_argument("--eval-every", type=int, default=10)
-    ap.add_argument("--target", type=float, default=None)
-    ap.add_argument("--latency-us", type=float, default=100)
-    ap.add_argument("--gbps", type=float, default=0.05, help="emulated link bandwidth (GB/s)")
-    ap.add_argument("--slowdown", type=float, default=1.5, help="rank 3's compute slowdown")
-    ap.add_argument("--delay-ms", type=float, default=10, help="rank 3's mean per-step delay (log-normal, sigma 1)")
-    ap.add_argument("--sync-every", type=int, default=4, help="local SGD and DiLoCo period")
-    ap.add_argument("--only", default="", help="comma-separated strategy names")
+    ap.add_argument("--steps", type=int_at_least(1), default=120)
+    ap.add_argument("--eval-every", type=int_at_least(1), default=10)
+    ap.add_argument("--target", type=float_above(0), default=None)
+    ap.add_argument("--latency-us", type=float_at_least(0), default=100)
+    ap.add_argument("--gbps", type=float_above(0), default=0.05, help="emulated link bandwidth (GB/s)")
+    ap.add_argument("--slowdown", type=float_above(0), default=1.5, help="rank 3's compute slowdown")
+    ap.add_argument("--delay-ms", type=float_at_least(0), default=10,
+                    help="rank 3's mean per-step delay (log-normal, sigma 1)")
+    ap.add_argument("--sync-every", type=int_at_least(1), default=4, help="local SGD and DiLoCo period")
+    ap.add_argument("--only", type=names([s[0] for s in STRATEGIES]), default="", help="comma-separated strategy names")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "time_to_loss"))
-    ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "figures", "time_to_loss.png"))
+    ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "figures", "time_to_loss.png"),
+                    help='the figure\'s path; "" for none')
     ap.add_argument("--reuse", action="store_true", help="read the runs already in --out instead of training")
     args = ap.parse_args()
     chosen = [s for s in STRATEGIES if not args.only or s[0] in args.only.split(",")]
@@ -115,6 +119,8 @@ def main():
         w.writeheader()
         w.writerows(table)
     print(f"wrote {os.path.join(args.out, 'time_to_loss.csv')}")
+    if not args.plot:
+        return
     try:
         import matplotlib
     except ImportError:
@@ -146,7 +152,7 @@ def main():
     fig.suptitle(f"4 ranks, link {args.latency_us:g} us / {args.gbps:g} GB/s, one straggler "
                  f"({args.slowdown:g}x, {args.delay_ms:g} ms delays); dashed: target {target:.3f}", fontsize=9)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(args.plot), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
     fig.savefig(args.plot, dpi=120)
     print(f"wrote {args.plot}")
 

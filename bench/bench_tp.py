@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_cli import int_at_least, int_list
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 1048576.0
 MEM = re.compile(r"memory per rank: parameters ([\d.]+) MiB \(\w+\), gradients ([\d.]+) MiB, optimizer state "
@@ -59,10 +61,10 @@ def run(tp, args, work, threads=1):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--tps", default="1,2,4")
+    ap.add_argument("--steps", type=int_at_least(1), default=30)
+    ap.add_argument("--tps", type=int_list(1), default="1,2,4")
     ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--tp1-threads", type=int, default=2,
+    ap.add_argument("--tp1-threads", type=int_at_least(1), default=2,
                     help="also time tp = 1 with this many compute threads (the cores tp = 2 uses); 1 = skip")
     args = ap.parse_args()
     tps = [int(x) for x in args.tps.split(",")]

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from bench_cli import int_at_least, names
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {
     "A": dict(n_layer=4, n_head=4, d_model=256, seq_len=64, vocab_size=512, batch=4),
@@ -119,9 +121,9 @@ def peak_sgemm(threads):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--configs", default="A,B")
+    ap.add_argument("--threads", type=int_at_least(1), default=2)
+    ap.add_argument("--steps", type=int_at_least(1), default=30)
+    ap.add_argument("--configs", type=names(list(CONFIGS)), default="A,B")
     args = ap.parse_args()
     peak = peak_sgemm(args.threads)
     print(f"machine: {os.cpu_count()} cores; threads per process {args.threads}; "

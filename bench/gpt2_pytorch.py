@@ -31,6 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bench_cli import int_at_least, int_list, names
+
 LLMC_MAGIC, LLMC_VERSION, LLMC_HEADER_INTS = 20240520, 1, 256
 OutOfMemory = getattr(torch.cuda, "OutOfMemoryError", MemoryError)  # PyTorch >= 1.13 has the former
 
@@ -189,16 +191,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model, 4 steps: a smoke test")
-    ap.add_argument("--n-layer", type=int, default=12)
-    ap.add_argument("--n-head", type=int, default=12)
-    ap.add_argument("--d-model", type=int, default=768)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--vocab-size", type=int, default=50257)
-    ap.add_argument("--micro-batches", default="8,16,32", help="comma-separated micro-batch sizes")
-    ap.add_argument("--global-batch", type=int, default=32, help="sequences per optimizer step")
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--warmup", type=int, default=10, help="steps left out of the median")
-    ap.add_argument("--modes", default="eager,compile", help="eager and/or compile (torch.compile)")
+    ap.add_argument("--n-layer", type=int_at_least(1), default=12)
+    ap.add_argument("--n-head", type=int_at_least(1), default=12)
+    ap.add_argument("--d-model", type=int_at_least(1), default=768)
+    ap.add_argument("--seq-len", type=int_at_least(1), default=1024)
+    ap.add_argument("--vocab-size", type=int_at_least(1), default=50257)
+    ap.add_argument("--micro-batches", type=int_list(1), default="8,16,32", help="comma-separated micro-batch sizes")
+    ap.add_argument("--global-batch", type=int_at_least(1), default=32, help="sequences per optimizer step")
+    ap.add_argument("--steps", type=int_at_least(1), default=40)
+    ap.add_argument("--warmup", type=int_at_least(0), default=10, help="steps left out of the median")
+    ap.add_argument("--modes", type=names(["eager", "compile"]), default="eager,compile",
+                    help="eager and/or compile (torch.compile)")
     ap.add_argument("--compile-micro-batches", default="",
                     help="micro-batches to run under torch.compile (default: all of --micro-batches)")
     ap.add_argument("--data", default="", help="llm.c token file; default: random tokens")
@@ -207,7 +210,7 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print every step")
     ap.add_argument("--write-tokens", default="", help="write an llm.c token file and exit")
     ap.add_argument("--from-text", default="", help="with --write-tokens: the bytes of this text file, repeated")
-    ap.add_argument("--num-tokens", type=int, default=1 << 22, help="with --write-tokens: how many tokens")
+    ap.add_argument("--num-tokens", type=int_at_least(1), default=1 << 22, help="with --write-tokens: how many tokens")
     args = ap.parse_args()
 
     if args.write_tokens:

@@ -130,7 +130,8 @@ add_test(NAME scratch_cleanup
          COMMAND bash -c "d=$(mktemp -d) && TMPDIR=$d \"$0\" > /dev/null && TMPDIR=$d \"$1\" > /dev/null && left=$(ls -A $d) && rmdir $d && [ -z \"$left\" ] || { echo \"left in $d: $left\"; exit 1; }"
                  $<TARGET_FILE:test_config> $<TARGET_FILE:test_data>)
 
-# The C++ benchmarks refuse a bad command line with exit 2 and a message (bench/bench_args.h), nothing timed.
+# The benchmarks refuse a bad command line with exit 2 and a message (bench/bench_args.h, bench/bench_cli.py),
+# nothing timed.
 add_test(NAME bench_args
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bench_args.py ${MPIEXEC_EXECUTABLE}
                  ${CMAKE_BINARY_DIR}/bench)

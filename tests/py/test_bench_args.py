@@ -1,6 +1,8 @@
-"""The C++ benchmarks refuse a bad command line: a misspelt option, a missing value, a number that is not one or is
+"""The benchmarks refuse a bad command line: a misspelt option, a missing value, a number that is not one or is
 out of range, too few ranks. Each must exit 2 at once with a line naming the problem, never run something other
 than what was asked (atoi's 0), abort or hang. Nothing is timed; every case ends before any measurement starts.
+The C++ benches (BENCH_DIR, the build's) parse through bench/bench_args.h, the Python ones (the source tree's bench/)
+through bench/bench_cli.py's argparse types.
 
 usage: test_bench_args.py MPIEXEC BENCH_DIR"""
 import os
@@ -8,9 +10,10 @@ import subprocess
 import sys
 
 mpiexec, bench = sys.argv[1:3]
+SRC_BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
 ok = True
 
-# (ranks, 0 for no mpiexec), bench, arguments, a word the message must contain
+# (ranks, 0 for no mpiexec; -1 for a Python bench), bench, arguments, a word the message must contain
 CASES = [
     (0, "bench_matmul", ["x"], "usage"),
     (0, "bench_matmul", ["2", "0"], "usage"),
@@ -31,14 +34,19 @@ CASES = [
     (2, "bench_pipeline", ["--micro-batches", "4,,8"], "bad --micro-batches entry"),
     (2, "bench_pipeline", ["--pin", "2"], "bad value for --pin"),
     (2, "bench_pipeline", ["--layers", "6"], "--layers must be a multiple of 2p"),
+    (-1, "bench_overlap.py", ["--runs", "0"], "argument --runs: must be >= 1"),
+    (-1, "bench_overlap.py", ["--buckets", "0.25,x"], "argument --buckets: not a number"),
+    (-1, "bench_compress.py", ["--methods", "int4"], "argument --methods: unknown int4"),
+    (-1, "bench_local_sgd.py", ["--every", "4,0"], "argument --every: must be >= 1"),
+    (-1, "bench_time_to_loss.py", ["--target", "-1"], "argument --target: must be > 0"),
 ]
 
 for ranks, name, args, want in CASES:
-    exe = os.path.join(bench, name)
+    exe = os.path.join(SRC_BENCH if ranks < 0 else bench, name)
     if not os.path.exists(exe):  # bench_matmul is built only where OpenBLAS is
         print(f"skip {name}: not built")
         continue
-    cmd = ([mpiexec, "-n", str(ranks)] if ranks else []) + [exe] + args
+    cmd = ([mpiexec, "-n", str(ranks)] if ranks > 0 else [sys.executable] if ranks < 0 else []) + [exe] + args
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, OMP_NUM_THREADS="1"))
