@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
   int threads = 2;
   if (pos.size() > 2 || (pos.size() > 0 && !mt::bench::arg_int(pos[0], 1, 4096, &threads)) ||
       (pos.size() > 1 && !mt::bench::arg_number(pos[1], 1e-3, 3600, &g_seconds))) {
-    std::fprintf(stderr, "usage: bench_matmul [THREADS >= 1 [SECONDS_PER_CASE > 0]] [--peak-only]\n");
-    return 2;
+    mt::bench::usage_exit("bench_matmul", "bad arguments",
+                          "bench_matmul [THREADS >= 1 [SECONDS_PER_CASE > 0]] [--peak-only]");
   }
   mt::set_compute_threads(threads);
   openblas_set_num_threads(threads);

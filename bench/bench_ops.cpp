@@ -268,8 +268,8 @@ int main(int argc, char** argv) {
   if (argc > 4 || (argc > 1 && !mt::bench::arg_int(argv[1], 1, 4096, &threads)) ||
       (argc > 2 && !mt::bench::arg_number(argv[2], 1e-3, 3600, &g_seconds)) || which.empty() ||
       which.find_first_not_of("AB") != std::string::npos) {
-    std::fprintf(stderr, "usage: bench_ops [THREADS >= 1 [SECONDS_PER_CASE > 0 [CONFIGS: A, B or AB]]]\n");
-    return 2;
+    mt::bench::usage_exit("bench_ops", "bad arguments",
+                          "bench_ops [THREADS >= 1 [SECONDS_PER_CASE > 0 [CONFIGS: A, B or AB]]]");
   }
   mt::set_compute_threads(threads);
   g_cold = std::getenv("BENCH_COLD") != nullptr;

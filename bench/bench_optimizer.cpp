@@ -6,10 +6,10 @@
 // The two numbers. FLOPs: ~20 per parameter, nothing next to a step's matmuls. Bytes: the norm reads the fp32
 // gradient (4), AdamW reads gradient, master, m, v and writes master, m, v (28), the cast reads the master and writes
 // the bf16 copy (6): 38 bytes per parameter, 4.7 GB for 124M. Calls: the norm's sum of squares, AdamW and the cast
-// once per parameter each (3 x 148 for GPT-2 124M; on the GPU the sum of squares is two launches) against once per
-// run. On the GPU a launch costs microseconds whatever its size, so the per-parameter path pays ~450 of them.
-// The "per parameter" baseline is the same Optimizer given segments whose state lies one element apart, so no two
-// merge: the same code, the same kernels, one call per parameter.
+// once per parameter each (3 x 148 for GPT-2 124M; on the GPU the sum of squares is two launches: 592) against once per
+// run. On the GPU a launch costs microseconds whatever its size, so the per-parameter path pays ~600 of them.
+// The "per parameter" baseline is the same Optimizer given segments that lie one element apart (in the params,
+// grads and state buffers alike), so no two merge: the same code and kernels, one call per parameter and kernel.
 // Prints per variant: kernel calls per step (norm, AdamW and cast together), median ms per step, GB/s at 38 bytes
 // per parameter, and the ratio per-parameter / merged.
 #include <algorithm>
@@ -38,19 +38,26 @@ struct Result {
   size_t calls;
 };
 
-// Median ms of `steps` optimizer steps (after 2 warm-up steps), each ended by a device synchronisation.
-Result time_steps(const std::vector<OptimSegment>& segs, int64_t state_numel, int64_t n, Device dev, int steps) {
+// Median ms of `steps` optimizer steps (after 2 warm-up steps), each ended by a device synchronisation. Params,
+// grads and the state are `total` elements long, each segment at the same offset in all of them.
+Result time_steps(const std::vector<OptimSegment>& segs, int64_t total, Device dev, int steps) {
   OptimizerSettings os;  // clipping on (1.0), as in training
-  Optimizer opt(segs, state_numel, DType::F32, dev, os, nullptr, nullptr, nullptr, true);
-  Tensor masters = Tensor::zeros({n}, DType::F32);
+  Optimizer opt(segs, total, DType::F32, dev, os, nullptr, nullptr, nullptr, true);
+  Tensor masters = Tensor::zeros({total}, DType::F32), grads = Tensor::zeros({total}, DType::F32);
   float* p = masters.data_as<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = 0.02f * float((i * 7919) % 201 - 100) / 100.f;
-  Tensor grads = Tensor::zeros({n}, DType::F32), compute = Tensor::zeros({n}, DType::BF16, dev);
   float* g = grads.data_as<float>();
-  for (int64_t i = 0; i < n; ++i) g[i] = 1e-4f * float((i * 104729) % 199 - 99);
-  Tensor grads_dev = Tensor::zeros({n}, DType::F32, dev), masters_dev = Tensor::zeros({n}, DType::F32, dev);
-  copy_convert(grads_dev, grads);
-  copy_convert(masters_dev, masters);
+  for (int64_t i = 0; i < total; ++i) {
+    p[i] = 0.02f * float((i * 7919) % 201 - 100) / 100.f;
+    g[i] = 1e-4f * float((i * 104729) % 199 - 99);
+  }
+  auto on_device = [dev](const Tensor& host) {
+    if (dev == Device::CPU) return host;
+    Tensor d = Tensor::zeros(host.shape(), host.dtype(), dev);
+    copy_convert(d, host);
+    return d;
+  };
+  const Tensor grads_dev = on_device(grads), masters_dev = on_device(masters);
+  Tensor compute = Tensor::zeros({total}, DType::BF16, dev);
   opt.load_masters(masters_dev);
   copy_convert(compute, masters_dev);
   std::vector<double> ms;
@@ -100,14 +107,14 @@ int main(int argc, char** argv) {
   const int64_t n = table.total_numel();
 
   const std::vector<OptimSegment> merged = param_segments(table);
-  std::vector<OptimSegment> apart = merged;  // each segment's state one element after the last one's end
-  int64_t state = 0;
+  std::vector<OptimSegment> apart = merged;  // each segment one element after the last one's end, everywhere
+  int64_t end = 0;
   for (OptimSegment& g : apart) {
-    g.state_offset = state;
-    state += g.numel + 1;
+    g.offset = g.state_offset = end;
+    end += g.numel + 1;
   }
-  const Result a = time_steps(apart, state, n, dev, steps);
-  const Result b = time_steps(merged, n, n, dev, steps);
+  const Result a = time_steps(apart, end, dev, steps);
+  const Result b = time_steps(merged, n, dev, steps);
   const double gb = 38.0 * double(n) / 1e9;
   const std::string where = dev == Device::CPU ? "cpu, " + std::to_string(compute_threads()) + " threads" : "cuda";
   std::printf("optimizer step, GPT L=%d C=%d V=%d T=%d: %.1fM parameters in %zu tensors, bf16 copy over fp32 masters, "

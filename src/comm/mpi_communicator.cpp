@@ -175,12 +175,13 @@ class MpiCommunicator : public QueuedCommunicator {
   // IEEE arithmetic, so both hold the same bits, those MPICH's algorithms give). One exchange where MPICH's
   // reduce-scatter + all-gather makes two, each waiting for both directions of the one before: where two such
   // groups share a host's link and TCP shares it unevenly, that wait left the link idle (docs/multinode.md).
-  void exchange_all_reduce(void* data, int n, MPI_Datatype t, MPI_Op r, int64_t bytes, int64_t nbytes) {
-    void* peer = scratch(static_cast<size_t>(nbytes));
+  void exchange_all_reduce(const Tensor& a, MPI_Datatype t, MPI_Op r, int64_t bytes) {
+    const int n = static_cast<int>(a.numel());
+    void* peer = scratch(a.nbytes());
     MPI_Request reqs[2];
     MPI_CHECK(MPI_Irecv(peer, n, t, 1 - rank(), 0, exchange_comm_, &reqs[0]));
-    complete_request(MPI_Isend(data, n, t, 1 - rank(), 0, exchange_comm_, &reqs[1]), bytes, reqs, 2);
-    MPI_CHECK(MPI_Reduce_local(peer, data, n, t, r));
+    complete_request(MPI_Isend(a.data(), n, t, 1 - rank(), 0, exchange_comm_, &reqs[1]), bytes, reqs, 2);
+    MPI_CHECK(MPI_Reduce_local(peer, a.data(), n, t, r));
   }
 
   void* scratch(size_t bytes) {
@@ -203,7 +204,7 @@ class MpiCommunicator : public QueuedCommunicator {
           const MPI_Datatype t = mpi_type(a.dtype());
           const MPI_Op r = mpi_op(a.dtype(), op.rop);
           if (p == 2)
-            exchange_all_reduce(a.data(), n, t, r, bytes, a.nbytes());
+            exchange_all_reduce(a, t, r, bytes);
           else
             complete_request(blocking ? MPI_Allreduce(MPI_IN_PLACE, a.data(), n, t, r, comm_)
                                       : MPI_Iallreduce(MPI_IN_PLACE, a.data(), n, t, r, comm_, &req_),

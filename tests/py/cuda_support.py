@@ -1,11 +1,13 @@
 """Shared pieces of the tests/py/test_cuda_*.py scripts: their arguments (BUILD_DIR [WORK_DIR]), cuda_parity's
-small GPT, the skip (exit 77) where the trainer has no CUDA backend or sees no GPU, and the ok/FAIL report.
-Standard library only."""
+small GPT, the skip (exit 77) where the trainer has no CUDA backend or sees no GPU, the same run on both devices,
+and the ok/FAIL report. Standard library and parity_support only."""
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from parity_support import run_trainer
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A small GPT whose head size (64 / 2 = 32) the flash-attention kernel takes; 4 micro-batches per step.
@@ -34,6 +36,13 @@ class GpuTest:
         if probe.returncode != 0 and ("no usable GPU" in out or "no CUDA backend" in out):
             print("skipped: " + out.strip().splitlines()[-1])
             sys.exit(77)
+
+    def on_both_devices(self, ranks, args, name):
+        """The trainer with `args` on the CPU and on the GPU (run dirs cpu_NAME, cuda_NAME): (CPU losses, GPU
+        losses, the GPU run's log)."""
+        runs = {device: run_trainer(self.mpiexec, self.trainer, ranks, list(args) + ["--set", f"device={device}"],
+                                    os.path.join(self.work, f"{device}_{name}")) for device in ("cpu", "cuda")}
+        return runs["cpu"][0], runs["cuda"][0], runs["cuda"][1]
 
     def report(self, ok, what):
         self.failures += not ok

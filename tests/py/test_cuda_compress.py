@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_support import SMALL_GPT, GpuTest  # noqa: E402
-from parity_support import max_relative_loss_difference, run_trainer  # noqa: E402
+from parity_support import max_relative_loss_difference  # noqa: E402
 
 t = GpuTest("cuda_compress_")
 report = t.report
@@ -26,13 +26,9 @@ DP2 = SMALL_GPT + ["--set", "train.eval_every=0", "--set", "train.steps=8", "--s
                    "comm.backend=mpi"]
 
 for method, bound in (("int8", 1e-3), ("topk", 1e-4), ("powersgd", 1e-4)):
-    losses = {}
-    for device in ("cpu", "cuda"):
-        losses[device], log = run_trainer(t.mpiexec, t.trainer, 2, DP2 + [
-            "--set", f"device={device}", "--set", f"comm.compress={method}"], os.path.join(t.work, f"{device}_{method}"))
+    cpu, gpu, log = t.on_both_devices(2, DP2 + ["--set", f"comm.compress={method}"], method)
     report(f"compression {method}" in log, f"{method}: the GPU run's log names the compression")
-    gpu = losses["cuda"]
-    d = max_relative_loss_difference(gpu, losses["cpu"])
+    d = max_relative_loss_difference(gpu, cpu)
     report(len(gpu) == 8 and d <= bound, f"{method}: 8 losses on the GPU within {d:.2e} of the CPU's (bound {bound:g})")
     report(gpu[-1] < gpu[0], f"{method}: the GPU run trains ({gpu[0]:.4f} -> {gpu[-1]:.4f})")
 t.finish()

@@ -21,17 +21,10 @@ report = t.report
 MESH = SMALL_GPT + ["--set", "train.eval_every=0", "--set", "train.steps=8", "--set", "parallel.dp=4", "--set",
                     "comm.backend=mpi", "--set", "comm.emulate.ranks_per_node=2"]
 
-
-def run(name, device, hierarchical):
-    return run_trainer(t.mpiexec, t.trainer, 4, MESH + [
-        "--set", f"device={device}", "--set", f"comm.hierarchical={'true' if hierarchical else 'false'}"],
-        os.path.join(t.work, name))
-
-
-gpu_h, log = run("gpu_hierarchical", "cuda", True)
+cpu_h, gpu_h, log = t.on_both_devices(4, MESH + ["--set", "comm.hierarchical=true"], "hierarchical")
 report("comm.hierarchical: each dp all-reduce over 2 nodes x 2 ranks" in log, "the log names the two-level layout")
-gpu_flat, _ = run("gpu_flat", "cuda", False)
-cpu_h, _ = run("cpu_hierarchical", "cpu", True)
+gpu_flat, _ = run_trainer(t.mpiexec, t.trainer, 4, MESH + ["--set", "device=cuda", "--set", "comm.hierarchical=false"],
+                          os.path.join(t.work, "cuda_flat"))
 d = max_relative_loss_difference(gpu_h, gpu_flat)
 report(len(gpu_h) == 8 and d <= 1e-5, f"hierarchical against flat on the GPU: 8 losses within {d:.2e} (bound 1e-5; "
                                       f"{'bitwise equal' if gpu_h == gpu_flat else 'not bitwise equal'})")

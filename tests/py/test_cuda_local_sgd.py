@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_support import SMALL_GPT, GpuTest  # noqa: E402
-from parity_support import max_relative_loss_difference, run_trainer  # noqa: E402
+from parity_support import max_relative_loss_difference  # noqa: E402
 
 t = GpuTest("cuda_local_sgd_")
 report = t.report
@@ -21,15 +21,10 @@ BASE = SMALL_GPT + ["--set", "train.eval_every=0", "--set", "train.steps=8", "--
                     "comm.backend=mpi", "--set", "optim.sync_every=2"]
 
 for outer, precision, bound in (("none", "fp32", 1e-5), ("nesterov", "fp32", 1e-5), ("nesterov", "bf16", 1e-2)):
-    losses = {}
-    for device in ("cpu", "cuda"):
-        name = f"{device}_{outer}_{precision}"
-        losses[device], log = run_trainer(t.mpiexec, t.trainer, 2, BASE + [
-            "--set", f"device={device}", "--set", f"optim.outer={outer}", "--set", f"precision.compute={precision}"],
-            os.path.join(t.work, name))
-        if device == "cuda":
-            report("local SGD" in log, f"{name}: the log announces local SGD")
-    d = max_relative_loss_difference(losses["cuda"], losses["cpu"])
-    report(len(losses["cuda"]) == 8 and d <= bound,
+    cpu, gpu, log = t.on_both_devices(2, BASE + ["--set", f"optim.outer={outer}", "--set",
+                                                 f"precision.compute={precision}"], f"{outer}_{precision}")
+    report("local SGD" in log, f"{outer}, {precision}: the GPU run's log announces local SGD")
+    d = max_relative_loss_difference(gpu, cpu)
+    report(len(gpu) == 8 and d <= bound,
            f"local SGD, outer {outer}, {precision}: 8 losses on the GPU within {d:.2e} of the CPU's (bound {bound:g})")
 t.finish()
