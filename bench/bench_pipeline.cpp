@@ -2,7 +2,7 @@
 // one-rank baseline in the same run.
 // Run: mpiexec -n 2 build/bench/bench_pipeline [--steps 12] [--layers 8] [--d-model 128] [--micro-batch 2]
 //        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0]
-//        [--thread-priority auto|realtime|normal]  (p = the number of ranks)
+//        [--thread-priority auto|realtime|normal] [--recompute none|light|selective|full]  (p = the number of ranks)
 // --pin 1 (the default, as the trainer's train.pin_threads): each rank's compute thread on a core of its own when
 // the ranks fit the cores; 0: the OS places them.
 //
@@ -38,6 +38,8 @@
 // default), mpi-poll (MPI, nonblocking calls polled with back-off), mpi-block (MPI, blocking calls that spin).
 // --thread-priority as the trainer's comm.thread_priority: auto (the default) gives the shared-memory transport's
 // threads real-time priority where the OS permits it, realtime requires it, normal never.
+// --recompute as the trainer's train.recompute, for the baseline and every schedule alike: smaller records, so
+// what GPipe's m live records cost in memory traffic shrinks with them.
 #include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
@@ -136,7 +138,7 @@ std::string cpu_model() {
 [[noreturn]] void usage(const std::string& why) {
   bench::usage_exit("bench_pipeline", why, "mpiexec -n P bench_pipeline [--steps 12] [--layers 8] [--d-model 128] "
                     "[--micro-batch 2] [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0] "
-                    "[--thread-priority auto|realtime|normal]");
+                    "[--thread-priority auto|realtime|normal] [--recompute none|light|selective|full]");
 }
 
 }  // namespace
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   int steps = 12, layers_total = 8, d_model = 128, B = 2, T = 64;
-  std::string ms_arg = "4,8", backend = "shm", priority = "auto";
+  std::string ms_arg = "4,8", backend = "shm", priority = "auto", recompute = "none";
   bool pin = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
     else if (a == "--backend") backend = v;
     else if (a == "--pin") ok = bench::arg_int(v, 0, 1, &pin_arg);
     else if (a == "--thread-priority") priority = v;
+    else if (a == "--recompute") recompute = v;
     else usage("unknown option " + a);
     if (!ok) usage("bad value for " + a + ": " + v);
     if (a == "--pin") pin = pin_arg != 0;
@@ -189,6 +192,8 @@ int main(int argc, char** argv) {
   } else {
     usage("--backend must be shm, mpi-poll or mpi-block");
   }
+  Recompute rc = Recompute::None;
+  if (!parse_name(recompute, rc)) usage("--recompute must be none, light, selective or full");
   if (priority != "auto" && priority != "realtime" && priority != "normal")
     usage("--thread-priority must be auto, realtime or normal");
   std::string why;
@@ -214,6 +219,7 @@ int main(int argc, char** argv) {
     cfg.d_model = d_model;
     cfg.seq_len = T;
     cfg.vocab_size = kVocab;
+    cfg.recompute = rc;
     const std::vector<int> even(p, layers_total / p);
     const PassTimes mine = time_passes(cfg, even, rank, B, T);
     // Theory uses the mean over stages of each pass time.
@@ -321,9 +327,9 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::vector<double> base_med(ms.size()), gpipe_med(ms.size());
       std::printf("CPU: %s\n", cpu_model().c_str());
-      std::printf("pipeline of %d ranks (--backend %s), GPT L=%d C=%d T=%d V=%d, micro-batch %d, 1 compute thread "
-                  "per rank; %d steps per configuration after %d warm-up steps\n",
-                  p, backend.c_str(), layers_total, cfg.d_model, T, cfg.vocab_size, B, steps, kWarmup);
+      std::printf("pipeline of %d ranks (--backend %s), GPT L=%d C=%d T=%d V=%d, micro-batch %d, recompute %s, 1 "
+                  "compute thread per rank; %d steps per configuration after %d warm-up steps\n",
+                  p, backend.c_str(), layers_total, cfg.d_model, T, cfg.vocab_size, B, recompute.c_str(), steps, kWarmup);
       std::printf("pass times per micro-batch (mean over stages): F %.2f ms, B %.2f ms, split B: input %.2f ms + "
                   "weight %.2f ms; sum of the stages' F + B: %.2f ms\n", avg.F, avg.B, avg.Bi, avg.W,
                   p * (avg.F + avg.B));

@@ -1,4 +1,5 @@
-"""GPT-2 against Llama of the same width, and activation recomputation (train.recompute none / selective / full):
+"""GPT-2 against Llama of the same width, and activation recomputation (train.recompute none / light / selective /
+full):
 tokens/s and peak activation memory on one rank, with the FLOPs each setting must do beside the time it takes.
 
 The model: --layers blocks of --width channels, --heads heads (Llama: --kv-heads key/value heads, SwiGLU hidden
@@ -13,7 +14,8 @@ The two numbers. Multiply-adds per token of one block's forward, N tokens of T p
 A training step is forward + backward = 3 forwards (the backward computes two products per forward one). Full
 recomputation runs each block's forward again up to the MLP's activation (everything but the down / c_proj
 projection): about one more forward of the blocks, a third more compute. Selective recomputes the attention core,
-2 T C per token per block. Bytes: the records, as the planner's memory model gives them (docs/planner.md).
+2 T C per token per block. Light recomputes the norms' outputs and the MLP's activation: no multiply-adds, a few
+elementwise passes over tensors the backward reads anyway. Bytes: the records, as the planner's memory model gives them (docs/planner.md).
 
 Usage: /usr/bin/python3 bench/bench_recompute.py [--width 256] [--layers 4] [--heads 8] [--kv-heads 2]
                                                 [--seq 256] [--batch 4] [--steps 20] [--repeats 3]
@@ -28,6 +30,7 @@ import tempfile
 
 from bench_cli import int_at_least
 
+RECOMPUTE = ("none", "light", "selective", "full")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -48,7 +51,8 @@ def macs_per_token(arch, a, hidden):
         proj, mlp, down = 2 * C * C + 2 * C * kv, 3 * C * hidden, C * hidden
     block = proj + attn + mlp
     head = C * 256
-    return {"fwd": L * block + head, "recompute_full": L * (block - down), "recompute_selective": L * attn}
+    return {"fwd": L * block + head, "recompute_full": L * (block - down), "recompute_selective": L * attn,
+            "recompute_light": 0}
 
 
 def run(work, arch, rc, a):
@@ -88,7 +92,7 @@ def main():
     print(f"{'model':>6} {'recompute':>10} {'tokens/s':>9} {'min..max':>12} {'vs none':>8} {'MAC/token':>10} "
           f"{'compute +':>9} "
           f"{'peak act MiB':>12} {'saved':>6}   (tokens/s: median of --repeats runs)")
-    settings = [(arch, rc) for arch in ("gpt2", "llama") for rc in ("none", "selective", "full")]
+    settings = [(arch, rc) for arch in ("gpt2", "llama") for rc in RECOMPUTE]
     got = {s: [] for s in settings}
     with tempfile.TemporaryDirectory() as work:
         for _ in range(a.repeats):  # round robin, so that a slow spell of the machine hits every setting alike
@@ -96,7 +100,7 @@ def main():
                 got[s].append(run(work, *s, a))
     for arch in ("gpt2", "llama"):
         base = None
-        for rc in ("none", "selective", "full"):
+        for rc in RECOMPUTE:
             runs = got[(arch, rc)]
             tps, peak, hidden = statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]
             m = macs_per_token(arch, a, hidden)

@@ -105,7 +105,7 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
   };
   for (const Case& k : cases)
   for (const ModelArch arch : {ModelArch::GPT2, ModelArch::Llama})
-  for (const Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+  for (const Recompute rc : {Recompute::None, Recompute::Light, Recompute::Selective, Recompute::Full}) {
     if (rc == Recompute::Full && k.split) continue;  // refused (config validation)
     GPTConfig g;
     g.arch = arch;

@@ -221,22 +221,23 @@ void GPT::alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const {
     }
     return;
   }
-  share_block_records(a, [&](bool own_att) {
+  share_block_records(a, arena, [&](const BlockAlloc& alloc) {
+    using LA = LayerActivations;
     LayerActivations la;
-    la.ln1 = arena.alloc({Ns, Cf}, dtype_);
+    la.ln1 = alloc(&LA::ln1, Recompute::Light, {Ns, Cf}, dtype_);
     la.ln1_mean = arena.alloc({Ns}, acc);
     la.ln1_rstd = arena.alloc({Ns}, acc);
     la.qkv = arena.alloc({N, 3 * C}, dtype_);
     // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32.
-    if (own_att)
-      la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NH, a.T), device_ == Device::CUDA ? acc : dtype_);
+    la.att = alloc(&LA::att, Recompute::Selective, kernels::attention_record_shape(device_, a.B, NH, a.T),
+                   device_ == Device::CUDA ? acc : dtype_);
     la.atty = arena.alloc({N, C}, dtype_);
     la.res_attn = arena.alloc({Ns, Cf}, dtype_);
-    la.ln2 = arena.alloc({Ns, Cf}, dtype_);
+    la.ln2 = alloc(&LA::ln2, Recompute::Light, {Ns, Cf}, dtype_);
     la.ln2_mean = arena.alloc({Ns}, acc);
     la.ln2_rstd = arena.alloc({Ns}, acc);
     la.fch = arena.alloc({N, 4 * C}, dtype_);
-    la.fch_gelu = arena.alloc({N, 4 * C}, dtype_);
+    la.fch_gelu = alloc(&LA::fch_gelu, Recompute::Light, {N, 4 * C}, dtype_);
     return la;
   });
   if (cfg_.last_stage()) {
@@ -246,18 +247,11 @@ void GPT::alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const {
   }
 }
 
-void GPT::share_block_records(Activations& a, const std::function<LayerActivations(bool)>& make) const {
-  const Recompute rc = cfg_.recompute;
+void GPT::share_block_records(Activations& a, Arena& arena,
+                              const std::function<LayerActivations(const BlockAlloc&)>& make) const {
   for (size_t l = 0; l < a.layers.size(); ++l) {
-    if (l > 0 && rc == Recompute::Full) {
-      a.layers[l] = a.layers[0];
-      continue;
-    }
-    // Selective: the probabilities are written by each block's forward and recomputed before its backward, so one
-    // buffer serves every block.
-    const bool own_att = l == 0 || rc != Recompute::Selective;
-    a.layers[l] = make(own_att);
-    if (!own_att) a.layers[l].att = a.layers[0].att;
+    if (l > 0 && cfg_.recompute == Recompute::Full) a.layers[l] = a.layers[0];
+    else a.layers[l] = make(BlockAlloc{arena, l > 0 ? &a.layers[0] : nullptr, cfg_.recompute});
   }
 }
 
@@ -318,7 +312,22 @@ void GPT::block_forward(Activations& a, int l, const TensorParallel& tp) const {
   row_linear_forward(tp, la.res_attn, la.atty, a.sp_full, P(ATTPROJ_W), P(ATTPROJ_B));
   kernels::residual_layernorm_forward(la.res_attn, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, a.residual[l],
                                       P(LN2_W), P(LN2_B));
-  column_linear_gelu_forward(tp, la.fch, la.fch_gelu, la.ln2, a.sp_full, P(FC_W), P(FC_B));
+  if (cfg_.recompute == Recompute::Light) {
+    // Unfused, so the backward's GELU again gives these values bit for bit (CUDA's fused epilogue rounds its own way).
+    column_linear_forward(tp, la.fch, la.ln2, a.sp_full, P(FC_W), P(FC_B));
+    kernels::gelu_forward(la.fch_gelu, la.fch);
+  } else {
+    column_linear_gelu_forward(tp, la.fch, la.fch_gelu, la.ln2, a.sp_full, P(FC_W), P(FC_B));
+  }
+}
+
+void GPT::recompute_light(Activations& a, int l) const {
+  const LayerActivations& la = a.layers[l];
+  auto P = [&](Slot s) { return param(layer_param(l, s)); };
+  // ln_1 unfused from the kept block input: the same values as the forward's fused add (kernels/layernorm.h).
+  kernels::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, a.residual[l], P(LN1_W), P(LN1_B));
+  kernels::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res_attn, P(LN2_W), P(LN2_B));
+  kernels::gelu_forward(la.fch_gelu, la.fch);
 }
 
 void GPT::ready_through(int p, const std::function<void(int64_t)>& grads_ready) const {
@@ -388,6 +397,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
       kernels::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, a.residual[l], param(P(LN1_W)), param(P(LN1_B)));
       block_forward(a, l, tp);
     }
+    if (cfg_.recompute == Recompute::Light) recompute_light(a, l);
     // MLP branch: dres is d/d(block output) here.
     const Tensor dfch_l = split ? kept->dfch : dfch;
     const Tensor d_fcproj = row_linear_output_grad(tp, dres, dres_full);
@@ -434,6 +444,7 @@ void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& g
     const LayerActivations& la = a.layers[l];
     const LayerOutputGrads& kept = a.wgrad[l];
     auto P = [&](Slot s) { return layer_param(l, s); };
+    if (cfg_.recompute == Recompute::Light) recompute_light(a, l);  // the input pass overwrote them
     row_linear_backward(none, grad(P(FCPROJ_W)), grad(P(FCPROJ_B)), kept.d_fcproj, la.fch_gelu, param(P(FCPROJ_W)));
     column_linear_backward(tp, none, none, grad(P(FC_W)), grad(P(FC_B)), kept.dfch, la.ln2, full, param(P(FC_W)));
     ready_through(P(LN2_B), grads_ready);

@@ -212,10 +212,25 @@ class GPT {
   // under train.recompute=full, where the blocks share one set of these tensors.
   void block_forward(Activations& a, int l, const TensorParallel& tp) const;
   void llama_block_forward(Activations& a, int l, const TensorParallel& tp) const;
-  // The blocks' records under train.recompute: each block its own (none), all blocks one attention-probability
-  // buffer (selective), or all blocks one set (full). `make(att)` allocates one block's (att: with the
-  // attention record).
-  void share_block_records(Activations& a, const std::function<LayerActivations(bool)>& make) const;
+  // train.recompute=light: block l's LayerNorm outputs and MLP activation again, from the tensors its record keeps.
+  void recompute_light(Activations& a, int l) const;
+  void llama_recompute_light(Activations& a, int l) const;
+  // One block's record, allocated from `arena`, or for a block after the first (`first` set: block 0's record) the
+  // tensors that train.recompute recomputes in the backward taken from block 0's, so one buffer serves all blocks.
+  struct BlockAlloc {
+    Arena& arena;
+    const LayerActivations* first;
+    Recompute recompute;
+    // Block 0's tensor `t` when the policy is `shared_under`, else a new one.
+    Tensor operator()(Tensor LayerActivations::*t, Recompute shared_under, const Shape& shape, DType dt) const {
+      return first && recompute == shared_under ? first->*t : arena.alloc(shape, dt);
+    }
+  };
+  // The blocks' records under train.recompute: each block its own (none), all blocks one buffer for the
+  // LayerNorms' outputs and the MLP's activation (light) or for the attention probabilities (selective), or all
+  // blocks one set (full). `make(alloc)` builds one block's through alloc.
+  void share_block_records(Activations& a, Arena& arena,
+                           const std::function<LayerActivations(const BlockAlloc&)>& make) const;
   // Llama's passes (model/llama.cpp).
   void llama_alloc(Activations& a, Arena& arena, bool kept_grads) const;
   void llama_forward(Activations& a, double dloss, const Tensor& loss_sum) const;

@@ -86,23 +86,24 @@ void GPT::llama_alloc(Activations& a, Arena& arena, bool kept_grads) const {
     }
     return;
   }
-  share_block_records(a, [&](bool own_att) {
+  share_block_records(a, arena, [&](const BlockAlloc& alloc) {
+    using LA = LayerActivations;
     LayerActivations la;
-    la.ln1 = arena.alloc({Ns, Cf}, dtype_);
+    la.ln1 = alloc(&LA::ln1, Recompute::Light, {Ns, Cf}, dtype_);
     la.ln1_rstd = arena.alloc({Ns}, acc);
     la.q = arena.alloc({N, NHl * HS}, dtype_);
     la.k = arena.alloc({N, KVl * HS}, dtype_);
     la.v = arena.alloc({N, KVl * HS}, dtype_);
     la.qkv = arena.alloc({N, 3 * NHl * HS}, dtype_);
-    if (own_att)
-      la.att = arena.alloc(kernels::attention_record_shape(device_, a.B, NHl, a.T), device_ == Device::CUDA ? acc : dtype_);
+    la.att = alloc(&LA::att, Recompute::Selective, kernels::attention_record_shape(device_, a.B, NHl, a.T),
+                   device_ == Device::CUDA ? acc : dtype_);
     la.atty = arena.alloc({N, NHl * HS}, dtype_);
     la.res_attn = arena.alloc({Ns, Cf}, dtype_);
-    la.ln2 = arena.alloc({Ns, Cf}, dtype_);
+    la.ln2 = alloc(&LA::ln2, Recompute::Light, {Ns, Cf}, dtype_);
     la.ln2_rstd = arena.alloc({Ns}, acc);
     la.gate = arena.alloc({N, Hl}, dtype_);
     la.up = arena.alloc({N, Hl}, dtype_);
-    la.swiglu = arena.alloc({N, Hl}, dtype_);
+    la.swiglu = alloc(&LA::swiglu, Recompute::Light, {N, Hl}, dtype_);
     return la;
   });
   if (cfg_.last_stage()) {
@@ -211,6 +212,7 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
       kernels::rmsnorm_forward(la.ln1, la.ln1_rstd, a.residual[l], param(P(IN_NORM)), cfg_.norm_eps);
       llama_block_forward(a, l, tp);
     }
+    if (cfg_.recompute == Recompute::Light) llama_recompute_light(a, l);
     // MLP branch: dres is d/d(block output).
     const Tensor d_down = row_linear_output_grad(tp, dres, dres_full);
     row_linear_backward(dswiglu, G(P(DOWN_W)), none, d_down, la.swiglu, param(P(DOWN_W)), WeightLayout::OutIn);
@@ -257,6 +259,13 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
   if (ready) ready(table_.total_numel());
 }
 
+void GPT::llama_recompute_light(Activations& a, int l) const {
+  const LayerActivations& la = a.layers[l];
+  kernels::rmsnorm_forward(la.ln1, la.ln1_rstd, a.residual[l], param(layer_param(l, IN_NORM)), cfg_.norm_eps);
+  kernels::rmsnorm_forward(la.ln2, la.ln2_rstd, la.res_attn, param(layer_param(l, POST_NORM)), cfg_.norm_eps);
+  kernels::swiglu_forward(la.swiglu, la.gate, la.up);
+}
+
 void GPT::kv_weight_grads(int l, const TensorParallel& tp,
                           const std::function<void(const Tensor&, const Tensor&)>& compute) {
   const int k = layer_param(l, K_W), v = layer_param(l, V_W);
@@ -284,6 +293,7 @@ void GPT::llama_backward_weights(Activations& a, const std::function<void(int64_
     const LayerActivations& la = a.layers[l];
     const LayerOutputGrads& kept = a.wgrad[l];
     auto P = [&](LlamaSlot s) { return layer_param(l, s); };
+    if (cfg_.recompute == Recompute::Light) llama_recompute_light(a, l);  // the input pass overwrote them
     row_linear_backward(none, grad(P(DOWN_W)), none, kept.d_fcproj, la.swiglu, param(P(DOWN_W)), WeightLayout::OutIn);
     column_linears_backward(tp, none, none, none, {grad(P(GATE_W)), grad(P(UP_W))}, {kept.dgate, kept.dup}, la.ln2,
                             full, {param(P(GATE_W)), param(P(UP_W))}, WeightLayout::OutIn);

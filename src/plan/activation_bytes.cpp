@@ -29,9 +29,13 @@ int64_t record_bytes(const GPTConfig& g, int B, int T, DType dt, bool split) {
                                    + arena_bytes(N * 3 * C, dt)  // qkv
                                    + arena_bytes(N * C, dt)      // atty
                                    + 2 * arena_bytes(N * 4 * C, dt);  // fch, fch_gelu
-  // train.recompute: every block its own record, one attention buffer for all (selective), one set (full).
+  // The LayerNorms' outputs and the MLP's activation (GELU's, or SwiGLU's product), shared under light.
+  const int64_t light = 2 * arena_bytes(Ns * Cf, dt) + arena_bytes(N * (llama ? H : 4 * C), dt);
+  // train.recompute: every block its own record, one buffer of the recomputed tensors for all (light: the norms'
+  // outputs and the MLP's activation; selective: the attention probabilities), one set (full).
   b += g.recompute == Recompute::Full        ? rest + att
        : g.recompute == Recompute::Selective ? L * rest + (L > 0 ? att : 0)
+       : g.recompute == Recompute::Light     ? L * (rest + att) - (L > 0 ? (L - 1) * light : 0)
                                              : L * (rest + att);
   if (g.last_stage()) {
     b += arena_bytes(Ns * Cf, dt) + (llama ? 1 : 2) * arena_bytes(Ns, acc);  // lnf and its statistics

@@ -106,8 +106,9 @@ const std::vector<KeyDesc>& key_table() {
                                 "the OS places every thread"),
       MT_KEY(train.skip_nonfinite, "skip (and count) a step whose loss or gradient norm is inf or NaN instead of "
                                    "stopping the run"),
-      MT_KEY(train.recompute, "activation recomputation: none | selective (the attention probabilities) | full (each "
-                              "block from its input, in its backward)"),
+      MT_KEY(train.recompute, "activation recomputation: none | light (the norms' outputs and the MLP's "
+                              "activation) | selective (the attention probabilities) | full (each block from its "
+                              "input, in its backward)"),
       MT_KEY(train.straggler.ranks, "emulated stragglers: the global ranks slowed down; [] = every rank (when "
                                     "slowdown or delay_ms is set)"),
       MT_KEY(train.straggler.slowdown, "those ranks' forward and backward passes take this many times as long "

@@ -67,9 +67,11 @@ Tensor build_model_and_data(TrainingRun& r) {
                cfg.model.init_from.empty() ? "" : ", from " + cfg.model.init_from);
   if (g.recompute != Recompute::None)
     spdlog::info("recompute: {} ({})", name_of(g.recompute),
-                 g.recompute == Recompute::Full ? "each block's forward again in its backward; records keep the block "
-                                                  "inputs"
-                                                : "the attention probabilities again before each attention backward");
+                 g.recompute == Recompute::Full
+                     ? "each block's forward again in its backward; records keep the block inputs"
+                 : g.recompute == Recompute::Light
+                     ? "the norms' outputs and the MLP's activation again in each block's backward"
+                     : "the attention probabilities again before each attention backward");
   if (mesh.pp() > 1) {
     std::string stages;
     for (size_t s = 0; s < r.stage_layers.size(); ++s) stages += fmt::format("{}{}", s ? ", " : "", r.stage_layers[s]);

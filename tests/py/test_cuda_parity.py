@@ -39,7 +39,8 @@ def one_step(name, device, precision, model):
 # GPT-2, and Llama (its RMSNorm, rotary, SwiGLU and grouped-query kernels; head size 16) with recomputation.
 LLAMA = ["--set", "model.arch=llama", "--set", "model.n_head=4", "--set", "model.n_kv_head=2", "--set",
          "model.multiple_of=32", "--set", "train.recompute=selective"]
-for arch, model in (("gpt2", []), ("llama", LLAMA)):
+# GPT-2 with light recomputation too: its forward's GELU unfused, then again in the backward.
+for arch, model in (("gpt2", []), ("gpt2_light", ["--set", "train.recompute=light"]), ("llama", LLAMA)):
     for precision, loss_rtol, grad_rtol in (("fp32", 1e-5, 1e-4), ("bf16", 1e-2, 5e-2)):
         cpu_loss, cpu_grads = one_step(f"cpu_{arch}_{precision}", "cpu", precision, model)
         gpu_loss, gpu_grads = one_step(f"gpu_{arch}_{precision}", "cuda", precision, model)

@@ -77,6 +77,8 @@ def memory_cases():
          ["model.arch=llama", "model.n_kv_head=1", "model.multiple_of=16", "train.recompute=full"]),
         ("w2_llama_pp_selective", 2, dict(dp=1, tp=1, pp=2, schedule="1f1b", virtual_stages=1, micro_batch=1, zero=0),
          ["model.arch=llama", "train.recompute=selective"]),
+        ("w2_pp_gpipe_light", 2, dict(dp=1, tp=1, pp=2, schedule="gpipe", virtual_stages=1, micro_batch=1, zero=0),
+         ["train.recompute=light"]),
         ("w2_tp_sp_full", 2, dict(dp=1, tp=2, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0),
          ["parallel.sequence_parallel=true", "train.recompute=full"]),
     ]
