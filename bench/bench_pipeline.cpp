@@ -329,7 +329,8 @@ int main(int argc, char** argv) {
       std::printf("CPU: %s\n", cpu_model().c_str());
       std::printf("pipeline of %d ranks (--backend %s), GPT L=%d C=%d T=%d V=%d, micro-batch %d, recompute %s, 1 "
                   "compute thread per rank; %d steps per configuration after %d warm-up steps\n",
-                  p, backend.c_str(), layers_total, cfg.d_model, T, cfg.vocab_size, B, recompute.c_str(), steps, kWarmup);
+                  p, backend.c_str(), layers_total, cfg.d_model, T, cfg.vocab_size, B, recompute.c_str(), steps,
+                  kWarmup);
       std::printf("pass times per micro-batch (mean over stages): F %.2f ms, B %.2f ms, split B: input %.2f ms + "
                   "weight %.2f ms; sum of the stages' F + B: %.2f ms\n", avg.F, avg.B, avg.Bi, avg.W,
                   p * (avg.F + avg.B));
