@@ -34,6 +34,7 @@ CASES = [
     (2, "bench_pipeline", ["--micro-batches", "4,,8"], "bad --micro-batches entry"),
     (2, "bench_pipeline", ["--pin", "2"], "bad value for --pin"),
     (2, "bench_pipeline", ["--layers", "6"], "--layers must be a multiple of 2p"),
+    (2, "bench_pipeline", ["--recompute", "some"], "--recompute must be none, light, selective or full"),
     (-1, "bench_overlap.py", ["--runs", "0"], "argument --runs: must be >= 1"),
     (-1, "bench_overlap.py", ["--buckets", "0.25,x"], "argument --buckets: not a number"),
     (-1, "bench_compress.py", ["--methods", "int4"], "argument --methods: unknown int4"),
