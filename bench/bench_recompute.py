@@ -15,7 +15,8 @@ A training step is forward + backward = 3 forwards (the backward computes two pr
 recomputation runs each block's forward again up to the MLP's activation (everything but the down / c_proj
 projection): about one more forward of the blocks, a third more compute. Selective recomputes the attention core,
 2 T C per token per block. Light recomputes the norms' outputs and the MLP's activation: no multiply-adds, a few
-elementwise passes over tensors the backward reads anyway. Bytes: the records, as the planner's memory model gives them (docs/planner.md).
+elementwise passes over tensors the backward reads anyway. Bytes: the records, as the planner's memory model gives
+them (docs/planner.md).
 
 Usage: /usr/bin/python3 bench/bench_recompute.py [--width 256] [--layers 4] [--heads 8] [--kv-heads 2]
                                                 [--seq 256] [--batch 4] [--steps 20] [--repeats 3]
