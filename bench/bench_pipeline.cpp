@@ -2,7 +2,8 @@
 // one-rank baseline in the same run.
 // Run: mpiexec -n 2 build/bench/bench_pipeline [--steps 12] [--layers 8] [--d-model 128] [--micro-batch 2]
 //        [--seq 64] [--micro-batches 4,8] [--backend shm|mpi-poll|mpi-block] [--pin 1|0]
-//        [--thread-priority auto|realtime|normal] [--recompute none|light|selective|full]  (p = the number of ranks)
+//        [--thread-priority auto|realtime|normal] [--recompute none|light|selective|full]
+//        (p = the number of ranks)
 // --pin 1 (the default, as the trainer's train.pin_threads): each rank's compute thread on a core of its own when
 // the ranks fit the cores; 0: the OS places them.
 //
@@ -38,8 +39,8 @@
 // default), mpi-poll (MPI, nonblocking calls polled with back-off), mpi-block (MPI, blocking calls that spin).
 // --thread-priority as the trainer's comm.thread_priority: auto (the default) gives the shared-memory transport's
 // threads real-time priority where the OS permits it, realtime requires it, normal never.
-// --recompute as the trainer's train.recompute, for the baseline and every schedule alike: smaller records, so
-// what GPipe's m live records cost in memory traffic shrinks with them.
+// --recompute as the trainer's train.recompute, for the baseline and every schedule alike: what the records' size
+// does to the cost of GPipe's m live records (docs/performance.md, "Smaller records do not remove it").
 #include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
