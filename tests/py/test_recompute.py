@@ -1,9 +1,9 @@
 """train.recompute changes memory, not arithmetic: for GPT-2 and Llama, light, selective and full recomputation give
-the same losses (every step) and the same step-1 gradients (the dumped file, byte for byte) as no recomputation, on one
-rank, with tensor and sequence parallelism on 2 ranks, and through a 2-stage pipeline (1f1b; zb1 with light and selective):
-the recomputed tensors come from the same kernels on the same inputs, so on the CPU they are the kept ones bit for
-bit. And the records shrink: the trainer's logged peak activation memory is below none's under every policy, and
-the lowest under full.
+the same losses (every step) and the same step-1 gradients (the dumped file, byte for byte) as no recomputation, on
+one rank, with tensor and sequence parallelism on 2 ranks, and through a 2-stage pipeline (1f1b; zb1 with light and
+selective): the recomputed tensors come from the same kernels on the same inputs, so on the CPU they are the kept
+ones bit for bit. And the records shrink: the trainer's logged peak activation memory is below none's under every
+policy, and the lowest under full.
 Usage: test_recompute.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
 import os
