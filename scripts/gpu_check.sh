@@ -352,7 +352,7 @@ fi
 if ((HAVE_GPU)) && want cuda-tests; then
   # The ctest tests named cuda_* (cuda_parity, cuda_checkpoints, ...) are the tests/py/test_cuda_*.py scripts:
   # the py-tests step runs them.
-  run_step cuda-tests 150 ctest --test-dir "$BUILD" -R "$TESTS_REGEX" -E "^cuda_" --output-on-failure --timeout 120 -j 4
+  run_step cuda-tests 200 ctest --test-dir "$BUILD" -R "$TESTS_REGEX" -E "^cuda_" --output-on-failure --timeout 180 -j 4
   [[ -f "$LOGS/cuda-tests.log" ]] && TEST_LINES+=("ctest -R $TESTS_REGEX: $(ctest_counts "$LOGS/cuda-tests.log")")
 fi
 if ((HAVE_GPU)) && want py-tests; then

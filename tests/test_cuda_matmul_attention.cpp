@@ -259,6 +259,17 @@ TEST_CASE("cuda matmul: misaligned operands", "[cuda][matmul]") {
       check_matmul({37, 72, 200}, layout, true, dt, true);
 }
 
+TEST_CASE("cuda matmul: the bias gradient summed in row chunks", "[cuda][matmul]") {
+  // Enough rows that the bias gradient splits them into chunks (at least 128 rows each) and adds the chunks'
+  // partial sums in a second launch: even chunks, an uneven last chunk, and GPT-2's OC = 768.
+  for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
+    check_matmul({4096, 8, 72}, WeightLayout::InOut, true, dt, false);
+    check_matmul({3000, 8, 40}, WeightLayout::InOut, true, dt, false);
+    check_matmul({4096, 16, 768}, WeightLayout::OutIn, true, dt, false);
+  }
+  check_matmul({3000, 8, 40}, WeightLayout::InOut, true, DType::BF16, true);
+}
+
 TEST_CASE("cuda matmul: GPT-2 shapes", "[cuda][matmul]") {
   // N = B*T = 4*64 rows; c_attn [768, 2304], c_proj [768, 768], c_fc [768, 3072], mlp c_proj [3072, 768], and a
   // 2048-row slice of the tied head (OutIn, no bias).

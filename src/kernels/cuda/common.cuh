@@ -52,6 +52,14 @@ inline int grid_for(int64_t n, int threads, int max_blocks = 65535) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, max_blocks)));
 }
 
+// The device's multiprocessor count, for grids sized to fill the chip.
+inline int sm_count() {
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 // 16 bytes of S: the unit of the vectorised loads and stores.
 template <typename S>
 struct alignas(16) Pack {

@@ -202,13 +202,6 @@ __global__ void __launch_bounds__(256) layernorm_backward_registers_kernel(
   }
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // Launches the forward kernel, vectorised when every row access can be a 16-byte pack.
 template <typename S, bool kResidual>
 void launch_forward(S* out, acc_t<S>* mean, acc_t<S>* rstd, const S* inp, S* res, const S* a, const S* b,

@@ -1,5 +1,5 @@
 // GPU matmul: cuBLASLt GEMMs for the forward product (bias and optionally GELU fused as epilogues), the input and
-// weight gradients, and a small deterministic kernel for the bias gradient. Everything runs on compute_stream().
+// weight gradients, and small deterministic kernels for the bias gradient. Everything runs on compute_stream().
 //
 // Row-major to cuBLASLt's column-major: a row-major matrix M [r, c] is, read column-major, M^T [c, r] with
 // leading dimension c. So row-major X = Y Z is computed as the column-major X^T = Z^T Y^T: cuBLASLt's A is the
@@ -193,26 +193,73 @@ __global__ void broadcast_rows_kernel(S* out, const S* bias, int64_t N, int64_t 
     out[i] = bias[i % OC];
 }
 
-// dbias[OC] += sum over n of dout[n, OC], deterministic (no atomics). A block owns 32 columns: thread (x, y) sums
-// rows y, y + 32, ... of column x (a warp reads 32 adjacent columns of one row: coalesced), then the 32 partial
-// sums of each column are added in a fixed order.
+// dbias[OC] += sum over n of dout[n, OC], deterministic (no atomics), in up to two launches. Block (bx, by) owns
+// 32 columns and the by-th chunk of rows: thread (x, y) sums rows y, y + 32, ... of its chunk in column x (a warp
+// reads 32 adjacent columns of one row: coalesced), then the 32 partial sums of each column are added in a fixed
+// order. With one chunk that total is added to dbias; with several it goes to partials[by, OC], which
+// bias_grad_sum_kernel adds up in chunk order. The chunks exist to fill the chip: GPT-2's OC = 768 alone is only
+// 24 column blocks.
 constexpr int kBiasCols = 32, kBiasRows = 32;
+constexpr int64_t kBiasMinChunkRows = 128;  // fewer rows per block would spend more on the partials than on dout
 template <typename S>
 __global__ void __launch_bounds__(kBiasCols* kBiasRows)
-    bias_grad_kernel(acc_t<S>* dbias, const S* dout, int64_t N, int64_t OC) {
+    bias_grad_kernel(acc_t<S>* dbias, acc_t<S>* partials, const S* dout, int64_t N, int64_t OC, int64_t chunk_rows) {
   using A = acc_t<S>;
   __shared__ A partial[kBiasRows][kBiasCols + 1];
   const int64_t col = int64_t(blockIdx.x) * kBiasCols + threadIdx.x;
+  const int64_t begin = int64_t(blockIdx.y) * chunk_rows, end = begin + chunk_rows < N ? begin + chunk_rows : N;
   A sum = 0;
   if (col < OC)
-    for (int64_t n = threadIdx.y; n < N; n += kBiasRows) sum += to_acc(dout[n * OC + col]);
+    for (int64_t n = begin + threadIdx.y; n < end; n += kBiasRows) sum += to_acc(dout[n * OC + col]);
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < OC) {
     A total = 0;
     for (int r = 0; r < kBiasRows; ++r) total += partial[r][threadIdx.x];
-    dbias[col] += total;
+    if (partials)
+      partials[int64_t(blockIdx.y) * OC + col] = total;
+    else
+      dbias[col] += total;
   }
+}
+
+template <typename A>
+__global__ void bias_grad_sum_kernel(A* dbias, const A* partials, int64_t chunks, int64_t OC) {
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= OC) return;
+  A total = 0;
+  for (int64_t c = 0; c < chunks; ++c) total += partials[c * OC + col];
+  dbias[col] += total;
+}
+
+// How many row chunks bias_grad_kernel splits N into: enough blocks for two per multiprocessor, none shorter than
+// kBiasMinChunkRows.
+int64_t bias_grad_chunks(int64_t N, int64_t OC) {
+  static const int sms = sm_count();
+  const int64_t col_blocks = (OC + kBiasCols - 1) / kBiasCols;
+  const int64_t wanted = (2 * int64_t(sms) + col_blocks - 1) / col_blocks;
+  return std::max<int64_t>(1, std::min(wanted, N / kBiasMinChunkRows));
+}
+
+template <typename S>
+void launch_bias_grad(acc_t<S>* dbias, const S* dout, int64_t N, int64_t OC) {
+  using A = acc_t<S>;
+  const int64_t chunks = bias_grad_chunks(N, OC);
+  const int64_t chunk_rows = (N + chunks - 1) / chunks;
+  const dim3 block(kBiasCols, kBiasRows);
+  const dim3 grid(static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols), static_cast<unsigned>(chunks));
+  if (chunks == 1) {
+    bias_grad_kernel<S><<<grid, block, 0, compute_stream()>>>(dbias, nullptr, dout, N, OC, chunk_rows);
+    CUDA_LAUNCH_CHECK();
+    return;
+  }
+  // Handed back at once: every kernel runs on the one compute stream, so a later owner's work follows the sum.
+  A* partials = static_cast<A*>(device_allocator().allocate(size_t(chunks * OC) * sizeof(A)));
+  bias_grad_kernel<S><<<grid, block, 0, compute_stream()>>>(dbias, partials, dout, N, OC, chunk_rows);
+  CUDA_LAUNCH_CHECK();
+  bias_grad_sum_kernel<A><<<grid_for(OC, 256), 256, 0, compute_stream()>>>(dbias, partials, chunks, OC);
+  CUDA_LAUNCH_CHECK();
+  device_allocator().release(partials);
 }
 
 }  // namespace
@@ -284,10 +331,7 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (dbias.defined() && N > 0 && OC > 0) {
     dispatch_dtype(inp.dtype(), [&](auto s) {
       using S = decltype(s);
-      const dim3 block(kBiasCols, kBiasRows);
-      const int blocks = static_cast<int>((OC + kBiasCols - 1) / kBiasCols);
-      bias_grad_kernel<S><<<blocks, block, 0, compute_stream()>>>(ptr<acc_t<S>>(dbias), ptr<S>(dout), N, OC);
-      CUDA_LAUNCH_CHECK();
+      launch_bias_grad<S>(ptr<acc_t<S>>(dbias), ptr<S>(dout), N, OC);
     });
   }
 }

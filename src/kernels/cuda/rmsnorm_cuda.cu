@@ -100,13 +100,6 @@ __global__ void rmsnorm_backward_kernel(S* dinp, acc_t<S>* dweight, const S* dou
   }
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 template <typename S, int V>
 void launch_backward(S* dinp, acc_t<S>* dweight, const S* dout, const S* inp, const S* weight, const acc_t<S>* rstd,
                      int64_t N, int C) {
