@@ -609,9 +609,10 @@ void compare_optimizer(int64_t n, DType param_dt, DType grad_dt, DType scale_dt,
   for (const Tensor& t : host) dev.push_back(upload(t));
   const Tensor gscale = upload(scale);
   for (int s = 1; s <= 3; ++s) {
-    const Tensor grads = random_host({n}, grad_dt, 100 + s);
+    // Uploaded before the host step: outer_nesterov_update overwrites its x (the "gradient") in place.
+    const Tensor grads = random_host({n}, grad_dt, 100 + s), dev_grads = upload(grads);
     step(host, grads, scale, s);
-    step(dev, upload(grads), gscale, s);
+    step(dev, dev_grads, gscale, s);
   }
   for (int b = 0; b < buffers; ++b) {
     INFO("buffer " << b);

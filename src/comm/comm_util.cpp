@@ -12,7 +12,10 @@
 
 namespace mt {
 
-void divide_by_group_size(const Tensor& t, int p) { kernels::divide_(t, p); }
+void divide_by_group_size(const Tensor& t, int p) {
+  if (t.numel() == 0) return;  // nothing to divide; an empty device tensor has no storage (data() is null)
+  kernels::divide_(t, p);
+}
 
 void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::string& comm, double waited_s,
                     double timeout_s) {
