@@ -464,7 +464,7 @@ SYS_TORCH=$(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)
     for lg in "$LOGS/cuda-tests.log" "$LOGS/all-tests.log"; do
       [[ -f "$lg" ]] || continue
       bad=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout|Not Run)' "$lg" |
-        sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+).*\*\*\*([A-Za-z]+( Run)?).*/\1 (\2)/' | head -n 40)
+        sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: (.*[^ .]) *\.* *\*\*\*([A-Za-z]+( Run)?).*/\1 (\2)/' | head -n 40)
       if [[ -n "$bad" ]]; then
         echo
         echo "Not passed in $(basename "$lg" .log):"
