@@ -14,6 +14,7 @@ int cuda_device_index() { return -1; }
 CUstream_st* cuda_compute_stream() { return nullptr; }
 void device_synchronize(Device) {}
 DeviceMemoryStats device_memory_stats() { return {}; }
+uint64_t device_host_waits() { return 0; }
 void reset_device_memory_peak() {}
 namespace detail {
 [[noreturn]] static void no_backend(const char* what) {

@@ -34,6 +34,9 @@ struct DeviceMemoryStats {
 };
 DeviceMemoryStats device_memory_stats();
 void reset_device_memory_peak();
+// How many times the host has waited for the compute stream (device_synchronize, or a copy to the host): every
+// read of a device value is one. 0 without the CUDA backend.
+uint64_t device_host_waits();
 
 // A host copy of `t` (itself when t is already on the host): for reading device results (losses, norms,
 // checkpoints) outside the step's hot path. Synchronises with the compute stream.

@@ -118,7 +118,8 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
   kernels::clip_scale(scale_, norm_, norm_sq_, s_.grad_clip, 1.0 / loss_scale);
   // The step's one host read of a device value: a non-finite norm skips the update (fp16 overflow, or the run's
   // non-finite policy). 4 bytes; on the GPU it waits for the backward pass and the reductions to finish.
-  if (!std::isfinite(read_scalar(norm_))) return false;
+  last_norm_ = read_scalar(norm_);
+  if (!std::isfinite(last_norm_)) return false;
   ++t_;
   kernels::AdamWHyper h;
   h.lr = lr;

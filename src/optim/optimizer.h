@@ -5,6 +5,7 @@
 // master weights too, packed like the moments (so ZeRO-1 shards them as well): the update goes to the masters and
 // each updated segment is then cast once into the compute copy.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -55,6 +56,8 @@ class Optimizer {
   // group that holds a part of them, so every rank returns the same); that is the one value read back.
   bool step(const Tensor& params, const Tensor& grads, double lr, double loss_scale = 1.0);
   const Tensor& grad_norm() const { return norm_; }
+  // The value of grad_norm() that the last step() read back (NaN before the first): reading it costs no wait.
+  double last_grad_norm() const { return last_norm_; }
   int64_t steps_taken() const { return t_; }
   // Kernel calls a step makes over the parameters (the norm's sums of squares, the updates, the masters' casts).
   size_t calls_per_step() const {
@@ -88,6 +91,7 @@ class Optimizer {
   Communicator* pp_group_;
   Tensor m_, v_, masters_;  // masters_: only with keep_masters
   Tensor norm_sq_, norm_, scale_;  // 1-element device scalars
+  double last_norm_ = std::nan("");  // norm_ as step() last read it
   Tensor rep_sq_;                  // replicated segments' sum of squares (tensor parallelism only)
   int64_t t_ = 0;
 };

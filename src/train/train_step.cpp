@@ -66,7 +66,7 @@ void stale_step(TrainingRun& r, int step, bool sync_point, Profiler& prof, StepR
     prof.compute("optimizer", o0, trace_clock_us());
     out.applied = out.applied || ok;
     if (ok) {
-      r.last_grad_norm = read_scalar(r.opt->grad_norm());
+      r.last_grad_norm = r.opt->last_grad_norm();
     } else {
       ++r.nonfinite_skipped;
       if (r.mesh.rank() == 0)

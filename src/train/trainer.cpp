@@ -50,8 +50,10 @@ std::unique_ptr<Communicator> make_device_communicator(MPI_Comm c, const std::st
 }
 
 // A GPU model's memory at the end of training: the caching allocator's peak and what it holds, the activation
-// records, and whether the steps after the first allocated from the driver (they should not).
-void log_gpu_memory(const PipelineRunner& runner, int chunks, uint64_t mallocs_after_first_step) {
+// records, and whether the steps after the first allocated from the driver (they should not); then how often the
+// host waited for the GPU in those steps.
+void log_gpu_memory(const PipelineRunner& runner, int chunks, uint64_t mallocs_after_first_step,
+                    uint64_t waits_after_first_step, int steps_after_first) {
   const DeviceMemoryStats s = device_memory_stats();
   double records = 0;
   for (int c = 0; c < chunks; ++c) records += double(runner.records(c) * runner.record_bytes(c));
@@ -59,6 +61,12 @@ void log_gpu_memory(const PipelineRunner& runner, int chunks, uint64_t mallocs_a
                "driver in {} cudaMalloc calls, {} of them after the first step",
                s.peak / 1048576.0, records / 1048576.0, s.reserved / 1048576.0, s.driver_allocations,
                s.driver_allocations - mallocs_after_first_step);
+  if (steps_after_first > 0) {
+    const uint64_t waits = device_host_waits() - waits_after_first_step;
+    spdlog::info("host waits for the GPU: {} in the {} steps after the first, {:.2f} per step (the loss and the "
+                 "gradient norm are 2; evaluations and checkpoints add theirs)",
+                 waits, steps_after_first, double(waits) / steps_after_first);
+  }
 }
 
 // How the host communicators move data, for the log line.
@@ -209,6 +217,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   StepMeter meter(run, timeline);
   double total_ms = 0, last_elapsed_ms = 0, last_loss = 0, last_val = -1;
   uint64_t gpu_mallocs_after_first_step = 0;  // the caching allocator's cudaMalloc count once warm
+  uint64_t gpu_waits_after_first_step = 0;    // and the host's waits for the GPU by then
   const auto run_start = Clock::now();
   const int start_step = run.start_step;
   if (start_step > cfg.train.steps)
@@ -227,7 +236,10 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     total_ms += row.step_ms;
     last_elapsed_ms = row.elapsed_ms;
     last_loss = row.loss;
-    if (step == start_step) gpu_mallocs_after_first_step = device_memory_stats().driver_allocations;
+    if (step == start_step) {
+      gpu_mallocs_after_first_step = device_memory_stats().driver_allocations;
+      gpu_waits_after_first_step = device_host_waits();
+    }
     if (step % cfg.run.log_every == 0 || step == cfg.train.steps || step == 1) {
       const double eta_s = (cfg.train.steps - step) * (ms_since(run_start) / (step - start_step + 1)) / 1000.0;
       log_step(row, cfg.train.steps, world > 1, mesh.pp() > 1, eta_s);
@@ -271,7 +283,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     const bool adapting = run.adapt || run.adapt_period;
     meter.end(s, row, adapting ? &sample : nullptr);
     if (adapting) adapt_after_step(run, step, s.synced, sample, row);
-    if (s.finite_loss) row.grad_norm = read_scalar(run.opt->grad_norm());
+    if (s.finite_loss) row.grad_norm = run.opt->last_grad_norm();
     if (run.fp16) row.loss_scale = s.loss_scale;
     if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;
     report(row);
@@ -291,7 +303,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
 
   // The training's peak (of GPU memory for a GPU model), before the export gathers whole tensors.
   const size_t training_peak = run.dev == Device::CUDA ? device_memory_stats().peak : peak_host_tensor_bytes();
-  if (run.dev == Device::CUDA) log_gpu_memory(*run.runner, run.model->size(), gpu_mallocs_after_first_step);
+  if (run.dev == Device::CUDA)
+    log_gpu_memory(*run.runner, run.model->size(), gpu_mallocs_after_first_step, gpu_waits_after_first_step,
+                   cfg.train.steps - start_step);
   finish_run(run, training_peak);
   if (prof.enabled()) {
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);

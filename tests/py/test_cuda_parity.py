@@ -17,6 +17,7 @@
 Exits 77 (skipped) when the trainer has no CUDA backend or sees no GPU.
 Usage: test_cuda_parity.py BUILD_DIR [WORK_DIR]"""
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +52,15 @@ for arch, model in (("gpt2", []), ("gpt2_light", ["--set", "train.recompute=ligh
                f"{arch} {precision}: step-1 gradients within {grad_rtol:g}")
 
 STEPS = ["--set", "train.steps=10", "--set", "device=cuda", "--set", "comm.backend=mpi"]
-reference, _ = run_trainer(mpiexec, trainer, 1, BASE + STEPS, os.path.join(work, "gpu_1rank"))
+reference, log = run_trainer(mpiexec, trainer, 1, BASE + STEPS, os.path.join(work, "gpu_1rank"))
+# Item 2 of the GPU work: after the first step no cudaMalloc, and the host waits for the GPU twice a step (the loss
+# and the gradient norm); the trainer's end-of-run lines count both.
+mallocs = re.search(r"cudaMalloc calls, (\d+) of them after the first step", log)
+waits = re.search(r"host waits for the GPU: (\d+) in the (\d+) steps after the first", log)
+report(mallocs is not None and mallocs.group(1) == "0",
+       f"no cudaMalloc after the first step ({mallocs.group(0) if mallocs else 'no such line in the log'})")
+report(waits is not None and int(waits.group(1)) == 2 * int(waits.group(2)),
+       f"the host waits for the GPU twice a step ({waits.group(0) if waits else 'no such line in the log'})")
 for name, extra in (("dp2_zero1", ["--set", "parallel.dp=2", "--set", "optim.zero=1"]),
                     ("tp2", ["--set", "parallel.tp=2", "--set", "parallel.dp=1"]),
                     ("pp2", ["--set", "parallel.pp=2", "--set", "parallel.dp=1", "--set", "parallel.schedule=1f1b"])):

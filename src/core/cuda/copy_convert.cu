@@ -44,7 +44,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes, bool to_host) {
   if (!bytes) return;
   cudaStream_t s = compute_stream();
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
-  if (to_host) CUDA_CHECK(cudaStreamSynchronize(s));
+  if (to_host) wait_for_compute_stream();
 }
 
 }  // namespace

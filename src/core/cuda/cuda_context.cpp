@@ -1,6 +1,7 @@
 // core/device.h for CUDA builds: device selection, the compute stream, the caching allocator and its counters.
 #include "core/cuda/cuda_context.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -20,6 +21,7 @@ struct Context {
 };
 Context g_ctx;
 std::once_flag g_once;
+std::atomic<uint64_t> g_host_waits{0};
 
 }  // namespace
 
@@ -69,8 +71,15 @@ CachingAllocator& device_allocator() {
   return *g_ctx.allocator;
 }
 
+void wait_for_compute_stream() {
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
+  CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+}
+
+uint64_t device_host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
+
 void device_synchronize(Device d) {
-  if (d == Device::CUDA) CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+  if (d == Device::CUDA) wait_for_compute_stream();
 }
 
 DeviceMemoryStats device_memory_stats() {

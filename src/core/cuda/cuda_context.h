@@ -12,5 +12,7 @@ namespace mt {
 cudaStream_t compute_stream();
 // The allocator behind Tensor::empty and Arena on the GPU.
 CachingAllocator& device_allocator();
+// Waits for the compute stream, counted for device_host_waits() (core/device.h).
+void wait_for_compute_stream();
 
 }  // namespace mt
