@@ -248,6 +248,12 @@ EOF
   echo "nvcc:  ${NVCC:-not found}${NVCC:+ ($("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))}"
   echo "NCCL:  include ${NCCL_INC:-not found}, library ${NCCL_LIB:-not found}"
   echo "cuDNN: include ${CUDNN_INC:-not found}, library ${CUDNN_LIB:-not found}"
+  # The build's other tools, so that a failed configure or llm.c build (it needs make) reads at a glance.
+  local tool tools=""
+  for tool in cmake ninja c++ make; do
+    tools+=" $tool $( ("$tool" --version 2>/dev/null || echo 'not found') | head -n 1 | grep -oE '[0-9]+\.[0-9]+(\.[0-9]+)?|not found' | head -n 1),"
+  done
+  echo "tools:${tools%,}"
   [[ -n "$NVCC" && -n "$NCCL_INC" && -n "$NCCL_LIB" ]]
 }
 if want locate; then
