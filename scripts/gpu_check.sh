@@ -6,7 +6,7 @@
 # downloaded here and nothing is installed into /).
 #
 #   scripts/gpu_check.sh [--steps LIST] [--skip LIST] [--budget SECONDS] [--build-dir DIR] [--report-dir DIR]
-#                        [--tests REGEX]
+#                        [--tests REGEX] [--build-cap SECONDS]
 #
 # Steps, in the order they run (LIST: comma-separated names; default all):
 #   deps        unpack .gpu-deps (the .deb files with dpkg-deb -x, or debian-deps.tar.xz) into a private prefix
@@ -15,7 +15,8 @@
 #               (else the CUDA toolkit's or the system's); LD_LIBRARY_PATH set for everything below
 #   configure   cmake -G Ninja -DMESHTRAIN_CUDA=ON into the build dir (default build-cuda/), every dependency
 #               pointed at the prefix
-#   build       cmake --build -j<cores> (llm.c and the benchmark's token file are prepared meanwhile)
+#   build       cmake --build -j<cores> (llm.c and the benchmark's token file are prepared meanwhile), at
+#               most 420 s (--build-cap SECONDS)
 #   cuda-tests  ctest -R cuda (--tests REGEX: the ctest tests matching REGEX instead)
 #   py-tests    each tests/py/test_cuda_*.py, run as `python3 FILE BUILD_DIR`
 #   bench       bench/bench_optimizer --device cuda (the optimizer step's calls merged against one per parameter,
@@ -45,6 +46,7 @@ BUDGET=${MT_GPU_CHECK_BUDGET_S:-570}
 BUILD=${MT_GPU_BUILD_DIR:-build-cuda}
 REPORT=${OUT:-}
 TESTS_REGEX=cuda
+BUILD_CAP=420   # the build step's own cap: a 16-core machine builds in a few minutes
 while (($#)); do
   case "$1" in
     --steps) WANT=",$2,"; shift 2 ;;
@@ -53,7 +55,8 @@ while (($#)); do
     --build-dir) BUILD="$2"; shift 2 ;;
     --report-dir) REPORT="$2"; shift 2 ;;
     --tests) TESTS_REGEX="$2"; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --build-cap) BUILD_CAP="$2"; shift 2 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -328,7 +331,7 @@ if ((HAVE_GPU)); then
   fi
   if want build; then
     if ((BUILD_OK)); then
-      run_step build 420 cmake --build "$BUILD" -j "$JOBS" || BUILD_OK=0
+      run_step build "$BUILD_CAP" cmake --build "$BUILD" -j "$JOBS" || BUILD_OK=0
     else
       record build skipped 0 "configure failed"
     fi
