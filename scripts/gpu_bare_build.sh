@@ -22,7 +22,8 @@ while (($#)); do
     --root) BARE="$2"; shift 2 ;;
     --cuda) CUDA="$2"; shift 2 ;;
     --) shift; CHECK_ARGS=("$@"); break ;;
-    *) sed -n '2,15p' "$0"; exit 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "gpu_bare_build: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "gpu_bare_build: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }

@@ -60,6 +60,10 @@ while (($#)); do
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $BUDGET =~ ^[0-9]+$ && $BUILD_CAP =~ ^[0-9]+$ ]] || {
+  echo "gpu_check: --budget and --build-cap take whole seconds" >&2
+  exit 2
+}
 for s in ${WANT//,/ } ${SKIP//,/ }; do
   [[ " ${STEPS_ALL[*]} " == *" $s "* ]] || { echo "gpu_check: unknown step '$s' (steps: ${STEPS_ALL[*]})" >&2; exit 2; }
 done
