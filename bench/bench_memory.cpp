@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,9 +24,8 @@ uint32_t write_then_read(uint32_t* a, size_t n, uint32_t round) {
   return sum;
 }
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "bench_memory: %s\nusage: bench_memory [--mib LIST] [--gib-per-size G]\n", why);
-  std::exit(2);
+[[noreturn]] void usage(const std::string& why) {
+  mt::bench::usage_exit("bench_memory", why, "bench_memory [--mib LIST] [--gib-per-size G]");
 }
 
 }  // namespace
@@ -37,18 +35,20 @@ int main(int argc, char** argv) {
   double gib_per_size = 4;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+    if (i + 1 >= argc) usage("missing value after " + a);
     if (a == "--mib") {
       sizes.clear();
       std::stringstream ss(argv[++i]);
       std::string tok;
       int v = 0;
-      while (std::getline(ss, tok, ','))
-        sizes.push_back(mt::bench::arg_int(tok.c_str(), 1, 65536, &v) ? v : (usage("--mib: MiB from 1 to 65536"), 0));
+      while (std::getline(ss, tok, ',')) {
+        if (!mt::bench::arg_int(tok.c_str(), 1, 65536, &v)) usage("--mib: MiB from 1 to 65536, not " + tok);
+        sizes.push_back(v);
+      }
     } else if (a == "--gib-per-size") {
       if (!mt::bench::arg_number(argv[++i], 0.01, 1024, &gib_per_size)) usage("--gib-per-size: 0.01 to 1024");
     } else {
-      usage(("unknown argument " + a).c_str());
+      usage("unknown argument " + a);
     }
   }
   std::printf("write then read back, one thread; %.2g GiB moved per size\n", gib_per_size);
