@@ -39,14 +39,15 @@ Config tiny() {
 
 TEST_CASE("enumeration: the count of layouts equals a hand count", "[planner]") {
   const Config c = tiny();  // n_layer 2, n_head 2, d_model 32, global_batch 4
-  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2) x zero 0, 1.
-  CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 2);
-  // world 2: dp2 (mb 1, 2: 2 x 3 x 2 = 12), tp2 (mb 1, 2, 4: 18), pp2 (1f1b, gpipe, zb1 at mb 1, 2, 4: 18, plus
-  // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 4; v2 needs 4 stages of 2 blocks: none) = 52.
-  CHECK(enumerate_layouts(c, 2).size() == 12 + 18 + 18 + 4);
-  // world 4: dp4 (mb 1: 6), dp2 x tp2 (mb 1, 2: 12), dp2 x pp2 (mb 1, 2: 12, interleaved v1 at mb 1: 2),
-  // tp2 x pp2 (mb 1, 2, 4: 18, interleaved v1 at mb 1, 2: 4); tp4 (n_head 2) and pp4 (2 blocks) are invalid.
-  CHECK(enumerate_layouts(c, 4).size() == 6 + 12 + 14 + 22);
+  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2) x zero 0, 1, 2.
+  CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 3);
+  // Below, each count is per zero stage (x 3).
+  // world 2: dp2 (mb 1, 2: 2 x 3 = 6), tp2 (mb 1, 2, 4: 9), pp2 (1f1b, gpipe, zb1 at mb 1, 2, 4: 9, plus
+  // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 2; v2 needs 4 stages of 2 blocks: none) = 26.
+  CHECK(enumerate_layouts(c, 2).size() == 3 * (6 + 9 + 9 + 2));
+  // world 4: dp4 (mb 1: 3), dp2 x tp2 (mb 1, 2: 6), dp2 x pp2 (mb 1, 2: 6, interleaved v1 at mb 1: 1),
+  // tp2 x pp2 (mb 1, 2, 4: 9, interleaved v1 at mb 1, 2: 2); tp4 (n_head 2) and pp4 (2 blocks) are invalid.
+  CHECK(enumerate_layouts(c, 4).size() == 3 * (3 + 6 + 7 + 11));
   // world 3: dp3 does not divide global_batch 4, tp3 not n_head 2, pp3 exceeds 2 blocks.
   CHECK(enumerate_layouts(c, 3).empty());
   CHECK_THROWS_AS(enumerate_layouts(c, 0), InputError);
@@ -71,7 +72,7 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
           for (const PipelineSchedule s : layout_schedules())
             for (int v = 1; v <= c.model.n_layer + 1; ++v)
               for (int mb = 1; mb <= c.train.global_batch + 1; ++mb)
-                for (int zero = 0; zero <= 1; ++zero) {
+                for (int zero = 0; zero <= 3; ++zero) {
                   const Layout l{dp, tp, pp, s, v, mb, zero};
                   bool ok = true;
                   try {

@@ -112,15 +112,16 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
       layer_params_[i * slots_ + s] = table_.index_of(cfg_.llama() ? llama_layer_name(cfg_.layer_begin + i, s)
                                                                     : layer_name(cfg_.layer_begin + i, s));
   const int64_t n = table_.total_numel();
-  if (params.defined() || grads.defined()) {
-    CHECK(params.numel() == n && grads.numel() == n && params.dtype() == dtype && grads.dtype() == acc_dtype(dtype),
+  if (params.defined()) {
+    CHECK(params.numel() == n && params.dtype() == dtype &&
+              (!grads.defined() || (grads.numel() == n && grads.dtype() == acc_dtype(dtype))),
           "GPT: given buffers of {} {} and {} {} elements, the stage needs {} of {} and {}", params.numel(),
           dtype_name(params.dtype()), grads.numel(), dtype_name(grads.dtype()), n, dtype_name(dtype),
           dtype_name(acc_dtype(dtype)));
     params_ = params;
     grads_ = grads;
     zero_(params_);
-    zero_(grads_);
+    if (grads_.defined()) zero_(grads_);
   } else {
     params_ = Tensor::zeros({n}, dtype, device);
     grads_ = Tensor::zeros({n}, acc_dtype(dtype), device);
@@ -128,7 +129,20 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
 }
 
 Tensor GPT::param(int i) const { return params_.slice(table_[i].offset, table_[i].shape); }
-Tensor GPT::grad(int i) const { return grads_.slice(table_[i].offset, table_[i].shape); }
+Tensor GPT::grad(int i) const {
+  if (!grad_views_.empty()) return grad_views_[i];
+  CHECK(grads_.defined(), "GPT: no gradient storage (set_grad_views() gives it)");
+  return grads_.slice(table_[i].offset, table_[i].shape);
+}
+
+void GPT::set_grad_views(std::vector<Tensor> views) {
+  CHECK(static_cast<int>(views.size()) == table_.size(), "set_grad_views: {} views for {} parameters", views.size(),
+        table_.size());
+  for (int i = 0; i < table_.size(); ++i)
+    CHECK(views[i].shape() == table_[i].shape && views[i].dtype() == grad_dtype(),
+          "set_grad_views: the view of {} does not match its shape and the gradients' dtype", table_[i].name);
+  grad_views_ = std::move(views);
+}
 Tensor GPT::param(const std::string& name) const {
   int i = table_.index_of(name);
   CHECK(i >= 0, "no parameter named {}", name);
@@ -362,8 +376,8 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   Tensor datty = tp.on() ? arena.alloc({N, Cl}, dtype_) : dln;  // c_proj's input gradient (local heads)
   Tensor dqkv = split ? Tensor() : arena.alloc({N, 3 * Cl}, dtype_);
   Tensor dfch = split ? Tensor() : arena.alloc({N, 4 * Cl}, dtype_);
-  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), grads_.dtype());  // fp32 scratch
-  Tensor ln_grads = sp ? arena.alloc({2, C}, grads_.dtype()) : Tensor();  // sp: one LayerNorm's partial dweight | dbias
+  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), grad_dtype());  // fp32 scratch
+  Tensor ln_grads = sp ? arena.alloc({2, C}, grad_dtype()) : Tensor();  // sp: one LayerNorm's partial dweight | dbias
 
   // LayerNorm backward into dres; its weight and bias are replicated parameters (under sequence parallelism each
   // rank's share is summed over tp before grads_ready reports them, so data parallelism never sends a partial one).

@@ -134,7 +134,8 @@ class GPT {
   // first) and 0 <= tp_rank < tp.
   // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements of dtype and
   // acc_dtype(dtype), e.g. views into one rank-wide buffer holding several pipeline chunks) the model uses them
-  // instead of allocating its own.
+  // instead of allocating its own. `params` given without `grads`: the gradients live elsewhere, and
+  // set_grad_views() must say where before the first backward pass (ZeRO-2's unit buffers).
   GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {});
 
   const GPTConfig& config() const { return cfg_; }
@@ -148,11 +149,14 @@ class GPT {
   int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
   const ParamTable& table() const { return table_; }
   Tensor params() const { return params_; }  // flat, table().total_numel() elements of the compute dtype
-  Tensor grads() const { return grads_; }    // flat, same layout, acc_dtype(compute dtype)
-  DType grad_dtype() const { return grads_.dtype(); }
+  Tensor grads() const { return grads_; }    // flat, same layout, acc_dtype(compute dtype); undefined under ZeRO-2
+  DType grad_dtype() const { return acc_dtype(dtype_); }
   Tensor param(int i) const;                 // a view of parameter i in the flat parameter buffer
-  Tensor grad(int i) const;
+  Tensor grad(int i) const;                  // its gradient: in the flat gradient buffer, or the view set for it
   Tensor param(const std::string& name) const;
+  // Where each parameter's gradient lives (table order, each of its shape and grad_dtype()) when not in a flat
+  // buffer: the backward pass accumulates into these views instead.
+  void set_grad_views(std::vector<Tensor> views);
   int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
 
   // GPT-2 initialisation: weights ~ N(0, std^2) (c_proj weights scaled by 1/sqrt(2L)), biases 0, LayerNorm
@@ -252,6 +256,7 @@ class GPT {
   Device device_;
   ParamTable table_;
   Tensor params_, grads_;
+  std::vector<Tensor> grad_views_;  // per parameter, when set (then grads_ is undefined)
   // GPT-2: wte (also the head), wpe, ln_f. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding
   // when tied), model.norm (lnf_w_).
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;

@@ -185,8 +185,8 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
   Tensor dv = split ? Tensor() : arena.alloc({N, KVl * HS}, dtype_);
   Tensor dgate = split ? Tensor() : arena.alloc({N, Hl}, dtype_);
   Tensor dup = split ? Tensor() : arena.alloc({N, Hl}, dtype_);
-  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), grads_.dtype());
-  Tensor norm_grad = sp ? arena.alloc({C}, grads_.dtype()) : Tensor();
+  Tensor datt = arena.alloc(a.layers.empty() ? Shape{1} : a.layers[0].att.shape(), grad_dtype());
+  Tensor norm_grad = sp ? arena.alloc({C}, grad_dtype()) : Tensor();
 
   auto norm_backward = [&](int w, const Tensor& inp, const Tensor& rstd) {
     replicated_param_grads(tp, {grad(w)}, norm_grad, [&](const std::vector<Tensor>& g) {

@@ -48,7 +48,7 @@ ParamTable PipelineChunks::rank_table(const GPTConfig& base, const std::vector<i
 }
 
 PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank,
-                               DType dtype, Device device)
+                               DType dtype, Device device, bool flat_grads)
     : p_(p), rank_(rank), num_stages_(static_cast<int>(layers_per_stage.size())) {
   const int v = chunks_per_rank(layers_per_stage, p);
   CHECK(rank >= 0 && rank < p, "pipeline rank {} of {}", rank, p);
@@ -59,11 +59,12 @@ PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& la
     base_[c] = append_table(table_, tables[c]);
   }
   params_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype, device);
-  grads_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, acc_dtype(dtype), device);
+  if (flat_grads) grads_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, acc_dtype(dtype), device);
   for (int c = 0; c < v; ++c) {
     const Shape n{tables[c].total_numel()};
     chunks_.push_back(std::make_unique<GPT>(stage_config(base, layers_per_stage, stage(c)), dtype, device,
-                                            params_.slice(base_[c], n), grads_.slice(base_[c], n)));
+                                            params_.slice(base_[c], n),
+                                            flat_grads ? grads_.slice(base_[c], n) : Tensor()));
     if (num_stages_ > 1 && base.tied() && (stage(c) == 0 || stage(c) == num_stages_ - 1)) {
       tied_chunk_ = c;
       tied_param_ = chunks_[c]->embedding_param();

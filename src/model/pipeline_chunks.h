@@ -23,8 +23,10 @@ class PipelineChunks {
  public:
   // CHECKs that layers_per_stage has p*v positive entries summing to base.n_layer (config validation reports
   // these as input errors first).
+  // flat_grads = false: no flat gradient buffer (grads() undefined); each chunk's gradients live where
+  // GPT::set_grad_views() puts them (ZeRO-2).
   PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank, DType dtype,
-                 Device device = Device::CPU);
+                 Device device = Device::CPU, bool flat_grads = true);
 
   // The rank-wide parameter table of pipeline rank `rank` without building its chunks (to know another
   // rank's layout, e.g. when gathering the model for export).
@@ -38,7 +40,7 @@ class PipelineChunks {
   int64_t base(int c) const { return base_[c]; }  // chunk c's offset in the flat buffers
   const ParamTable& table() const { return table_; }
   Tensor params() const { return params_; }
-  Tensor grads() const { return grads_; }
+  Tensor grads() const { return grads_; }  // undefined without a flat gradient buffer
   int64_t num_parameters() const;  // of the whole model, as GPT-2 counts them
 
   void set_tp_comm(Communicator* tp);

@@ -54,7 +54,7 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
   std::vector<OptimSegment> in_norm;
   for (const OptimSegment& g : segments_)
     if (g.in_norm) in_norm.push_back(g);
-  norm_runs_ = merge_adjacent(in_norm, false, [](auto& a, auto& b) { return a.tp_sharded == b.tp_sharded; });
+  norm_runs_ = merge_adjacent(in_norm, s_.packed_grads, [](auto& a, auto& b) { return a.tp_sharded == b.tp_sharded; });
   update_runs_ = merge_adjacent(segments_, true, [](auto& a, auto& b) { return a.decay == b.decay; });
   cast_runs_ = merge_adjacent(segments_, true, [](auto&, auto&) { return true; });
   m_ = Tensor::zeros({std::max<int64_t>(1, state_numel)}, dtype, device);
@@ -97,19 +97,23 @@ void Optimizer::load_state(int64_t offset, int64_t n, const float* master, const
   }
 }
 
+Tensor Optimizer::grad_of(const Tensor& grads, const OptimSegment& g) const {
+  return grads.slice(s_.packed_grads ? g.state_offset : g.offset, {g.numel});
+}
+
 bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, double loss_scale) {
   CHECK(keeps_masters() == (params.dtype() != m_.dtype()), "optimizer: {} parameters with {} state{}",
         dtype_name(params.dtype()), dtype_name(m_.dtype()), keeps_masters() ? " and masters" : "");
   zero_(norm_sq_);
   if (!tp_group_) {
     for (const OptimSegment& g : norm_runs_)
-      kernels::sum_squares_accumulate(norm_sq_, grads.slice(g.offset, {g.numel}));
+      kernels::sum_squares_accumulate(norm_sq_, grad_of(grads, g));
   } else {
     // Sharded segments: each tp rank holds different elements, so their sums of squares add over tp; replicated
     // segments are the same on every tp rank and count once.
     zero_(rep_sq_);
     for (const OptimSegment& g : norm_runs_)
-      kernels::sum_squares_accumulate(g.tp_sharded ? norm_sq_ : rep_sq_, grads.slice(g.offset, {g.numel}));
+      kernels::sum_squares_accumulate(g.tp_sharded ? norm_sq_ : rep_sq_, grad_of(grads, g));
     tp_group_->all_reduce(norm_sq_, ReduceOp::Sum);
     kernels::accumulate(norm_sq_, rep_sq_);
   }
@@ -135,9 +139,9 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
     const Shape flat{g.numel};
     const Tensor master = keeps_masters() ? masters_.slice(g.state_offset, flat) : params.slice(g.offset, flat);
     if (s_.sgd)
-      kernels::sgd_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat), scale_, sh);
+      kernels::sgd_update(master, grad_of(grads, g), m_.slice(g.state_offset, flat), scale_, sh);
     else
-      kernels::adamw_update(master, grads.slice(g.offset, flat), m_.slice(g.state_offset, flat),
+      kernels::adamw_update(master, grad_of(grads, g), m_.slice(g.state_offset, flat),
                             v_.slice(g.state_offset, flat), scale_, h);
   }
   if (keeps_masters())  // the compute copy: rounded once per step

@@ -21,6 +21,9 @@ struct OptimizerSettings {
   double momentum = 0.9;  // SGD only
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double grad_clip = 1.0;  // 0 = off
+  // The gradients given to step() are packed like the moments (a segment's at its state_offset): ZeRO-2's
+  // gradient shards. Otherwise they are laid out like the parameters (at the segment's offset).
+  bool packed_grads = false;
 };
 
 struct OptimSegment {
@@ -79,6 +82,7 @@ class Optimizer {
   void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
+  Tensor grad_of(const Tensor& grads, const OptimSegment& g) const;  // the segment's gradients in `grads`
   std::vector<OptimSegment> segments_;
   // The segments merged where one kernel call can cover several (optimizer.cpp, merge_adjacent): each parameter is
   // a segment, and on the GPU every call is a launch of a few microseconds, three per segment per step otherwise.

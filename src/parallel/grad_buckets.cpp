@@ -144,13 +144,16 @@ int64_t GradReducer::compress_buffer_bytes() const {
 
 void GradReducer::all_gather_params(const Tensor& params) {
   CHECK(zero_, "all_gather_params is for ZeRO-1");
-  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
-    const Bucket& k = buckets_[b];
-    work_.push_back(dp_.all_gather_async(params.slice(k.begin + shard(b).begin, {shard(b).size()}),
-                                         params.slice(k.begin, {k.numel()})));
+  all_gather_bucket_shards(dp_, params, buckets_);
+}
+
+void all_gather_bucket_shards(Communicator& dp, const Tensor& params, const std::vector<Bucket>& buckets) {
+  std::vector<WorkPtr> work;
+  for (const Bucket& k : buckets) {
+    const ShardRange s = shard_range(k.numel(), dp.size(), dp.rank());
+    work.push_back(dp.all_gather_async(params.slice(k.begin + s.begin, {s.size()}), params.slice(k.begin, {k.numel()})));
   }
-  for (auto& w : work_) w->wait();
-  work_.clear();
+  for (auto& w : work) w->wait();
 }
 
 }  // namespace mt

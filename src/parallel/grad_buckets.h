@@ -21,6 +21,7 @@
 #include "core/tensor.h"
 #include "model/param_table.h"
 #include "parallel/grad_compress.h"
+#include "parallel/grad_sync.h"
 
 namespace mt {
 
@@ -34,7 +35,11 @@ struct Bucket {
 std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
                                  double bucket_bytes);
 
-class GradReducer {
+// ZeRO: every rank's shard (shard_range over each bucket) of the flat `params` gathered in place, bucket by bucket,
+// so all ranks hold all of it.
+void all_gather_bucket_shards(Communicator& dp, const Tensor& params, const std::vector<Bucket>& buckets);
+
+class GradReducer : public ChunkGradSync {
  public:
   // wire: the dtype the buckets travel in (the gradients' own dtype, or BF16 / F16 for fp32 gradients).
   GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire)
@@ -54,8 +59,13 @@ class GradReducer {
 
   // Arms the reducer for the coming backward pass: only the step's last micro-batch communicates.
   void begin_micro_batch(bool last) { armed_ = last; }
+  // ChunkGradSync: the final pass arms the reducer; with overlap it reports its gradients as they finish.
+  bool begin_pass(bool final, bool overlap) override {
+    begin_micro_batch(final);
+    return final && overlap;
+  }
   // The backward pass's hook: launches every bucket that lies inside [0, end) and is not launched yet.
-  void grads_ready(int64_t end);
+  void grads_ready(int64_t end) override;
   // Launches what is left (all of it when overlap is off) and waits for every bucket.
   void finish();
 

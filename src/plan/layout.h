@@ -30,7 +30,7 @@ Config apply_layout(const Config& base, const Layout& l);
 bool layout_valid(const Config& base, const Layout& l, int world, std::string* why = nullptr);
 
 // Every valid layout for `world` ranks, in Layout's order: dp*tp*pp = world, each schedule, virtual_stages
-// 1..n_layer for interleaved (1 otherwise), micro_batch over the divisors of global_batch / dp, zero 0 and 1;
+// 1..n_layer for interleaved (1 otherwise), micro_batch over the divisors of global_batch / dp, zero 0, 1 and 2;
 // kept when layout_valid. Throws InputError when world < 1.
 std::vector<Layout> enumerate_layouts(const Config& base, int world);
 

@@ -11,6 +11,7 @@
 #include "plan/activation_bytes.h"
 #include "plan/null_communicator.h"
 #include "plan/schedule_usage.h"
+#include "train/grad_reducers.h"
 #include "train/model_config.h"
 
 namespace mt::plan {
@@ -44,7 +45,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   base.tp_rank = 0;
   base.sequence_parallel = cfg.parallel.sequence_parallel;
   const DType dt = cfg.precision.compute;
-  const bool mixed = dt != DType::F32, zero = cfg.optim.zero == 1;
+  const bool mixed = dt != DType::F32, zero = cfg.optim.zero >= 1;
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
   const bool local_sgd = cfg.optim.sync_every > 0;  // no gradient buckets: parameters are averaged instead
   const bool reducers = (dp > 1 || zero) && !local_sgd;
@@ -57,14 +58,26 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
     s.pp_rank = r;
     const int64_t n = std::max<int64_t>(1, PipelineChunks::rank_table(base, layers, pp, r).total_numel());
     s.params = double(tensor_bytes(n, dt));
-    s.grads = double(tensor_bytes(n, DType::F32));
-    int64_t state = n;
+    // ZeRO-2 (reducing every micro-batch): no flat gradient buffer, but each chunk's unit buffers (and their
+    // 16-bit wire copies) and one buffer of the rank's packed gradient shards (grad_reducers.cpp).
+    const bool sharded = reducers && sharded_gradients(cfg);
+    s.grads = sharded ? 0.0 : double(tensor_bytes(n, DType::F32));
+    int64_t state = n, grad_shards = 0;
     if (zero) state = 0;
     const ScheduleUsage use = schedule_usage(cfg.parallel.schedule, pp, m, v, r);
     for (int c = 0; c < v; ++c) {
       const GPTConfig g = stage_config(base, layers, c * pp + r);
       const ParamTable table = gpt_param_table(g);
-      if (reducers) {
+      if (sharded) {
+        const std::vector<GradUnit> units = chunk_grad_units(cfg, g, table);
+        const std::vector<Bucket> buckets =
+            unit_buckets(table, units, dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
+        const ShardedGradsSize z = sharded_grads_size(units, buckets, dp, 0);
+        s.grads += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::F32));
+        if (wire16) s.dp_state += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::BF16));
+        state += z.shard;
+        grad_shards += z.shard;
+      } else if (reducers) {
         const std::vector<Bucket> buckets =
             make_buckets(table, table.total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
         if (zero)
@@ -76,6 +89,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
       s.records += use.records[c];
       s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split)));
     }
+    if (sharded) s.grads += double(tensor_bytes(std::max<int64_t>(1, grad_shards), DType::F32));
     state = std::max<int64_t>(1, state);
     s.optimizer = double((mixed ? 3 : 2) * tensor_bytes(state, DType::F32));
     const double one = double(tensor_bytes(1, DType::F32));

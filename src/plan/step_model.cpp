@@ -8,6 +8,8 @@
 #include "parallel/grad_buckets.h"
 #include "plan/schedule_usage.h"
 #include "plan/timeline.h"
+#include "parallel/sharded_grads.h"
+#include "train/grad_reducers.h"
 #include "plan/tp_traffic.h"
 #include "train/model_config.h"
 
@@ -59,7 +61,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   base.sequence_parallel = cfg.parallel.sequence_parallel;
   const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
   const DType dt = cfg.precision.compute;
-  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero == 1;
+  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero >= 1;
   // Local SGD steps without gradient buckets (its parameter average every optim.sync_every steps is not in a
   // typical step's time).
   const bool reducers = (dp > 1 || zero) && cfg.optim.sync_every == 0;
@@ -159,7 +161,9 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   }
   // Data-parallel buckets: launched during each chunk's final gradient pass as their gradients become final
   // (the tied wte's only after the sum above, everything after the schedule without comm.overlap), reduced one
-  // after another on the dp communicator's thread.
+  // after another on the dp communicator's thread. ZeRO-2 reducing every micro-batch launches its buckets (cut
+  // within blocks) in every gradient pass; without overlap each is waited for in the pass, which the timeline
+  // does not model (its time is counted after the schedule).
   std::vector<double> param_numel(p, 0), state_numel(p, 0), gather(p, 0);
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
@@ -168,12 +172,15 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
       const ParamTable table = gpt_param_table(g);
       param_numel[r] += double(table.total_numel());
       if (!reducers) continue;
+      const bool sharded = sharded_gradients(cfg);
       const std::vector<Bucket> buckets =
-          make_buckets(table, table.total_numel(), 4, cfg.comm.bucket_mb * 1048576.0);
+          sharded ? unit_buckets(table, chunk_grad_units(cfg, g, table), 4, cfg.comm.bucket_mb * 1048576.0)
+                  : make_buckets(table, table.total_numel(), 4, cfg.comm.bucket_mb * 1048576.0);
       const int wte = table.index_of("wte.weight");
       const int64_t limit = S > 1 && wte >= 0 ? table[wte].offset : INT64_MAX;
       const auto pts = ready_points(g, table, split);
-      const double s0 = tl[r].final_start[c], s1 = tl[r].final_end[c];
+      std::vector<std::pair<double, double>> passes{{tl[r].final_start[c], tl[r].final_end[c]}};
+      if (sharded) passes = tl[r].grad_passes[c];
       for (const Bucket& b : buckets) {
         const double dur = net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
                                      b.numel() * int64_t(wire), dp, links.dp, links.dp_sharers);
@@ -182,14 +189,18 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
           gather[r] += net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(dt)), dp, links.dp,
                             links.dp_sharers);
         }
-        double at = -1;
-        if (cfg.comm.overlap)
-          for (const auto& pt : pts)
-            if (std::min(pt.first, limit) >= b.end) {
-              at = s0 + pt.second * (s1 - s0);
-              break;
-            }
-        (at >= 0 ? early : held).push_back({at, dur});
+        for (size_t k = 0; k < passes.size(); ++k) {
+          double at = -1;
+          if (cfg.comm.overlap)
+            for (const auto& pt : pts)
+              if (std::min(pt.first, limit) >= b.end) {
+                at = passes[k].first + pt.second * (passes[k].second - passes[k].first);
+                break;
+              }
+          // A bucket held back (the tied embedding) is reduced once, after the step's sum.
+          if (at < 0 && k + 1 < passes.size() && std::min(pts.back().first, limit) < b.end) continue;
+          (at >= 0 ? early : held).push_back({at, dur});
+        }
       }
     }
     if (!zero) state_numel[r] = param_numel[r];

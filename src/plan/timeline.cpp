@@ -37,6 +37,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
   for (int r = 0; r < p; ++r) {
     out[r].final_start.assign(in.v, 0);
     out[r].final_end.assign(in.v, 0);
+    out[r].grad_passes.assign(in.v, {});
     for (size_t i = 0; i < lists[r].size(); ++i) {
       const ActionKind k = lists[r][i].kind;
       if (k == ActionKind::Backward || k == ActionKind::BackwardWeight) final_idx[r][lists[r][i].chunk] = int(i);
@@ -145,6 +146,8 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
       const Action& a = lists[r][pc[r]];
       out[r].busy += now - pass_start[r];
       out[r].tp_wait += std::max(0.0, (now - pass_start[r]) - computing[r]);
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
+        out[r].grad_passes[a.chunk].push_back({pass_start[r], now});
       if (final_idx[r][a.chunk] == int(pc[r])) {
         out[r].final_start[a.chunk] = pass_start[r];
         out[r].final_end[a.chunk] = now;

@@ -43,6 +43,9 @@ struct TimelineRank {
   double busy = 0;        // wall time inside passes (as the executor's busy_ms)
   double tp_wait = 0;     // of which in blocking collectives
   std::vector<double> final_start, final_end;  // per chunk: its final gradient pass (dp buckets launch in it)
+  // Per chunk: every pass that reports finished gradients (a backward, or zb1's weight pass) as (start, end), in
+  // order (ZeRO-2 reduces in each).
+  std::vector<std::vector<std::pair<double, double>>> grad_passes;
 };
 
 // Throws std::runtime_error if the lists deadlock (they never should: tests/test_schedule.cpp).

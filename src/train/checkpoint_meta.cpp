@@ -54,7 +54,8 @@ CheckpointMeta parse_checkpoint_meta(std::string_view text, const std::string& p
                   "(run.resume=none starts afresh)", dir, k, integer(&model, k), v);
   const Json& mesh = field(&meta, "mesh");
   m.mesh = fmt::format("{} x {} x {} (dp x tp x pp){}", integer(&mesh, "dp"), integer(&mesh, "tp"),
-                       integer(&mesh, "pp"), integer(&mesh, "zero") ? ", ZeRO-1" : "");
+                       integer(&mesh, "pp"), integer(&mesh, "zero") ? fmt::format(", ZeRO-{}", integer(&mesh, "zero"))
+                                                                     : std::string());
   const Json& files = field(&meta, "files");
   if (!files.is_array() || files.array.empty()) input_error("checkpoint file {}: \"files\" must be a list", path);
   for (const Json& f : files.array) {

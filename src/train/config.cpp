@@ -124,7 +124,10 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(optim.beta1, "AdamW beta1"),
       MT_KEY(optim.beta2, "AdamW beta2"),
       MT_KEY(optim.eps, "AdamW epsilon"),
-      MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over dp"),
+      MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over dp, 2 = gradients sharded too"),
+      MT_KEY(optim.zero_reduce, "ZeRO-2 under gradient accumulation: micro_batch (reduce-scatter after every "
+                                "micro-batch: no whole gradient buffer) | step (once, on the last micro-batch: "
+                                "a whole gradient buffer, ZeRO-1's memory, 1/m of the traffic)"),
       MT_KEY(optim.name, "optimizer: adamw | sgd (with momentum)"),
       MT_KEY(optim.momentum, "SGD momentum (optim.name=sgd)"),
       MT_KEY(optim.sync_every, "local SGD: 0 = synchronous (gradients averaged every step); H >= 1 = replicas step "

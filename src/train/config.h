@@ -31,6 +31,12 @@ inline const auto& enum_names(OuterOptimizer) {
                                                        {OuterOptimizer::Nesterov, "nesterov"}};
   return names;
 }
+enum class ZeroReduce : uint8_t { MicroBatch, Step };  // optim.zero_reduce (ZeRO-2)
+inline const auto& enum_names(ZeroReduce) {
+  static constexpr EnumName<ZeroReduce> names[] = {{ZeroReduce::MicroBatch, "micro_batch"},
+                                                   {ZeroReduce::Step, "step"}};
+  return names;
+}
 enum class DataSource : uint8_t { Synthetic, Tokens, Text };  // data.source
 inline const auto& enum_names(DataSource) {
   static constexpr EnumName<DataSource> names[] = {
@@ -107,6 +113,9 @@ struct OptimConfig {
   LRDecay schedule = LRDecay::Cosine;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int zero = 0;
+  // ZeRO-2 under gradient accumulation: reduce-scatter after every micro-batch's backward pass (no whole gradient
+  // buffer; m times the traffic) or once on the last (a whole gradient buffer to accumulate into: ZeRO-1's memory).
+  ZeroReduce zero_reduce = ZeroReduce::MicroBatch;
   OptimizerKind name = OptimizerKind::AdamW;  // or SGD with momentum (weight decay decoupled as in AdamW)
   double momentum = 0.9;       // sgd only
   // Local SGD (docs/local_sgd.md): 0 = synchronous data parallelism (gradients averaged every step); H >= 1 = each

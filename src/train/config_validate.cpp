@@ -72,8 +72,8 @@ void check_staleness(const Config& c) {
   require(c.parallel.tp == 1 && c.parallel.pp == 1,
           "{} works over data parallelism only: parallel.tp={} and parallel.pp={} need every rank of a replica to "
           "apply the same update in the same step; set both to 1", s, c.parallel.tp, c.parallel.pp);
-  require(o.zero == 0, "{} needs optim.zero=0: under ZeRO-1 a replica updates only its shard and needs the others' "
-          "shards back in the same step", s);
+  require(o.zero == 0, "{} needs optim.zero=0: under ZeRO-{} a replica updates only its shard and needs the "
+          "others' shards back in the same step", s, o.zero);
   require(o.sync_every == 0, "{} and optim.sync_every={} (local SGD) are two different ways not to wait for the "
           "slowest replica; choose one", s, o.sync_every);
   require(c.comm.compress == CompressMethod::None && c.precision.grad_reduce == DType::F32,
@@ -126,7 +126,8 @@ void check_adapt(const Config& c) {
   }
   const char* why = "comm.adapt changes the data-parallel buckets of one synchronous gradient reduction";
   require(cm.overlap, "{}, overlapped with the backward pass: set comm.overlap=true", why);
-  require(c.optim.zero == 0, "{}; under ZeRO-1 the buckets are the optimizer's shards: set optim.zero=0", why);
+  require(c.optim.zero == 0, "{}; under ZeRO-{} the buckets are the optimizer's shards: set optim.zero=0", why,
+          c.optim.zero);
   require(c.parallel.pp == 1, "{} per model; with parallel.pp={} each stage has its own: set parallel.pp=1", why,
           c.parallel.pp);
   require(c.optim.staleness == 0, "{}: not with optim.staleness", why);
@@ -257,7 +258,8 @@ void validate_values(const Config& c) {
   require(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1 must be in [0, 1), got {}", o.beta1);
   require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2 must be in [0, 1), got {}", o.beta2);
   require(o.eps > 0, "optim.eps must be > 0, got {}", o.eps);
-  require(o.zero == 0 || o.zero == 1, "optim.zero must be 0 or 1, got {}", o.zero);
+  require(o.zero != 3, "optim.zero=3 (ZeRO-3, parameters sharded too) is not available yet: use 0, 1 or 2");
+  require(o.zero >= 0 && o.zero <= 2, "optim.zero must be 0, 1 or 2, got {}", o.zero);
   require(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got {}", o.momentum);
   require(o.sync_every >= 0, "optim.sync_every must be >= 0 (0 = synchronous), got {}", o.sync_every);
   require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);
@@ -305,7 +307,8 @@ void validate_values(const Config& c) {
           name_of(cm.compress), dtype_name(c.precision.grad_reduce));
   // ZeRO-1 reduce-scatters the buckets; only the bf16 wire has a reduce-scatter form.
   require(c.optim.zero == 0 || plain_reduce,
-          "comm.compress={} needs optim.zero=0 (under ZeRO-1 only none and bf16 apply)", name_of(cm.compress));
+          "comm.compress={} needs optim.zero=0 (under ZeRO-{} only none and bf16 apply)", name_of(cm.compress),
+          c.optim.zero);
   const EmulateConfig& e = cm.emulate;
   require(e.latency_us >= 0, "comm.emulate.latency_us must be >= 0, got {}", e.latency_us);
   require(e.bandwidth_gbps >= 0, "comm.emulate.bandwidth_gbps must be >= 0 (0 = unlimited), got {}", e.bandwidth_gbps);

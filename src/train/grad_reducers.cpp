@@ -5,14 +5,78 @@
 
 namespace mt {
 
+bool sharded_gradients(const Config& cfg) {
+  return cfg.optim.zero == 2 && cfg.optim.zero_reduce == ZeroReduce::MicroBatch;
+}
+
+std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
+  const bool holds_embedding = table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight") >= 0;
+  return grad_units(table, g.tied() && holds_embedding, cfg.parallel.schedule == PipelineSchedule::ZB1);
+}
+
+namespace {
+
+// ZeRO-2: per chunk, its gradient units and buckets within them (sharded_grads.h).
+ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Communicator& dp, bool log) {
+  ChunkReducers out;
+  out.owned.resize(model.size());
+  out.sharded.resize(model.size());
+  out.hooks.resize(model.size());
+  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
+  const DType wire = cfg.comm.compress == CompressMethod::BF16 ? DType::BF16 : cfg.precision.grad_reduce;
+  int64_t pass_bytes = 0, held = 0;
+  size_t buckets = 0;
+  std::vector<std::vector<GradUnit>> units(model.size());
+  std::vector<std::vector<Bucket>> cut(model.size());
+  std::vector<int64_t> at(model.size());  // where chunk c's shards start in the packed buffer
+  int64_t shards = 0;
+  for (int c = model.size() - 1; c >= 0; --c) {
+    const GPT& chunk = model.chunk(c);
+    units[c] = chunk_grad_units(cfg, chunk.config(), chunk.table());
+    cut[c] = unit_buckets(chunk.table(), units[c], dtype_size(chunk.grad_dtype()), cfg.comm.bucket_mb * 1048576.0);
+    at[c] = shards;
+    shards += sharded_grads_size(units[c], cut[c], dp.size(), dp.rank()).shard;
+  }
+  const DType acc = model.chunk(0).grad_dtype();
+  out.shard_grads = Tensor::zeros({std::max<int64_t>(1, shards)}, acc, model.chunk(0).params().device());
+  for (int c = 0; c < model.size(); ++c) {
+    const GPT& chunk = model.chunk(c);
+    buckets += cut[c].size();
+    for (const GradUnit& u : units[c]) held += u.pinned ? (u.end - u.begin) * int64_t(dtype_size(acc)) : 0;
+    const int64_t n = sharded_grads_size(units[c], cut[c], dp.size(), dp.rank()).shard;
+    out.sharded[c] = std::make_unique<ShardedGrads>(dp, chunk.table(), std::move(units[c]), std::move(cut[c]), acc,
+                                                    wire, chunk.params().device(), out.shard_grads.slice(at[c], {n}));
+    pass_bytes += chunk.table().total_numel() * int64_t(dtype_size(out.sharded[c]->wire_dtype()));
+    out.hooks[c].reducer = out.sharded[c].get();
+    if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
+  }
+  if (log) {
+    int64_t bytes = int64_t(out.shard_grads.nbytes());
+    for (const auto& s : out.sharded) bytes += s->bytes();
+    spdlog::info("data parallel: ZeRO-2, {} gradient buckets of up to {} MiB within blocks, reduce-scatter after "
+                 "every micro-batch ({:.3f} MiB from this rank per micro-batch), overlap {}; gradient buffers {:.2f} "
+                 "MiB (two blocks' in turn{}, and this rank's shards)",
+                 buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
+                 bytes / 1048576.0,
+                 held ? fmt::format(", {:.2f} MiB kept for the step ({})", held / 1048576.0,
+                                    split ? "zb1: every unit" : "the tied embedding")
+                      : "");
+  }
+  return out;
+}
+
+}  // namespace
+
 ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model, Communicator& dp, int dp_size,
                                  bool log, Communicator* host_dp) {
   ChunkReducers out;
   out.owned.resize(model.size());
+  out.sharded.resize(model.size());
   out.hooks.resize(model.size());
-  const bool zero = cfg.optim.zero == 1;
+  const bool zero = cfg.optim.zero >= 1;
   // Local SGD averages parameters instead, and optim.staleness averages whole steps' gradients in the background.
   if ((dp_size == 1 && !zero) || cfg.optim.sync_every > 0 || cfg.optim.staleness > 0) return out;
+  if (sharded_gradients(cfg)) return make_sharded(cfg, model, dp, log);
   CompressOptions compress;  // comm.compress: how the buckets travel (docs/compression.md)
   compress.method = cfg.comm.compress;
   compress.topk_fraction = cfg.comm.topk_fraction;
@@ -39,13 +103,35 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
     spdlog::info("data parallel: {} gradient buckets of up to {} MiB, {}, overlap {}, compression {}: {:.3f} MiB "
                  "per step from this rank{}",
                  out.owned[0]->buckets().size(), cfg.comm.bucket_mb,
-                 zero       ? "reduce-scatter + all-gather (ZeRO-1)"
-                 : gathered ? "all-gather of compressed buckets"
-                            : "all-reduce",
+                 zero       ? fmt::format("reduce-scatter + all-gather (ZeRO-{}{})", cfg.optim.zero,
+                                          cfg.optim.zero == 2 ? ", optim.zero_reduce=step: once per step" : "")
+                 : gathered ? std::string("all-gather of compressed buckets")
+                            : std::string("all-reduce"),
                  cfg.comm.overlap ? "on" : "off", name_of(m), bytes / 1048576.0,
                  state ? fmt::format(", error-feedback state {:.2f} MiB", state / 1048576.0) : "");
   }
   return out;
+}
+
+void finish_reductions(ChunkReducers& r) {
+  for (int c = static_cast<int>(r.owned.size()) - 1; c >= 0; --c) {
+    if (r.owned[c]) r.owned[c]->finish();
+    if (r.sharded[c]) r.sharded[c]->finish();
+  }
+}
+
+void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tensor& flat) {
+  for (int c = model.size() - 1; c >= 0; --c) {
+    if (r.owned[c]) r.owned[c]->all_gather_params(model.chunk_view(flat, c));
+    if (r.sharded[c]) r.sharded[c]->all_gather_params(model.chunk_view(flat, c));
+  }
+}
+
+int64_t gradient_bytes(const ChunkReducers& r, const PipelineChunks& model) {
+  if (model.grads().defined()) return int64_t(model.grads().nbytes());
+  int64_t bytes = int64_t(r.shard_grads.nbytes());
+  for (const auto& s : r.sharded) bytes += s ? s->bytes() : 0;
+  return bytes;
 }
 
 }  // namespace mt

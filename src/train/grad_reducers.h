@@ -6,19 +6,40 @@
 
 #include "model/pipeline_chunks.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/sharded_grads.h"
 #include "train/config.h"
 #include "train/pipeline_runner.h"
 
 namespace mt {
 
 struct ChunkReducers {
-  std::vector<std::unique_ptr<GradReducer>> owned;  // per chunk; null when nothing is reduced over dp
-  std::vector<ChunkReduce> hooks;                   // per chunk, for the pipeline runner
+  std::vector<std::unique_ptr<GradReducer>> owned;    // per chunk; null when nothing is reduced over dp or ZeRO-2
+  std::vector<std::unique_ptr<ShardedGrads>> sharded;  // per chunk under ZeRO-2 (sharded_grads.h), else null
+  std::vector<ChunkReduce> hooks;                     // per chunk, for the pipeline runner
+  Tensor shard_grads;  // ZeRO-2: this rank's averaged gradient shards of every chunk, packed chunk v-1 first
 };
 
-// Reducers for every chunk when the dp gradients need reducing (dp > 1 or ZeRO-1, and not local SGD, which
+// Whether the config shards the gradients (ZeRO-2 reducing every micro-batch): the model then has no flat gradient
+// buffer, and each chunk's gradients live in its ShardedGrads.
+bool sharded_gradients(const Config& cfg);
+
+// Reducers for every chunk when the dp gradients need reducing (dp > 1 or ZeRO, and not local SGD, which
 // averages parameters instead); logs the buckets, the wire bytes per step and the compression's state on rank 0.
+// Under ZeRO-2 with optim.zero_reduce=step the buckets are ZeRO-1's (a whole gradient buffer, reduced once).
 // host_dp: where dp is NCCL, a host transport over the same group for the compressors' collectives (GradReducer).
+// ZeRO-2: the gradient units of a chunk of stage config `g` with parameter table `table` (sharded_grads.h): its
+// embedding unit is pinned when it holds the tied head, every unit under the zb1 schedule.
+std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
+
+// Whether any chunk reduces over dp.
+inline bool reduces(const ChunkReducers& r) { return !r.owned.empty() && (r.owned[0] || r.sharded[0]); }
+// The step's end: every chunk's reductions launched and waited for (chunk v-1 first).
+void finish_reductions(ChunkReducers& r);
+// ZeRO-1 and -2: every dp rank's updated shards of `flat` (laid out like model.params()) gathered in place.
+void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tensor& flat);
+// The gradients' bytes on this rank: the flat buffer, or ZeRO-2's unit buffers and shards.
+int64_t gradient_bytes(const ChunkReducers& r, const PipelineChunks& model);
+
 ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model, Communicator& dp, int dp_size,
                                  bool log, Communicator* host_dp = nullptr);
 

@@ -199,14 +199,14 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
       case ActionKind::BackwardInput:
       case ActionKind::BackwardWeight: {
         Record& r = *live[k];
-        // The chunk's final gradient pass of the step arms its reducer; with overlap its buckets launch as
-        // their gradients become final (up to the held-back tied embedding).
+        // The reducer learns that a gradient pass begins (the chunk's final one of the step arms a GradReducer)
+        // and, where it asks, its buckets launch as their gradients become final (up to the held-back tied
+        // embedding).
         std::function<void(int64_t)> ready;
-        if (reduce && !reduce->empty() && plan.final_grads[i] && (*reduce)[a.chunk].reducer) {
+        if (reduce && !reduce->empty() && (*reduce)[a.chunk].reducer) {
           const ChunkReduce cr = (*reduce)[a.chunk];
-          cr.reducer->begin_micro_batch(true);
           // A straggler's buckets go out as late as its slower compute would issue them.
-          if (overlap)
+          if (cr.reducer->begin_pass(plan.final_grads[i], overlap))
             ready = [cr, this](int64_t end) {
               stretch_.account();
               cr.reducer->grads_ready(std::min(end, cr.ready_limit));

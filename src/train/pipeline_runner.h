@@ -13,7 +13,7 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "model/pipeline_chunks.h"
-#include "parallel/grad_buckets.h"
+#include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
 #include "train/profiler.h"
 #include "train/straggler.h"
@@ -27,7 +27,7 @@ using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 // into the chunk the backward pass may report gradients as final (the tied wte is held back until the trainer
 // has summed it between the first and last stage).
 struct ChunkReduce {
-  GradReducer* reducer = nullptr;
+  ChunkGradSync* reducer = nullptr;
   int64_t ready_limit = INT64_MAX;
 };
 
@@ -44,8 +44,9 @@ class PipelineRunner {
                  Profiler& prof);
 
   // One training step: every micro-batch's forward (the last stage adds its summed losses to loss_sum and
-  // starts the backward with dloss) and backward, accumulating into the gradient buffer. During each chunk's
-  // final gradient pass its reducer is armed and fed (overlap: as gradients become final; else not at all).
+  // starts the backward with dloss) and backward, accumulating into the gradient buffer. Each gradient pass of a
+  // chunk tells its reducer it begins (ChunkGradSync::begin_pass) and, where the reducer asks, reports its
+  // gradients as they become final: GradReducer asks on the final pass with overlap, ShardedGrads on every pass.
   // `reduce` has one entry per chunk, or none (no data parallelism).
   RunStats train(const FillFn& fill, double dloss, const Tensor& loss_sum, const std::vector<ChunkReduce>& reduce,
                  bool overlap);

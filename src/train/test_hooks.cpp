@@ -38,7 +38,13 @@ void inject_grad_inf(const PipelineChunks& model) {
   int p = 0;
   while (p + 1 < t.size() && t[p].shard.whole()) ++p;
   float inf = std::numeric_limits<float>::infinity();
-  copy_convert(model.grads().slice(t[p].offset, {1}), Tensor(&inf, {1}, DType::F32));  // host or GPU
+  Tensor at;  // parameter p's first gradient element: in the flat buffer, or (ZeRO-2) in its chunk's unit buffer
+  if (model.grads().defined()) at = model.grads().slice(t[p].offset, {1});
+  for (int c = 0; c < model.size() && !at.defined(); ++c) {
+    const int i = model.chunk(c).table().index_of(t[p].name);
+    if (i >= 0 && model.base(c) + model.chunk(c).table()[i].offset == t[p].offset) at = model.chunk(c).grad(i).slice(0, {1});
+  }
+  copy_convert(at, Tensor(&inf, {1}, DType::F32));  // host or GPU
   spdlog::warn("MESHTRAIN_INJECT: inf injected into the gradient of {} on this rank", t[p].name);
 }
 

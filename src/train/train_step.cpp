@@ -42,7 +42,7 @@ double global_loss_sum(TrainingRun& r) {
 void dump_gradients(TrainingRun& r) {
   if (!r.zero) return export_run_safetensors(r, r.cfg.run.dump_grads, r.model->grads());
   if (r.mesh.rank() == 0)
-    spdlog::warn("run.dump_grads: skipped under ZeRO-1 (no rank holds the whole reduced gradient)");
+    spdlog::warn("run.dump_grads: skipped under ZeRO-{} (no rank holds the whole reduced gradient)", r.cfg.optim.zero);
 }
 
 // optim.staleness: this step's gradients start their average in the background, and the averages that are due or
@@ -88,7 +88,9 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   PipelineChunks& model = *r.model;
   const int world = mesh.world_size();
   StepResult out;
-  zero_(model.grads());
+  if (model.grads().defined()) zero_(model.grads());
+  for (auto& s : r.dp_reduce.sharded)
+    if (s) s->zero();
   zero_(r.loss_sum);
   if (step == r.hooks.grad_inf_step && mesh.rank() == world - 1) inject_grad_inf(model);
   if (r.straggler.delay_ms > 0) {
@@ -120,10 +122,9 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
     r.comms.emb->all_reduce(model.chunk(r.tied).grad(model.tied_param()), ReduceOp::Sum);
     prof.wait("tied embedding", w0, trace_clock_us());
   }
-  auto& reducers = r.dp_reduce.owned;
-  if (reducers[0]) {
+  if (reduces(r.dp_reduce)) {
     const double w0 = trace_clock_us();
-    for (int c = model.size() - 1; c >= 0; --c) reducers[c]->finish();
+    finish_reductions(r.dp_reduce);
     prof.wait("gradient buckets", w0, trace_clock_us());
   }
   if (step == 1 && !cfg.run.dump_grads.empty()) dump_gradients(r);
@@ -135,7 +136,8 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   // Under ZeRO-1 its segments are this rank's shards. A non-finite loss or gradient norm (each the same on every
   // rank) leaves everything unchanged: in fp16 a gradient overflow makes the loss scaler back off and the step
   // count as skipped; otherwise train.skip_nonfinite skips and counts the step, or the run stops.
-  out.applied = out.finite_loss && r.opt->step(model.params(), model.grads(), out.lr, out.loss_scale);
+  const Tensor& grads = r.sharded_grads ? r.dp_reduce.shard_grads : model.grads();
+  out.applied = out.finite_loss && r.opt->step(model.params(), grads, out.lr, out.loss_scale);
   prof.compute("optimizer", o0, trace_clock_us());
   const bool overflow = r.fp16 && out.finite_loss && !out.applied;
   if (r.fp16 && (out.applied || overflow) && r.scaler.update(overflow) && mesh.rank() == 0)
@@ -167,7 +169,7 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   }
   if (r.zero && out.applied) {
     const double g0 = trace_clock_us();
-    for (int c = model.size() - 1; c >= 0; --c) reducers[c]->all_gather_params(model.chunk(c).params());
+    all_gather_params(r.dp_reduce, model, model.params());
     prof.wait("all-gather parameters", g0, trace_clock_us());
   }
   return out;

@@ -29,7 +29,8 @@ namespace {
 Tensor build_model_and_data(TrainingRun& r) {
   const Config& cfg = r.cfg;
   const DeviceMesh& mesh = r.mesh;
-  r.model = std::make_unique<PipelineChunks>(r.gcfg, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute, r.dev);
+  r.model = std::make_unique<PipelineChunks>(r.gcfg, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute, r.dev,
+                                             !r.sharded_grads);
   PipelineChunks& model = *r.model;
   const bool host_masters = r.mixed || r.dev == Device::CUDA;
   Tensor masters = host_masters ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
@@ -101,14 +102,18 @@ void build_optimizer(TrainingRun& r) {
   std::vector<OptimSegment> segments;
   int64_t state_numel = model.table().total_numel();
   if (r.zero) {
+    // Under ZeRO-2 the shards' gradients are packed like the moments, chunk v-1's first (ChunkReducers).
+    os.packed_grads = r.sharded_grads;
     state_numel = 0;
     for (int c = model.size() - 1; c >= 0; --c) {
-      for (OptimSegment g : zero_segments(model.chunk(c).table(), *r.dp_reduce.owned[c])) {
+      const ChunkReducers& red = r.dp_reduce;
+      const std::vector<Bucket>& buckets = red.sharded[c] ? red.sharded[c]->buckets() : red.owned[c]->buckets();
+      for (OptimSegment g : zero_segments(model.chunk(c).table(), buckets, r.mesh.dp(), r.mesh.dp_rank())) {
         g.offset += model.base(c);
         g.state_offset += state_numel;
         segments.push_back(g);
       }
-      state_numel += r.dp_reduce.owned[c]->shard_numel();
+      for (const Bucket& b : buckets) state_numel += shard_range(b.numel(), r.mesh.dp(), r.mesh.dp_rank()).size();
     }
   } else {
     segments = param_segments(model.table());
@@ -172,7 +177,7 @@ void build_adapt(TrainingRun& r) {
   const double plain = wire(CompressMethod::None);
   std::vector<std::pair<CompressMethod, double>> factors;
   for (CompressMethod m : limits.methods) factors.emplace_back(m, wire(m) / plain);
-  const double grad_mb = double(r.model->grads().nbytes()) / 1048576.0;
+  const double grad_mb = double(gradient_bytes(r.dp_reduce, *r.model)) / 1048576.0;
   r.adapt = std::make_unique<CommController>(limits, AdaptSetting{cm.bucket_mb, cm.compress}, grad_mb, factors);
   if (r.mesh.rank() == 0) {
     std::string methods;
@@ -217,10 +222,11 @@ void log_precision_and_memory(const TrainingRun& r) {
                       : "");
   spdlog::info("memory per rank: parameters {:.1f} MiB ({}), gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} "
                "bytes){} ({} micro-batches of {} x {} tokens per step per rank)",
-               model.params().nbytes() / 1048576.0, dtype_name(r.compute), model.grads().nbytes() / 1048576.0,
-               r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
-               r.zero ? fmt::format(" (ZeRO-1: this rank's 1/{} shard of the AdamW moments{})", r.mesh.dp(),
-                                    r.mixed ? " and fp32 masters" : "")
+               model.params().nbytes() / 1048576.0, dtype_name(r.compute),
+               gradient_bytes(r.dp_reduce, model) / 1048576.0, r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
+               r.zero ? fmt::format(" (ZeRO-{}: this rank's 1/{} shard of the AdamW moments{}{})", r.cfg.optim.zero,
+                                    r.mesh.dp(), r.mixed ? " and fp32 masters" : "",
+                                    r.sharded_grads ? " and of the gradients" : "")
                       : r.mixed ? " (AdamW moments and fp32 masters)" : "",
                r.n_micro, r.mb, r.T);
 }
@@ -260,14 +266,18 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.mixed = r.compute != DType::F32;
   r.fp16 = r.compute == DType::F16;  // fp16 multiplies the loss's gradient by the scaler's scale
   r.dev = cfg.device;
+  r.sharded_grads = sharded_gradients(cfg) && (mesh.dp() > 1 || cfg.optim.zero > 0) && cfg.optim.sync_every == 0 &&
+                    cfg.optim.staleness == 0;
   Tensor masters = build_model_and_data(r);
 
   // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments.
   // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
-  r.zero = cfg.optim.zero == 1;
+  r.zero = cfg.optim.zero >= 1;
   r.local_sgd = cfg.optim.sync_every > 0;
   r.tied = r.model->tied_chunk();
   r.dp_reduce = make_grad_reducers(cfg, *r.model, *comms.dp, mesh.dp(), rank0, comms.dp_host.get());
+  for (int c = 0; c < r.model->size(); ++c)  // ZeRO-2: the backward passes accumulate into the unit buffers
+    if (r.dp_reduce.sharded[c]) r.model->chunk(c).set_grad_views(r.dp_reduce.sharded[c]->grad_views());
   build_optimizer(r);
   if (r.mixed) r.opt->load_masters(masters);
   masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
@@ -383,15 +393,13 @@ void finish_run(TrainingRun& r, size_t training_peak) {
   if (r.mixed) {
     weights = Tensor::zeros(model.params().shape(), DType::F32, r.dev);
     r.opt->store_masters(weights);
-    if (r.zero)
-      for (int c = model.size() - 1; c >= 0; --c)
-        r.dp_reduce.owned[c]->all_gather_params(model.chunk_view(weights, c));
+    if (r.zero) all_gather_params(r.dp_reduce, model, weights);
   }
   export_run_safetensors(r, r.cfg.run.dir + "/model.safetensors", weights);
   if (r.mesh.rank() == 0) model.chunk(0).export_hf_config(r.cfg.run.dir + "/config.json");
   RankMemory mem;
   mem.params = double(model.params().nbytes());
-  mem.grads = double(model.grads().nbytes());
+  mem.grads = double(gradient_bytes(r.dp_reduce, model));
   mem.optimizer = double(r.opt->state_bytes());
   for (int c = 0; c < model.size(); ++c) {
     mem.activations += double(r.runner->records(c) * r.runner->record_bytes(c));

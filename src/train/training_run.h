@@ -56,6 +56,7 @@ struct TrainingRun {
   DType compute;
   Device dev;
   bool mixed, fp16, zero, local_sgd;
+  bool sharded_grads;  // ZeRO-2 reducing every micro-batch: no flat gradient buffer (grad_reducers.h)
   int tied;  // the chunk whose tied embedding gradient is summed between first and last stage, or -1
 
   std::unique_ptr<PipelineChunks> model;

@@ -1,5 +1,5 @@
-// ZeRO-1 glue between the gradient buckets and the optimizer: the optimizer segments of this rank's shards,
-// split at parameter boundaries (for weight decay), with their moments packed.
+// ZeRO glue between the gradient buckets and the optimizer: the optimizer segments of this rank's shards, split at
+// parameter boundaries (for weight decay), with their moments packed.
 #pragma once
 #include <vector>
 
@@ -9,8 +9,9 @@
 
 namespace mt {
 
-// One segment per (bucket, parameter) overlap of this rank's shards: offset into the flat params/grads, state
-// offset into the packed moments.
-std::vector<OptimSegment> zero_segments(const ParamTable& table, const GradReducer& reducer);
+// One segment per (bucket, parameter) overlap of this rank's shards (shard_range over each bucket): offset into
+// the flat params (and, under ZeRO-1, grads), state offset into the packed moments (and, under ZeRO-2, the packed
+// gradient shards).
+std::vector<OptimSegment> zero_segments(const ParamTable& table, const std::vector<Bucket>& buckets, int dp, int rank);
 
 }  // namespace mt

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from cluster_support import check, exit_status, require_cluster
 
@@ -78,8 +79,16 @@ def host_bytes():
 
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", cluster, "up", "2"],
-                   capture_output=True, text=True)
+# The unprivileged user runs a copy in a folder it can read: the checkout itself may be readable by root only
+# (a clone under /root, or in a `mktemp -d` folder), and then it would exit 126 before the script's own check.
+public = tempfile.mkdtemp(prefix="mt-cluster-")
+try:
+    os.chmod(public, 0o755)
+    shutil.copy(cluster, public)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        os.path.join(public, "cluster.sh"), "up", "2"], capture_output=True, text=True)
+finally:
+    shutil.rmtree(public, ignore_errors=True)
 check(r.returncode == 2 and "needs root" in r.stderr, f"without root: exit {r.returncode}, says why")
 subprocess.run([cluster, "up", "2"], check=True)
 try:

@@ -1,0 +1,204 @@
+// ZeRO-2's sharded gradients (see sharded_grads.h).
+#include "parallel/sharded_grads.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/elementwise.h"
+
+namespace mt {
+
+namespace {
+
+// The block a parameter belongs to (h.N.* for GPT-2, model.layers.N.* for Llama), or -1.
+int block_of(const std::string& name) {
+  for (const char* prefix : {"h.", "model.layers."}) {
+    const std::string p = prefix;
+    if (name.compare(0, p.size(), p) == 0) return std::atoi(name.c_str() + p.size());
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned) {
+  std::vector<GradUnit> units;
+  int current = -2;  // the block of the unit being built (-1: no block)
+  bool seen_block = false;
+  for (const ParamSpec& p : table.specs()) {
+    const int block = block_of(p.name);
+    if (units.empty() || block != current) {
+      // Parameters outside blocks after a block are the embedding unit.
+      const bool embedding = block < 0 && seen_block;
+      units.push_back({p.offset, p.offset, all_pinned || (embedding && tied_head)});
+      current = block;
+    }
+    seen_block = seen_block || block >= 0;
+    units.back().end = p.offset + p.numel();
+  }
+  // A table without blocks (a stage of only embeddings and head) is one unit: its head and embedding are one.
+  if (!seen_block && !units.empty()) units.back().pinned = all_pinned || tied_head;
+  for (size_t u = 1; u < units.size(); ++u)
+    CHECK(units[u].begin == units[u - 1].end, "gradient units: the layout has a gap at element {}", units[u - 1].end);
+  CHECK(units.empty() || units.back().end == table.total_numel(), "gradient units end at {} of {} elements",
+        units.empty() ? 0 : units.back().end, table.total_numel());
+  return units;
+}
+
+std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<GradUnit>& units, size_t elem_bytes,
+                                 double bucket_bytes) {
+  CHECK(bucket_bytes > 0, "bucket size must be positive");
+  std::vector<Bucket> out;
+  for (const GradUnit& u : units) {  // make_buckets' rule within each unit
+    Bucket cur{u.begin, u.begin};
+    for (const ParamSpec& p : table.specs()) {
+      if (p.offset < u.begin || p.offset >= u.end) continue;
+      const int64_t end = p.offset + p.numel();
+      if (cur.end > cur.begin && double(end - cur.begin) * double(elem_bytes) > bucket_bytes) {
+        cur.end = p.offset;
+        out.push_back(cur);
+        cur.begin = p.offset;
+      }
+      cur.end = end;
+    }
+    cur.end = u.end;
+    if (cur.end > cur.begin) out.push_back(cur);
+  }
+  return out;
+}
+
+ShardedGradsSize sharded_grads_size(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp,
+                                    int rank) {
+  ShardedGradsSize s;
+  int64_t slot = 0;
+  for (const GradUnit& u : units) {
+    if (u.pinned) s.store += u.end - u.begin;
+    else slot = std::max(slot, u.end - u.begin);
+  }
+  s.store += 2 * slot;
+  for (const Bucket& b : buckets) s.shard += shard_range(b.numel(), dp, rank).size();
+  return s;
+}
+
+ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units,
+                           std::vector<Bucket> buckets, DType dtype, DType wire, Device device,
+                           const Tensor& shards)
+    : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), table_(table) {
+  // Ring units alternate between slot 0 and slot 1 at the start of the store; pinned units follow.
+  int64_t slot = 0;
+  for (const GradUnit& u : units_)
+    if (!u.pinned) slot = std::max(slot, u.end - u.begin);
+  int64_t pinned_at = 2 * slot;
+  int ring = 0, last_ring = -1;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    if (units_[u].pinned) {
+      unit_offset_.push_back(pinned_at);
+      pinned_at += units_[u].end - units_[u].begin;
+      prev_ring_.push_back(-1);
+    } else {
+      unit_offset_.push_back((ring++ % 2) * slot);
+      prev_ring_.push_back(last_ring);
+      last_ring = u;
+    }
+  }
+  for (const Bucket& b : buckets_) {
+    int u = 0;
+    while (u < static_cast<int>(units_.size()) && !(b.begin >= units_[u].begin && b.end <= units_[u].end)) ++u;
+    CHECK(u < static_cast<int>(units_.size()), "ZeRO-2: bucket [{}, {}) crosses a unit boundary", b.begin, b.end);
+    bucket_unit_.push_back(u);
+  }
+  shard_offsets_.push_back(0);
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    shard_offsets_.push_back(shard_offsets_.back() + shard(b).size());
+  store_ = Tensor::zeros({std::max<int64_t>(1, pinned_at)}, dtype, device);
+  if (wire != dtype) {
+    CHECK(dtype_size(wire) < dtype_size(dtype), "ZeRO-2: {} gradients sent as {}", dtype_name(dtype),
+          dtype_name(wire));
+    wire_ = Tensor::zeros(store_.shape(), wire, device);
+  }
+  if (shards.defined()) {
+    CHECK(shards.numel() == shard_numel() && shards.dtype() == dtype, "ZeRO-2: a shard buffer of {} {} for {} of {}",
+          shards.numel(), dtype_name(shards.dtype()), shard_numel(), dtype_name(dtype));
+    shards_ = shards;
+  } else {
+    shards_ = Tensor::zeros({std::max<int64_t>(1, shard_numel())}, dtype, device);
+  }
+  work_.resize(buckets_.size());
+}
+
+std::vector<Tensor> ShardedGrads::grad_views() const {
+  std::vector<Tensor> views;
+  for (const ParamSpec& p : table_.specs()) {
+    int u = 0;
+    while (!(p.offset >= units_[u].begin && p.offset < units_[u].end)) ++u;
+    views.push_back(store_.slice(unit_offset_[u] + (p.offset - units_[u].begin), p.shape));
+  }
+  return views;
+}
+
+Tensor ShardedGrads::bucket_store(int b, const Tensor& buf) const {
+  const GradUnit& u = units_[bucket_unit_[b]];
+  return buf.slice(unit_offset_[bucket_unit_[b]] + (buckets_[b].begin - u.begin), {buckets_[b].numel()});
+}
+
+void ShardedGrads::zero() {
+  for (const WorkPtr& w : work_) CHECK(!w, "ZeRO-2: the gradients zeroed while a reduction is in flight");
+  zero_(store_);
+  zero_(shards_);
+  next_ = 0;
+}
+
+void ShardedGrads::launch(int b) {
+  const Tensor full = bucket_store(b, wire_.defined() ? wire_ : store_);
+  if (wire_.defined()) copy_convert(full, bucket_store(b, store_));
+  // In place: the output is this rank's own slice of the input (the backends allow that).
+  work_[b] = dp_.reduce_scatter_async(full, full.slice(shard(b).begin, {shard(b).size()}), ReduceOp::Avg);
+}
+
+void ShardedGrads::settle(int b) {
+  if (!work_[b]) return;
+  work_[b]->wait();
+  work_[b].reset();
+  const Tensor full = bucket_store(b, wire_.defined() ? wire_ : store_);
+  kernels::accumulate(shards_.slice(shard_offset(b), {shard(b).size()}), full.slice(shard(b).begin, {shard(b).size()}));
+  zero_(bucket_store(b, store_));
+}
+
+void ShardedGrads::settle_unit(int u) {
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    if (bucket_unit_[b] == u) settle(b);
+}
+
+bool ShardedGrads::begin_pass(bool, bool overlap) {
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) settle(b);
+  next_ = 0;
+  overlap_ = overlap;
+  return true;
+}
+
+void ShardedGrads::grads_ready(int64_t end) {
+  int completed = 0;  // ring units whose gradients became final in this call
+  while (next_ < static_cast<int>(buckets_.size()) && buckets_[next_].end <= end) {
+    const int b = next_++, u = bucket_unit_[b];
+    launch(b);
+    if (!overlap_) settle(b);
+    if (units_[u].pinned || buckets_[b].end != units_[u].end) continue;
+    // Ring unit u is final: the unit before it frees the slot that the next one writes into.
+    CHECK(++completed == 1, "ZeRO-2: the backward pass reported two blocks' gradients final at once, so they "
+          "shared a buffer (element {})", end);
+    if (prev_ring_[u] >= 0) settle_unit(prev_ring_[u]);
+  }
+}
+
+void ShardedGrads::finish() {
+  while (next_ < static_cast<int>(buckets_.size())) launch(next_++);
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) settle(b);
+  next_ = 0;
+}
+
+int64_t ShardedGrads::bytes() const {
+  return int64_t(store_.nbytes() + (wire_.defined() ? wire_.nbytes() : 0));
+}
+
+}  // namespace mt
