@@ -55,6 +55,11 @@ add_test(NAME pp_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_pp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/pp_parity)
 set_tests_properties(pp_parity PROPERTIES TIMEOUT 1200 PROCESSORS 2)
+# ZeRO-2 on every mesh against one rank; its reductions per step, memory and checkpoints across stages.
+add_test(NAME zero_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_zero_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/zero_parity)
+set_tests_properties(zero_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
 # Llama (model.arch=llama) on every mesh against one rank.
 add_test(NAME llama_mesh
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_mesh.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>

@@ -40,6 +40,9 @@ CASES = [
     (-1, "bench_compress.py", ["--methods", "int4"], "argument --methods: unknown int4"),
     (-1, "bench_local_sgd.py", ["--every", "4,0"], "argument --every: must be >= 1"),
     (-1, "bench_time_to_loss.py", ["--target", "-1"], "argument --target: must be > 0"),
+    (-1, "bench_zero.py", ["--runs", "0"], "argument --runs: must be >= 1"),
+    (-1, "bench_zero.py", ["--dp", "2,1"], "argument --dp: must be >= 2"),
+    (-1, "bench_zero.py", ["--micro-batches", "x"], "argument --micro-batches: not an integer"),
 ]
 
 for ranks, name, args, want in CASES:
