@@ -108,7 +108,8 @@ def calibrate(args, work, dp):
     p, alpha = dp, args.latency_us
     beta = (args.comm_fraction * compute_ms * 1e3 / (2 * (p - 1)) - alpha) / (n / p)  # us per byte
     if beta <= 0:
-        raise SystemExit(f"--latency-us {alpha} alone exceeds {args.comm_fraction} of the compute ({compute_ms:.1f} ms)")
+        raise SystemExit(f"--latency-us {alpha} alone exceeds {args.comm_fraction} of the compute "
+                         f"({compute_ms:.1f} ms)")
     bw = 1e-3 / beta  # GB/s: beta = 1e6 / (bw * 1e9) us per byte
     pred_ms = 2 * (p - 1) * (alpha + n / p * beta) / 1e3
     print(f"[dp {dp}] calibration (zero 0, overlap off, no emulation, M=1): step {compute_ms:.1f} ms; {params}"

@@ -24,6 +24,14 @@ foreach(np 2 3)
                        PROCESSORS ${np})
 endforeach()
 
+# ZeRO-2's sharded gradients with rank-valued gradients on 2 and 3 ranks (3: averages that fp32 rounds).
+foreach(np 2 3)
+  add_test(NAME zero_sharded_grads_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_zero> "[sharded]")
+  set_tests_properties(zero_sharded_grads_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120
+                       PROCESSORS ${np})
+endforeach()
+
 # Communicators on device tensors (tests/test_cuda_comm.cpp) on 2 and 4 ranks: all ranks share the machine's
 # GPU(s) through the MPI backend's pinned staging; the NCCL case runs only with a GPU per rank. Without a usable
 # GPU (or without the CUDA backend) every rank exits 77: skipped.

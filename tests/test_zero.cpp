@@ -1,0 +1,179 @@
+// ZeRO's sharding arithmetic: the gradient units and buckets of ZeRO-2 (parallel/sharded_grads.h), the optimizer
+// segments of a rank's shards (train/zero_shards.h), and ShardedGrads' accumulation over passes with its two
+// ring buffers, on 1 rank here and on 2 and 3 through mpiexec (tests/comm_tests.cmake) with rank-valued gradients
+// whose sums are exact.
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <set>
+
+#include "comm/make_communicator.h"
+#include "model/gpt.h"
+#include "parallel/sharded_grads.h"
+#include "train/zero_shards.h"
+
+using namespace mt;
+
+namespace {
+
+GPTConfig gpt2(int n_layer) {
+  GPTConfig c;
+  c.n_layer = n_layer;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.seq_len = 8;
+  c.vocab_size = 64;
+  return c;
+}
+
+// Units tile [0, total) in order.
+void check_tiling(const std::vector<GradUnit>& units, int64_t total) {
+  REQUIRE(!units.empty());
+  CHECK(units.front().begin == 0);
+  CHECK(units.back().end == total);
+  for (size_t u = 1; u < units.size(); ++u) CHECK(units[u].begin == units[u - 1].end);
+}
+
+}  // namespace
+
+TEST_CASE("gradient units: the head's parameters, one unit per block, the embeddings, and which are pinned", "[zero]") {
+  const GPTConfig g = gpt2(3);
+  const ParamTable t = gpt_param_table(g);
+  const std::vector<GradUnit> units = grad_units(t, true, false);
+  check_tiling(units, t.total_numel());
+  REQUIRE(units.size() == 5);  // ln_f, blocks 2, 1, 0, then wte and wpe
+  CHECK(units[0].end == t[t.index_of("ln_f.bias")].offset + 16);
+  for (int u = 1; u <= 3; ++u) {
+    const int l = 3 - u;
+    CHECK(units[u].begin == t[t.index_of("h." + std::to_string(l) + ".mlp.c_proj.weight")].offset);
+    CHECK(units[u].end - units[u].begin == 12 * 16 * 16 + 13 * 16);
+    CHECK(!units[u].pinned);
+  }
+  CHECK(!units[0].pinned);
+  CHECK(units[4].pinned);  // the tied head writes wte's gradient first in every backward pass
+  CHECK(!grad_units(t, false, false)[4].pinned);
+  for (const GradUnit& u : grad_units(t, true, true)) CHECK(u.pinned);  // zb1
+
+  GPTConfig middle = g;  // a middle pipeline stage: blocks only
+  middle.n_layer = 4;
+  middle.layer_begin = 1;
+  middle.layer_end = 3;
+  const ParamTable tm = gpt_param_table(middle);
+  const std::vector<GradUnit> um = grad_units(tm, true, false);
+  check_tiling(um, tm.total_numel());
+  CHECK(um.size() == 2);
+
+  GPTConfig llama = g;  // Llama, untied: the head unit holds lm_head and the norm
+  llama.arch = ModelArch::Llama;
+  llama.n_kv_head = 1;
+  llama.multiple_of = 16;
+  const ParamTable tl = gpt_param_table(llama);
+  const std::vector<GradUnit> ul = grad_units(tl, false, false);
+  check_tiling(ul, tl.total_numel());
+  REQUIRE(ul.size() == 5);
+  CHECK(ul[0].end == tl[tl.index_of("model.norm.weight")].offset + 16);
+  CHECK(tl[tl.index_of("lm_head.weight")].offset < ul[0].end);
+  CHECK(!ul[4].pinned);
+}
+
+TEST_CASE("unit buckets: within a unit, at most the bucket size unless one parameter is larger", "[zero]") {
+  const ParamTable t = gpt_param_table(gpt2(3));
+  const std::vector<GradUnit> units = grad_units(t, true, false);
+  for (double bytes : {1.0, 4.0 * 300, 4.0 * 5000, 1e9}) {
+    INFO("bucket bytes " << bytes);
+    const std::vector<Bucket> b = unit_buckets(t, units, 4, bytes);
+    REQUIRE(!b.empty());
+    CHECK(b.front().begin == 0);
+    CHECK(b.back().end == t.total_numel());
+    std::set<int64_t> starts;
+    for (const ParamSpec& p : t.specs()) starts.insert(p.offset);
+    for (size_t k = 0; k < b.size(); ++k) {
+      if (k) CHECK(b[k].begin == b[k - 1].end);
+      CHECK(starts.count(b[k].begin) == 1);  // cut at parameter boundaries
+      int inside = 0;
+      for (const GradUnit& u : units) inside += b[k].begin >= u.begin && b[k].end <= u.end;
+      CHECK(inside == 1);
+      const bool one_param = std::none_of(t.specs().begin(), t.specs().end(), [&](const ParamSpec& p) {
+        return p.offset > b[k].begin && p.offset < b[k].end;
+      });
+      CHECK((double(b[k].numel()) * 4 <= bytes || one_param));
+    }
+    if (bytes == 1e9) CHECK(b.size() == units.size());  // one bucket per unit
+  }
+}
+
+TEST_CASE("zero segments: the ranks' shards cover every element once, packed in bucket order", "[zero]") {
+  const ParamTable t = gpt_param_table(gpt2(2));
+  const std::vector<Bucket> b = unit_buckets(t, grad_units(t, true, false), 4, 4.0 * 700);
+  for (int dp : {1, 2, 3, 8}) {
+    INFO("dp " << dp);
+    std::vector<int> seen(t.total_numel(), 0);
+    for (int r = 0; r < dp; ++r) {
+      int64_t packed = 0;
+      for (const OptimSegment& g : zero_segments(t, b, dp, r)) {
+        CHECK(g.state_offset == packed);  // no gaps: shard elements are contiguous in the packed state
+        packed += g.numel;
+        for (int64_t i = g.offset; i < g.offset + g.numel; ++i) ++seen[i];
+        // A segment lies within one parameter and takes its decay.
+        const ParamSpec* p = nullptr;
+        for (const ParamSpec& s : t.specs())
+          if (g.offset >= s.offset && g.offset < s.offset + s.numel()) p = &s;
+        REQUIRE(p);
+        CHECK(g.offset + g.numel <= p->offset + p->numel());
+        CHECK(g.decay == p->decay);
+      }
+      int64_t shards = 0;
+      for (const Bucket& k : b) shards += shard_range(k.numel(), dp, r).size();
+      CHECK(packed == shards);
+    }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+  }
+}
+
+// Three micro-batches through a 3-block model's units, as a backward pass reports them: the ring's two buffers
+// are reused by blocks 2 and 0, the pinned embedding keeps its own. Rank r's gradient element i in pass k is
+// (i % 7 + r + k) / 4: the sums over ranks are exact in fp32, so each pass's average is rounded at most once.
+TEST_CASE("ShardedGrads: every pass reduce-scattered and added into this rank's shards", "[zero][sharded]") {
+  CommOptions o;
+  o.timeout_s = 60;
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
+  const int P = dp->size(), r = dp->rank();
+  const ParamTable t = gpt_param_table(gpt2(3));
+  const std::vector<GradUnit> units = grad_units(t, true, false);
+  for (bool overlap : {true, false}) {
+    INFO("overlap " << overlap);
+    ShardedGrads z(*dp, t, units, unit_buckets(t, units, 4, 4.0 * 900), DType::F32, DType::F32, Device::CPU);
+    const std::vector<Tensor> views = z.grad_views();
+    z.zero();
+    const int passes = 3;
+    for (int k = 0; k < passes; ++k) {
+      REQUIRE(z.begin_pass(k == passes - 1, overlap));
+      for (size_t u = 0; u < units.size(); ++u) {
+        // The unit's gradients, written through the parameters' views (+= as the backward pass does).
+        for (int p = 0; p < t.size(); ++p) {
+          if (t[p].offset < units[u].begin || t[p].offset >= units[u].end) continue;
+          float* g = views[p].data_as<float>();
+          for (int64_t j = 0; j < t[p].numel(); ++j) g[j] += float(((t[p].offset + j) % 7 + r + k) / 4.0);
+        }
+        z.grads_ready(units[u].end);
+      }
+    }
+    z.finish();
+    const float* shards = z.shard_grads().data_as<float>();
+    for (int b = 0; b < static_cast<int>(z.buckets().size()); ++b)
+      for (int64_t j = 0; j < z.shard(b).size(); ++j) {
+        const int64_t i = z.buckets()[b].begin + z.shard(b).begin + j;
+        float want = 0;  // each pass's average (exact for P = 2, rounded once for P = 3) added in fp32
+        for (int k = 0; k < passes; ++k) {
+          double sum = 0;
+          for (int q = 0; q < P; ++q) sum += (i % 7 + q + k) / 4.0;
+          want += float(sum / P);
+        }
+        REQUIRE(shards[z.shard_offset(b) + j] == want);
+      }
+    // The next step starts from zero.
+    z.zero();
+    for (int64_t i = 0; i < z.shard_numel(); ++i) REQUIRE(shards[i] == 0.0f);
+  }
+}
