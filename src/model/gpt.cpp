@@ -275,8 +275,19 @@ TensorParallel GPT::tensor_parallel() const {
   return TensorParallel(cfg_.tp > 1 ? tp_ : nullptr, cfg_.sequence_parallel);
 }
 
-void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
-  if (cfg_.llama()) return llama_forward(a, dloss, loss_sum);
+void GPT::need_params(const std::function<void(int64_t)>& params_needed, int next) const {
+  if (!params_needed) return;
+  if (next >= cfg_.stage_layers()) return params_needed(0);
+  int64_t lo = table_.total_numel();
+  for (int s : cfg_.llama() ? std::vector<int>{IN_NORM} : std::vector<int>{LN1_W, LN1_B})
+    lo = std::min(lo, table_[layer_param(next, s)].offset);
+  params_needed(lo);
+}
+
+void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum,
+                  const std::function<void(int64_t)>& params_needed) const {
+  if (cfg_.llama()) return llama_forward(a, dloss, loss_sum, params_needed);
+  need_params(params_needed, 0);
   // The block in its tp = 1 reading; the layers (model/parallel_layers.h) add tensor parallelism's collectives,
   // and with sequence parallelism the residual stream and LayerNorms hold this rank's rows only. Shapes are this
   // rank's: Cl = C / tp columns of each head-split projection, NHl = n_head / tp heads.
@@ -295,6 +306,7 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum) const {
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& out = a.residual[l + 1];
+    need_params(params_needed, l + 1);
     block_forward(a, l, tp);
     row_linear_forward(tp, out, la.fch_gelu, full, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
     if (l + 1 < L) {

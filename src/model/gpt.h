@@ -188,7 +188,12 @@ class GPT {
   // dloss * d(sum of losses)/d(logits), ready for backward(). dloss = 1 / (tokens in the global batch) makes
   // the accumulated gradients those of the global batch's mean loss. A stage after the first reads
   // acts.input() instead of tokens; a stage before the last stops at acts.output() (no loss).
-  void forward(Activations& acts, double dloss, const Tensor& loss_sum) const;
+  // When given, params_needed(begin) is called before the pass reads parameters of the flat layout's elements
+  // [begin, end) it has not read yet (begin falls: before the embedding and the first block, then before each
+  // block, whose fused norm reads the next block's; the last call asks for everything), so ZeRO's parameter
+  // all-gather of the previous step can be waited for bucket by bucket.
+  void forward(Activations& acts, double dloss, const Tensor& loss_sum,
+               const std::function<void(int64_t)>& params_needed = {}) const;
   // Backward pass: ACCUMULATES parameter gradients into grads() (+=), so micro-batches accumulate for free.
   // Scratch comes from `arena`. When given, grads_ready(end) is called each time the gradients of the flat
   // buffer's elements [0, end) stop changing for this micro-batch (end grows: after the final LayerNorm, after
@@ -237,7 +242,11 @@ class GPT {
                            const std::function<LayerActivations(const BlockAlloc&)>& make) const;
   // Llama's passes (model/llama.cpp).
   void llama_alloc(Activations& a, Arena& arena, bool kept_grads) const;
-  void llama_forward(Activations& a, double dloss, const Tensor& loss_sum) const;
+  void llama_forward(Activations& a, double dloss, const Tensor& loss_sum,
+                     const std::function<void(int64_t)>& params_needed) const;
+  // forward()'s params_needed before block `next` - 1 runs: through block `next`'s input norm (next = 0: before
+  // the embedding), or everything when no block follows.
+  void need_params(const std::function<void(int64_t)>& params_needed, int next) const;
   void llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, bool split,
                       const Tensor& dout, const Tensor& dinput);
   void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready);

@@ -112,7 +112,9 @@ void GPT::llama_alloc(Activations& a, Arena& arena, bool kept_grads) const {
   }
 }
 
-void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum) const {
+void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum,
+                        const std::function<void(int64_t)>& params_needed) const {
+  need_params(params_needed, 0);
   const TensorParallel tp = tensor_parallel();
   const int64_t N = int64_t(a.B) * a.T;
   const double eps = cfg_.norm_eps;
@@ -125,6 +127,7 @@ void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum) co
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& out = a.residual[l + 1];
+    need_params(params_needed, l + 1);
     llama_block_forward(a, l, tp);
     row_linear_forward(tp, out, la.swiglu, full, param(layer_param(l, DOWN_W)), none, WeightLayout::OutIn);
     kernels::accumulate(out, la.res_attn);

@@ -21,6 +21,7 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
   ChunkReducers out;
   out.owned.resize(model.size());
   out.sharded.resize(model.size());
+  out.gathers.resize(model.size());
   out.hooks.resize(model.size());
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
   const DType wire = cfg.comm.compress == CompressMethod::BF16 ? DType::BF16 : cfg.precision.grad_reduce;
@@ -49,6 +50,8 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
     pass_bytes += chunk.table().total_numel() * int64_t(dtype_size(out.sharded[c]->wire_dtype()));
     out.hooks[c].reducer = out.sharded[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
+    out.gathers[c] = std::make_unique<ParamGather>(dp, out.sharded[c]->buckets());
+    out.hooks[c].gather = out.gathers[c].get();
   }
   if (log) {
     int64_t bytes = int64_t(out.shard_grads.nbytes());
@@ -72,6 +75,7 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   ChunkReducers out;
   out.owned.resize(model.size());
   out.sharded.resize(model.size());
+  out.gathers.resize(model.size());
   out.hooks.resize(model.size());
   const bool zero = cfg.optim.zero >= 1;
   // Local SGD averages parameters instead, and optim.staleness averages whole steps' gradients in the background.
@@ -94,6 +98,10 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
         zero, wire, chunk.table(), compress, host_dp);
     out.hooks[c].reducer = out.owned[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
+    if (zero) {
+      out.gathers[c] = std::make_unique<ParamGather>(dp, out.owned[c]->buckets());
+      out.hooks[c].gather = out.gathers[c].get();
+    }
   }
   if (log) {
     int64_t bytes = 0, state = 0;
@@ -125,6 +133,16 @@ void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tens
     if (r.owned[c]) r.owned[c]->all_gather_params(model.chunk_view(flat, c));
     if (r.sharded[c]) r.sharded[c]->all_gather_params(model.chunk_view(flat, c));
   }
+}
+
+void launch_param_gathers(ChunkReducers& r, const PipelineChunks& model) {
+  for (int c = 0; c < model.size(); ++c)
+    if (r.gathers[c]) r.gathers[c]->launch(model.chunk(c).params());
+}
+
+void wait_param_gathers(ChunkReducers& r) {
+  for (auto& g : r.gathers)
+    if (g) g->wait_all();
 }
 
 int64_t gradient_bytes(const ChunkReducers& r, const PipelineChunks& model) {

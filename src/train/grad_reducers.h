@@ -17,6 +17,7 @@ struct ChunkReducers {
   std::vector<std::unique_ptr<ShardedGrads>> sharded;  // per chunk under ZeRO-2 (sharded_grads.h), else null
   std::vector<ChunkReduce> hooks;                     // per chunk, for the pipeline runner
   Tensor shard_grads;  // ZeRO-2: this rank's averaged gradient shards of every chunk, packed chunk v-1 first
+  std::vector<std::unique_ptr<ParamGather>> gathers;  // ZeRO-1 and -2: per chunk, the parameter all-gather
 };
 
 // Whether the config shards the gradients (ZeRO-2 reducing every micro-batch): the model then has no flat gradient
@@ -37,6 +38,10 @@ inline bool reduces(const ChunkReducers& r) { return !r.owned.empty() && (r.owne
 void finish_reductions(ChunkReducers& r);
 // ZeRO-1 and -2: every dp rank's updated shards of `flat` (laid out like model.params()) gathered in place.
 void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tensor& flat);
+// ZeRO-1 and -2: the model's parameters gathered in the background (param_gather.h), chunk 0 first (the next
+// step's first forward pass), for the forward passes to wait for; and waiting for all of it.
+void launch_param_gathers(ChunkReducers& r, const PipelineChunks& model);
+void wait_param_gathers(ChunkReducers& r);
 // The gradients' bytes on this rank: the flat buffer, or ZeRO-2's unit buffers and shards.
 int64_t gradient_bytes(const ChunkReducers& r, const PipelineChunks& model);
 

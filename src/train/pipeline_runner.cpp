@@ -184,7 +184,15 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
                 a.micro_batch, a.chunk);
           copy_convert(r.acts.input(), *received_act[k]);
         }
-        model.forward(r.acts, last_stage ? dloss : 0.0, last_stage ? loss_sum : none);
+        // ZeRO: each bucket of the previous step's parameter all-gather is waited for as the pass reaches it.
+        std::function<void(int64_t)> need;
+        if (reduce && !reduce->empty() && (*reduce)[a.chunk].gather)
+          need = [g = (*reduce)[a.chunk].gather, this](int64_t begin) {
+            const double w0 = trace_clock_us();
+            g->wait_from(begin);
+            if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
+          };
+        model.forward(r.acts, last_stage ? dloss : 0.0, last_stage ? loss_sum : none, need);
         break;
       }
       case ActionKind::SendAct:

@@ -14,6 +14,7 @@
 #include "core/arena.h"
 #include "model/pipeline_chunks.h"
 #include "parallel/grad_sync.h"
+#include "parallel/param_gather.h"
 #include "parallel/schedule.h"
 #include "train/profiler.h"
 #include "train/straggler.h"
@@ -29,6 +30,7 @@ using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 struct ChunkReduce {
   ChunkGradSync* reducer = nullptr;
   int64_t ready_limit = INT64_MAX;
+  ParamGather* gather = nullptr;  // ZeRO: the previous step's parameter all-gather, waited for in each forward pass
 };
 
 struct RunStats {

@@ -167,15 +167,13 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
     out.synced = true;
     prof.wait("local SGD parameter average", s0, trace_clock_us());
   }
-  if (r.zero && out.applied) {
-    const double g0 = trace_clock_us();
-    all_gather_params(r.dp_reduce, model, model.params());
-    prof.wait("all-gather parameters", g0, trace_clock_us());
-  }
+  // ZeRO: the updated shards are gathered while the next step's forward passes run (param_gather.h).
+  if (r.zero && out.applied) launch_param_gathers(r.dp_reduce, model);
   return out;
 }
 
 double evaluate(TrainingRun& r) {
+  wait_param_gathers(r.dp_reduce);
   const int batches = r.cfg.train.eval_batches;
   zero_(r.loss_sum);
   for (int b = 0; b < batches; ++b)  // a batch per run: receive buffers for m micro-batches

@@ -368,6 +368,7 @@ void adapt_after_step(TrainingRun& r, int step, bool synced, const AdaptSample& 
 }
 
 void checkpoint_run(TrainingRun& r, int step) {
+  wait_param_gathers(r.dp_reduce);
   const double t0 = trace_clock_us();
   const TrainState st{step, r.opt->steps_taken(), r.scaler.scale(), r.scaler.good_in_a_row(),
                       r.scaler.skipped_steps(), r.nonfinite_skipped};
@@ -387,6 +388,7 @@ void export_run_safetensors(TrainingRun& r, const std::string& path, const Tenso
 }
 
 void finish_run(TrainingRun& r, size_t training_peak) {
+  wait_param_gathers(r.dp_reduce);
   PipelineChunks& model = *r.model;
   // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
   Tensor weights = model.params();

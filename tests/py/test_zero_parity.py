@@ -85,11 +85,20 @@ for dtype in ("bf16", "fp16"):
 # 3. Reductions per step: 4 micro-batches reduce-scatter 4 whole gradients, or one.
 # The export's elements: the gradient's too (tiny.yaml's vocabulary 64 needs no padding).
 n_params = sum(len(v[1]) for v in read_safetensors(os.path.join(work, "single", "model.safetensors")).values())
-every, once = rows("dp2_m4")[-1]["comm_bytes"], rows("dp2_m4_reduce_step")[-1]["comm_bytes"]
+
+
+# Summed over the run: each step's parameter all-gather finishes during the next step's forward pass, so a
+# step's row may hold part of the previous one's and the last may be left out; it is under half a gradient.
+def sent(name):
+    return sum(r["comm_bytes"] for r in rows(name))
+
+
 run("dp2_m4_zero1", 2, 1, 1, ["optim.zero=1"])
-check(every - once == 3 * 4 * n_params and once == rows("dp2_m4_zero1")[-1]["comm_bytes"],
-      f"comm_bytes per step: micro_batch {every}, step {once} (ZeRO-1 {rows('dp2_m4_zero1')[-1]['comm_bytes']}): "
-      f"3 more gradients of {4 * n_params} bytes")
+grad = 4 * n_params
+every, once, zero1 = sent("dp2_m4"), sent("dp2_m4_reduce_step"), sent("dp2_m4_zero1")
+check(abs(every - once - 20 * 3 * grad) < grad / 2 and abs(once - zero1) < grad / 2,
+      f"comm_bytes over 20 steps: micro_batch {every}, step {once} (ZeRO-1 {zero1}): 3 more gradients of {grad} "
+      f"bytes per step ({(every - once) / grad:.2f} gradients more in all)")
 
 
 # 4. Memory: ZeRO-2's gradients on 8 blocks against ZeRO-1's.

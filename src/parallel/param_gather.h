@@ -1,0 +1,33 @@
+// ZeRO-1 and -2: after the optimizer step every rank holds only its updated shard of each bucket of the
+// parameters. ParamGather all-gathers them in the background, in the order the next forward pass reads them
+// (the last bucket, the embedding's, first), and the forward pass waits for each bucket just before it reads it
+// (GPT::forward's params_needed), so the gather hides behind the next step's forward instead of ending this one.
+// Whatever reads the parameters outside a forward pass (evaluation, checkpoints, the export) waits for all of them.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "parallel/grad_buckets.h"
+
+namespace mt {
+
+class ParamGather {
+ public:
+  // buckets: the chunk's ZeRO buckets over its flat parameters (each rank's shard is shard_range of the bucket).
+  ParamGather(Communicator& dp, std::vector<Bucket> buckets) : dp_(dp), buckets_(std::move(buckets)) {}
+  ~ParamGather() { wait_all(); }
+  // Starts gathering every bucket of `params` (this chunk's flat parameters) in place, last bucket first.
+  void launch(const Tensor& params);
+  // Waits until the elements [begin, end of the layout) are gathered.
+  void wait_from(int64_t begin);
+  void wait_all() { wait_from(0); }
+
+ private:
+  Communicator& dp_;
+  std::vector<Bucket> buckets_;
+  std::vector<WorkPtr> work_;  // per bucket while in flight, else null
+};
+
+}  // namespace mt
