@@ -23,11 +23,18 @@ class ParamGather {
   // Waits until the elements [begin, end of the layout) are gathered.
   void wait_from(int64_t begin);
   void wait_all() { wait_from(0); }
+  // Tests (MESHTRAIN_INJECT=late-gather): launch() only notes the buckets, and wait_from() gathers each one when
+  // asked, so a read that is not preceded by its wait sees the previous step's parameters every time.
+  void set_on_demand() { on_demand_ = true; }
 
  private:
+  void issue(int b);
   Communicator& dp_;
   std::vector<Bucket> buckets_;
   std::vector<WorkPtr> work_;  // per bucket while in flight, else null
+  std::vector<bool> pending_;  // on demand: per bucket, launched but not issued
+  Tensor params_;
+  bool on_demand_ = false;
 };
 
 }  // namespace mt

@@ -226,7 +226,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
     }
   }
   // The optimizer: every rank at once (the cores shared by all), with the gradient norm's small all-reduces,
-  // then ZeRO-1's parameter all-gather. The gradient buffer's zeroing at the step's start is counted here too.
+  // then ZeRO's parameter all-gather (its exposed part). The gradient buffer's zeroing at the step's start is counted here too.
   const double rate = shared_rate(world, o.threads, o.cores);
   double norm_ar = 0;
   const bool pp_inter = std::any_of(links.pp.begin(), links.pp.end(), [](bool b) { return b; });
@@ -238,8 +238,11 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
     const double opt =
         (cal.zero_grads_us(int64_t(param_numel[r])) + cal.optimizer_us(int64_t(state_numel[r]), dt)) / rate;
     out.optimizer_ms = std::max(out.optimizer_ms, opt / 1000.0);
-    t[r] += opt + norm_ar + gather[r];
-    exposed[r] += norm_ar + gather[r];
+    // ZeRO's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
+    // for it bucket by bucket (param_gather.h): what outlasts that pass is exposed.
+    const double gather_exposed = std::max(0.0, gather[r] - tl[r].first_forward_end);
+    t[r] += opt + norm_ar + gather_exposed;
+    exposed[r] += norm_ar + gather_exposed;
     step_us = std::max(step_us, t[r]);
   }
   out.step_ms = step_us / 1000.0;

@@ -148,6 +148,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
       out[r].tp_wait += std::max(0.0, (now - pass_start[r]) - computing[r]);
       if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
         out[r].grad_passes[a.chunk].push_back({pass_start[r], now});
+      if (a.kind == ActionKind::Forward && out[r].first_forward_end == 0) out[r].first_forward_end = now;
       if (final_idx[r][a.chunk] == int(pc[r])) {
         out[r].final_start[a.chunk] = pass_start[r];
         out[r].final_end[a.chunk] = now;

@@ -42,6 +42,7 @@ struct TimelineRank {
   double span_end = 0;    // its last send complete too (the executor waits for them before the step goes on)
   double busy = 0;        // wall time inside passes (as the executor's busy_ms)
   double tp_wait = 0;     // of which in blocking collectives
+  double first_forward_end = 0;  // its first forward pass done (ZeRO's parameter all-gather must be done by then)
   std::vector<double> final_start, final_end;  // per chunk: its final gradient pass (dp buckets launch in it)
   // Per chunk: every pass that reports finished gradients (a backward, or zb1's weight pass) as (start, end), in
   // order (ZeRO-2 reduces in each).

@@ -26,6 +26,7 @@ TestHooks TestHooks::from_env() {
   TestHooks h;
   h.grad_inf_step = step_of("MESHTRAIN_INJECT", "grad-inf");
   h.loss_nan_step = step_of("MESHTRAIN_INJECT", "loss-nan");
+  h.late_gather_step = step_of("MESHTRAIN_INJECT", "late-gather");
   h.kill_step = step_of("MESHTRAIN_FAULT", "kill");
   h.stop_step = step_of("MESHTRAIN_FAULT", "stop");
   for (const char* env : {"MESHTRAIN_INJECT", "MESHTRAIN_FAULT"})

@@ -3,6 +3,9 @@
 //                                    its backward pass would leave it (the loss scaler must skip it everywhere)
 //   MESHTRAIN_INJECT=loss-nan@STEP   a NaN in one rank's share of that step's loss (the run stops, or with
 //                                    train.skip_nonfinite skips the step)
+//   MESHTRAIN_INJECT=late-gather@1   ZeRO's parameter all-gather issued bucket by bucket only when a forward pass
+//                                    asks for it (ParamGather::set_on_demand): a parameter read before its wait
+//                                    then sees last step's value on every run, not only on a slow link
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
 //   MESHTRAIN_CRASH_IN_CHECKPOINT=STEP  (checkpoint.cpp) the last rank dies while writing that step's checkpoint
 #pragma once
@@ -11,7 +14,7 @@
 namespace mt {
 
 struct TestHooks {
-  int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1;
+  int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
   static TestHooks from_env();  // logs a warning for every hook that is set
 };
 

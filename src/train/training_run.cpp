@@ -287,6 +287,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
     spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
                  cfg.precision.loss_scale);
   r.hooks = TestHooks::from_env();
+  if (r.hooks.late_gather_step >= 0)
+    for (auto& g : r.dp_reduce.gathers)
+      if (g) g->set_on_demand();
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
