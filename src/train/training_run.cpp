@@ -266,11 +266,11 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.mixed = r.compute != DType::F32;
   r.fp16 = r.compute == DType::F16;  // fp16 multiplies the loss's gradient by the scaler's scale
   r.dev = cfg.device;
-  r.sharded_grads = sharded_gradients(cfg) && (mesh.dp() > 1 || cfg.optim.zero > 0) && cfg.optim.sync_every == 0 &&
-                    cfg.optim.staleness == 0;
+  r.sharded_grads = sharded_gradients(cfg);  // local SGD and staleness, which reduce no buckets, refuse ZeRO
   Tensor masters = build_model_and_data(r);
 
-  // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments.
+  // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments, ZeRO-2
+  // of the gradients too.
   // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
   r.zero = cfg.optim.zero >= 1;
   r.local_sgd = cfg.optim.sync_every > 0;
@@ -286,6 +286,8 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   if (!r.fp16 && cfg.precision.loss_scale != "dynamic" && rank0)
     spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
                  cfg.precision.loss_scale);
+  if (cfg.optim.zero != 2 && cfg.optim.zero_reduce != ZeroReduce::MicroBatch && rank0)
+    spdlog::warn("optim.zero_reduce={} is ignored: it applies to optim.zero=2 only", name_of(cfg.optim.zero_reduce));
   r.hooks = TestHooks::from_env();
   if (r.hooks.late_gather_step >= 0)
     for (auto& g : r.dp_reduce.gathers)
