@@ -20,10 +20,13 @@ comma list runs each; train.global_batch = 8 * dp * M). One dp:
 
 Each row gives, per (dp, M, arm), the median over runs of each run's medians over steps 6..N of metrics.jsonl:
 step_ms, comm_ms (time at least one collective was in flight), exposed_comm_ms (time the compute thread waited for
-communication, the maximum over ranks), exposed/comm; the step time against zero 1's in the same run (median, and
+communication, the maximum over ranks), exposed/comm, and "own": the slowest rank's own exposed communication over
+comm (slowest_exposed_comm_ms, without the other ranks' wait for that rank, which no ZeRO stage changes); the step
+time against zero 1's in the same run (median, and
 min..max across runs); and gradients + optimizer state per rank in MiB, from the trainer's "memory per rank" line, so
 the memory each stage saves is beside what it costs. Beside zero 2's rows: the issue's bars, step within 1.15x of
-zero 1 and exposed/comm <= 0.30 (reported as met or missed, never a failure). With dp > cores the ranks are
+zero 1 and exposed/comm <= 0.30 (reported as met or missed, never a failure); and build/planner's prediction of the
+arm's step time on the same link, with its error. With dp > cores the ranks are
 oversubscribed and compete for cores with the communication threads: read those rows as a stress case.
 
 Usage: /usr/bin/python3 bench/bench_zero.py [--dp 2,4] [--micro-batches 1] [--runs 3] [--steps 25]
@@ -120,22 +123,47 @@ def calibrate(args, work, dp):
             "allreduce_ms": pred_ms}
 
 
-def summarize(dp, m, link, per_run):
+def predict(args, dp, m, link):
+    """build/planner's step_ms for each arm of (dp, M) on the calibrated link (the 1f1b row of that layout)."""
+    out = {}
+    for reduce in ["micro_batch"] + (["step"] if m > 1 else []):
+        cmd = [os.path.join(ROOT, "build", "planner"), "--config", os.path.join(ROOT, "configs", "gpt.yaml"),
+               "--world", str(dp), "--json"]
+        for s in (f"train.global_batch={8 * dp * m}", "train.eval_every=0", f"comm.bucket_mb={args.bucket_mb}",
+                  f"comm.emulate.bandwidth_gbps={link['bandwidth_gbps']}",
+                  f"comm.emulate.latency_us={link['latency_us']}", f"optim.zero_reduce={reduce}"):
+            cmd += ["--set", s]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"planner failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+        for r in json.loads(p.stdout):
+            if (r["dp"], r["tp"], r["pp"], r["schedule"], r["micro_batch"]) != (dp, 1, 1, "1f1b", 8):
+                continue
+            name = {0: "zero0", 1: "zero1", 2: "zero2" if reduce == "micro_batch" else "zero2-step"}[r["zero"]]
+            if reduce == "micro_batch" or name == "zero2-step":
+                out[name] = r["step_ms"]
+    return out
+
+
+def summarize(dp, m, link, per_run, predicted):
     """Rows for one (dp, M): per_run[k][arm name] = (medians, memory) of run k."""
     rows = []
     for name, zero, reduce in arms(m):
         meds = [r[name][0] for r in per_run]
         ratios = [r[name][0]["step_ms"] / r["zero1"][0]["step_ms"] for r in per_run]
         shares = [x["exposed_comm_ms"] / max(x["comm_ms"], 1e-9) for x in meds]
+        # The slowest rank's own wait: without the others' wait for it, which no ZeRO stage changes.
+        own = [x.get("slowest_exposed_comm_ms", x["exposed_comm_ms"]) / max(x["comm_ms"], 1e-9) for x in meds]
         row = {"dp": dp, "micro_batches": m, "arm": name, "zero": zero, "zero_reduce": reduce, "link": link,
                "runs": [{k: x[k] for k in ("step_ms", "comm_ms", "exposed_comm_ms", "compute_ms", "comm_bytes")
                          if k in x} for x in meds],
                "step_ms": statistics.median(x["step_ms"] for x in meds),
                "comm_ms": statistics.median(x["comm_ms"] for x in meds),
                "exposed_comm_ms": statistics.median(x["exposed_comm_ms"] for x in meds),
-               "exposed_over_comm": statistics.median(shares),
+               "exposed_over_comm": statistics.median(shares), "own_exposed_over_comm": statistics.median(own),
                "step_vs_zero1": statistics.median(ratios), "step_vs_zero1_min": min(ratios),
-               "step_vs_zero1_max": max(ratios), "memory": per_run[0][name][1]}
+               "step_vs_zero1_max": max(ratios), "memory": per_run[0][name][1],
+               "planner_step_ms": predicted.get(name)}
         if zero == 2:
             row["bars"] = {"step_vs_zero1_max": STEP_BAR, "step_met": row["step_vs_zero1"] <= STEP_BAR,
                            "exposed_over_comm_max": EXPOSED_BAR,
@@ -145,16 +173,20 @@ def summarize(dp, m, link, per_run):
 
 
 def print_table(rows, runs):
-    print(f"{'dp':>3} {'M':>2} {'arm':<10} {'step_ms':>8} {'comm_ms':>8} {'exposed':>8} {'exp/comm':>8} "
-          f"{'vs zero1':>8} {f'min..max ({runs} runs)':>18} {'grad MiB':>8} {'optim MiB':>9} {'grad+opt':>8}  bars")
+    print(f"{'dp':>3} {'M':>2} {'arm':<10} {'step_ms':>8} {'comm_ms':>8} {'exposed':>8} {'exp/comm':>8} {'own':>5} "
+          f"{'vs zero1':>8} {f'min..max ({runs} runs)':>18} {'grad MiB':>8} {'optim MiB':>9} {'grad+opt':>8} "
+          f"{'planner':>8} {'error':>6}  bars")
     for r in rows:
         mem = r["memory"]
         mems = (f"{mem['grad_mib']:8.1f} {mem['optim_mib']:9.1f} {mem['grad_mib'] + mem['optim_mib']:8.1f}" if mem
                 else f"{'?':>8} {'?':>9} {'?':>8}")
         line = (f"{r['dp']:>3} {r['micro_batches']:>2} {r['arm']:<10} {r['step_ms']:8.1f} {r['comm_ms']:8.1f} "
-                f"{r['exposed_comm_ms']:8.1f} {r['exposed_over_comm']:8.2f} {r['step_vs_zero1']:7.2f}x "
+                f"{r['exposed_comm_ms']:8.1f} {r['exposed_over_comm']:8.2f} {r['own_exposed_over_comm']:5.2f} "
+                f"{r['step_vs_zero1']:7.2f}x "
                 f"{format(r['step_vs_zero1_min'], '.2f') + '..' + format(r['step_vs_zero1_max'], '.2f') + 'x':>18} "
                 f"{mems}")
+        pl = r["planner_step_ms"]
+        line += f" {pl:8.1f} {100 * (pl - r['step_ms']) / r['step_ms']:+5.0f}%" if pl else f" {'?':>8} {'':>6}"
         if "bars" in r:
             b = r["bars"]
             line += (f"  step <= {STEP_BAR:.2f}x zero1: {'met' if b['step_met'] else 'MISSED'}; "
@@ -206,6 +238,7 @@ def main():
             if dp > cores:
                 print(f"[dp {dp}] {dp} ranks on {cores} cores: oversubscribed")
             link = calibrate(args, work, dp)
+            predicted = {m: predict(args, dp, m, link) for m in ms}
             per_run = {m: [] for m in ms}
             for k in range(args.runs):
                 for m in ms:
@@ -218,7 +251,7 @@ def main():
                 print(f"[dp {dp}] run {k + 1}/{args.runs}: " + "; ".join(
                     f"M={m} " + " ".join(f"{n} {x[0]['step_ms']:.1f}" for n, x in per_run[m][-1].items())
                     for m in ms) + " (step_ms)", flush=True)
-            rows = [r for m in ms for r in summarize(dp, m, link, per_run[m])]
+            rows = [r for m in ms for r in summarize(dp, m, link, per_run[m], predicted[m])]
             print_table(rows, args.runs)
             all_rows += rows
 
