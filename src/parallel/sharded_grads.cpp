@@ -2,7 +2,6 @@
 #include "parallel/sharded_grads.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -12,14 +11,11 @@ namespace mt {
 
 namespace {
 
-// The half block a parameter belongs to, or -1 outside blocks: 2N for block N's MLP half (the MLP and the norm
-// before it), 2N + 1 for its attention half. Names: h.N.* (GPT-2), model.layers.N.* (Llama).
-int half_block_of(const std::string& name) {
-  for (const std::string prefix : {"h.", "model.layers."}) {
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const bool mlp = name.find(".mlp.") != std::string::npos || name.find(".ln_2.") != std::string::npos ||
-                     name.find(".post_attention_layernorm.") != std::string::npos;
-    return 2 * std::atoi(name.c_str() + prefix.size()) + (mlp ? 0 : 1);
+// The block a parameter belongs to (h.N.* for GPT-2, model.layers.N.* for Llama), or -1.
+int block_of(const std::string& name) {
+  for (const char* prefix : {"h.", "model.layers."}) {
+    const std::string p = prefix;
+    if (name.compare(0, p.size(), p) == 0) return std::atoi(name.c_str() + p.size());
   }
   return -1;
 }
@@ -28,19 +24,21 @@ int half_block_of(const std::string& name) {
 
 std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned) {
   std::vector<GradUnit> units;
-  int current = -2;  // the half block of the unit being built (-1: outside blocks)
+  int current = -2;  // the block of the unit being built (-1: no block)
   bool seen_block = false;
   for (const ParamSpec& p : table.specs()) {
-    const int half = half_block_of(p.name);
-    if (units.empty() || half != current) {
+    const int block = block_of(p.name);
+    if (units.empty() || block != current) {
       // Parameters outside blocks after a block are the embedding unit.
-      const bool embedding = half < 0 && seen_block;
+      const bool embedding = block < 0 && seen_block;
       units.push_back({p.offset, p.offset, all_pinned || (embedding && tied_head)});
-      current = half;
+      current = block;
     }
-    seen_block = seen_block || half >= 0;
+    seen_block = seen_block || block >= 0;
     units.back().end = p.offset + p.numel();
   }
+  // A table without blocks (a stage of only embeddings and head) is one unit: its head and embedding are one.
+  if (!seen_block && !units.empty()) units.back().pinned = all_pinned || tied_head;
   for (size_t u = 1; u < units.size(); ++u)
     CHECK(units[u].begin == units[u - 1].end, "gradient units: the layout has a gap at element {}", units[u - 1].end);
   CHECK(units.empty() || units.back().end == table.total_numel(), "gradient units end at {} of {} elements",
@@ -70,26 +68,15 @@ std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<Grad
   return out;
 }
 
-namespace {
-
-// The two ring slots' sizes: ring units alternate between them (a block's MLP half in one, its attention half and
-// the head's unit in the other), so each is as large as the largest of its units.
-std::array<int64_t, 2> slot_sizes(const std::vector<GradUnit>& units) {
-  std::array<int64_t, 2> slot{0, 0};
-  int ring = 0;
-  for (const GradUnit& u : units)
-    if (!u.pinned) slot[ring % 2] = std::max(slot[ring % 2], u.end - u.begin), ++ring;
-  return slot;
-}
-
-}  // namespace
-
 ShardedGradsSize sharded_grads_size(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp,
                                     int rank) {
   ShardedGradsSize s;
-  const std::array<int64_t, 2> slot = slot_sizes(units);
-  s.store = slot[0] + slot[1];
-  for (const GradUnit& u : units) s.store += u.pinned ? u.end - u.begin : 0;
+  int64_t slot = 0;
+  for (const GradUnit& u : units) {
+    if (u.pinned) s.store += u.end - u.begin;
+    else slot = std::max(slot, u.end - u.begin);
+  }
+  s.store += 2 * slot;
   for (const Bucket& b : buckets) s.shard += shard_range(b.numel(), dp, rank).size();
   return s;
 }
@@ -99,8 +86,10 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
                            const Tensor& shards)
     : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), table_(table) {
   // Ring units alternate between slot 0 and slot 1 at the start of the store; pinned units follow.
-  const std::array<int64_t, 2> slot = slot_sizes(units_);
-  int64_t pinned_at = slot[0] + slot[1];
+  int64_t slot = 0;
+  for (const GradUnit& u : units_)
+    if (!u.pinned) slot = std::max(slot, u.end - u.begin);
+  int64_t pinned_at = 2 * slot;
   int ring = 0, last_ring = -1;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (units_[u].pinned) {
@@ -108,7 +97,7 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
       pinned_at += units_[u].end - units_[u].begin;
       prev_ring_.push_back(-1);
     } else {
-      unit_offset_.push_back((ring++ % 2) * slot[0]);
+      unit_offset_.push_back((ring++ % 2) * slot);
       prev_ring_.push_back(last_ring);
       last_ring = u;
     }

@@ -1,15 +1,14 @@
 // ZeRO-2 (optim.zero: 2 with optim.zero_reduce: micro_batch): gradients sharded over dp. A rank never holds a
-// whole gradient buffer. Its backward passes accumulate into small per-unit buffers. A unit is half a
-// transformer block (its MLP with the norm before it, or its attention with the norm before it: the backward
-// pass reports each half's gradients final), or the parameters before the first block (final norm, untied
-// head), or those after the last (the embeddings). After each gradient pass, each bucket is reduce-scattered (average over dp) and this rank's shard
+// whole gradient buffer. Its backward passes accumulate into small per-unit buffers. A unit is one transformer
+// block, or the parameters before the first block (final norm, untied head), or those after the last (the
+// embeddings). After each gradient pass, each bucket is reduce-scattered (average over dp) and this rank's shard
 // is added to a packed shard buffer (shard_grads(), laid out like ZeRO-1's moments), which the optimizer reads.
 //
-// Buffers: the units take turns in two ring slots, each as large as the largest unit it takes (MLP halves in
-// one, attention halves in the other: one block together). When unit k's gradients are final, its buckets
-// launch, and the reduce-scatter of unit k-1 (in the other slot) is waited for; that slot is then zeroed and
-// free for unit k+1. So a unit's reduction overlaps the next unit's backward, and the rank holds one block of
-// full gradients at once. A pinned unit keeps a buffer of its own for the whole step. The embedding unit is pinned when it holds a tied head, because its gradient is written first and last
+// Buffers: the units take turns in two ring slots, each as large as the largest such unit. When unit k's
+// gradients are final, its buckets launch, and the reduce-scatter of unit k-1 (in the other slot) is waited
+// for; that slot is then zeroed and free for unit k+1. So a unit's reduction overlaps the next unit's backward,
+// and the rank holds two units of full gradients at once. A pinned unit keeps a buffer of its own for the whole
+// step. The embedding unit is pinned when it holds a tied head, because its gradient is written first and last
 // in every pass, and held back until the trainer sums the copies between stages. With the zero-bubble split
 // backward, every unit is pinned, because the input pass writes the norms' gradients long before the weight
 // pass writes the rest. Reductions still in flight at the start of the chunk's next gradient pass are waited
@@ -31,8 +30,7 @@ struct GradUnit {
   bool pinned = false;         // a buffer of its own for the whole step
 };
 
-// The units of a chunk's layout, in layout order. Parameters named h.N.* or model.layers.N.* belong to block N's
-// MLP half (.mlp., .ln_2., .post_attention_layernorm.) or its attention half (the rest).
+// The units of a chunk's layout, in layout order. Parameters named h.N.* or model.layers.N.* belong to block N.
 // tied_head: the embedding unit holds the tied head's weight. all_pinned: the zero-bubble split backward.
 std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned);
 
@@ -42,7 +40,7 @@ std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<Grad
 
 // The elements ShardedGrads allocates for a chunk (the planner's memory model counts them).
 struct ShardedGradsSize {
-  int64_t store = 0;  // the two ring slots and the pinned units' buffers, in the gradients' dtype (and the wire's)
+  int64_t store = 0;  // two ring slots and the pinned units' buffers, in the gradients' dtype (and the wire's)
   int64_t shard = 0;  // this rank's packed shards
 };
 ShardedGradsSize sharded_grads_size(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp,

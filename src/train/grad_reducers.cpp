@@ -56,9 +56,9 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
   if (log) {
     int64_t bytes = int64_t(out.shard_grads.nbytes());
     for (const auto& s : out.sharded) bytes += s->bytes();
-    spdlog::info("data parallel: ZeRO-2, {} gradient buckets of up to {} MiB within half blocks, reduce-scatter after "
+    spdlog::info("data parallel: ZeRO-2, {} gradient buckets of up to {} MiB within blocks, reduce-scatter after "
                  "every micro-batch ({:.3f} MiB from this rank per micro-batch), overlap {}; gradient buffers {:.2f} "
-                 "MiB (a block's in two halves in turn{}, and this rank's shards)",
+                 "MiB (two blocks' in turn{}, and this rank's shards)",
                  buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
                  bytes / 1048576.0,
                  held ? fmt::format(", {:.2f} MiB kept for the step ({})", held / 1048576.0,

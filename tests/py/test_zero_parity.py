@@ -12,8 +12,8 @@
      same reduce-scatters of the same fp32 gradients; clipping would differ only in the norm's summation order).
   3. How often it reduces: with 4 micro-batches, optim.zero_reduce=micro_batch sends exactly 3 more whole
      gradients per step than optim.zero_reduce=step (comm_bytes), which sends what ZeRO-1 sends.
-  4. Memory: on 8 blocks and dp 2, ZeRO-2's gradient buffers (memory.json) are one block's worth (its two
-     halves in turn), the tied embedding and this rank's half of the shards, against ZeRO-1's whole gradient buffer.
+  4. Memory: on 8 blocks and dp 2, ZeRO-2's gradient buffers (memory.json) are two blocks' worth, the tied
+     embedding and this rank's half of the shards, against ZeRO-1's whole gradient buffer.
   5. Checkpoints: written under ZeRO-2 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
      under ZeRO-2 on dp4 x tp2; both continue the single-rank run within 1e-5.
   6. The parameter all-gather that the next forward pass waits for (parallel/param_gather.h), with every bucket
@@ -115,9 +115,9 @@ C = 32
 block, embedding = 12 * C * C + 13 * C, 64 * C + 16 * C
 n = 8 * block + embedding + 2 * C
 g1, g2 = grads_bytes("memory_zero1", 1), grads_bytes("memory_zero2", 2)
-low = 4 * (block + embedding + n // 2)  # two half-block buffers; rank 0's shard of each bucket: half, rounded up
+low = 4 * (2 * block + embedding + n // 2)  # rank 0's shard of each bucket is half of it, rounded up
 check(g1 == 4 * n and low <= g2 <= low + 4 * 100,  # at most 100 buckets (one per parameter): 100 round-ups
-      f"8 blocks, dp 2: ZeRO-2 holds {g2} gradient bytes (a block in two halves, the tied embedding, half the shards: "
+      f"8 blocks, dp 2: ZeRO-2 holds {g2} gradient bytes (two blocks, the tied embedding, half the shards: "
       f"{low} + round-ups), {g2 / g1:.2f} of ZeRO-1's {g1}")
 
 # 5. Checkpoints across ZeRO stages and meshes.
