@@ -5,24 +5,30 @@
 
 namespace mt {
 
-std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
-                                 double bucket_bytes) {
+std::vector<Bucket> make_buckets_within(const ParamTable& table, int64_t begin, int64_t end, size_t elem_bytes,
+                                        double bucket_bytes) {
   CHECK(bucket_bytes > 0, "bucket size must be positive");
   std::vector<Bucket> out;
-  Bucket cur;
+  Bucket cur{begin, begin};
   for (const ParamSpec& p : table.specs()) {
-    const int64_t end = p.offset + p.numel();
+    if (p.offset < begin || p.offset >= end) continue;
+    const int64_t last = p.offset + p.numel();
     // Close the current bucket before a parameter that would overflow it (never leaving it empty).
-    if (cur.end > cur.begin && double(end - cur.begin) * double(elem_bytes) > bucket_bytes) {
+    if (cur.end > cur.begin && double(last - cur.begin) * double(elem_bytes) > bucket_bytes) {
       cur.end = p.offset;
       out.push_back(cur);
       cur.begin = p.offset;
     }
-    cur.end = end;
+    cur.end = last;
   }
-  cur.end = total_numel;
+  cur.end = end;
   if (cur.end > cur.begin) out.push_back(cur);
   return out;
+}
+
+std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
+                                 double bucket_bytes) {
+  return make_buckets_within(table, 0, total_numel, elem_bytes, bucket_bytes);
 }
 
 GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,

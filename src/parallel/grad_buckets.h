@@ -34,6 +34,9 @@ struct Bucket {
 // parameter larger than that is a bucket on its own; the last bucket runs to total_numel).
 std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
                                  double bucket_bytes);
+// The same over the parameters that start in [begin, end), the last bucket running to `end`.
+std::vector<Bucket> make_buckets_within(const ParamTable& table, int64_t begin, int64_t end, size_t elem_bytes,
+                                        double bucket_bytes);
 
 // ZeRO: every rank's shard (shard_range over each bucket) of the flat `params` gathered in place, bucket by bucket,
 // so all ranks hold all of it.

@@ -48,23 +48,9 @@ std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool a
 
 std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<GradUnit>& units, size_t elem_bytes,
                                  double bucket_bytes) {
-  CHECK(bucket_bytes > 0, "bucket size must be positive");
   std::vector<Bucket> out;
-  for (const GradUnit& u : units) {  // make_buckets' rule within each unit
-    Bucket cur{u.begin, u.begin};
-    for (const ParamSpec& p : table.specs()) {
-      if (p.offset < u.begin || p.offset >= u.end) continue;
-      const int64_t end = p.offset + p.numel();
-      if (cur.end > cur.begin && double(end - cur.begin) * double(elem_bytes) > bucket_bytes) {
-        cur.end = p.offset;
-        out.push_back(cur);
-        cur.begin = p.offset;
-      }
-      cur.end = end;
-    }
-    cur.end = u.end;
-    if (cur.end > cur.begin) out.push_back(cur);
-  }
+  for (const GradUnit& u : units)
+    for (const Bucket& b : make_buckets_within(table, u.begin, u.end, elem_bytes, bucket_bytes)) out.push_back(b);
   return out;
 }
 
