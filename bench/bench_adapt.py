@@ -25,19 +25,12 @@ import statistics
 import subprocess
 import tempfile
 
-from bench_cli import COMPRESSIONS, int_at_least, names
+from bench_cli import COMPRESSIONS, cpu_model, int_at_least, names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5
 LINKS = {"fast": (20, 5.0), "medium": (50, 0.3), "slow": (100, 0.05)}  # latency_us, bandwidth_gbps
 BUCKETS = [0.25, 0.5, 1, 2, 4, 25]
-
-
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run(work, tag, args, sets):

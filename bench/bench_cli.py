@@ -56,3 +56,15 @@ def names(allowed):
             raise argparse.ArgumentTypeError(f"unknown {', '.join(bad)} (choose from {', '.join(allowed)})")
         return s
     return parse
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (benchmarks print it beside their figures), or "unknown"."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"

@@ -43,21 +43,10 @@ import statistics
 import subprocess
 import tempfile
 
-from bench_cli import float_above, float_at_least, float_list_above, int_at_least
+from bench_cli import cpu_model, float_above, float_at_least, float_list_above, int_at_least
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5  # metrics rows skipped: allocations, first buckets, lr warm-up has no effect on timing
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def run(tag, args, work, bucket_mb, overlap, bandwidth_gbps=0.0, latency_us=0.0):

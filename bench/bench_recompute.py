@@ -29,17 +29,10 @@ import statistics
 import subprocess
 import tempfile
 
-from bench_cli import int_at_least
+from bench_cli import cpu_model, int_at_least
 
 RECOMPUTE = ("none", "light", "selective", "full")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def macs_per_token(arch, a, hidden):

@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 
-from bench_cli import float_above, float_at_least, int_at_least, names
+from bench_cli import cpu_model, float_above, float_at_least, int_at_least, names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,13 +35,6 @@ STRATEGIES = [  # name, label, settings
     ("stale4", "staleness 4", ["optim.staleness=4"]),
     ("adapt", "adaptive", ["comm.adapt=true", "comm.adapt_compress=none,bf16,powersgd"]),
 ]
-
-
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run(args, name, settings):

@@ -45,24 +45,13 @@ import subprocess
 import sys
 import tempfile
 
-from bench_cli import float_above, float_at_least, int_at_least, int_list
+from bench_cli import cpu_model, float_above, float_at_least, int_at_least, int_list
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5  # metrics rows skipped: allocations, first buckets, lr warm-up has no effect on timing
 STEP_BAR, EXPOSED_BAR = 1.15, 0.30  # zero 2: step <= 1.15x zero 1's, exposed/comm <= 0.30
 MEMORY = re.compile(r"memory per rank: parameters [0-9.]+ MiB \([^)]*\), gradients ([0-9.]+) MiB, "
                     r"optimizer state ([0-9.]+) MiB \((\d+) bytes\)")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def arms(m):

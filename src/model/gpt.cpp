@@ -278,9 +278,9 @@ TensorParallel GPT::tensor_parallel() const {
 void GPT::need_params(const std::function<void(int64_t)>& params_needed, int next) const {
   if (!params_needed) return;
   if (next >= cfg_.stage_layers()) return params_needed(0);
-  int64_t lo = table_.total_numel();
-  for (int s : cfg_.llama() ? std::vector<int>{IN_NORM} : std::vector<int>{LN1_W, LN1_B})
-    lo = std::min(lo, table_[layer_param(next, s)].offset);
+  // The block's input norm: Llama's RMSNorm weight, GPT-2's LayerNorm weight and bias.
+  int64_t lo = table_[layer_param(next, cfg_.llama() ? int(IN_NORM) : int(LN1_W))].offset;
+  if (!cfg_.llama()) lo = std::min(lo, table_[layer_param(next, LN1_B)].offset);
   params_needed(lo);
 }
 

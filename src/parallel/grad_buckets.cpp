@@ -65,9 +65,6 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
           dtype_name(grads.dtype()), dtype_name(wire));
     wire_ = Tensor::zeros(grads.shape(), wire, grads.device());
   }
-  shard_offsets_.push_back(0);
-  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
-    shard_offsets_.push_back(shard_offsets_.back() + (zero_ ? shard(b).size() : 0));
 }
 
 void GradReducer::launch(int b) {
@@ -146,20 +143,6 @@ int64_t GradReducer::compress_buffer_bytes() const {
     bytes += 4 * most;
   }
   return bytes;
-}
-
-void GradReducer::all_gather_params(const Tensor& params) {
-  CHECK(zero_, "all_gather_params is for ZeRO-1");
-  all_gather_bucket_shards(dp_, params, buckets_);
-}
-
-void all_gather_bucket_shards(Communicator& dp, const Tensor& params, const std::vector<Bucket>& buckets) {
-  std::vector<WorkPtr> work;
-  for (const Bucket& k : buckets) {
-    const ShardRange s = shard_range(k.numel(), dp.size(), dp.rank());
-    work.push_back(dp.all_gather_async(params.slice(k.begin + s.begin, {s.size()}), params.slice(k.begin, {k.numel()})));
-  }
-  for (auto& w : work) w->wait();
 }
 
 }  // namespace mt

@@ -38,10 +38,6 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
 std::vector<Bucket> make_buckets_within(const ParamTable& table, int64_t begin, int64_t end, size_t elem_bytes,
                                         double bucket_bytes);
 
-// ZeRO: every rank's shard (shard_range over each bucket) of the flat `params` gathered in place, bucket by bucket,
-// so all ranks hold all of it.
-void all_gather_bucket_shards(Communicator& dp, const Tensor& params, const std::vector<Bucket>& buckets);
-
 class GradReducer : public ChunkGradSync {
  public:
   // wire: the dtype the buckets travel in (the gradients' own dtype, or BF16 / F16 for fp32 gradients).
@@ -84,14 +80,8 @@ class GradReducer : public ChunkGradSync {
   // Bytes kept from step to step by the compression (residuals, PowerSGD's Qs), and its scratch buffers.
   int64_t compress_state_bytes() const;
   int64_t compress_buffer_bytes() const;
-  // ZeRO-1: this rank's shard of bucket b, relative to the bucket's begin; and where that shard sits when this
-  // rank's shards are packed bucket after bucket (the optimizer's moments are laid out that way).
+  // ZeRO-1: this rank's shard of bucket b, relative to the bucket's begin (train/zero_shards.h packs them).
   ShardRange shard(int b) const { return shard_range(buckets_[b].numel(), dp_.size(), dp_.rank()); }
-  int64_t shard_offset(int b) const { return shard_offsets_[b]; }
-  int64_t shard_numel() const { return shard_offsets_.back(); }
-
-  // ZeRO-1: every rank's updated shards of the flat `params` gathered in place, so all ranks hold all of it.
-  void all_gather_params(const Tensor& params);
 
  private:
   void launch(int b);
@@ -103,7 +93,6 @@ class GradReducer : public ChunkGradSync {
   bool zero_, armed_ = false;
   int next_ = 0;  // buckets [0, next_) are launched this step
   std::vector<WorkPtr> work_;
-  std::vector<int64_t> shard_offsets_;  // size buckets + 1
   CompressMethod method_ = CompressMethod::None;
   Tensor residual_;  // fp32, like grads_ (methods with error feedback), on the host
   Tensor staged_;    // GPU gradients with a compressor: their host copy, which the compressors read and write

@@ -20,6 +20,14 @@ int block_of(const std::string& name) {
   return -1;
 }
 
+// Each of the two ring slots: as large as the largest unpinned unit.
+int64_t ring_slot_numel(const std::vector<GradUnit>& units) {
+  int64_t slot = 0;
+  for (const GradUnit& u : units)
+    if (!u.pinned) slot = std::max(slot, u.end - u.begin);
+  return slot;
+}
+
 }  // namespace
 
 std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned) {
@@ -37,8 +45,6 @@ std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool a
     seen_block = seen_block || block >= 0;
     units.back().end = p.offset + p.numel();
   }
-  // A table without blocks (a stage of only embeddings and head) is one unit: its head and embedding are one.
-  if (!seen_block && !units.empty()) units.back().pinned = all_pinned || tied_head;
   for (size_t u = 1; u < units.size(); ++u)
     CHECK(units[u].begin == units[u - 1].end, "gradient units: the layout has a gap at element {}", units[u - 1].end);
   CHECK(units.empty() || units.back().end == table.total_numel(), "gradient units end at {} of {} elements",
@@ -57,12 +63,8 @@ std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<Grad
 ShardedGradsSize sharded_grads_size(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp,
                                     int rank) {
   ShardedGradsSize s;
-  int64_t slot = 0;
-  for (const GradUnit& u : units) {
-    if (u.pinned) s.store += u.end - u.begin;
-    else slot = std::max(slot, u.end - u.begin);
-  }
-  s.store += 2 * slot;
+  s.store = 2 * ring_slot_numel(units);
+  for (const GradUnit& u : units) s.store += u.pinned ? u.end - u.begin : 0;
   for (const Bucket& b : buckets) s.shard += shard_range(b.numel(), dp, rank).size();
   return s;
 }
@@ -72,9 +74,7 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
                            const Tensor& shards)
     : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), table_(table) {
   // Ring units alternate between slot 0 and slot 1 at the start of the store; pinned units follow.
-  int64_t slot = 0;
-  for (const GradUnit& u : units_)
-    if (!u.pinned) slot = std::max(slot, u.end - u.begin);
+  const int64_t slot = ring_slot_numel(units_);
   int64_t pinned_at = 2 * slot;
   int ring = 0, last_ring = -1;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {

@@ -65,8 +65,6 @@ class ShardedGrads : public ChunkGradSync {
   // The step's end: launches the buckets held back (the tied embedding, summed between stages by now) and
   // waits for every reduction. shard_grads() then holds this rank's averaged gradients.
   void finish();
-  // This rank's updated shards of the chunk's flat `params` gathered in place, so all ranks hold all of it.
-  void all_gather_params(const Tensor& params) { all_gather_bucket_shards(dp_, params, buckets_); }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<GradUnit>& units() const { return units_; }

@@ -29,14 +29,15 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
   size_t buckets = 0;
   std::vector<std::vector<GradUnit>> units(model.size());
   std::vector<std::vector<Bucket>> cut(model.size());
-  std::vector<int64_t> at(model.size());  // where chunk c's shards start in the packed buffer
+  std::vector<int64_t> at(model.size()), count(model.size());  // chunk c's shards in the packed buffer
   int64_t shards = 0;
   for (int c = model.size() - 1; c >= 0; --c) {
     const GPT& chunk = model.chunk(c);
     units[c] = chunk_grad_units(cfg, chunk.config(), chunk.table());
     cut[c] = unit_buckets(chunk.table(), units[c], dtype_size(chunk.grad_dtype()), cfg.comm.bucket_mb * 1048576.0);
     at[c] = shards;
-    shards += sharded_grads_size(units[c], cut[c], dp.size(), dp.rank()).shard;
+    count[c] = sharded_grads_size(units[c], cut[c], dp.size(), dp.rank()).shard;
+    shards += count[c];
   }
   const DType acc = model.chunk(0).grad_dtype();
   out.shard_grads = Tensor::zeros({std::max<int64_t>(1, shards)}, acc, model.chunk(0).params().device());
@@ -44,9 +45,9 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
     const GPT& chunk = model.chunk(c);
     buckets += cut[c].size();
     for (const GradUnit& u : units[c]) held += u.pinned ? (u.end - u.begin) * int64_t(dtype_size(acc)) : 0;
-    const int64_t n = sharded_grads_size(units[c], cut[c], dp.size(), dp.rank()).shard;
     out.sharded[c] = std::make_unique<ShardedGrads>(dp, chunk.table(), std::move(units[c]), std::move(cut[c]), acc,
-                                                    wire, chunk.params().device(), out.shard_grads.slice(at[c], {n}));
+                                                    wire, chunk.params().device(),
+                                                    out.shard_grads.slice(at[c], {count[c]}));
     pass_bytes += chunk.table().total_numel() * int64_t(dtype_size(out.sharded[c]->wire_dtype()));
     out.hooks[c].reducer = out.sharded[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
@@ -129,9 +130,9 @@ void finish_reductions(ChunkReducers& r) {
 }
 
 void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tensor& flat) {
-  for (int c = model.size() - 1; c >= 0; --c) {
-    if (r.owned[c]) r.owned[c]->all_gather_params(model.chunk_view(flat, c));
-    if (r.sharded[c]) r.sharded[c]->all_gather_params(model.chunk_view(flat, c));
+  for (int c = 0; c < model.size(); ++c) {
+    r.gathers[c]->launch(model.chunk_view(flat, c));
+    r.gathers[c]->wait_all();
   }
 }
 
