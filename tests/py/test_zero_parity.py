@@ -92,7 +92,9 @@ n_params = sum(len(v[1]) for v in read_safetensors(os.path.join(work, "single", 
 
 
 # Summed over the run: each step's parameter all-gather finishes during the next step's forward pass, so a
-# step's row may hold part of the previous one's and the last may be left out; it is under half a gradient.
+# step's row may hold part of the previous one's, and the last step's (half a gradient of payload at dp 2) may
+# be left out of the run's rows, in either run: within one gradient. A reduction too few or too many per
+# micro-batch is 20 gradients over the run.
 def sent(name):
     return sum(r["comm_bytes"] for r in rows(name))
 
@@ -100,7 +102,7 @@ def sent(name):
 run("dp2_m4_zero1", 2, 1, 1, ["optim.zero=1"])
 grad = 4 * n_params
 every, once, zero1 = sent("dp2_m4"), sent("dp2_m4_reduce_step"), sent("dp2_m4_zero1")
-check(abs(every - once - 20 * 3 * grad) < grad / 2 and abs(once - zero1) < grad / 2,
+check(abs(every - once - 20 * 3 * grad) < grad and abs(once - zero1) < grad,
       f"comm_bytes over 20 steps: micro_batch {every}, step {once} (ZeRO-1 {zero1}): 3 more gradients of {grad} "
       f"bytes per step ({(every - once) / grad:.2f} gradients more in all)")
 
