@@ -19,12 +19,16 @@
 #               most 420 s (--build-cap SECONDS)
 #   cuda-tests  ctest -R cuda (--tests REGEX: the ctest tests matching REGEX instead)
 #   py-tests    each tests/py/test_cuda_*.py, run as `python3 FILE BUILD_DIR`
+#   sanitize    scripts/gpu_sanitize.sh: compute-sanitizer's memcheck, racecheck and initcheck over the GPU unit
+#               tests and a few trainer steps (GPT-2, Llama, dp2 ZeRO-2), at most 240 s, in the background
+#               beside the steps after it
 #   bench       bench/bench_optimizer --device cuda (the optimizer step's calls merged against one per parameter,
 #               into bench_optimizer.txt), then scripts/bench_gpt2.sh: meshtrain, llm.c and PyTorch on GPT-2 124M
 #               (tokens/s, MFU)
 #   profile     scripts/gpu_profile.sh: GPU time by kernel of meshtrain's GPT-2 124M step (3 steps, micro-batch
 #               16 of 16), and of llm.c's (its second step), into kernels_meshtrain.md and kernels_llmc.md
-#   all-tests   the whole ctest suite, with the time that is left (ctest --stop-time)
+#   all-tests   the whole ctest suite, with the time that is left (ctest --stop-time); the tests whose names hold
+#               "cuda" are left out when cuda-tests and py-tests ran them in the same run
 # Without a GPU (nvidia-smi lists none) it runs deps, locate and configure only, says so, and exits 0.
 # With one it exits 1 when a step it ran failed (a benchmark contender that fails is a row of the table, not a
 # failed step), else 0.
@@ -39,7 +43,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
-STEPS_ALL=(deps locate configure build cuda-tests py-tests bench profile all-tests)
+STEPS_ALL=(deps locate configure build cuda-tests py-tests sanitize bench profile all-tests)
 WANT=",$(IFS=,; echo "${STEPS_ALL[*]}"),"
 SKIP=","
 BUDGET=${MT_GPU_CHECK_BUDGET_S:-570}
@@ -56,7 +60,7 @@ while (($#)); do
     --report-dir) REPORT="$2"; shift 2 ;;
     --tests) TESTS_REGEX="$2"; shift 2 ;;
     --build-cap) BUILD_CAP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -285,6 +289,9 @@ fi
 export LD_LIBRARY_PATH
 export MT_NVCC="$NVCC" MT_CUDNN_INCLUDE_DIR="$CUDNN_INC" MT_CUDNN_LIBRARY="$CUDNN_LIB"
 [[ -n "$NVCC" ]] && PATH="$(dirname "$NVCC"):$PATH" && export PATH
+# The same environment for commands run by hand after this script (the trainer, a benchmark): `. PREFIX/env.sh`.
+[[ -d "$PREFIX" ]] && declare -p PATH LD_LIBRARY_PATH UCX_MODULE_DIR HYDRA_LAUNCHER 2>/dev/null |
+  sed 's/^declare -x /export /' >"$PREFIX/env.sh"
 
 # ---- configure and build -----------------------------------------------------------------------------------
 GEN=(-G Ninja)
@@ -341,7 +348,7 @@ if ((HAVE_GPU)); then
     fi
   fi
 else
-  for s in build cuda-tests py-tests bench profile all-tests; do want "$s" && record "$s" skipped 0 "no GPU"; done
+  for s in build cuda-tests py-tests sanitize bench profile all-tests; do want "$s" && record "$s" skipped 0 "no GPU"; done
 fi
 
 # ---- tests -------------------------------------------------------------------------------------------------
@@ -357,10 +364,20 @@ ctest_counts() {
 }
 TEST_LINES=()
 if ((HAVE_GPU && !BUILD_OK)); then
-  for s in cuda-tests py-tests all-tests; do want "$s" && record "$s" skipped 0 "the build failed"; done
+  for s in cuda-tests py-tests sanitize all-tests; do want "$s" && record "$s" skipped 0 "the build failed"; done
   WANT=${WANT//,cuda-tests,/,}
   WANT=${WANT//,py-tests,/,}
+  WANT=${WANT//,sanitize,/,}
   WANT=${WANT//,all-tests,/,}
+fi
+# The sanitizers run beside the tests and the benchmark (their slowness is the instrumented host side; the
+# machine's cores are many): started now, recorded when they end, before the report.
+SAN_PID=""
+if ((HAVE_GPU)) && want sanitize; then
+  SAN_T0=$(date +%s)
+  say "sanitize: scripts/gpu_sanitize.sh in the background (at most 240 s; log logs/sanitize.log)"
+  (timeout -k 10 240 scripts/gpu_sanitize.sh "$BUILD" "$LOGS" >"$LOGS/sanitize.log" 2>&1; echo $? >"$LOGS/sanitize.rc") &
+  SAN_PID=$!
 fi
 if ((HAVE_GPU)) && want cuda-tests; then
   # The ctest tests named cuda_* (cuda_parity, cuda_checkpoints, ...) are the tests/py/test_cuda_*.py scripts:
@@ -375,10 +392,21 @@ if ((HAVE_GPU)) && want py-tests; then
   if ((${#pyt[@]} == 0)); then
     record py-tests skipped 0 "no tests/py/test_cuda_*.py yet"
   else
-    pp=0 pf=0
+    # The scripts at once, each in its own subshell (run_step's record there is lost: the parent records from the
+    # exit codes); they share the GPU, and the CPU reference runs they make use the machine's other cores.
+    pp=0 pf=0 pids=() t0=$(date +%s)
+    say "py-tests: ${#pyt[@]} scripts at once (logs logs/py-NAME.log)"
     for f in "${pyt[@]}"; do
-      n=$(basename "$f" .py)
-      if run_step "py-$n" 180 env PYTHONUNBUFFERED=1 python3 "$f" "$BUILD"; then pp=$((pp + 1)); else pf=$((pf + 1)); fi
+      (run_step "py-$(basename "$f" .py)" 240 env PYTHONUNBUFFERED=1 python3 "$f" "$BUILD" >/dev/null) &
+      pids+=($!)
+    done
+    for i in "${!pyt[@]}"; do
+      n=$(basename "${pyt[$i]}" .py)
+      wait "${pids[$i]}"
+      rc=$?
+      if ((rc == 0)); then pp=$((pp + 1)); st=ok; else pf=$((pf + 1)); st=failed; fi
+      record "py-$n" "$st" $(($(date +%s) - t0)) "$( ((rc != 0)) && echo "exit $rc")"
+      if ((rc != 0)); then echo "---- last lines of logs/py-$n.log ----"; tail -n 25 "$LOGS/py-$n.log"; echo "----"; fi
     done
     TEST_LINES+=("tests/py/test_cuda_*.py: $pp passed, $pf failed, of ${#pyt[@]}")
   fi
@@ -423,12 +451,25 @@ if ((HAVE_GPU)) && want all-tests; then
   left=$(time_left)
   if ((left >= 30)); then
     stop=$(date -d "@$((DEADLINE - RESERVE - 10))" +%H:%M:%S)
-    run_step all-tests "$left" ctest --test-dir "$BUILD" --output-on-failure --timeout 150 \
+    # What cuda-tests and py-tests ran in this run is not run again: together the three steps are the suite.
+    rest=()
+    [[ "$TESTS_REGEX" == cuda ]] && want cuda-tests && want py-tests && rest=(-E cuda)
+    run_step all-tests "$left" ctest --test-dir "$BUILD" --output-on-failure --timeout 150 "${rest[@]}" \
       -j "$((JOBS / 2 > 1 ? JOBS / 2 : 1))" --stop-time "$stop"
-    [[ -f "$LOGS/all-tests.log" ]] && TEST_LINES+=("whole ctest suite: $(ctest_counts "$LOGS/all-tests.log")")
+    [[ -f "$LOGS/all-tests.log" ]] && TEST_LINES+=("${rest:+the rest of }the ctest suite: $(ctest_counts "$LOGS/all-tests.log")")
   else
     record all-tests skipped 0 "out of time (budget ${BUDGET} s)"
   fi
+fi
+
+if [[ -n "$SAN_PID" ]]; then
+  wait "$SAN_PID"
+  rc=$(cat "$LOGS/sanitize.rc" 2>/dev/null || echo 1)
+  case $rc in 0) st=ok ;; 124|137) st="timed out" ;; *) st=failed ;; esac
+  record sanitize "$st" $(($(date +%s) - SAN_T0)) "$( ((rc != 0)) && echo "exit $rc")"
+  cat "$LOGS/sanitize.log"
+  TEST_LINES+=("compute-sanitizer: $(grep -c ': 0 errors$' "$LOGS/sanitize.log") runs clean, $(grep -c ': FAILED' \
+    "$LOGS/sanitize.log") failed")
 fi
 
 # ---- report ------------------------------------------------------------------------------------------------
