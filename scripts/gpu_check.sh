@@ -320,10 +320,13 @@ CMAKE_ARGS=(
 BUILD_OK=1   # 0 once configure or build has failed: the tests are then skipped, the benchmark runs without meshtrain
 if want configure; then
   rm -f "$BUILD/CMakeCache.txt"
-  run_step configure 240 cmake "${CMAKE_ARGS[@]}" || BUILD_OK=0
+  # pkg-config sees only the prefix's files: CMake's FindMPI asks it for 'mpi-c' before the hints above, and a
+  # machine with Open MPI's mpi-c.pc (Ubuntu's) would otherwise get Open MPI's headers and libmpi.
+  run_step configure 240 env PKG_CONFIG_LIBDIR="$PREFIX/$ARCH_LIB/pkgconfig" PKG_CONFIG_PATH= \
+    cmake "${CMAKE_ARGS[@]}" || BUILD_OK=0
   if [[ -f "$BUILD/CMakeCache.txt" ]]; then
     echo "dependencies as configured:"
-    keys='Eigen3_DIR|yaml-cpp_DIR|spdlog_DIR|fmt_DIR|Catch2_DIR|MPI_C_HEADER_DIR|MPI_mpich_LIBRARY|MPIEXEC_EXECUTABLE'
+    keys='MPI_C_LIB_NAMES|MPI_C_LINK_FLAGS|Eigen3_DIR|yaml-cpp_DIR|spdlog_DIR|fmt_DIR|Catch2_DIR|MPI_C_HEADER_DIR|MPI_mpich_LIBRARY|MPIEXEC_EXECUTABLE'
     keys+='|NCCL_INCLUDE_DIR|NCCL_LIBRARY|CUDNN_LIBRARY|CUDNN_FRONTEND_INCLUDE_DIR|BLAS_openblas_LIBRARY|CBLAS_INCLUDE_DIR|CMAKE_CUDA_COMPILER|CMAKE_CUDA_ARCHITECTURES'
     grep -E "^($keys):" \
       "$BUILD/CMakeCache.txt" | sed 's/^/  /'
