@@ -1,6 +1,7 @@
 """What the tests on scripts/cluster.sh's hosts share: the check lines, and skipping (exit 77, which ctest reports
 as skipped) where the cluster cannot be made."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -22,6 +23,8 @@ def require_cluster(root_for="network namespaces"):
     """Skips unless this process is root, `ip netns` works and no cluster is up already."""
     if os.geteuid() != 0:
         skip(f"needs root for {root_for}")
+    if shutil.which("ip") is None:
+        skip("no 'ip' command here (iproute2)")
     if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
         skip("no 'ip netns' here")
     if os.path.exists("/run/meshtrain-cluster"):

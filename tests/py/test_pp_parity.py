@@ -70,6 +70,8 @@ for name, dp, tp, pp, sets, grads in CASES:
     ok = worst <= RTOL and shapes_ok
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(losses)} losses (training and validation), max relative difference {worst:.2e}, "
           f"exported tensors {'match' if shapes_ok else 'DIFFER in names or shapes'}")
+    if not ok and len(losses) == len(ref_losses):  # where the drift grows: each row's difference, in order
+        print("     by row: " + " ".join(f"{abs(a - b) / abs(b):.1e}" for a, b in zip(losses, ref_losses)))
     failures += not ok
     if grads:
         failures += not compare_grads(name, g, ref_grads, RTOL)

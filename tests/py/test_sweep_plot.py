@@ -135,7 +135,7 @@ def main():
 
     for args, words in ((["--grid", "parallel.tp="], "has no values"), (["--grid", "parallel.pp"], "has no values"),
                         (["--np", "0"], "positive"), (["--set", "run.dir=x"], "run.dir")):
-        rc, log = run(SWEEP + ["--config", TINY, "--out", os.path.join(work, "bad")] + args)
+        rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--out", os.path.join(work, "bad")] + args)
         check(rc == 2 and words in log, f"sweep.py {' '.join(args)}: exit 2 naming the problem ({rc}: {log.strip()})")
 
     figs = os.path.join(work, "figs")
