@@ -60,9 +60,11 @@ one_run() {  # one_run TOOL TARGET: prints one line
     "${san[@]}" "${args[@]}" >"$log" 2>&1
   fi
   rc=$?
-  # "ERROR SUMMARY: N errors" once per process (a second line may say how many were not printed).
-  errs=$(awk '/ERROR SUMMARY: [0-9]+ errors?$/ {n += $(NF - 1); seen = 1} END {if (seen) print n}' "$log")
-  summaries=$(grep -cE 'ERROR SUMMARY: [0-9]+ errors?$' "$log")
+  # One summary per process: "ERROR SUMMARY: N errors" (a second line may say how many were not printed), or
+  # racecheck's "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+  local summary='(ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY: .*\([0-9]+ errors?,)'
+  errs=$(grep -oE "$summary" "$log" | grep -oE '[0-9]+ error' | awk '{n += $1; seen = 1} END {if (seen) print n}')
+  summaries=$(grep -cE "$summary" "$log")
   if ((rc == 0)) && ((summaries == ranks)) && [[ "${errs:-x}" == 0 ]]; then
     echo "  $tool $name: 0 errors"
     return 0

@@ -2,20 +2,23 @@
 every factorization 8 = dp x tp x pp with the 1f1b schedule; every schedule (gpipe, 1f1b, interleaved with two
 chunks per rank, zb1) on dp2 x tp2 x pp2 and on dp2 x tp1 x pp4; two other mesh order strings; and uneven
 stages (parallel.stage_layers) with ZeRO-1 and sequence parallelism; one 2x2x2 mesh on the MPI transport (the
-others on shared memory). Every step's loss must be within 1e-5 relative of the single-rank run over 20 steps,
-and so must the validation losses of steps 10 and 20 (evaluated
-forward-only through the pipeline). The step-1 gradients of four layouts (gathered from every tp and
+others on shared memory). The losses of the first 10 steps must be within 1e-5 relative of the single-rank
+run's, and those of steps 11 to 20 and the validation losses of steps 10 and 20 (evaluated forward-only through the
+pipeline) within 1e-4. The step-1 gradients of four layouts (gathered from every tp and
 pp shard, the tied embedding summed between the first and last stage) must match the single-rank run's tensor
 by tensor within 1e-5 (||g - g_ref|| / ||g_ref||), and the exported model, gathered from all stages and tp
 shards, must equal the single-rank export on one step of lr = 1e-30 (the initial weights) within 1e-20.
 
-Why 1e-5: the layouts differ from one rank only in summation order (tp partial sums, the dp average, the tied
-embedding's two gradient halves added across stages, the gradient norm summed per stage), ~1e-7 relative per
-step, which AdamW over 20 steps amplifies (observed: at most 5e-6, on dp1 x tp8, which jumps
-from 3e-7 to 3e-6 at step 11; every pipeline-only layout stays below 1e-7); a wrong stage boundary, a lost or doubled micro-batch, a
-tied gradient not summed (or counted twice in the norm) or a message matched to the wrong micro-batch shows at
-the first step as an O(1e-2) or larger difference. The model is tiny (8 blocks, 8 heads of 4 channels) so the
-~20 runs of 8 oversubscribed ranks fit CI's time.
+Why these bounds: the layouts differ from one rank only in summation order (tp partial sums, the dp average, the
+tied embedding's two gradient halves added across stages, the gradient norm summed per stage), ~1e-7 relative per
+step. Over the first 10 steps the losses stay there (at most 1.3e-7 on a 2-core AMD EPYC); from step 11 AdamW,
+which turns near-zero gradient entries into full-size updates, amplifies the rounding by a factor that depends on
+the CPU's kernels: up to 7e-6 on that AMD EPYC, 5e-6 on a 2-core Xeon, 1.6e-5 on the 16-core Xeon of a GPU
+machine, every tp layout alike there (its rows were not recorded; pipeline-only layouts stayed below 1e-6 on all
+three). A wrong stage boundary, a
+lost or doubled micro-batch, a tied gradient not summed (or counted twice in the norm) or a message matched to the
+wrong micro-batch shows in the first steps as an O(1e-2) or larger difference, and in the step-1 gradients. The
+model is tiny (8 blocks, 8 heads of 4 channels) so the ~20 runs of 8 oversubscribed ranks fit CI's time.
 Usage: test_pp_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import os
 import re
@@ -24,7 +27,7 @@ import sys
 from parity_support import compare_grads, max_relative_loss_difference, max_weight_difference, run_mesh
 
 mpiexec, trainer, src, work = sys.argv[1:5]
-RTOL, WTOL = 1e-5, 1e-20
+RTOL, LATE_RTOL, EARLY_STEPS, WTOL = 1e-5, 1e-4, 10, 1e-20
 BASE = ["--config", os.path.join(src, "configs", "tiny.yaml"), "--set", "model.n_layer=8",
         "--set", "model.n_head=8", "--set", "train.global_batch=16", "--set", "train.micro_batch=2",
         "--set", "train.steps=20", "--set", "run.log_every=100", "--set", "comm.timeout_s=120",
@@ -65,10 +68,12 @@ CASES.append(("dp2_tp2_pp2_1f1b_mpi", 2, 2, 2, ["comm.backend=mpi"], False))
 failures = 0
 for name, dp, tp, pp, sets, grads in CASES:
     losses, weights, g = run(name, dp, tp, pp, sets, grads)
+    early = max_relative_loss_difference(losses[:EARLY_STEPS], ref_losses[:EARLY_STEPS])
     worst = max_relative_loss_difference(losses, ref_losses)
     shapes_ok = sorted((k, v[0]) for k, v in weights.items()) == sorted((k, v[0]) for k, v in ref_weights.items())
-    ok = worst <= RTOL and shapes_ok
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(losses)} losses (training and validation), max relative difference {worst:.2e}, "
+    ok = early <= RTOL and worst <= LATE_RTOL and shapes_ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(losses)} losses (training and validation), max relative difference "
+          f"{early:.2e} over steps 1-{EARLY_STEPS} (bound {RTOL:g}), {worst:.2e} over all (bound {LATE_RTOL:g}), "
           f"exported tensors {'match' if shapes_ok else 'DIFFER in names or shapes'}")
     if not ok and len(losses) == len(ref_losses):  # where the drift grows: each row's difference, in order
         print("     by row: " + " ".join(f"{abs(a - b) / abs(b):.1e}" for a, b in zip(losses, ref_losses)))
