@@ -20,6 +20,7 @@ struct StepResult {
   bool finite_loss = true;
   bool applied = false;    // the optimizer updated the weights (false: a skipped step)
   bool synced = false;     // local SGD: the step ended with a parameter average
+  double grad_norm = std::nan("");  // the norm the optimizer clipped with (stale: of the last average applied); NaN: none
   RunStats pipeline;       // this rank's schedule span and busy time
   // optim.staleness > 0: this rank's summed token losses (the global loss is known once the figures of every
   // rank arrive) and the age in steps of the averages it applied (max, mean; 0 when it applied none).
@@ -33,6 +34,13 @@ struct StepResult {
 // sync_point: the step ends in a state every replica shares (evaluation, checkpoint, the last step); matters only
 // with optim.staleness, where it applies every gradient average still in flight.
 StepResult train_step(TrainingRun& run, int step, bool sync_point, Profiler& prof);
+
+// The optimizer phase of a step whose gradients `grads` are this rank's to apply (data_parallel.h's strategies call
+// it): the step's lr and global loss, the optimizer's step, the loss scaler's update, and what a non-finite loss or
+// norm does (skip the step, or out.stop). replicas_own_norms: each replica clipped with its own norm (local SGD),
+// so any replica's non-finite norm stops them all.
+void optimizer_update(TrainingRun& run, int step, const Tensor& grads, bool replicas_own_norms, Profiler& prof,
+                      StepResult& out);
 
 // The mean validation loss over train.eval_batches global batches (the same windows each time), each dp rank
 // taking its share, micro-batch by micro-batch through the pipeline. Collective over the world.

@@ -178,7 +178,7 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   std::string bad;
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   if (signals.empty()) return nullptr;
-  if (run.local_sgd) {
+  if (!run.dp->checkpoints()) {
     if (log)
       spdlog::warn("run.stop_signals: not armed (local SGD has no checkpoints yet): a signal ends the run at once");
     return nullptr;
@@ -268,8 +268,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       if (metrics) metrics->write(row);
       throw StoppedTogether(s.stop);
     }
-    if (run.stale) {
-      row.grad_norm = run.last_grad_norm;
+    row.grad_norm = s.grad_norm;
+    if (!run.dp->lockstep()) {
       row.skipped_steps = run.nonfinite_skipped;  // averages skipped for a non-finite norm
       pending.add(row, meter.measure(s));
       pending.flush(sync_point, report);
@@ -280,10 +280,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
       continue;
     }
     AdaptSample sample;
-    const bool adapting = run.adapt || run.adapt_period;
+    const bool adapting = run.dp->adapts();
     meter.end(s, row, adapting ? &sample : nullptr);
-    if (adapting) adapt_after_step(run, step, s.synced, sample, row);
-    if (s.finite_loss) row.grad_norm = run.opt->last_grad_norm();
+    if (adapting) run.dp->adapt_after_step(run, step, s.synced, sample, row);
     if (run.fp16) row.loss_scale = s.loss_scale;
     if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;
     report(row);
@@ -318,7 +317,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
                // Replicas at different steps (optim.staleness): the run's wall time, not the sum of the slowest
                // rank's step times.
-               steps_run ? run.tokens_per_step * steps_run / ((run.stale ? last_elapsed_ms : total_ms) / 1000.0) : 0.0,
+               steps_run ? run.tokens_per_step * steps_run / ((run.dp->lockstep() ? total_ms : last_elapsed_ms) / 1000.0) : 0.0,
                peak_rss_bytes() / 1048576.0,
                cfg.run.dir);
 }

@@ -13,11 +13,11 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "train/checkpoint.h"
+#include "train/grad_reducers.h"
 #include "train/memory_report.h"
 #include "train/model_config.h"
 #include "train/model_gather.h"
 #include "train/resume.h"
-#include "train/zero_shards.h"
 
 namespace mt {
 
@@ -29,8 +29,9 @@ namespace {
 Tensor build_model_and_data(TrainingRun& r) {
   const Config& cfg = r.cfg;
   const DeviceMesh& mesh = r.mesh;
+  // ZeRO-2 reducing every micro-batch keeps no flat gradient buffer (grad_reducers.h).
   r.model = std::make_unique<PipelineChunks>(r.gcfg, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute, r.dev,
-                                             !r.sharded_grads);
+                                             !sharded_gradients(cfg));
   PipelineChunks& model = *r.model;
   const bool host_masters = r.mixed || r.dev == Device::CUDA;
   Tensor masters = host_masters ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
@@ -99,25 +100,8 @@ void build_optimizer(TrainingRun& r) {
   os.eps = cfg.optim.eps;
   os.weight_decay = cfg.optim.weight_decay;
   os.grad_clip = cfg.train.grad_clip;
-  std::vector<OptimSegment> segments;
-  int64_t state_numel = model.table().total_numel();
-  if (r.zero) {
-    // Under ZeRO-2 the shards' gradients are packed like the moments, chunk v-1's first (ChunkReducers).
-    os.packed_grads = r.sharded_grads;
-    state_numel = 0;
-    for (int c = model.size() - 1; c >= 0; --c) {
-      const ChunkReducers& red = r.dp_reduce;
-      const std::vector<Bucket>& buckets = red.sharded[c] ? red.sharded[c]->buckets() : red.owned[c]->buckets();
-      for (OptimSegment g : zero_segments(model.chunk(c).table(), buckets, r.mesh.dp(), r.mesh.dp_rank())) {
-        g.offset += model.base(c);
-        g.state_offset += state_numel;
-        segments.push_back(g);
-      }
-      for (const Bucket& b : buckets) state_numel += shard_range(b.numel(), r.mesh.dp(), r.mesh.dp_rank()).size();
-    }
-  } else {
-    segments = param_segments(model.table());
-  }
+  int64_t state_numel = 0;
+  std::vector<OptimSegment> segments = r.dp->optimizer_segments(model, state_numel, os);
   if (model.tied_copy_is_head()) {
     // The gradient norm counts the tied embedding once: the first stage's copy.
     const ParamSpec& wte = model.chunk(r.tied).table()[model.tied_param()];
@@ -126,66 +110,10 @@ void build_optimizer(TrainingRun& r) {
       if (g.offset >= lo && g.offset + g.numel <= hi) g.in_norm = false;
   }
   const DeviceMesh& mesh = r.mesh;
-  r.opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, r.dev, os, r.zero ? r.comms.dp.get() : nullptr,
+  r.opt = std::make_unique<Optimizer>(segments, state_numel, DType::F32, r.dev, os,
+                                      r.dp->shards_optimizer() ? r.comms.dp.get() : nullptr,
                                       mesh.tp() > 1 ? r.comms.tp.get() : nullptr,
                                       mesh.pp() > 1 ? r.comms.pp.get() : nullptr, r.mixed);
-}
-
-// Local SGD: the replicas step alone and average their parameters every optim.sync_every steps.
-void build_local_sgd(TrainingRun& r) {
-  const Config& cfg = r.cfg;
-  LocalSGDSettings ls;
-  ls.sync_every = cfg.optim.sync_every;
-  ls.nesterov = cfg.optim.outer == OuterOptimizer::Nesterov;
-  ls.outer_lr = cfg.optim.outer_lr;
-  ls.outer_momentum = cfg.optim.outer_momentum;
-  r.local = std::make_unique<LocalSGD>(ls, *r.comms.dp, r.model->params(), *r.opt);
-  if (r.mesh.rank() == 0)
-    spdlog::info("local SGD: {} replicas step alone and average their parameters every {} steps ({}); outer "
-                 "state {:.1f} MiB",
-                 r.mesh.dp(), ls.sync_every,
-                 ls.nesterov ? fmt::format("outer Nesterov SGD, lr {:g}, momentum {:g}", ls.outer_lr, ls.outer_momentum)
-                             : "plain average",
-                 r.local->state_bytes() / 1048576.0);
-}
-
-// The reducers of the run for a bucket size and compression.
-ChunkReducers reducers_for(const TrainingRun& r, const AdaptSetting& s, bool log) {
-  Config c = r.cfg;
-  c.comm.bucket_mb = s.bucket_mb;
-  c.comm.compress = s.compress;
-  return make_grad_reducers(c, *r.model, *r.comms.dp, r.mesh.dp(), log, r.comms.dp_host.get());
-}
-
-// comm.adapt: the controller, told how many bytes each allowed compression puts on the wire per gradient byte
-// (measured by building its reducers once, here at the start).
-void build_adapt(TrainingRun& r) {
-  const CommConfig& cm = r.cfg.comm;
-  AdaptLimits limits;
-  limits.min_bucket_mb = cm.adapt_bucket_mb_min;
-  limits.max_bucket_mb = cm.adapt_bucket_mb_max;
-  limits.every = cm.adapt_every;
-  std::string bad;
-  parse_compress_list(cm.adapt_compress, limits.methods, bad);  // validated
-  if (limits.methods.empty()) limits.methods = {cm.compress};
-  auto wire = [&](CompressMethod m) {
-    int64_t bytes = 0;
-    for (const auto& red : reducers_for(r, {cm.bucket_mb, m}, false).owned)
-      if (red) bytes += red->wire_bytes_per_step();
-    return double(bytes);
-  };
-  const double plain = wire(CompressMethod::None);
-  std::vector<std::pair<CompressMethod, double>> factors;
-  for (CompressMethod m : limits.methods) factors.emplace_back(m, wire(m) / plain);
-  const double grad_mb = double(gradient_bytes(r.dp_reduce, *r.model)) / 1048576.0;
-  r.adapt = std::make_unique<CommController>(limits, AdaptSetting{cm.bucket_mb, cm.compress}, grad_mb, factors);
-  if (r.mesh.rank() == 0) {
-    std::string methods;
-    for (const auto& [m, f] : factors) methods += fmt::format("{}{} ({:.3f} of the bytes)", methods.empty() ? "" : ", ",
-                                                              name_of(m), f);
-    spdlog::info("comm.adapt: bucket size {:g}..{:g} MiB, compression among {}; a decision every {} steps",
-                 limits.min_bucket_mb, limits.max_bucket_mb, methods, limits.every);
-  }
 }
 
 // Resume: the newest complete checkpoint (run.resume: auto), a given one, or none. Its masters and moments, laid
@@ -223,12 +151,8 @@ void log_precision_and_memory(const TrainingRun& r) {
   spdlog::info("memory per rank: parameters {:.1f} MiB ({}), gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} "
                "bytes){} ({} micro-batches of {} x {} tokens per step per rank)",
                model.params().nbytes() / 1048576.0, dtype_name(r.compute),
-               gradient_bytes(r.dp_reduce, model) / 1048576.0, r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
-               r.zero ? fmt::format(" (ZeRO-{}: this rank's 1/{} shard of the AdamW moments{}{})", r.cfg.optim.zero,
-                                    r.mesh.dp(), r.mixed ? " and fp32 masters" : "",
-                                    r.sharded_grads ? " and of the gradients" : "")
-                      : r.mixed ? " (AdamW moments and fp32 masters)" : "",
-               r.n_micro, r.mb, r.T);
+               r.dp->gradient_bytes(model) / 1048576.0, r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
+               r.dp->memory_note(r.mixed), r.n_micro, r.mb, r.T);
 }
 
 }  // namespace
@@ -266,57 +190,28 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.mixed = r.compute != DType::F32;
   r.fp16 = r.compute == DType::F16;  // fp16 multiplies the loss's gradient by the scaler's scale
   r.dev = cfg.device;
-  r.sharded_grads = sharded_gradients(cfg);  // local SGD and staleness, which reduce no buckets, refuse ZeRO
   Tensor masters = build_model_and_data(r);
 
-  // Data parallelism (grad_reducers.h): ZeRO-1 keeps only this rank's shards of the fp32 masters' moments, ZeRO-2
-  // of the gradients too.
-  // Local SGD averages parameters every optim.sync_every steps instead of gradients every step.
-  r.zero = cfg.optim.zero >= 1;
-  r.local_sgd = cfg.optim.sync_every > 0;
+  // Data parallelism (data_parallel.h): the strategy, then the optimizer over its segments (under ZeRO this rank's
+  // shards of the fp32 masters and moments), then what the strategy builds from the optimizer.
   r.tied = r.model->tied_chunk();
-  r.dp_reduce = make_grad_reducers(cfg, *r.model, *comms.dp, mesh.dp(), rank0, comms.dp_host.get());
-  for (int c = 0; c < r.model->size(); ++c)  // ZeRO-2: the backward passes accumulate into the unit buffers
-    if (r.dp_reduce.sharded[c]) r.model->chunk(c).set_grad_views(r.dp_reduce.sharded[c]->grad_views());
+  r.hooks = TestHooks::from_env();
+  r.dp = make_data_parallel(cfg, mesh, comms, *r.model, r.hooks.late_gather_step >= 0, rank0);
   build_optimizer(r);
   if (r.mixed) r.opt->load_masters(masters);
   masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
-  if (r.local_sgd) build_local_sgd(r);
+  r.dp->attach(r);
   if (r.fp16) r.scaler = LossScaler::from_config(cfg.precision.loss_scale);
   if (!r.fp16 && cfg.precision.loss_scale != "dynamic" && rank0)
     spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
                  cfg.precision.loss_scale);
   if (cfg.optim.zero != 2 && cfg.optim.zero_reduce != ZeroReduce::MicroBatch && rank0)
     spdlog::warn("optim.zero_reduce={} is ignored: it applies to optim.zero=2 only", name_of(cfg.optim.zero_reduce));
-  r.hooks = TestHooks::from_env();
-  if (r.hooks.late_gather_step >= 0)
-    for (auto& g : r.dp_reduce.gathers)
-      if (g) g->set_on_demand();
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb, r.T,
                                               prof);
-  if (cfg.optim.staleness > 0) {
-    r.stale = std::make_unique<StaleGradients>(*comms.dp, r.model->grads().numel(), cfg.optim.staleness,
-                                               cfg.optim.staleness_policy);
-    if (rank0)
-      spdlog::info("stale-synchronous data parallelism: gradient averages in the background, no replica more than "
-                   "{} steps ahead of the slowest, {} policy; {} gradient slots of {:.1f} MiB",
-                   cfg.optim.staleness, name_of(cfg.optim.staleness_policy), cfg.optim.staleness + 1,
-                   r.stale->state_bytes() / (cfg.optim.staleness + 1) / 1048576.0);
-  }
-  if (cfg.comm.adapt && r.local_sgd) {
-    r.adapt_period = std::make_unique<SyncPeriodController>(
-        SyncPeriodLimits{cfg.comm.adapt_sync_every_min, cfg.comm.adapt_sync_every_max}, cfg.optim.sync_every);
-    if (r.mesh.rank() == 0)
-      spdlog::info("comm.adapt: local SGD period {}..{} steps, the shortest within {:g}% of the longest's step time "
-                   "(kept while within {:g}%); a decision at every parameter average", cfg.comm.adapt_sync_every_min,
-                   cfg.comm.adapt_sync_every_max, 100 * SyncPeriodController::kSlack,
-                   100 * SyncPeriodController::kKeep);
-  } else if (cfg.comm.adapt) {
-    build_adapt(r);
-  }
   r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
   if (r.straggler.chosen) r.runner->set_compute_stretch(r.straggler.slowdown);
   const StragglerSettings& st = cfg.train.straggler;
@@ -335,49 +230,12 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   return run;
 }
 
-namespace {
-
-void adapt_sync_period(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) {
-  row.sync_every = r.local->sync_every();
-  const std::optional<SyncPeriodDecision> decided = r.adapt_period->observe(step, sample.step_ms, sample.exposed_ms,
-                                                                            synced);
-  if (!decided) return;
-  const SyncPeriodDecision& d = *decided;
-  r.local->set_sync_every(d.to);
-  row.adapt = fmt::format("sync_every {} -> {}: the shortest period within {:g}% of the longest's step time",
-                          d.from, d.to, 100 * SyncPeriodController::kSlack);
-  if (r.mesh.rank() == 0)
-    spdlog::info("comm.adapt from step {}: optim.sync_every {} -> {} (compute {:.1f} ms per step, parameter average "
-                 "{:.1f} ms; mean step {:.1f} ms, expected {:.1f} ms, {:.1f} ms at the longest period {})",
-                 d.step, d.from, d.to, d.compute_ms, d.sync_ms, d.predicted_from_ms, d.predicted_to_ms,
-                 d.fastest_ms, r.cfg.comm.adapt_sync_every_max);
-}
-
-}  // namespace
-
-void adapt_after_step(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) {
-  if (r.adapt_period) return adapt_sync_period(r, step, synced, sample, row);
-  row.bucket_mb = r.adapt->setting().bucket_mb;
-  row.compress = name_of(r.adapt->setting().compress);
-  const std::optional<AdaptDecision> decided = r.adapt->observe(step, sample);
-  if (!decided) return;
-  const AdaptDecision& d = *decided;
-  if (!(d.to == d.from)) r.dp_reduce = reducers_for(r, d.to, false);
-  row.adapt = fmt::format("bucket {:g} -> {:g} MiB, compression {} -> {}: {}", d.from.bucket_mb, d.to.bucket_mb,
-                          name_of(d.from.compress), name_of(d.to.compress), d.why);
-  if (r.mesh.rank() == 0)
-    spdlog::info("comm.adapt from step {}: bucket {:g} -> {:g} MiB, compression {} -> {} ({}: link {:.0f} us + {:.0f} "
-                 "us/MiB per all-reduce, backward {:.1f} ms, exposed {:.1f} ms; step {:.1f} ms, expected {:.1f} ms)",
-                 d.step, d.from.bucket_mb, d.to.bucket_mb, name_of(d.from.compress), name_of(d.to.compress), d.why,
-                 d.alpha_us, d.beta_us_per_mb, d.backward_ms, d.exposed_ms, d.step_ms, d.predicted_to_ms);
-}
-
 void checkpoint_run(TrainingRun& r, int step) {
-  wait_param_gathers(r.dp_reduce);
+  r.dp->wait_params();
   const double t0 = trace_clock_us();
   const TrainState st{step, r.opt->steps_taken(), r.scaler.scale(), r.scaler.good_in_a_row(),
                       r.scaler.skipped_steps(), r.nonfinite_skipped};
-  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, checkpoint_shard(*r.model, *r.opt, r.mesh, r.zero),
+  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, checkpoint_shard(*r.model, *r.opt, r.mesh, r.dp->shards_optimizer()),
                                            *r.comms.world, r.cfg.run.keep_checkpoints);
   spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
 }
@@ -393,20 +251,20 @@ void export_run_safetensors(TrainingRun& r, const std::string& path, const Tenso
 }
 
 void finish_run(TrainingRun& r, size_t training_peak) {
-  wait_param_gathers(r.dp_reduce);
+  r.dp->wait_params();
   PipelineChunks& model = *r.model;
   // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
   Tensor weights = model.params();
   if (r.mixed) {
     weights = Tensor::zeros(model.params().shape(), DType::F32, r.dev);
     r.opt->store_masters(weights);
-    if (r.zero) all_gather_params(r.dp_reduce, model, weights);
+    r.dp->gather_shards(model, weights);
   }
   export_run_safetensors(r, r.cfg.run.dir + "/model.safetensors", weights);
   if (r.mesh.rank() == 0) model.chunk(0).export_hf_config(r.cfg.run.dir + "/config.json");
   RankMemory mem;
   mem.params = double(model.params().nbytes());
-  mem.grads = double(gradient_bytes(r.dp_reduce, model));
+  mem.grads = double(r.dp->gradient_bytes(model));
   mem.optimizer = double(r.opt->state_bytes());
   for (int c = 0; c < model.size(); ++c) {
     mem.activations += double(r.runner->records(c) * r.runner->record_bytes(c));

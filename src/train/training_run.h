@@ -14,17 +14,13 @@
 #include "core/errors.h"
 #include "data/batcher.h"
 #include "model/pipeline_chunks.h"
-#include "optim/local_sgd.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/mesh.h"
-#include "parallel/stale_gradients.h"
-#include "train/comm_adapt.h"
-#include "train/sync_period_adapt.h"
 #include "train/config.h"
 #include "train/dataset.h"
-#include "train/grad_reducers.h"
+#include "train/data_parallel.h"
 #include "train/metrics.h"
 #include "train/pipeline_runner.h"
 #include "train/profiler.h"
@@ -55,20 +51,14 @@ struct TrainingRun {
   std::vector<int> stage_layers;  // blocks of each virtual pipeline stage
   DType compute;
   Device dev;
-  bool mixed, fp16, zero, local_sgd;
-  bool sharded_grads;  // ZeRO-2 reducing every micro-batch: no flat gradient buffer (grad_reducers.h)
+  bool mixed, fp16;
   int tied;  // the chunk whose tied embedding gradient is summed between first and last stage, or -1
 
   std::unique_ptr<PipelineChunks> model;
   Dataset data;
-  ChunkReducers dp_reduce;
+  std::unique_ptr<DataParallel> dp;  // how the replicas combine each step (data_parallel.h)
   std::unique_ptr<Optimizer> opt;
-  std::unique_ptr<LocalSGD> local;
-  std::unique_ptr<StaleGradients> stale;  // optim.staleness > 0
-  double last_grad_norm = std::nan("");  // with stale: the norm of the last average applied (none yet)
-  RankStraggler straggler;                // this rank's part of train.straggler
-  std::unique_ptr<CommController> adapt;  // comm.adapt
-  std::unique_ptr<SyncPeriodController> adapt_period;  // comm.adapt under local SGD
+  RankStraggler straggler;  // this rank's part of train.straggler
   LossScaler scaler{LossScalerSettings{false, 1.0}};
   TestHooks hooks;
   LRSchedule sched;
@@ -88,12 +78,6 @@ struct TrainingRun {
 // before the first collective, so bad input stops every rank with SetupError.
 std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
                                                 bool nccl, const CommOptions& copts, Profiler& prof);
-
-// comm.adapt after step `step`: its row records the setting the step ran with; the controller takes the step's
-// figures, and a decision rebuilds the gradient reducers with its bucket size and compression (between steps, when
-// no reduction is in flight; a compression's error-feedback state starts again), or under local SGD sets the
-// period from the next step on (`synced`: the step ended with a parameter average), logged on rank 0 and in the row.
-void adapt_after_step(TrainingRun& run, int step, bool synced, const AdaptSample& sample, StepMetrics& row);
 
 // Writes checkpoint `step` of the run (collective over the world).
 void checkpoint_run(TrainingRun& run, int step);

@@ -1,0 +1,317 @@
+// The data-parallel strategies (data_parallel.h).
+#include "train/data_parallel.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/device.h"
+#include "optim/local_sgd.h"
+#include "parallel/stale_gradients.h"
+#include "train/comm_adapt.h"
+#include "train/grad_reducers.h"
+#include "train/metrics.h"
+#include "train/sync_period_adapt.h"
+#include "train/train_step.h"
+#include "train/training_run.h"
+#include "train/zero_shards.h"
+
+namespace mt {
+
+std::vector<OptimSegment> DataParallel::optimizer_segments(const PipelineChunks& model, int64_t& state_numel,
+                                                           OptimizerSettings&) const {
+  state_numel = model.table().total_numel();
+  return param_segments(model.table());
+}
+
+void DataParallel::begin_step(PipelineChunks& model) { zero_(model.grads()); }
+
+std::string DataParallel::memory_note(bool mixed) const { return mixed ? " (AdamW moments and fp32 masters)" : ""; }
+
+namespace {
+
+// The gradients of step 1 into run.dump_grads (parity tests): the whole reduced gradient, which no rank holds
+// under ZeRO.
+void dump_gradients(TrainingRun& r, bool sharded) {
+  if (!sharded) return export_run_safetensors(r, r.cfg.run.dump_grads, r.model->grads());
+  if (r.mesh.rank() == 0)
+    spdlog::warn("run.dump_grads: skipped under ZeRO-{} (no rank holds the whole reduced gradient)", r.cfg.optim.zero);
+}
+
+// Every step's gradients averaged before the optimizer (ZeRO-0, -1, -2), or one replica's own.
+class Synchronous final : public DataParallel {
+ public:
+  Synchronous(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, PipelineChunks& model, bool on_demand,
+              bool log)
+      : cfg_(cfg), mesh_(mesh), comms_(comms), model_(model), zero_on_(cfg.optim.zero >= 1),
+        sharded_grads_(sharded_gradients(cfg)) {
+    red_ = make_grad_reducers(cfg, model, *comms.dp, mesh.dp(), log, comms.dp_host.get());
+    hooks_ = red_.hooks;
+    for (int c = 0; c < model.size(); ++c)  // ZeRO-2: the backward passes accumulate into the unit buffers
+      if (red_.sharded[c]) model.chunk(c).set_grad_views(red_.sharded[c]->grad_views());
+    if (on_demand)
+      for (auto& g : red_.gathers)
+        if (g) g->set_on_demand();
+  }
+
+  std::vector<OptimSegment> optimizer_segments(const PipelineChunks& model, int64_t& state_numel,
+                                               OptimizerSettings& os) const override {
+    if (!zero_on_) return DataParallel::optimizer_segments(model, state_numel, os);
+    // Under ZeRO-2 the shards' gradients are packed like the moments, chunk v-1's first (ChunkReducers).
+    os.packed_grads = sharded_grads_;
+    std::vector<OptimSegment> segments;
+    state_numel = 0;
+    for (int c = model.size() - 1; c >= 0; --c) {
+      const std::vector<Bucket>& buckets = red_.sharded[c] ? red_.sharded[c]->buckets() : red_.owned[c]->buckets();
+      for (OptimSegment g : zero_segments(model.chunk(c).table(), buckets, mesh_.dp(), mesh_.dp_rank())) {
+        g.offset += model.base(c);
+        g.state_offset += state_numel;
+        segments.push_back(g);
+      }
+      for (const Bucket& b : buckets) state_numel += shard_range(b.numel(), mesh_.dp(), mesh_.dp_rank()).size();
+    }
+    return segments;
+  }
+  bool shards_optimizer() const override { return zero_on_; }
+
+  void attach(TrainingRun& r) override {
+    if (r.cfg.comm.adapt) build_adapt(r.mesh.rank() == 0);
+  }
+
+  void begin_step(PipelineChunks& model) override {
+    if (model.grads().defined()) zero_(model.grads());
+    for (auto& s : red_.sharded)
+      if (s) s->zero();
+  }
+
+  void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
+    if (reduces(red_)) {
+      const double w0 = trace_clock_us();
+      finish_reductions(red_);
+      prof.wait("gradient buckets", w0, trace_clock_us());
+    }
+    if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, zero_on_);
+    optimizer_update(r, step, sharded_grads_ ? red_.shard_grads : r.model->grads(), false, prof, out);
+    // ZeRO: the updated shards are gathered while the next step's forward passes run (param_gather.h).
+    if (out.stop.empty() && zero_on_ && out.applied) launch_param_gathers(red_, *r.model);
+  }
+
+  bool adapts() const override { return adapt_ != nullptr; }
+  void adapt_after_step(TrainingRun& r, int, bool, const AdaptSample& sample, StepMetrics& row) override;
+
+  void wait_params() override { wait_param_gathers(red_); }
+  void gather_shards(const PipelineChunks& model, const Tensor& flat) override {
+    if (zero_on_) all_gather_params(red_, model, flat);
+  }
+  int64_t gradient_bytes(const PipelineChunks& model) const override { return mt::gradient_bytes(red_, model); }
+  std::string memory_note(bool mixed) const override {
+    if (!zero_on_) return DataParallel::memory_note(mixed);
+    return fmt::format(" (ZeRO-{}: this rank's 1/{} shard of the AdamW moments{}{})", cfg_.optim.zero, mesh_.dp(),
+                       mixed ? " and fp32 masters" : "", sharded_grads_ ? " and of the gradients" : "");
+  }
+
+ private:
+  // The reducers for a bucket size and compression.
+  ChunkReducers reducers_for(const AdaptSetting& s, bool log) const {
+    Config c = cfg_;
+    c.comm.bucket_mb = s.bucket_mb;
+    c.comm.compress = s.compress;
+    return make_grad_reducers(c, model_, *comms_.dp, mesh_.dp(), log, comms_.dp_host.get());
+  }
+  // comm.adapt: the controller, told how many bytes each allowed compression puts on the wire per gradient byte
+  // (measured by building its reducers once, here at the start).
+  void build_adapt(bool log);
+
+  const Config& cfg_;
+  const DeviceMesh& mesh_;
+  MeshComms& comms_;
+  PipelineChunks& model_;
+  bool zero_on_, sharded_grads_;  // optim.zero >= 1; ZeRO-2 reducing every micro-batch (no flat gradients)
+  ChunkReducers red_;
+  std::unique_ptr<CommController> adapt_;
+};
+
+void Synchronous::build_adapt(bool log) {
+  const CommConfig& cm = cfg_.comm;
+  AdaptLimits limits;
+  limits.min_bucket_mb = cm.adapt_bucket_mb_min;
+  limits.max_bucket_mb = cm.adapt_bucket_mb_max;
+  limits.every = cm.adapt_every;
+  std::string bad;
+  parse_compress_list(cm.adapt_compress, limits.methods, bad);  // validated
+  if (limits.methods.empty()) limits.methods = {cm.compress};
+  auto wire = [&](CompressMethod m) {
+    int64_t bytes = 0;
+    for (const auto& red : reducers_for({cm.bucket_mb, m}, false).owned)
+      if (red) bytes += red->wire_bytes_per_step();
+    return double(bytes);
+  };
+  const double plain = wire(CompressMethod::None);
+  std::vector<std::pair<CompressMethod, double>> factors;
+  for (CompressMethod m : limits.methods) factors.emplace_back(m, wire(m) / plain);
+  const double grad_mb = double(mt::gradient_bytes(red_, model_)) / 1048576.0;
+  adapt_ = std::make_unique<CommController>(limits, AdaptSetting{cm.bucket_mb, cm.compress}, grad_mb, factors);
+  if (log) {
+    std::string methods;
+    for (const auto& [m, f] : factors) methods += fmt::format("{}{} ({:.3f} of the bytes)", methods.empty() ? "" : ", ",
+                                                              name_of(m), f);
+    spdlog::info("comm.adapt: bucket size {:g}..{:g} MiB, compression among {}; a decision every {} steps",
+                 limits.min_bucket_mb, limits.max_bucket_mb, methods, limits.every);
+  }
+}
+
+// comm.adapt after a step: its row records the setting the step ran with; the controller takes the step's figures,
+// and a decision rebuilds the reducers with its bucket size and compression (between steps, when no reduction is
+// in flight; a compression's error-feedback state starts again).
+void Synchronous::adapt_after_step(TrainingRun& r, int step, bool, const AdaptSample& sample, StepMetrics& row) {
+  row.bucket_mb = adapt_->setting().bucket_mb;
+  row.compress = name_of(adapt_->setting().compress);
+  const std::optional<AdaptDecision> decided = adapt_->observe(step, sample);
+  if (!decided) return;
+  const AdaptDecision& d = *decided;
+  if (!(d.to == d.from)) {
+    red_ = reducers_for(d.to, false);
+    hooks_ = red_.hooks;
+  }
+  row.adapt = fmt::format("bucket {:g} -> {:g} MiB, compression {} -> {}: {}", d.from.bucket_mb, d.to.bucket_mb,
+                          name_of(d.from.compress), name_of(d.to.compress), d.why);
+  if (r.mesh.rank() == 0)
+    spdlog::info("comm.adapt from step {}: bucket {:g} -> {:g} MiB, compression {} -> {} ({}: link {:.0f} us + {:.0f} "
+                 "us/MiB per all-reduce, backward {:.1f} ms, exposed {:.1f} ms; step {:.1f} ms, expected {:.1f} ms)",
+                 d.step, d.from.bucket_mb, d.to.bucket_mb, name_of(d.from.compress), name_of(d.to.compress), d.why,
+                 d.alpha_us, d.beta_us_per_mb, d.backward_ms, d.exposed_ms, d.step_ms, d.predicted_to_ms);
+}
+
+// Local SGD: the replicas step alone and average their parameters every optim.sync_every steps.
+class LocalSgdStrategy final : public DataParallel {
+ public:
+  explicit LocalSgdStrategy(int chunks) { hooks_.resize(chunks); }
+
+  void attach(TrainingRun& r) override {
+    const Config& cfg = r.cfg;
+    LocalSGDSettings ls;
+    ls.sync_every = cfg.optim.sync_every;
+    ls.nesterov = cfg.optim.outer == OuterOptimizer::Nesterov;
+    ls.outer_lr = cfg.optim.outer_lr;
+    ls.outer_momentum = cfg.optim.outer_momentum;
+    local_ = std::make_unique<LocalSGD>(ls, *r.comms.dp, r.model->params(), *r.opt);
+    const bool rank0 = r.mesh.rank() == 0;
+    if (rank0)
+      spdlog::info("local SGD: {} replicas step alone and average their parameters every {} steps ({}); outer "
+                   "state {:.1f} MiB",
+                   r.mesh.dp(), ls.sync_every,
+                   ls.nesterov ? fmt::format("outer Nesterov SGD, lr {:g}, momentum {:g}", ls.outer_lr,
+                                             ls.outer_momentum)
+                               : "plain average",
+                   local_->state_bytes() / 1048576.0);
+    if (!cfg.comm.adapt) return;
+    adapt_ = std::make_unique<SyncPeriodController>(
+        SyncPeriodLimits{cfg.comm.adapt_sync_every_min, cfg.comm.adapt_sync_every_max}, cfg.optim.sync_every);
+    if (rank0)
+      spdlog::info("comm.adapt: local SGD period {}..{} steps, the shortest within {:g}% of the longest's step time "
+                   "(kept while within {:g}%); a decision at every parameter average", cfg.comm.adapt_sync_every_min,
+                   cfg.comm.adapt_sync_every_max, 100 * SyncPeriodController::kSlack,
+                   100 * SyncPeriodController::kKeep);
+  }
+
+  void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
+    if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, false);
+    // Each replica has its own gradient norm: without skip_nonfinite the run stops when any replica's is
+    // non-finite, so that no replica waits alone in the next parameter average.
+    optimizer_update(r, step, r.model->grads(), r.mesh.dp() > 1, prof, out);
+    if (!out.stop.empty() || !local_->due(step, r.cfg.train.steps)) return;
+    const double s0 = trace_clock_us();
+    local_->sync(step, r.model->params(), *r.opt);
+    out.synced = true;
+    prof.wait("local SGD parameter average", s0, trace_clock_us());
+  }
+
+  bool adapts() const override { return adapt_ != nullptr; }
+  void adapt_after_step(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) override {
+    row.sync_every = local_->sync_every();
+    const std::optional<SyncPeriodDecision> decided = adapt_->observe(step, sample.step_ms, sample.exposed_ms, synced);
+    if (!decided) return;
+    const SyncPeriodDecision& d = *decided;
+    local_->set_sync_every(d.to);
+    row.adapt = fmt::format("sync_every {} -> {}: the shortest period within {:g}% of the longest's step time",
+                            d.from, d.to, 100 * SyncPeriodController::kSlack);
+    if (r.mesh.rank() == 0)
+      spdlog::info("comm.adapt from step {}: optim.sync_every {} -> {} (compute {:.1f} ms per step, parameter average "
+                   "{:.1f} ms; mean step {:.1f} ms, expected {:.1f} ms, {:.1f} ms at the longest period {})",
+                   d.step, d.from, d.to, d.compute_ms, d.sync_ms, d.predicted_from_ms, d.predicted_to_ms,
+                   d.fastest_ms, r.cfg.comm.adapt_sync_every_max);
+  }
+
+  bool checkpoints() const override { return false; }
+
+ private:
+  std::unique_ptr<LocalSGD> local_;
+  std::unique_ptr<SyncPeriodController> adapt_;
+};
+
+// optim.staleness: this step's gradients start their average in the background, and the averages that are due or
+// ready update the weights, each with the learning rate of the step that computed it. A non-finite average is
+// skipped on every replica alike (each applies the same averages), since replicas at different steps could not
+// stop together. At a sync point (an evaluation, a checkpoint, the last step) every average still in flight is
+// applied, so the replicas hold the same weights there.
+class StaleStrategy final : public DataParallel {
+ public:
+  explicit StaleStrategy(int chunks) { hooks_.resize(chunks); }
+
+  void attach(TrainingRun& r) override {
+    const OptimConfig& o = r.cfg.optim;
+    stale_ = std::make_unique<StaleGradients>(*r.comms.dp, r.model->grads().numel(), o.staleness, o.staleness_policy);
+    if (r.mesh.rank() == 0)
+      spdlog::info("stale-synchronous data parallelism: gradient averages in the background, no replica more than "
+                   "{} steps ahead of the slowest, {} policy; {} gradient slots of {:.1f} MiB",
+                   o.staleness, name_of(o.staleness_policy), o.staleness + 1,
+                   stale_->state_bytes() / (o.staleness + 1) / 1048576.0);
+  }
+
+  void update(TrainingRun& r, int step, bool sync_point, Profiler& prof, StepResult& out) override {
+    out.lr = r.sched.at(step);
+    out.local_loss_sum = read_scalar(r.loss_sum);
+    out.loss = std::nan("");  // known once every rank's figures arrive
+    stale_->issue(step, r.model->grads());
+    double age_max = 0, age_sum = 0;
+    const double w0 = trace_clock_us();
+    auto apply = [&](int64_t k, const Tensor& avg) {
+      const double age = double(step - k);
+      age_max = std::max(age_max, age);
+      age_sum += age;
+      const double o0 = trace_clock_us();
+      const bool ok = r.opt->step(r.model->params(), avg, r.sched.at(int(k)));
+      prof.compute("optimizer", o0, trace_clock_us());
+      out.applied = out.applied || ok;
+      if (ok) {
+        last_norm_ = r.opt->last_grad_norm();
+      } else {
+        ++r.nonfinite_skipped;
+        if (r.mesh.rank() == 0)
+          spdlog::warn("step {}: the gradient average of step {} has a non-finite norm: skipped on every replica",
+                       step, k);
+      }
+    };
+    const int n = sync_point ? stale_->finish(apply) : stale_->apply_ready(step, apply);
+    prof.wait("stale gradient averages", w0, trace_clock_us());
+    out.staleness_max = age_max;
+    out.staleness_mean = n > 0 ? age_sum / n : 0.0;
+    out.grad_norm = last_norm_;
+  }
+
+  bool lockstep() const override { return false; }
+
+ private:
+  std::unique_ptr<StaleGradients> stale_;
+  double last_norm_ = std::nan("");  // the norm of the last average applied (none yet)
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_data_parallel(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
+                                                 PipelineChunks& model, bool on_demand_gathers, bool log) {
+  // Local SGD and staleness reduce no buckets; the config refuses ZeRO with either.
+  if (cfg.optim.sync_every > 0) return std::make_unique<LocalSgdStrategy>(model.size());
+  if (cfg.optim.staleness > 0) return std::make_unique<StaleStrategy>(model.size());
+  return std::make_unique<Synchronous>(cfg, mesh, comms, model, on_demand_gathers, log);
+}
+
+}  // namespace mt
