@@ -1,11 +1,12 @@
-// One optimizer step of a built run, and the evaluation pass. Per step: zero gradients; run this rank's pipeline
-// schedule over its model chunks (with pp = 1: forward and backward per micro-batch), each micro-batch's forward
-// scaling the loss's gradient by 1 / tokens on this dp rank, backward passes accumulating, and each chunk's last
-// gradient pass starting its finished gradient buckets' all-reduce (average over dp) or, under ZeRO-1,
-// reduce-scatter; sum the tied embedding's gradient between the first and last stage; wait for the buckets; clip
-// and step the optimizer (under ZeRO-1 on this rank's shards, then all-gather); local SGD's parameter average when
-// due. With optim.staleness the average runs in the background instead (parallel/stale_gradients.h), and the step
-// applies the averages that are ready. Activation records and scratch are sized by the first step, so steady-state steps allocate nothing.
+// One optimizer step of a built run, and the evaluation pass. Per step: the data-parallel strategy's begin_step
+// (data_parallel.h: zero the gradients); this rank's pipeline schedule over its model chunks (with pp = 1: forward
+// and backward per micro-batch), each micro-batch's forward scaling the loss's gradient by 1 / tokens on this dp
+// rank, backward passes accumulating, and the strategy's hooks starting the finished gradient buckets' reduction
+// during the last (ZeRO-2: every) gradient pass; the tied embedding's gradient summed between the first and last
+// stage; then the strategy's update: wait for the buckets, clip and step the optimizer (optimizer_update below;
+// under ZeRO on this rank's shards, then the all-gather in the background), local SGD's parameter average when
+// due, or stale's averages that are ready. Activation records and scratch are sized by the first step, so
+// steady-state steps allocate nothing.
 #pragma once
 #include <string>
 

@@ -1,5 +1,5 @@
-// Building a run: everything one rank holds while it trains (the model chunks, data, gradient reducers, optimizer,
-// local SGD, loss scaler, the state resumed from a checkpoint, the pipeline runner and the batchers), made once
+// Building a run: everything one rank holds while it trains (the model chunks, data, the data-parallel strategy,
+// optimizer, loss scaler, the state resumed from a checkpoint, the pipeline runner and the batchers), made once
 // from the config on an established mesh, with the start-up log lines that describe it. The step loop
 // (trainer.cpp) then runs train_step (train_step.h) on it step by step.
 #pragma once
