@@ -22,7 +22,10 @@ targets=()
 for f in tests/test_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
 # -O1 -g1 (the optimisation ASan's documentation recommends, and line tables for the reports' stack traces): the
 # build takes 7 minutes on 2 cores instead of RelWithDebInfo's (-O2 -g) 15.5, and the tests take the same 60 s.
-if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+gen=(-G Ninja)  # as scripts/setup.sh: Ninja, unless an earlier build-asan/ has another generator
+grep -qs '^CMAKE_GENERATOR:INTERNAL=' "$B/CMakeCache.txt" &&
+  ! grep -qs '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$B/CMakeCache.txt" && gen=()
+if ! { cmake -S . -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
          -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_CUDA=OFF &&
        cmake --build "$B" -j2 --target "${targets[@]}"; } >"$B/build.log" 2>&1; then
   grep -E -A5 "error|Error" "$B/build.log" | head -80 >&2

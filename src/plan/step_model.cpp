@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 
 #include "model/pipeline_chunks.h"
 #include "parallel/grad_buckets.h"
@@ -147,10 +148,11 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
     t[r] = tl[r].span_end;
     exposed[r] = tl[r].tp_wait;
   }
-  // The tied embedding's gradient summed between the first and the last stage.
-  if (S > 1) {
+  // The tied embedding's gradient summed between the first and the last stage (Llama's untied head has none).
+  const std::string embedding = base.llama() ? "model.embed_tokens.weight" : "wte.weight";
+  if (S > 1 && base.tied()) {
     const ParamTable head = gpt_param_table(stage_cfg[p - 1][v - 1]);
-    const int64_t wte = head[head.index_of("wte.weight")].numel();
+    const int64_t wte = head[head.index_of(embedding)].numel();
     const double P = net.op_us(CommKind::AllReduce, wte * 4, 2, links.emb) + step_sync;
     const double late = std::max(t[0], t[p - 1]);
     for (int r : {0, p - 1}) {
@@ -176,8 +178,8 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
       const std::vector<Bucket> buckets =
           sharded ? unit_buckets(table, chunk_grad_units(cfg, g, table), 4, cfg.comm.bucket_mb * 1048576.0)
                   : make_buckets(table, table.total_numel(), 4, cfg.comm.bucket_mb * 1048576.0);
-      const int wte = table.index_of("wte.weight");
-      const int64_t limit = S > 1 && wte >= 0 ? table[wte].offset : INT64_MAX;
+      const int wte = table.index_of(embedding);
+      const int64_t limit = S > 1 && base.tied() && wte >= 0 ? table[wte].offset : INT64_MAX;
       const auto pts = ready_points(g, table, split);
       std::vector<std::pair<double, double>> passes{{tl[r].final_start[c], tl[r].final_end[c]}};
       if (sharded) passes = tl[r].grad_passes[c];

@@ -127,6 +127,18 @@ def json_fields():
           any("73 more" in l for l in lines), "the table: header, 5 rows, '73 more'")
 
 
+def llama_step_model():
+    # The time model on Llama, pipelined and not, with its head tied to the embedding (summed between the first and
+    # last stage) and untied (no sum): it once indexed GPT-2's wte.weight in every Llama table.
+    for tie in ("true", "false"):
+        rows = planner(2, ["model.arch=llama", "model.n_kv_head=1", "model.multiple_of=16",
+                           "model.tie_embeddings=" + tie], ["--reps", "1"])
+        pp2 = [r for r in rows if r["pp"] == 2]
+        check(len(rows) > 0 and len(pp2) > 0 and all(r["step_ms"] > 0 for r in rows),
+              "Llama (tie_embeddings=%s) on 2 ranks: %d layouts timed, %d of them pipelined, every step time positive"
+              % (tie, len(rows), len(pp2)))
+
+
 def bad_inputs():
     cases = [
         (["--config", TINY], "missing --world"),
@@ -157,6 +169,7 @@ def bad_inputs():
 os.makedirs(WORK, exist_ok=True)
 memory_cases()
 json_fields()
+llama_step_model()
 bad_inputs()
 if failures:
     sys.exit("%d check(s) failed" % len(failures))
