@@ -50,46 +50,51 @@ std::vector<std::pair<int64_t, double>> ready_points(const GPTConfig& g, const P
   return pts;
 }
 
-}  // namespace
+// What every phase of the step reads: the layout's shapes, the network and the per-rank clocks (t: when the rank
+// is done so far; exposed: how long it waited on communication so far), one entry per pipeline rank.
+struct StepContext {
+  const Config& cfg;
+  int world, dp, tp, p, v, S;
+  DType dt;
+  const NetModel& net;
+  MeshLinks links;
+  double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
+  std::vector<std::vector<GPTConfig>> stage_cfg;  // [rank][chunk]
+  std::vector<TimelineRank> tl;
+  std::vector<double> t, exposed;
+  // A collective of the step between its phases, which rank r starts at t[r] and every rank leaves together: the
+  // last to arrive plus its duration.
+  void together(double dur) {
+    const double last = *std::max_element(t.begin(), t.end());
+    for (size_t r = 0; r < t.size(); ++r) {
+      const double done = std::max(last, t[r] + dur);
+      exposed[r] += done - t[r];
+      t[r] = done;
+    }
+  }
+};
 
-StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, const StepOptions& o) {
-  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, p = cfg.parallel.pp;
-  const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len;
-  const int m = cfg.train.global_batch / (dp * B), S = p * v;
+// The passes: the pipeline schedule simulated over each chunk's measured pass times and tensor-parallel traffic.
+void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPrediction& out) {
+  const Config& cfg = x.cfg;
+  const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len;
+  const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
   GPTConfig base = gpt_config(cfg);
   base.tp = tp;
   base.sequence_parallel = cfg.parallel.sequence_parallel;
   const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
-  const DType dt = cfg.precision.compute;
-  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero >= 1;
-  // Local SGD steps without gradient buckets (its parameter average every optim.sync_every steps is not in a
-  // typical step's time).
-  const bool reducers = (dp > 1 || zero) && cfg.optim.sync_every == 0;
-  const NetModel net(cfg, o.net);
-  const MeshLinks links = mesh_links(cfg, world);
-  const size_t wire = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16 ? 2 : 4;
-
-  StepPrediction out;
-  out.ranks.assign(p, {});
-  // Ranks that time-share the cores wait for each other at every blocking collective.
-  const bool oversubscribed = double(world) * o.threads > o.cores;
-  const double sync = oversubscribed ? o.net.oversubscribed_sync_us : 0.0;
-  // The step's own collectives (between its phases) follow long stretches of compute, over which time-sliced
-  // ranks drift further apart.
-  const double step_sync = oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0;
-  // The pipeline phase.
   TimelineInput in;
   in.schedule = cfg.parallel.schedule;
   in.p = p;
   in.m = m;
   in.v = v;
-  in.ranks_per_stage = dp * tp;
+  in.ranks_per_stage = x.dp * tp;
   in.threads = o.threads;
   in.cores = o.cores;
   if (p > 1) in.poll_share.assign(p, o.net.poll_share);
   in.chunks.assign(p, std::vector<ChunkCost>(v));
-  std::vector<std::vector<GPTConfig>> stage_cfg(p, std::vector<GPTConfig>(v));
+  x.stage_cfg.assign(p, std::vector<GPTConfig>(v));
   // Records in flight on each rank (all its chunks): passes run at the speed of their caches' state, which the
   // calibration reproduces. At least 2: between two passes over one record a step always runs something else
   // (other micro-batches, the optimizer); beyond 3 nothing of a micro-batch's forward is left in the caches.
@@ -103,7 +108,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   for (int r = 0; r < p; ++r)
     for (int c = 0; c < v; ++c) {
       const GPTConfig g = stage_config(base, layers, c * p + r);
-      stage_cfg[r][c] = g;
+      x.stage_cfg[r][c] = g;
       StageShape s;
       s.blocks = g.stage_layers();
       s.first = g.first_stage();
@@ -111,85 +116,104 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
       s.B = B;
       s.tp = tp;
       s.sp = sp;
-      s.dtype = dt;
-      s.split = split;
+      s.dtype = x.dt;
+      s.split = cfg.parallel.schedule == PipelineSchedule::ZB1;
       s.inflight = inflight[r];
       s.recompute = cfg.train.recompute;
-      const PassTimes t = cal.stage(s);
+      const PassTimes pt = cal.stage(s);
       const TpTraffic traffic = tp_traffic(cfg.model, s);
       auto cost = [&](const std::vector<TpOp>& ops, double work_us) {
         PassCost pc;
         pc.work_us = work_us;
-        for (const TpOp& op : ops) pc.wall_us += net.op_us(op.kind, op.bytes, tp, links.tp, links.tp_sharers) + sync;
+        for (const TpOp& op : ops)
+          pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + x.sync;
         return pc;
       };
       StepPrediction::RankPasses& rp = out.ranks[r];
-      rp.fwd += t.fwd;
-      rp.bwd += t.bwd;
-      rp.bwd_input += t.bwd_input;
-      rp.bwd_weight += t.bwd_weight;
+      rp.fwd += pt.fwd;
+      rp.bwd += pt.bwd;
+      rp.bwd_input += pt.bwd_input;
+      rp.bwd_weight += pt.bwd_weight;
       ChunkCost& cc = in.chunks[r][c];
-      cc.fwd = cost(traffic.fwd, t.fwd);
-      cc.bwd = cost(traffic.bwd, t.bwd);
-      cc.bwd_input = cost(traffic.bwd_input, t.bwd_input);
-      cc.bwd_weight = cost(traffic.bwd_weight, t.bwd_weight);
+      cc.fwd = cost(traffic.fwd, pt.fwd);
+      cc.bwd = cost(traffic.bwd, pt.bwd);
+      cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
+      cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight);
     }
-  const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(dt));
-  for (int s = 0; s + 1 < S; ++s) {
+  const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
+  for (int s = 0; s + 1 < x.S; ++s) {
     const int r = s % p;
-    const bool inter = r + 1 < p ? links.pp[r] : links.emb;  // rank p-1 -> rank 0: the interleaved wrap-around
-    in.xfer_us.push_back(net.op_us(CommKind::Send, msg, 2, inter, links.pp_sharers) + o.net.p2p_latency_us + sync);
+    const bool inter = r + 1 < p ? x.links.pp[r] : x.links.emb;  // rank p-1 -> rank 0: the interleaved wrap-around
+    in.xfer_us.push_back(x.net.op_us(CommKind::Send, msg, 2, inter, x.links.pp_sharers) + o.net.p2p_latency_us +
+                         x.sync);
   }
-  const std::vector<TimelineRank> tl = simulate_timeline(in);
-
-  std::vector<double> t(p), exposed(p);
+  x.tl = simulate_timeline(in);
   for (int r = 0; r < p; ++r) {
-    out.ranks[r].list_end_ms = tl[r].list_end / 1000.0;
-    t[r] = tl[r].span_end;
-    exposed[r] = tl[r].tp_wait;
+    out.ranks[r].list_end_ms = x.tl[r].list_end / 1000.0;
+    x.t[r] = x.tl[r].span_end;
+    x.exposed[r] = x.tl[r].tp_wait;
   }
-  // The tied embedding's gradient summed between the first and the last stage (Llama's untied head has none).
-  const std::string embedding = base.llama() ? "model.embed_tokens.weight" : "wte.weight";
-  if (S > 1 && base.tied()) {
-    const ParamTable head = gpt_param_table(stage_cfg[p - 1][v - 1]);
-    const int64_t wte = head[head.index_of(embedding)].numel();
-    const double P = net.op_us(CommKind::AllReduce, wte * 4, 2, links.emb) + step_sync;
-    const double late = std::max(t[0], t[p - 1]);
-    for (int r : {0, p - 1}) {
-      const double done = t[r] >= late ? late + P : std::max(late, t[r] + P);
-      exposed[r] += done - t[r];
-      t[r] = done;
-    }
+}
+
+// The tied embedding's gradient summed between the first and the last stage (Llama's untied head has none).
+void tied_sum_phase(StepContext& x) {
+  const std::string embedding = x.cfg.model.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+  if (x.S == 1 || !x.stage_cfg[0][0].tied()) return;
+  const int p = x.p;
+  const ParamTable head = gpt_param_table(x.stage_cfg[p - 1][x.v - 1]);
+  const int64_t wte = head[head.index_of(embedding)].numel();
+  const double P = x.net.op_us(CommKind::AllReduce, wte * 4, 2, x.links.emb) + x.step_sync;
+  const double late = std::max(x.t[0], x.t[p - 1]);
+  for (int r : {0, p - 1}) {
+    const double done = x.t[r] >= late ? late + P : std::max(late, x.t[r] + P);
+    x.exposed[r] += done - x.t[r];
+    x.t[r] = done;
   }
-  // Data-parallel buckets: launched during each chunk's final gradient pass as their gradients become final
-  // (the tied wte's only after the sum above, everything after the schedule without comm.overlap), reduced one
-  // after another on the dp communicator's thread. ZeRO-2 reducing every micro-batch launches its buckets (cut
-  // within blocks) in every gradient pass; without overlap each is waited for in the pass, which the timeline
-  // does not model (its time is counted after the schedule).
-  std::vector<double> param_numel(p, 0), state_numel(p, 0), gather(p, 0);
+}
+
+// What each rank's optimizer steps over, and ZeRO's parameter all-gather (us, from the step's start).
+struct RankState {
+  std::vector<double> param_numel, state_numel, gather;
+};
+
+// The data-parallel strategy's reductions (train/data_parallel.h): the synchronous strategy's buckets, launched
+// during each chunk's final gradient pass as their gradients become final (the tied wte's only after the sum
+// above, everything after the schedule without comm.overlap), reduced one after another on the dp
+// communicator's thread. ZeRO-2 reducing every micro-batch launches its buckets (cut within blocks) in every
+// gradient pass; without overlap each is waited for in the pass, which the timeline does not model (its time is
+// counted after the schedule). Local SGD reduces nothing here (its parameter average every optim.sync_every steps
+// is not in a typical step's time).
+RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
+  const Config& cfg = x.cfg;
+  const int p = x.p, dp = x.dp;
+  const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero >= 1;
+  const bool reducers = (dp > 1 || zero) && cfg.optim.sync_every == 0;
+  const bool sharded = sharded_gradients(cfg);
+  const size_t wire = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16 ? 2 : 4;
+  const std::string embedding = cfg.model.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+  RankState st{std::vector<double>(p, 0), std::vector<double>(p, 0), std::vector<double>(p, 0)};
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
-    for (int c = v - 1; c >= 0; --c) {
-      const GPTConfig& g = stage_cfg[r][c];
+    for (int c = x.v - 1; c >= 0; --c) {
+      const GPTConfig& g = x.stage_cfg[r][c];
       const ParamTable table = gpt_param_table(g);
-      param_numel[r] += double(table.total_numel());
+      st.param_numel[r] += double(table.total_numel());
       if (!reducers) continue;
-      const bool sharded = sharded_gradients(cfg);
       const std::vector<Bucket> buckets =
           sharded ? unit_buckets(table, chunk_grad_units(cfg, g, table), 4, cfg.comm.bucket_mb * 1048576.0)
                   : make_buckets(table, table.total_numel(), 4, cfg.comm.bucket_mb * 1048576.0);
       const int wte = table.index_of(embedding);
-      const int64_t limit = S > 1 && base.tied() && wte >= 0 ? table[wte].offset : INT64_MAX;
+      const int64_t limit = x.S > 1 && g.tied() && wte >= 0 ? table[wte].offset : INT64_MAX;
       const auto pts = ready_points(g, table, split);
-      std::vector<std::pair<double, double>> passes{{tl[r].final_start[c], tl[r].final_end[c]}};
-      if (sharded) passes = tl[r].grad_passes[c];
+      std::vector<std::pair<double, double>> passes{{x.tl[r].final_start[c], x.tl[r].final_end[c]}};
+      if (sharded) passes = x.tl[r].grad_passes[c];
       for (const Bucket& b : buckets) {
-        const double dur = net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
-                                     b.numel() * int64_t(wire), dp, links.dp, links.dp_sharers);
+        const double dur = x.net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
+                                       b.numel() * int64_t(wire), dp, x.links.dp, x.links.dp_sharers);
         if (zero) {
-          state_numel[r] += double(shard_range(b.numel(), dp, 0).size());
-          gather[r] += net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(dt)), dp, links.dp,
-                            links.dp_sharers);
+          st.state_numel[r] += double(shard_range(b.numel(), dp, 0).size());
+          st.gather[r] += x.net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(x.dt)), dp, x.links.dp,
+                                      x.links.dp_sharers);
         }
         for (size_t k = 0; k < passes.size(); ++k) {
           double at = -1;
@@ -205,55 +229,77 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
         }
       }
     }
-    if (!zero) state_numel[r] = param_numel[r];
+    if (!zero) st.state_numel[r] = st.param_numel[r];
     if (!reducers) continue;
     std::stable_sort(early.begin(), early.end());
-    double free = 0, busy = gather[r];
+    double free = 0, busy = st.gather[r];
     for (const auto& op : early) free = std::max(free, op.first) + op.second, busy += op.second;
-    for (const auto& op : held) free = std::max(free, t[r]) + op.second, busy += op.second;
-    if (zero && dp > 1) gather[r] += step_sync;
-    const double done = std::max(t[r], free + (dp > 1 ? step_sync : 0.0));
-    exposed[r] += done - t[r];
-    t[r] = done;
+    for (const auto& op : held) free = std::max(free, x.t[r]) + op.second, busy += op.second;
+    if (zero && dp > 1) st.gather[r] += x.step_sync;
+    const double done = std::max(x.t[r], free + (dp > 1 ? x.step_sync : 0.0));
+    x.exposed[r] += done - x.t[r];
+    x.t[r] = done;
     out.dp_comm_ms = std::max(out.dp_comm_ms, busy / 1000.0);
   }
-  // The loss, summed over the world: every rank waits for the last.
-  if (world > 1) {
-    const double P = net.op_us(CommKind::AllReduce, 4, world, links.world) + step_sync;
-    const double last = *std::max_element(t.begin(), t.end());
-    for (int r = 0; r < p; ++r) {
-      const double done = std::max(last, t[r] + P);
-      exposed[r] += done - t[r];
-      t[r] = done;
-    }
-  }
-  // The optimizer: every rank at once (the cores shared by all), with the gradient norm's small all-reduces,
-  // then ZeRO's parameter all-gather (its exposed part). The gradient buffer's zeroing at the step's start is counted here too.
-  const double rate = shared_rate(world, o.threads, o.cores);
+  return st;
+}
+
+// The optimizer's phase (train_step.h's optimizer_update): the loss summed over the world (every rank waits for
+// the last), then every rank's optimizer at once (the cores shared by all) with the gradient norm's small
+// all-reduces, then ZeRO's parameter all-gather (its exposed part). The gradient buffer's zeroing at the step's
+// start (the strategy's begin_step) is counted here too.
+void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const RankState& st, StepPrediction& out) {
+  const Config& cfg = x.cfg;
+  if (x.world > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
+  const double rate = shared_rate(x.world, o.threads, o.cores);
   double norm_ar = 0;
-  const bool pp_inter = std::any_of(links.pp.begin(), links.pp.end(), [](bool b) { return b; });
-  if (tp > 1) norm_ar += net.op_us(CommKind::AllReduce, 4, tp, links.tp) + step_sync;
-  if (zero) norm_ar += net.op_us(CommKind::AllReduce, 4, dp, links.dp) + (dp > 1 ? step_sync : 0.0);
-  if (p > 1) norm_ar += net.op_us(CommKind::AllReduce, 4, p, pp_inter) + step_sync;
-  double step_us = 0;
-  for (int r = 0; r < p; ++r) {
-    const double opt =
-        (cal.zero_grads_us(int64_t(param_numel[r])) + cal.optimizer_us(int64_t(state_numel[r]), dt)) / rate;
+  const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
+  if (x.tp > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.tp, x.links.tp) + x.step_sync;
+  if (cfg.optim.zero >= 1)
+    norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.dp, x.links.dp) + (x.dp > 1 ? x.step_sync : 0.0);
+  if (x.p > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.p, pp_inter) + x.step_sync;
+  for (int r = 0; r < x.p; ++r) {
+    const double opt = (cal.zero_grads_us(int64_t(st.param_numel[r])) +
+                        cal.optimizer_us(int64_t(st.state_numel[r]), x.dt)) / rate;
     out.optimizer_ms = std::max(out.optimizer_ms, opt / 1000.0);
     // ZeRO's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
     // for it bucket by bucket (param_gather.h): what outlasts that pass is exposed.
-    const double gather_exposed = std::max(0.0, gather[r] - tl[r].first_forward_end);
-    t[r] += opt + norm_ar + gather_exposed;
-    exposed[r] += norm_ar + gather_exposed;
-    step_us = std::max(step_us, t[r]);
+    const double gather_exposed = std::max(0.0, st.gather[r] - x.tl[r].first_forward_end);
+    x.t[r] += opt + norm_ar + gather_exposed;
+    x.exposed[r] += norm_ar + gather_exposed;
   }
+}
+
+}  // namespace
+
+// The phases in the trainer's order (train_step.h): the passes, the tied embedding's sum, the data-parallel
+// strategy's reductions, then its update.
+StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, const StepOptions& o) {
+  const NetModel net(cfg, o.net);
+  const int p = cfg.parallel.pp, v = cfg.parallel.virtual_stages;
+  // Ranks that time-share the cores wait for each other at every blocking collective; the step's own
+  // collectives (between its phases) follow long stretches of compute, over which time-sliced ranks drift
+  // further apart.
+  const bool oversubscribed = double(world) * o.threads > o.cores;
+  StepContext x{cfg, world, resolved_dp(cfg, world), cfg.parallel.tp, p, v, p * v, cfg.precision.compute, net,
+                mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
+                oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0, {}, {}, std::vector<double>(p, 0),
+                std::vector<double>(p, 0)};
+  StepPrediction out;
+  out.ranks.assign(p, {});
+  passes_phase(x, cal, o, out);
+  tied_sum_phase(x);
+  const RankState st = dp_reduction_phase(x, out);
+  update_phase(x, cal, o, st, out);
+
+  const double step_us = *std::max_element(x.t.begin(), x.t.end());
   out.step_ms = step_us / 1000.0;
-  out.tokens_per_s = double(cfg.train.global_batch) * T / (step_us * 1e-6);
+  out.tokens_per_s = double(cfg.train.global_batch) * cfg.model.seq_len / (step_us * 1e-6);
   double span = 0, min_busy = 1e300;
   for (int r = 0; r < p; ++r) {
-    span = std::max(span, tl[r].span_end - tl[r].list_start);
-    min_busy = std::min(min_busy, tl[r].busy);
-    out.exposed_comm_ms = std::max(out.exposed_comm_ms, exposed[r] / 1000.0);
+    span = std::max(span, x.tl[r].span_end - x.tl[r].list_start);
+    min_busy = std::min(min_busy, x.tl[r].busy);
+    out.exposed_comm_ms = std::max(out.exposed_comm_ms, x.exposed[r] / 1000.0);
   }
   out.pipeline_ms = span / 1000.0;
   out.bubble_ms = p > 1 ? std::max(0.0, span - min_busy) / 1000.0 : 0.0;

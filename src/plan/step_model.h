@@ -1,7 +1,8 @@
-// The planner's time model of one training step of a layout: the pipeline phase simulated (plan/timeline.h) with
-// measured pass times (plan/calibration.h) and the network model's collectives (plan/net_model.h), then what
-// follows the schedule in the trainer's step: the tied-embedding all-reduce, the rest of the data-parallel bucket
-// reductions, the loss all-reduce, the optimizer and ZeRO-1's all-gather. Formulas: docs/planner.md, "Time model".
+// The planner's time model of one training step of a layout, in the phases of the trainer's step (train_step.h):
+// the passes (the pipeline schedule simulated, plan/timeline.h, with measured pass times, plan/calibration.h, and
+// the network model's collectives, plan/net_model.h), the tied-embedding all-reduce, the data-parallel strategy's
+// bucket reductions (train/data_parallel.h), and its update: the loss all-reduce, the optimizer and ZeRO's
+// all-gather. Formulas: docs/planner.md, "Time model".
 #pragma once
 #include <vector>
 
