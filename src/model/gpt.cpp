@@ -128,7 +128,19 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
   }
 }
 
-Tensor GPT::param(int i) const { return params_.slice(table_[i].offset, table_[i].shape); }
+Tensor GPT::param(int i) const {
+  if (!param_views_.empty()) return param_views_[i];
+  return params_.slice(table_[i].offset, table_[i].shape);
+}
+
+void GPT::set_param_views(std::vector<Tensor> views) {
+  CHECK(static_cast<int>(views.size()) == table_.size(), "set_param_views: {} views for {} parameters",
+        views.size(), table_.size());
+  for (int i = 0; i < table_.size(); ++i)
+    CHECK(views[i].shape() == table_[i].shape && views[i].dtype() == dtype_,
+          "set_param_views: the view of {} does not match its shape and the compute dtype", table_[i].name);
+  param_views_ = std::move(views);
+}
 Tensor GPT::grad(int i) const {
   if (!grad_views_.empty()) return grad_views_[i];
   CHECK(grads_.defined(), "GPT: no gradient storage (set_grad_views() gives it)");
@@ -360,8 +372,23 @@ void GPT::ready_through(int p, const std::function<void(int64_t)>& grads_ready) 
   if (grads_ready && p >= 0) grads_ready(table_[p].offset + table_[p].numel());
 }
 
+void GPT::backward_needs_param(const ParamsNeeded& params_needed, int p) const {
+  if (params_needed && p >= 0) params_needed(table_[p].offset, table_[p].offset + table_[p].numel());
+}
+
+void GPT::backward_needs_block(const ParamsNeeded& params_needed, int l) const {
+  if (!params_needed) return;
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int s = 0; s < slots_; ++s) {
+    const ParamSpec& spec = table_[layer_param(l, s)];
+    lo = std::min(lo, spec.offset);
+    hi = std::max(hi, spec.offset + spec.numel());
+  }
+  params_needed(lo, hi);
+}
+
 void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, BackwardPart part,
-                   const Tensor& dout, const Tensor& dinput) {
+                   const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed) {
   const TensorParallel tp = tensor_parallel();
   const bool sp = tp.sp(), split = part == BackwardPart::InputOnly;
   const bool first = cfg_.first_stage(), last = cfg_.last_stage();
@@ -374,7 +401,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   // The split input pass leaves the matmul parameters unfinished: readiness is reported by backward_weights.
   const std::function<void(int64_t)> no_hook;
   const std::function<void(int64_t)>& ready = split ? no_hook : grads_ready;
-  if (cfg_.llama()) return llama_backward(a, arena, ready, split, dout, dinput);
+  if (cfg_.llama()) return llama_backward(a, arena, ready, split, dout, dinput, params_needed);
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model, Cl = C / cfg_.tp, NHl = cfg_.n_head / cfg_.tp;
   const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
   const Tensor none, &full = a.sp_full;
@@ -407,6 +434,9 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
 
   zero_(dres);
   if (last) {
+    backward_needs_param(params_needed, lnf_w_);
+    backward_needs_param(params_needed, lnf_b_);
+    backward_needs_param(params_needed, wte_);
     column_linear_backward(tp, dln_full, dln, G(wte_), none, a.logits, a.lnf, full, param(wte_),
                            WeightLayout::OutIn);
     ln_backward(lnf_w_, lnf_b_, a.residual[L], a.lnf_mean, a.lnf_rstd);
@@ -418,6 +448,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     LayerActivations& la = a.layers[l];
     LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
     auto P = [&](Slot s) { return layer_param(l, s); };
+    backward_needs_block(params_needed, l);
     if (cfg_.recompute == Recompute::Full) {
       // The block's forward again from its kept input (ln_1 unfused: the same values, kernels/layernorm.h).
       kernels::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, a.residual[l], param(P(LN1_W)), param(P(LN1_B)));
@@ -457,9 +488,10 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   if (ready) ready(table_.total_numel());
 }
 
-void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready) {
+void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready,
+                           const ParamsNeeded& params_needed) {
   CHECK(static_cast<int>(a.wgrad.size()) == cfg_.stage_layers(), "backward_weights needs a split backward first");
-  if (cfg_.llama()) return llama_backward_weights(a, grads_ready);
+  if (cfg_.llama()) return llama_backward_weights(a, grads_ready, params_needed);
   const TensorParallel tp = tensor_parallel();
   const Tensor none, &full = a.sp_full;
   if (cfg_.last_stage()) {
@@ -470,6 +502,7 @@ void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& g
     const LayerActivations& la = a.layers[l];
     const LayerOutputGrads& kept = a.wgrad[l];
     auto P = [&](Slot s) { return layer_param(l, s); };
+    if (cfg_.recompute == Recompute::Light) backward_needs_block(params_needed, l);  // its norms' outputs again
     if (cfg_.recompute == Recompute::Light) recompute_light(a, l);  // the input pass overwrote them
     row_linear_backward(none, grad(P(FCPROJ_W)), grad(P(FCPROJ_B)), kept.d_fcproj, la.fch_gelu, param(P(FCPROJ_W)));
     column_linear_backward(tp, none, none, grad(P(FC_W)), grad(P(FC_B)), kept.dfch, la.ln2, full, param(P(FC_W)));

@@ -112,6 +112,9 @@ struct Activations {
   const Tensor& output() const { return residual.back(); }  // [Ns, C]: an earlier stage's output, sent on
 };
 
+// A backward pass's request for the parameters of the flat layout's elements [begin, end) (GPT::backward).
+using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
+
 // backward() in one pass, or split for zero-bubble schedules: InputOnly computes the gradient of the stage's
 // input (and the LayerNorms' parameter gradients) and keeps what backward_weights() needs for the rest.
 enum class BackwardPart { All, InputOnly };
@@ -151,12 +154,16 @@ class GPT {
   Tensor params() const { return params_; }  // flat, table().total_numel() elements of the compute dtype
   Tensor grads() const { return grads_; }    // flat, same layout, acc_dtype(compute dtype); undefined under ZeRO-2
   DType grad_dtype() const { return acc_dtype(dtype_); }
-  Tensor param(int i) const;                 // a view of parameter i in the flat parameter buffer
+  Tensor param(int i) const;                 // a view of parameter i in the flat parameter buffer, or the view set
   Tensor grad(int i) const;                  // its gradient: in the flat gradient buffer, or the view set for it
   Tensor param(const std::string& name) const;
   // Where each parameter's gradient lives (table order, each of its shape and grad_dtype()) when not in a flat
   // buffer: the backward pass accumulates into these views instead.
   void set_grad_views(std::vector<Tensor> views);
+  // Where each parameter lives (table order, each of its shape and the compute dtype) when the passes must read it
+  // elsewhere than params() (ZeRO-3: a gathered block's buffer): forward, backward and backward_weights read these
+  // views, and only after their params_needed hooks asked for the elements.
+  void set_param_views(std::vector<Tensor> views);
   int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
 
   // GPT-2 initialisation: weights ~ N(0, std^2) (c_proj weights scaled by 1/sqrt(2L)), biases 0, LayerNorm
@@ -202,11 +209,17 @@ class GPT {
   // stage) instead of the loss; a stage after the first writes d(loss)/d(input) into `dinput` ([Ns, C]) instead
   // of running the embedding backward. part = InputOnly (zero-bubble B pass) leaves the matmul weight and bias
   // gradients and the embedding's to backward_weights() and calls no grads_ready.
+  // When given, params_needed(begin, end) is called before the pass first reads parameters of the flat layout's
+  // elements [begin, end): the head's (the final norm, then the head's weight) and then each block's, last block
+  // first, so that ZeRO-3 can gather each unit just before it is read.
   void backward(Activations& acts, Arena& arena, const std::function<void(int64_t)>& grads_ready = {},
-                BackwardPart part = BackwardPart::All, const Tensor& dout = {}, const Tensor& dinput = {});
+                BackwardPart part = BackwardPart::All, const Tensor& dout = {}, const Tensor& dinput = {},
+                const ParamsNeeded& params_needed = {});
   // The zero-bubble W pass after backward(..., InputOnly): the weight and bias gradients of every matmul and the
-  // embedding, accumulated; grads_ready as in backward().
-  void backward_weights(Activations& acts, const std::function<void(int64_t)>& grads_ready = {});
+  // embedding, accumulated; grads_ready as in backward(). It reads parameters only under train.recompute=light (each
+  // block's norms again), and asks params_needed for each block's first.
+  void backward_weights(Activations& acts, const std::function<void(int64_t)>& grads_ready = {},
+                        const ParamsNeeded& params_needed = {});
 
  private:
   enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,
@@ -248,14 +261,18 @@ class GPT {
   // the embedding), or everything when no block follows.
   void need_params(const std::function<void(int64_t)>& params_needed, int next) const;
   void llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, bool split,
-                      const Tensor& dout, const Tensor& dinput);
-  void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready);
+                      const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed);
+  void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready,
+                              const ParamsNeeded& params_needed);
   // Block l's k and v weight gradients: compute(dk_w, dv_w) accumulates into them. With n_kv_head < tp each copy
   // of a kv head sees only its query heads' share, so compute() writes this micro-batch's into kv_sum_, the copies'
   // shares are summed over tp there, then accumulated into grads() (summing grads() itself would count earlier
   // micro-batches once per copy).
   void kv_weight_grads(int l, const TensorParallel& tp, const std::function<void(const Tensor&, const Tensor&)>& compute);
   void ready_through(int p, const std::function<void(int64_t)>& grads_ready) const;
+  // backward()'s params_needed: parameter p's elements, or stage-local block l's (a contiguous range).
+  void backward_needs_param(const ParamsNeeded& params_needed, int p) const;
+  void backward_needs_block(const ParamsNeeded& params_needed, int l) const;
   TensorParallel tensor_parallel() const;  // the layers' view of the tp group (checked)
 
   GPTConfig cfg_;
@@ -266,6 +283,7 @@ class GPT {
   ParamTable table_;
   Tensor params_, grads_;
   std::vector<Tensor> grad_views_;  // per parameter, when set (then grads_ is undefined)
+  std::vector<Tensor> param_views_;  // per parameter, when set (then the passes do not read params_)
   // GPT-2: wte (also the head), wpe, ln_f. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding
   // when tied), model.norm (lnf_w_).
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;

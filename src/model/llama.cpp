@@ -166,7 +166,7 @@ void GPT::llama_block_forward(Activations& a, int l, const TensorParallel& tp) c
 }
 
 void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& ready, bool split,
-                         const Tensor& dout, const Tensor& dinput) {
+                         const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed) {
   const TensorParallel tp = tensor_parallel();
   const bool sp = tp.sp(), first = cfg_.first_stage(), last = cfg_.last_stage();
   const int L = cfg_.stage_layers();
@@ -200,6 +200,8 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
 
   zero_(dres);
   if (last) {
+    backward_needs_param(params_needed, lnf_w_);
+    backward_needs_param(params_needed, head_);
     column_linear_backward(tp, dln_full, dln, G(head_), none, a.logits, a.lnf, full, param(head_),
                            WeightLayout::OutIn);
     norm_backward(lnf_w_, a.residual[L], a.lnf_rstd);
@@ -211,6 +213,7 @@ void GPT::llama_backward(Activations& a, Arena& arena, const std::function<void(
     LayerActivations& la = a.layers[l];
     LayerOutputGrads* kept = split ? &a.wgrad[l] : nullptr;
     auto P = [&](LlamaSlot s) { return layer_param(l, s); };
+    backward_needs_block(params_needed, l);
     if (cfg_.recompute == Recompute::Full) {  // the block's forward again from its kept input
       kernels::rmsnorm_forward(la.ln1, la.ln1_rstd, a.residual[l], param(P(IN_NORM)), cfg_.norm_eps);
       llama_block_forward(a, l, tp);
@@ -284,7 +287,8 @@ void GPT::kv_weight_grads(int l, const TensorParallel& tp,
   kernels::accumulate(grad(v), dv_w);
 }
 
-void GPT::llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready) {
+void GPT::llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready,
+                                 const ParamsNeeded& params_needed) {
   const TensorParallel tp = tensor_parallel();
   const Tensor none, &full = a.sp_full;
   if (cfg_.last_stage()) {
@@ -296,6 +300,7 @@ void GPT::llama_backward_weights(Activations& a, const std::function<void(int64_
     const LayerActivations& la = a.layers[l];
     const LayerOutputGrads& kept = a.wgrad[l];
     auto P = [&](LlamaSlot s) { return layer_param(l, s); };
+    if (cfg_.recompute == Recompute::Light) backward_needs_block(params_needed, l);  // its norms' outputs again
     if (cfg_.recompute == Recompute::Light) llama_recompute_light(a, l);  // the input pass overwrote them
     row_linear_backward(none, grad(P(DOWN_W)), none, kept.d_fcproj, la.swiglu, param(P(DOWN_W)), WeightLayout::OutIn);
     column_linears_backward(tp, none, none, none, {grad(P(GATE_W)), grad(P(UP_W))}, {kept.dgate, kept.dup}, la.ln2,
