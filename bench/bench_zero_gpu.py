@@ -8,8 +8,8 @@ to zero 0's, the exposed communication, and the memory the trainer reports: grad
 and one host link, so the step time is a stress case of the staging, not a multi-GPU figure: read the memory
 columns as the result and the time columns as the price of the extra collectives on this transport.
 
-Usage: python3 bench/bench_zero_gpu.py [--build build] [--config configs/gpt2-124m.yaml] [--device cuda] [--dp 2] [--micro-batch 4] [--micro-batches 1] [--steps 8]
-           [--warmup 3] [--runs 1] [--out DIR]
+Usage: python3 bench/bench_zero_gpu.py [--build build] [--config configs/gpt2-124m.yaml] [--device cuda] [--dp 2]
+           [--micro-batch 4] [--micro-batches 1] [--steps 8] [--warmup 3] [--runs 1] [--out DIR]
 """
 import argparse
 import json
@@ -69,10 +69,11 @@ def main():
         for z in per:
             per[z].append(run(args, z, rep))
     med = {z: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for z, rs in per.items()}
-    print(f"\n{os.path.basename(args.config)} on {args.device}, dp {args.dp} ranks on one GPU (comm.backend=mpi), {args.micro_batches} micro-batch(es) of "
-          f"{args.micro_batch} sequences per rank and step; medians over steps {args.warmup + 1}..{args.steps}"
-          f" and {args.runs} run(s)\n")
-    print("| zero | step ms | vs zero 0 | exposed comm ms | grads + optimizer MiB/rank | GPU peak MiB/rank | last loss |")
+    print(f"\n{os.path.basename(args.config)} on {args.device}, dp {args.dp} ranks on one GPU (comm.backend=mpi), "
+          f"{args.micro_batches} micro-batch(es) of {args.micro_batch} sequences per rank and step; medians over "
+          f"steps {args.warmup + 1}..{args.steps} and {args.runs} run(s)\n")
+    print("| zero | step ms | vs zero 0 | exposed comm ms | grads + optimizer MiB/rank | GPU peak MiB/rank "
+          "| last loss |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for z, m in med.items():
         print(f"| {z} | {m['step_ms']:.1f} | {m['step_ms'] / med[0]['step_ms']:.2f}x | {m['exposed_ms']:.1f} | "

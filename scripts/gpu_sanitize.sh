@@ -25,12 +25,17 @@ if [[ -z "$SAN" ]]; then
     [[ -x "$c" ]] && SAN=$c && break
   done
 fi
-[[ -n "$SAN" ]] || { echo "gpu_sanitize: compute-sanitizer not found (PATH, beside nvcc, /usr/local/cuda)" >&2; exit 1; }
+if [[ -z "$SAN" ]]; then
+  echo "gpu_sanitize: compute-sanitizer not found (PATH, beside nvcc, /usr/local/cuda)" >&2
+  exit 1
+fi
 echo "gpu_sanitize: $SAN ($("$SAN" --version | sed -n 's/.*Version \(.*\)/\1/p' | head -n 1))"
 
 RUN=/tmp/mt-sanitize
 CAP=${MT_SANITIZE_CAP_S:-200}   # seconds for one run under one tool: a slow one fails alone
 TRAIN=(--set device=cuda --set train.steps=2 --set run.log_every=1)
+BF16="--set precision.compute=bf16"
+DP2_ZERO2="--set comm.backend=mpi --set parallel.dp=2 --set optim.zero=2"
 # name|ranks|extra tool options|command. The unit tests' embedding, gelu and adamw cases are left out: their
 # GPT-2-sized inputs take minutes under the tools, and the trainer steps below run those kernels.
 # The communicator test's NCCL probes, while it initialises, for kernel images this GPU lacks and handles the
@@ -39,10 +44,10 @@ TARGETS=(
   "kernels|1||$BUILD/tests/test_cuda_kernels ~[embedding]~[gelu]~[adamw]"
   "matmul_attention|1||$BUILD/tests/test_cuda_matmul_attention"
   "comm|1|--report-api-errors no|$BUILD/tests/test_cuda_comm"
-  "gpt2_bf16|1||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} --set precision.compute=bf16"
+  "gpt2_bf16|1||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} $BF16"
   "gpt2_fp32|1||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} --set precision.compute=fp32"
-  "llama_bf16|1||$BUILD/trainer --config configs/llama-tiny.yaml ${TRAIN[*]} --set precision.compute=bf16 --set train.recompute=selective"
-  "dp2_zero2|2||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} --set precision.compute=bf16 --set comm.backend=mpi --set parallel.dp=2 --set optim.zero=2"
+  "llama_bf16|1||$BUILD/trainer --config configs/llama-tiny.yaml ${TRAIN[*]} $BF16 --set train.recompute=selective"
+  "dp2_zero2|2||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} $BF16 $DP2_ZERO2"
 )
 
 one_run() {  # one_run TOOL TARGET: prints one line
@@ -71,9 +76,11 @@ one_run() {  # one_run TOOL TARGET: prints one line
   fi
   ((rc == 124 || rc == 137)) && rc="$rc, timed out after $CAP s"
   # The kernels (or API calls) the reports name, most frequent first.
-  kernels=$(grep -oE '(Device Frame: |at |on CUDA API call to )[A-Za-z_:<>0-9 ,()]*' "$log" | sed -E 's/^(Device Frame: |at )//' |
-    cut -c1-90 | sort | uniq -c | sort -rn | head -n 4 | awk '{c=$1; $1=""; printf "%s%dx%s", (NR>1?";":""), c, $0}')
-  echo "  $tool $name: FAILED (exit $rc, errors ${errs:-?}, $summaries of $ranks summaries; ${kernels:-no kernel named}; $log)"
+  kernels=$(grep -oE '(Device Frame: |at |on CUDA API call to )[A-Za-z_:<>0-9 ,()]*' "$log" |
+    sed -E 's/^(Device Frame: |at )//' | cut -c1-90 | sort | uniq -c | sort -rn | head -n 4 |
+    awk '{c=$1; $1=""; printf "%s%dx%s", (NR>1?";":""), c, $0}')
+  echo "  $tool $name: FAILED (exit $rc, errors ${errs:-?}, $summaries of $ranks summaries;" \
+    "${kernels:-no kernel named}; $log)"
   return 1
 }
 

@@ -21,7 +21,8 @@ struct StepResult {
   bool finite_loss = true;
   bool applied = false;    // the optimizer updated the weights (false: a skipped step)
   bool synced = false;     // local SGD: the step ended with a parameter average
-  double grad_norm = std::nan("");  // the norm the optimizer clipped with (stale: of the last average applied); NaN: none
+  // The norm the optimizer clipped with (stale: of the last average applied); NaN: none.
+  double grad_norm = std::nan("");
   RunStats pipeline;       // this rank's schedule span and busy time
   // optim.staleness > 0: this rank's summed token losses (the global loss is known once the figures of every
   // rank arrive) and the age in steps of the averages it applied (max, mean; 0 when it applied none).

@@ -317,7 +317,9 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                last_val >= 0 ? fmt::format(", val loss {:.4f}", last_val) : "",
                // Replicas at different steps (optim.staleness): the run's wall time, not the sum of the slowest
                // rank's step times.
-               steps_run ? run.tokens_per_step * steps_run / ((run.dp->lockstep() ? total_ms : last_elapsed_ms) / 1000.0) : 0.0,
+               steps_run
+                   ? run.tokens_per_step * steps_run / ((run.dp->lockstep() ? total_ms : last_elapsed_ms) / 1000.0)
+                   : 0.0,
                peak_rss_bytes() / 1048576.0,
                cfg.run.dir);
 }
