@@ -6,11 +6,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "comm/make_communicator.h"
+#include "core/arena.h"
 #include "model/gpt.h"
 #include "parallel/sharded_grads.h"
+#include "parallel/sharded_params.h"
 #include "train/zero_shards.h"
 
 using namespace mt;
@@ -175,5 +178,70 @@ TEST_CASE("ShardedGrads: every pass reduce-scattered and added into this rank's 
     // The next step starts from zero.
     z.zero();
     for (int64_t i = 0; i < z.shard_numel(); ++i) REQUIRE(shards[i] == 0.0f);
+  }
+}
+
+TEST_CASE("ShardedParams: a model reading its gathered units computes the whole model's step", "[zero][sharded]") {
+  // ZeRO-3's store (parallel/sharded_params.h) behind GPT's parameter views and both passes' hooks: every rank keeps
+  // only its shards of the weights, gathers each unit into a ring of three slots when a pass asks (prefetching the
+  // next), and must give the flat model's loss and gradients bit for bit, over two forward and backward passes.
+  CommOptions o;
+  o.timeout_s = 60;
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
+  GPTConfig llama = gpt2(3);
+  llama.arch = ModelArch::Llama;
+  llama.n_kv_head = 1;
+  llama.multiple_of = 16;
+  for (const GPTConfig& c : {gpt2(4), llama}) {
+    INFO((c.llama() ? "llama (untied head: no pinned unit)" : "gpt2 (tied: the embedding pinned)"));
+    GPT flat(c, DType::F64), viewed(c, DType::F64);
+    flat.init(11, 0.2);
+    const ParamTable& t = flat.table();
+    const std::vector<GradUnit> units = grad_units(t, c.tied(), false);
+    ShardedParams z(*dp, t, units, unit_buckets(t, units, 8, 8.0 * 700), DType::F64, Device::CPU);
+    z.load_shards(flat.params());
+    viewed.set_param_views(z.param_views());
+    int64_t ring = 0, pinned = 0, largest = 0, pinned_numel = 0;
+    for (const GradUnit& u : units) {
+      (u.pinned ? pinned : ring) += 1;
+      if (u.pinned) pinned_numel += u.end - u.begin;
+      else largest = std::max(largest, u.end - u.begin);
+    }
+    CHECK(z.buffer_bytes() == (3 * largest + pinned_numel) * 8);  // three ring slots and the pinned units
+
+    Arena arena, scratch;
+    Activations a = flat.alloc_activations(arena, 2, 8), b = viewed.alloc_activations(arena, 2, 8);
+    for (int64_t i = 0; i < a.tokens.numel(); ++i) {
+      a.tokens.data_as<int32_t>()[i] = b.tokens.data_as<int32_t>()[i] = int32_t((i * 7) % 64);
+      a.targets.data_as<int32_t>()[i] = b.targets.data_as<int32_t>()[i] = int32_t((i * 5 + 3) % 64);
+    }
+    Tensor want = Tensor::zeros({1}, DType::F64), got = Tensor::zeros({1}, DType::F64);
+    zero_(flat.grads());
+    zero_(viewed.grads());
+    z.begin_step();
+    for (int pass = 0; pass < 2; ++pass) {
+      const int64_t before = z.gathers_issued(), missed = z.gathers_not_prefetched();
+      flat.forward(a, 0.1, want);
+      z.begin_pass(PassOrder::Forward);
+      viewed.forward(b, 0.1, got, [&](int64_t begin) { z.forward_needs(begin); });
+      // Each unit gathered once per forward pass (the pinned ones once per step), not once per request, and every
+      // unit after the first request's two (the embeddings and block 0) prefetched.
+      CHECK(z.gathers_issued() - before == ring + (pass == 0 ? pinned : 0));
+      CHECK(z.gathers_not_prefetched() - missed <= 2);
+      scratch.reset();
+      flat.backward(a, scratch);
+      z.begin_pass(PassOrder::Backward);
+      scratch.reset();
+      const int64_t missed_bwd = z.gathers_not_prefetched();
+      viewed.backward(b, scratch, {}, BackwardPart::All, {}, {},
+                      [&](int64_t lo, int64_t hi) { z.backward_needs(lo, hi); });
+      CHECK(z.gathers_not_prefetched() - missed_bwd == 1);  // the head's unit; every block prefetched
+    }
+    CHECK(got.data_as<double>()[0] == want.data_as<double>()[0]);
+    CHECK(std::memcmp(viewed.grads().data(), flat.grads().data(), flat.grads().nbytes()) == 0);
+    // The export's gather: every rank holds the whole weights again.
+    Tensor whole = Tensor::zeros({t.total_numel()}, DType::F64);
+    z.gather_into(whole);
+    CHECK(std::memcmp(whole.data(), flat.params().data(), whole.nbytes()) == 0);
   }
 }

@@ -1,0 +1,160 @@
+// ZeRO-3's parameter store (see sharded_params.h).
+#include "parallel/sharded_params.h"
+
+#include <algorithm>
+
+namespace mt {
+
+ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units,
+                             std::vector<Bucket> buckets, DType dtype, Device device, const Tensor& shards)
+    : dp_(dp), table_(table), units_(std::move(units)), buckets_(std::move(buckets)) {
+  const int n = static_cast<int>(units_.size());
+  unit_buckets_.resize(n);
+  for (int b = 0, u = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    while (u < n && buckets_[b].begin >= units_[u].end) ++u;
+    CHECK(u < n && buckets_[b].end <= units_[u].end, "ShardedParams: bucket {} crosses a unit", b);
+    unit_buckets_[u].push_back(b);
+  }
+  // The ring units take slots 0, 1, 2 in turn (consecutive units in either pass order never share one); the pinned
+  // units follow the slots in the store.
+  int64_t slot_numel = 0;
+  for (const GradUnit& u : units_)
+    if (!u.pinned) slot_numel = std::max(slot_numel, u.end - u.begin);
+  int64_t at = kSlots * slot_numel;
+  for (int u = 0, ring = 0; u < n; ++u) {
+    if (units_[u].pinned) {
+      slot_.push_back(-1);
+      unit_offset_.push_back(at);
+      at += units_[u].end - units_[u].begin;
+    } else {
+      slot_.push_back(ring % kSlots);
+      unit_offset_.push_back((ring % kSlots) * slot_numel);
+      ++ring;
+    }
+  }
+  occupant_.assign(kSlots, -1);
+  shard_offsets_.push_back(0);
+  for (const Bucket& b : buckets_)
+    shard_offsets_.push_back(shard_offsets_.back() + shard_range(b.numel(), dp_.size(), dp_.rank()).size());
+  store_ = Tensor::zeros({std::max<int64_t>(1, at)}, dtype, device);
+  if (shards.defined()) {
+    CHECK(shards.numel() == shard_numel() && shards.dtype() == dtype,
+          "ShardedParams: the shard buffer holds {} {} elements, {} of {} needed", shards.numel(),
+          dtype_name(shards.dtype()), shard_numel(), dtype_name(dtype));
+    shards_ = shards;
+  } else {
+    shards_ = Tensor::zeros({std::max<int64_t>(1, shard_numel())}, dtype, device);
+  }
+  state_.assign(n, Absent);
+  work_.resize(n);
+}
+
+Tensor ShardedParams::unit_buffer(int u) const {
+  return store_.slice(unit_offset_[u], {units_[u].end - units_[u].begin});
+}
+
+std::vector<Tensor> ShardedParams::param_views() const {
+  std::vector<Tensor> views;
+  for (const ParamSpec& p : table_.specs()) {
+    int u = 0;
+    while (p.offset >= units_[u].end) ++u;
+    views.push_back(store_.slice(unit_offset_[u] + (p.offset - units_[u].begin), p.shape));
+  }
+  return views;
+}
+
+void ShardedParams::load_shards(const Tensor& full) {
+  CHECK(full.numel() == table_.total_numel(), "ShardedParams::load_shards: {} elements, the chunk has {}",
+        full.numel(), table_.total_numel());
+  wait_all();
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    const ShardRange s = shard_range(buckets_[b].numel(), dp_.size(), dp_.rank());
+    copy_convert(shards_.slice(shard_offsets_[b], {s.size()}), full.slice(buckets_[b].begin + s.begin, {s.size()}));
+  }
+  begin_step();
+}
+
+void ShardedParams::gather_into(const Tensor& full) {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    need(u);
+    copy_convert(full.slice(units_[u].begin, {units_[u].end - units_[u].begin}), unit_buffer(u));
+  }
+}
+
+void ShardedParams::begin_step() {
+  wait_all();
+  std::fill(state_.begin(), state_.end(), Absent);
+  std::fill(occupant_.begin(), occupant_.end(), -1);
+}
+
+void ShardedParams::begin_pass(PassOrder order) {
+  wait_all();
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    if (slot_[u] >= 0) state_[u] = Absent;
+  std::fill(occupant_.begin(), occupant_.end(), -1);
+  order_ = order;
+  forward_end_ = table_.total_numel();
+}
+
+void ShardedParams::forward_needs(int64_t begin) {
+  CHECK(order_ == PassOrder::Forward, "ShardedParams: a forward request in a backward pass");
+  const int64_t end = forward_end_;
+  forward_end_ = std::min(forward_end_, begin);
+  int lowest = -1;
+  for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u)
+    if (units_[u].end > begin && units_[u].begin < end) need(u), lowest = u;
+  if (lowest >= 0) prefetch(lowest - 1);  // the forward pass walks down the layout
+}
+
+void ShardedParams::backward_needs(int64_t begin, int64_t end) {
+  CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
+  int highest = -1;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    if (units_[u].end > begin && units_[u].begin < end) need(u), highest = u;
+  if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
+}
+
+void ShardedParams::need(int u) {
+  if (state_[u] == Absent) issue(u), ++misses_;
+  wait(u);
+}
+
+void ShardedParams::prefetch(int u) {
+  if (u >= 0 && u < static_cast<int>(units_.size()) && state_[u] == Absent) issue(u);
+}
+
+void ShardedParams::issue(int u) {
+  const int slot = slot_[u];
+  if (slot >= 0) {
+    const int prev = occupant_[slot];
+    if (prev >= 0 && prev != u) {
+      wait(prev);  // its gather writes the same elements
+      state_[prev] = Absent;
+    }
+    occupant_[slot] = u;
+  }
+  const Tensor buf = unit_buffer(u);
+  for (int b : unit_buckets_[u]) {
+    const Bucket& k = buckets_[b];
+    const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
+    const Tensor whole = buf.slice(k.begin - units_[u].begin, {k.numel()});
+    const Tensor mine = whole.slice(s.begin, {s.size()});
+    copy_convert(mine, shards_.slice(shard_offsets_[b], {s.size()}));
+    work_[u].push_back(dp_.all_gather_async(mine, whole));
+  }
+  state_[u] = InFlight;
+  ++gathers_;
+}
+
+void ShardedParams::wait(int u) {
+  if (state_[u] != InFlight) return;
+  for (WorkPtr& w : work_[u]) w->wait();
+  work_[u].clear();
+  state_[u] = Resident;
+}
+
+void ShardedParams::wait_all() {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) wait(u);
+}
+
+}  // namespace mt

@@ -1,0 +1,90 @@
+// ZeRO-3's parameter store for one model chunk: parameters sharded over dp. A rank keeps only its shard of each
+// bucket, packed in bucket order (shards(): laid out like ZeRO-2's gradient shards, so an optimizer updates them
+// in place). It gathers a unit's whole parameters just before a pass reads them. The units are ZeRO-2's
+// (grad_units: each block, the head's parameters, the embeddings), and buckets never cross a unit.
+//
+// Buffers: the unpinned units take turns in three ring slots, each as large as the largest such unit. The forward
+// pass reads a block and, fused into it, the next block's input norm, while the block after those is prefetched. A
+// pinned unit keeps a buffer of its own: the tied embedding, which every forward pass reads first and last.
+//
+// The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
+// makes the unit resident: gathered then, or waited for if its prefetch is in flight. It also prefetches the next
+// unit in the pass's order. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers
+// them again). begin_step() forgets every unit, since an optimizer step changed the shards.
+// Not wired into the trainer yet: optim.zero=3 exits with status 2 (docs/zero.md).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "model/param_table.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/sharded_grads.h"
+
+namespace mt {
+
+// Which way a pass walks the units: forward from the embeddings (the end of the layout) down to the head's, backward
+// from the head's up.
+enum class PassOrder { Forward, Backward };
+
+class ShardedParams {
+ public:
+  static constexpr int kSlots = 3;
+
+  // table: the chunk's parameters; dtype: the compute dtype; shards: where this rank's packed shards live
+  // (shard_numel() elements of dtype), or undefined to allocate them.
+  ShardedParams(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units, std::vector<Bucket> buckets,
+                DType dtype, Device device, const Tensor& shards = {});
+  ~ShardedParams() { wait_all(); }
+
+  // Each parameter's view (table order) in its unit's buffer, for GPT::set_param_views.
+  std::vector<Tensor> param_views() const;
+  const Tensor& shards() const { return shards_; }
+  int64_t shard_numel() const { return shard_offsets_.back(); }
+  // This rank's shards taken from `full`, the chunk's whole flat parameters (initialisation, a checkpoint).
+  void load_shards(const Tensor& full);
+  // The chunk's whole flat parameters gathered into `full` (the export); leaves every unit not resident.
+  void gather_into(const Tensor& full);
+
+  void begin_step();                // the shards changed: no unit is resident
+  void begin_pass(PassOrder order);  // a new pass: the unpinned units are not resident
+  // GPT::forward's params_needed: the elements [begin, the previous request's begin) are read next.
+  void forward_needs(int64_t begin);
+  // GPT::backward's params_needed: the elements [begin, end) are read next.
+  void backward_needs(int64_t begin, int64_t end);
+
+  // The unit buffers it allocated (the ring slots and the pinned units'); the gathers issued so far, and how many
+  // of them a request had to issue itself, not prefetched (tests: a unit gathered once per pass, and only a pass's
+  // first units waited for in full).
+  int64_t buffer_bytes() const { return int64_t(store_.nbytes()); }
+  int64_t gathers_issued() const { return gathers_; }
+  int64_t gathers_not_prefetched() const { return misses_; }
+
+ private:
+  enum State { Absent, InFlight, Resident };
+  void need(int u);                      // unit u resident
+  void prefetch(int u);                  // unit u's gather issued, if u exists and is absent
+  void issue(int u);
+  void wait(int u);
+  void wait_all();
+  Tensor unit_buffer(int u) const;       // unit u's elements in store_
+
+  Communicator& dp_;
+  ParamTable table_;
+  std::vector<GradUnit> units_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<int>> unit_buckets_;  // per unit, its buckets
+  std::vector<int64_t> unit_offset_;            // per unit: where its elements start in store_
+  std::vector<int> slot_;                       // per unit: its ring slot, -1 when pinned
+  std::vector<int> occupant_;                   // per slot: the unit whose elements it holds, or -1
+  std::vector<int64_t> shard_offsets_;          // per bucket, and the total last
+  std::vector<State> state_;
+  std::vector<std::vector<WorkPtr>> work_;      // per unit, while in flight
+  Tensor store_, shards_;
+  PassOrder order_ = PassOrder::Forward;
+  int64_t forward_end_ = 0;  // the forward pass's previous request
+  int64_t gathers_ = 0, misses_ = 0;
+};
+
+}  // namespace mt
