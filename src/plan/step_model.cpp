@@ -50,6 +50,11 @@ std::vector<std::pair<int64_t, double>> ready_points(const GPTConfig& g, const P
   return pts;
 }
 
+// The token embedding's name in a stage's table (also the tied head's).
+std::string embedding_name(const Config& cfg) {
+  return cfg.model.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+}
+
 // What every phase of the step reads: the layout's shapes, the network and the per-rank clocks (t: when the rank
 // is done so far; exposed: how long it waited on communication so far), one entry per pipeline rank.
 struct StepContext {
@@ -157,11 +162,10 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
 
 // The tied embedding's gradient summed between the first and the last stage (Llama's untied head has none).
 void tied_sum_phase(StepContext& x) {
-  const std::string embedding = x.cfg.model.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight";
   if (x.S == 1 || !x.stage_cfg[0][0].tied()) return;
   const int p = x.p;
   const ParamTable head = gpt_param_table(x.stage_cfg[p - 1][x.v - 1]);
-  const int64_t wte = head[head.index_of(embedding)].numel();
+  const int64_t wte = head[head.index_of(embedding_name(x.cfg))].numel();
   const double P = x.net.op_us(CommKind::AllReduce, wte * 4, 2, x.links.emb) + x.step_sync;
   const double late = std::max(x.t[0], x.t[p - 1]);
   for (int r : {0, p - 1}) {
@@ -190,7 +194,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   const bool reducers = (dp > 1 || zero) && cfg.optim.sync_every == 0;
   const bool sharded = sharded_gradients(cfg);
   const size_t wire = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16 ? 2 : 4;
-  const std::string embedding = cfg.model.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight";
+  const std::string embedding = embedding_name(cfg);
   RankState st{std::vector<double>(p, 0), std::vector<double>(p, 0), std::vector<double>(p, 0)};
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
