@@ -89,7 +89,7 @@ ParamTable gpt_param_table(const GPTConfig& cfg_in) {
   return t;
 }
 
-GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor grads)
+GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor grads, bool no_buffers)
     : cfg_(checked(cfg)), vp_(padded_vocab(cfg.vocab_size, cfg.tp)), dtype_(dtype), device_(device),
       table_(gpt_param_table(cfg)) {
   static_assert(sizeof(kSlotNames) / sizeof(kSlotNames[0]) == kSlotsPerLayer, "one name per slot");
@@ -112,7 +112,9 @@ GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor
       layer_params_[i * slots_ + s] = table_.index_of(cfg_.llama() ? llama_layer_name(cfg_.layer_begin + i, s)
                                                                     : layer_name(cfg_.layer_begin + i, s));
   const int64_t n = table_.total_numel();
-  if (params.defined()) {
+  if (no_buffers) {
+    CHECK(!params.defined() && !grads.defined(), "GPT: buffers given with no_buffers");
+  } else if (params.defined()) {
     CHECK(params.numel() == n && params.dtype() == dtype &&
               (!grads.defined() || (grads.numel() == n && grads.dtype() == acc_dtype(dtype))),
           "GPT: given buffers of {} {} and {} {} elements, the stage needs {} of {} and {}", params.numel(),
@@ -169,34 +171,37 @@ int64_t GPT::num_parameters() const {
 
 void GPT::init(uint64_t seed, double std, const Tensor& into) {
   const Tensor flat = into.defined() ? into : params_;
-  CHECK(flat.device() == Device::CPU, "init writes host memory: a GPU model is initialised into a host buffer, "
-        "then copied");
-  CHECK(flat.numel() == params_.numel(), "init: a buffer of {} elements for {} parameters", flat.numel(),
-        params_.numel());
+  CHECK(flat.defined() && flat.device() == Device::CPU,
+        "init writes host memory: a GPU model is initialised into a host buffer, then copied");
+  CHECK(flat.numel() == table_.total_numel(), "init: a buffer of {} elements for {} parameters", flat.numel(),
+        table_.total_numel());
+  zero_(flat);
+  for (int p = 0; p < table_.size(); ++p) init_param(seed, std, p, flat.slice(table_[p].offset, table_[p].shape));
+}
+
+void GPT::init_param(uint64_t seed, double std, int p, const Tensor& out) const {
+  const ParamSpec& s = table_[p];
+  CHECK(out.device() == Device::CPU && out.numel() == s.numel(), "init_param: {} host elements for {}'s {}",
+        out.numel(), s.name, s.numel());
   // GPT-2: residual projections scaled by 1/sqrt(2L); Llama: every matrix N(0, std^2), as Hugging Face
   // initialises it.
   const double proj_std = cfg_.llama() ? std : std / std::sqrt(2.0 * cfg_.n_layer);
-  zero_(flat);
-  std::vector<double> vals;
-  for (int p = 0; p < table_.size(); ++p) {
-    const ParamSpec& s = table_[p];
-    const bool is_ln_weight = s.name.find(cfg_.llama() ? "norm." : "ln_") != std::string::npos &&
-                              s.name.find(".weight") != std::string::npos;
-    const bool is_bias = s.name.size() >= 5 && s.name.compare(s.name.size() - 5, 5, ".bias") == 0;
-    if (is_bias) continue;
-    const bool is_proj = s.name.find("c_proj.weight") != std::string::npos;
-    const double sd = is_proj ? proj_std : std;
+  const bool is_ln_weight = s.name.find(cfg_.llama() ? "norm." : "ln_") != std::string::npos &&
+                            s.name.find(".weight") != std::string::npos;
+  const bool is_bias = s.name.size() >= 5 && s.name.compare(s.name.size() - 5, 5, ".bias") == 0;
+  std::vector<double> vals(s.numel(), 0.0);
+  if (!is_bias) {
+    const double sd = s.name.find("c_proj.weight") != std::string::npos ? proj_std : std;
     const uint64_t stream = fnv1a64(s.name);
     // Walk this rank's shard run by run; global indices past the full tensor are vocabulary padding (stay 0).
-    vals.assign(s.numel(), 0.0);
     const int64_t len = s.run_length(), full = s.full_numel();
     for (int64_t q = 0; q < s.num_runs(); ++q) {
       const int64_t g0 = s.run_global_begin(q), l0 = q * len;
       for (int64_t i = 0; i < len && g0 + i < full; ++i)
         vals[l0 + i] = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(g0 + i));
     }
-    copy_convert(flat.slice(s.offset, s.shape), Tensor(vals.data(), s.shape, DType::F64));
   }
+  copy_convert(out.view(s.shape), Tensor(vals.data(), s.shape, DType::F64));
 }
 
 Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backward) const {

@@ -138,8 +138,11 @@ class GPT {
   // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements of dtype and
   // acc_dtype(dtype), e.g. views into one rank-wide buffer holding several pipeline chunks) the model uses them
   // instead of allocating its own. `params` given without `grads`: the gradients live elsewhere, and
-  // set_grad_views() must say where before the first backward pass (ZeRO-2's unit buffers).
-  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {});
+  // set_grad_views() must say where before the first backward pass (ZeRO-2's unit buffers). no_buffers: neither
+  // buffer is given nor allocated; set_param_views() and set_grad_views() say where both live (ZeRO-3), and
+  // init() and load_safetensors() need their `into`.
+  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {},
+      bool no_buffers = false);
 
   const GPTConfig& config() const { return cfg_; }
   bool sequence_parallel() const { return cfg_.tp > 1 && cfg_.sequence_parallel; }
@@ -152,6 +155,8 @@ class GPT {
   int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
   const ParamTable& table() const { return table_; }
   Tensor params() const { return params_; }  // flat, table().total_numel() elements of the compute dtype
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   Tensor grads() const { return grads_; }    // flat, same layout, acc_dtype(compute dtype); undefined under ZeRO-2
   DType grad_dtype() const { return acc_dtype(dtype_); }
   Tensor param(int i) const;                 // a view of parameter i in the flat parameter buffer, or the view set
@@ -173,6 +178,9 @@ class GPT {
   // `into`, when given, is a flat buffer laid out like params() (any float dtype, e.g. the fp32 masters of a
   // 16-bit model) that receives the weights instead of params().
   void init(uint64_t seed, double std, const Tensor& into = {});
+  // Parameter p's initial values alone, into `out` (its numel() elements, any float dtype): ZeRO-3 initialises
+  // parameter by parameter, never holding the whole model.
+  void init_param(uint64_t seed, double std, int p, const Tensor& out) const;
 
   // Loads GPT-2 Hugging Face weights (F32/BF16/F16; "transformer." prefix optional; attention-mask buffers
   // and a tied lm_head ignored): the file holds full tensors, and this rank decodes only its shard of each.

@@ -75,8 +75,8 @@ void decode_range(const SafetensorsFile& f, const SafetensorInfo& info, int64_t 
 
 void GPT::load_safetensors(const std::string& path, const Tensor& into) {
   const Tensor flat = into.defined() ? into : params_;
-  CHECK(flat.numel() == params_.numel(), "load_safetensors: a buffer of {} elements for {} parameters", flat.numel(),
-        params_.numel());
+  CHECK(flat.defined() && flat.numel() == table_.total_numel(),
+        "load_safetensors: a buffer of {} elements for {} parameters", flat.numel(), table_.total_numel());
   SafetensorsFile f = SafetensorsFile::open(path);
   std::set<std::string> loaded;
   // A pipeline stage holds some of the model's tensors: the rest belong to other stages, not to no model.

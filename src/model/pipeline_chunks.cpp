@@ -48,8 +48,9 @@ ParamTable PipelineChunks::rank_table(const GPTConfig& base, const std::vector<i
 }
 
 PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank,
-                               DType dtype, Device device, bool flat_grads)
-    : p_(p), rank_(rank), num_stages_(static_cast<int>(layers_per_stage.size())) {
+                               DType dtype, Device device, bool flat_grads, bool flat_params)
+    : p_(p), rank_(rank), num_stages_(static_cast<int>(layers_per_stage.size())), dtype_(dtype), device_(device) {
+  CHECK(flat_params || !flat_grads, "PipelineChunks: a flat gradient buffer without a flat parameter buffer");
   const int v = chunks_per_rank(layers_per_stage, p);
   CHECK(rank >= 0 && rank < p, "pipeline rank {} of {}", rank, p);
   std::vector<ParamTable> tables(v);
@@ -58,13 +59,13 @@ PipelineChunks::PipelineChunks(const GPTConfig& base, const std::vector<int>& la
     tables[c] = gpt_param_table(stage_config(base, layers_per_stage, stage(c)));
     base_[c] = append_table(table_, tables[c]);
   }
-  params_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype, device);
+  if (flat_params) params_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, dtype, device);
   if (flat_grads) grads_ = Tensor::zeros({std::max<int64_t>(1, table_.total_numel())}, acc_dtype(dtype), device);
   for (int c = 0; c < v; ++c) {
     const Shape n{tables[c].total_numel()};
     chunks_.push_back(std::make_unique<GPT>(stage_config(base, layers_per_stage, stage(c)), dtype, device,
-                                            params_.slice(base_[c], n),
-                                            flat_grads ? grads_.slice(base_[c], n) : Tensor()));
+                                            flat_params ? params_.slice(base_[c], n) : Tensor(),
+                                            flat_grads ? grads_.slice(base_[c], n) : Tensor(), !flat_params));
     if (num_stages_ > 1 && base.tied() && (stage(c) == 0 || stage(c) == num_stages_ - 1)) {
       tied_chunk_ = c;
       tied_param_ = chunks_[c]->embedding_param();

@@ -24,9 +24,10 @@ class PipelineChunks {
   // CHECKs that layers_per_stage has p*v positive entries summing to base.n_layer (config validation reports
   // these as input errors first).
   // flat_grads = false: no flat gradient buffer (grads() undefined); each chunk's gradients live where
-  // GPT::set_grad_views() puts them (ZeRO-2).
+  // GPT::set_grad_views() puts them (ZeRO-2). flat_params = false (only with flat_grads = false): no flat parameter
+  // buffer either (params() undefined); GPT::set_param_views() puts the parameters (ZeRO-3).
   PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank, DType dtype,
-                 Device device = Device::CPU, bool flat_grads = true);
+                 Device device = Device::CPU, bool flat_grads = true, bool flat_params = true);
 
   // The rank-wide parameter table of pipeline rank `rank` without building its chunks (to know another
   // rank's layout, e.g. when gathering the model for export).
@@ -39,7 +40,9 @@ class PipelineChunks {
   const GPT& chunk(int c) const { return *chunks_[c]; }
   int64_t base(int c) const { return base_[c]; }  // chunk c's offset in the flat buffers
   const ParamTable& table() const { return table_; }
-  Tensor params() const { return params_; }
+  Tensor params() const { return params_; }  // undefined without a flat parameter buffer
+  DType dtype() const { return dtype_; }     // the compute dtype
+  Device device() const { return device_; }
   Tensor grads() const { return grads_; }  // undefined without a flat gradient buffer
   int64_t num_parameters() const;  // of the whole model, as GPT-2 counts them
 
@@ -59,6 +62,8 @@ class PipelineChunks {
 
  private:
   int p_, rank_, num_stages_;
+  DType dtype_;
+  Device device_;
   Tensor params_, grads_;
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::vector<int64_t> base_;

@@ -66,10 +66,14 @@ Optimizer::Optimizer(std::vector<OptimSegment> segments, int64_t state_numel, DT
   rep_sq_ = Tensor::zeros({1}, dtype, device);
 }
 
-void Optimizer::load_masters(const Tensor& full) {
+void Optimizer::load_masters(const Tensor& part, int64_t offset) {
   CHECK(keeps_masters(), "load_masters: this optimizer updates the parameters in place");
-  for (const OptimSegment& g : segments_)
-    copy_convert(masters_.slice(g.state_offset, {g.numel}), full.slice(g.offset, {g.numel}));
+  const int64_t n = part.numel();
+  for (const OptimSegment& g : segments_) {
+    const int64_t lo = std::max(offset, g.offset), hi = std::min(offset + n, g.offset + g.numel);
+    if (lo < hi)
+      copy_convert(masters_.slice(g.state_offset + (lo - g.offset), {hi - lo}), part.slice(lo - offset, {hi - lo}));
+  }
 }
 
 void Optimizer::store_masters(const Tensor& full) const {
@@ -78,8 +82,12 @@ void Optimizer::store_masters(const Tensor& full) const {
     copy_convert(full.slice(g.offset, {g.numel}), masters_.slice(g.state_offset, {g.numel}));
 }
 
+void Optimizer::store_weights(const Tensor& full, const Tensor& params) const {
+  for (const OptimSegment& g : segments_) copy_convert(full.slice(g.offset, {g.numel}), master_view(g, params));
+}
+
 Tensor Optimizer::master_view(const OptimSegment& g, const Tensor& params) const {
-  return keeps_masters() ? masters_.slice(g.state_offset, {g.numel}) : params.slice(g.offset, {g.numel});
+  return keeps_masters() ? masters_.slice(g.state_offset, {g.numel}) : param_of(params, g);
 }
 
 void Optimizer::load_state(int64_t offset, int64_t n, const float* master, const float* m, const float* v) {
@@ -99,6 +107,10 @@ void Optimizer::load_state(int64_t offset, int64_t n, const float* master, const
 
 Tensor Optimizer::grad_of(const Tensor& grads, const OptimSegment& g) const {
   return grads.slice(s_.packed_grads ? g.state_offset : g.offset, {g.numel});
+}
+
+Tensor Optimizer::param_of(const Tensor& params, const OptimSegment& g) const {
+  return params.slice(s_.packed_params ? g.state_offset : g.offset, {g.numel});
 }
 
 bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, double loss_scale) {
@@ -137,7 +149,7 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
   for (const OptimSegment& g : update_runs_) {
     h.weight_decay = sh.weight_decay = g.decay ? s_.weight_decay : 0.0;
     const Shape flat{g.numel};
-    const Tensor master = keeps_masters() ? masters_.slice(g.state_offset, flat) : params.slice(g.offset, flat);
+    const Tensor master = master_view(g, params);
     if (s_.sgd)
       kernels::sgd_update(master, grad_of(grads, g), m_.slice(g.state_offset, flat), scale_, sh);
     else
@@ -146,7 +158,7 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
   }
   if (keeps_masters())  // the compute copy: rounded once per step
     for (const OptimSegment& g : cast_runs_)
-      copy_convert(params.slice(g.offset, {g.numel}), masters_.slice(g.state_offset, {g.numel}));
+      copy_convert(param_of(params, g), masters_.slice(g.state_offset, {g.numel}));
   return true;
 }
 

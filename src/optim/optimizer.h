@@ -24,6 +24,8 @@ struct OptimizerSettings {
   // The gradients given to step() are packed like the moments (a segment's at its state_offset): ZeRO-2's
   // gradient shards. Otherwise they are laid out like the parameters (at the segment's offset).
   bool packed_grads = false;
+  // The params given to step() are packed like the moments too: ZeRO-3's parameter shards.
+  bool packed_params = false;
 };
 
 struct OptimSegment {
@@ -69,8 +71,12 @@ class Optimizer {
   size_t state_bytes() const { return m_.nbytes() + v_.nbytes() + masters_.nbytes(); }
   bool keeps_masters() const { return masters_.defined(); }
   // The masters of this optimizer's segments, read from / written to a buffer laid out like params (fp32).
-  void load_masters(const Tensor& full);
+  // load_masters: of the elements [offset, offset + part.numel()) of that layout only, read from `part`.
+  void load_masters(const Tensor& part, int64_t offset = 0);
   void store_masters(const Tensor& full) const;
+  // The weights of this optimizer's segments (the masters, or `params` themselves when none are kept) written to
+  // `full`, laid out like the unpacked params (the export).
+  void store_weights(const Tensor& full, const Tensor& params) const;
   // Checkpoints: a segment's fp32 state (its master weights, `params` themselves when no masters are kept, and
   // its two AdamW moments) as views; the state of the elements [offset, offset + n) of the params layout that
   // lie in this optimizer's segments set from fp32 values (master, m, v: n each); AdamW's step count.
@@ -83,6 +89,7 @@ class Optimizer {
 
  private:
   Tensor grad_of(const Tensor& grads, const OptimSegment& g) const;  // the segment's gradients in `grads`
+  Tensor param_of(const Tensor& params, const OptimSegment& g) const;  // and its parameters in `params`
   std::vector<OptimSegment> segments_;
   // The segments merged where one kernel call can cover several (optimizer.cpp, merge_adjacent): each parameter is
   // a segment, and on the GPU every call is a launch of a few microseconds, three per segment per step otherwise.

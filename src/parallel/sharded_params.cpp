@@ -63,13 +63,17 @@ std::vector<Tensor> ShardedParams::param_views() const {
   return views;
 }
 
-void ShardedParams::load_shards(const Tensor& full) {
-  CHECK(full.numel() == table_.total_numel(), "ShardedParams::load_shards: {} elements, the chunk has {}",
-        full.numel(), table_.total_numel());
+void ShardedParams::load_shards(const Tensor& part, int64_t offset) {
+  const int64_t n = part.numel();
+  CHECK(offset >= 0 && offset + n <= table_.total_numel(), "ShardedParams::load_shards: [{}, {}) outside the chunk's {}",
+        offset, offset + n, table_.total_numel());
   wait_all();
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     const ShardRange s = shard_range(buckets_[b].numel(), dp_.size(), dp_.rank());
-    copy_convert(shards_.slice(shard_offsets_[b], {s.size()}), full.slice(buckets_[b].begin + s.begin, {s.size()}));
+    const int64_t lo = std::max(offset, buckets_[b].begin + s.begin), hi = std::min(offset + n, buckets_[b].begin + s.end);
+    if (lo >= hi) continue;
+    copy_convert(shards_.slice(shard_offsets_[b] + (lo - buckets_[b].begin - s.begin), {hi - lo}),
+                 part.slice(lo - offset, {hi - lo}));
   }
   begin_step();
 }

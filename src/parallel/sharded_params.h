@@ -11,7 +11,7 @@
 // makes the unit resident: gathered then, or waited for if its prefetch is in flight. It also prefetches the next
 // unit in the pass's order. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers
 // them again). begin_step() forgets every unit, since an optimizer step changed the shards.
-// Not wired into the trainer yet: optim.zero=3 exits with status 2 (docs/zero.md).
+// parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -42,8 +42,9 @@ class ShardedParams {
   std::vector<Tensor> param_views() const;
   const Tensor& shards() const { return shards_; }
   int64_t shard_numel() const { return shard_offsets_.back(); }
-  // This rank's shards taken from `full`, the chunk's whole flat parameters (initialisation, a checkpoint).
-  void load_shards(const Tensor& full);
+  // This rank's shards of the elements [offset, offset + part.numel()) of the chunk's flat layout taken from
+  // `part` (any float dtype: initialisation, a checkpoint); the whole chunk when offset is 0 and part all of it.
+  void load_shards(const Tensor& part, int64_t offset = 0);
   // The chunk's whole flat parameters gathered into `full` (the export); leaves every unit not resident.
   void gather_into(const Tensor& full);
 

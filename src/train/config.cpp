@@ -89,6 +89,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(parallel.pp, "pipeline stages"),
       MT_KEY(parallel.order, "mesh axis order, a permutation of tp, dp, pp joined by '-'; the first varies fastest"),
       MT_KEY(parallel.schedule, "pipeline schedule: 1f1b | gpipe | interleaved | zb1"),
+      MT_KEY(parallel.reshard_after_forward, "ZeRO-3: true = gather each block again for its backward pass; false = "
+                                             "keep every block gathered until the step ends (ZeRO-2's traffic)"),
       MT_KEY(parallel.virtual_stages, "model chunks per pipeline rank (> 1 needs schedule interleaved)"),
       MT_KEY(parallel.stage_layers, "transformer blocks of each virtual stage s = chunk*pp + rank, contiguous in s "
                                     "(e.g. [3, 5]; pp*virtual_stages entries >= 1 summing to model.n_layer); "
@@ -124,7 +126,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(optim.beta1, "AdamW beta1"),
       MT_KEY(optim.beta2, "AdamW beta2"),
       MT_KEY(optim.eps, "AdamW epsilon"),
-      MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over dp, 2 = gradients sharded too"),
+      MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over dp, 2 = gradients sharded too, 3 = "
+                         "parameters sharded too (each block gathered before its passes)"),
       MT_KEY(optim.zero_reduce, "ZeRO-2 under gradient accumulation: micro_batch (reduce-scatter after every "
                                 "micro-batch: no whole gradient buffer) | step (once, on the last micro-batch: "
                                 "a whole gradient buffer, ZeRO-1's memory, 1/m of the traffic)"),

@@ -93,6 +93,9 @@ struct ParallelConfig {
   // Transformer blocks of each virtual stage s = c*pp + r (chunk c on pipeline rank r); empty = an even split.
   // An uneven split balances stages whose extra work (embedding, head + loss) is not in the blocks.
   std::vector<int> stage_layers;
+  // ZeRO-3: gather a block's parameters again for its backward pass (true), or keep every unit gathered from the
+  // step's first pass to its end (false: ZeRO-2's gather traffic, a whole chunk's compute copy during the step).
+  bool reshard_after_forward = true;
 };
 
 struct TrainConfig {

@@ -258,8 +258,10 @@ void validate_values(const Config& c) {
   require(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1 must be in [0, 1), got {}", o.beta1);
   require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2 must be in [0, 1), got {}", o.beta2);
   require(o.eps > 0, "optim.eps must be > 0, got {}", o.eps);
-  require(o.zero != 3, "optim.zero=3 (ZeRO-3, parameters sharded too) is not available yet: use 0, 1 or 2");
-  require(o.zero >= 0 && o.zero <= 2, "optim.zero must be 0, 1 or 2, got {}", o.zero);
+  require(o.zero >= 0 && o.zero <= 3, "optim.zero must be 0, 1, 2 or 3, got {}", o.zero);
+  require(o.zero != 3 || o.zero_reduce == ZeroReduce::MicroBatch,
+          "optim.zero_reduce=step needs optim.zero=2: under optim.zero=3 no rank holds a whole gradient buffer to "
+          "accumulate into, so the gradients are reduce-scattered after every micro-batch");
   require(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got {}", o.momentum);
   require(o.sync_every >= 0, "optim.sync_every must be >= 0 (0 = synchronous), got {}", o.sync_every);
   require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);

@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "optim/local_sgd.h"
+#include "parallel/sharded_params.h"
 #include "parallel/stale_gradients.h"
 #include "train/comm_adapt.h"
 #include "train/grad_reducers.h"
@@ -24,6 +25,10 @@ std::vector<OptimSegment> DataParallel::optimizer_segments(const PipelineChunks&
 
 void DataParallel::begin_step(PipelineChunks& model) { zero_(model.grads()); }
 
+void DataParallel::set_weights(PipelineChunks& model, const Tensor& part, int64_t offset) {
+  copy_convert(model.params().slice(offset, {part.numel()}), part);
+}
+
 std::string DataParallel::memory_note(bool mixed) const { return mixed ? " (AdamW moments and fp32 masters)" : ""; }
 
 namespace {
@@ -37,7 +42,7 @@ void dump_gradients(TrainingRun& r, bool sharded) {
 }
 
 // Every step's gradients averaged before the optimizer (ZeRO-0, -1, -2), or one replica's own.
-class Synchronous final : public DataParallel {
+class Synchronous : public DataParallel {
  public:
   Synchronous(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, PipelineChunks& model, bool on_demand,
               bool log)
@@ -83,13 +88,7 @@ class Synchronous final : public DataParallel {
   }
 
   void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
-    if (reduces(red_)) {
-      const double w0 = trace_clock_us();
-      finish_reductions(red_);
-      prof.wait("gradient buckets", w0, trace_clock_us());
-    }
-    if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, zero_on_);
-    optimizer_update(r, step, sharded_grads_ ? red_.shard_grads : r.model->grads(), false, prof, out);
+    reduce_and_step(r, step, prof, out);
     // ZeRO: the updated shards are gathered while the next step's forward passes run (param_gather.h).
     if (out.stop.empty() && zero_on_ && out.applied) launch_param_gathers(red_, *r.model);
   }
@@ -108,7 +107,17 @@ class Synchronous final : public DataParallel {
                        mixed ? " and fp32 masters" : "", sharded_grads_ ? " and of the gradients" : "");
   }
 
- private:
+ protected:
+  // The step's reductions finished, then the optimizer's step.
+  void reduce_and_step(TrainingRun& r, int step, Profiler& prof, StepResult& out) {
+    if (reduces(red_)) {
+      const double w0 = trace_clock_us();
+      finish_reductions(red_);
+      prof.wait("gradient buckets", w0, trace_clock_us());
+    }
+    if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, zero_on_);
+    optimizer_update(r, step, sharded_grads_ ? red_.shard_grads : r.model->grads(), false, prof, out);
+  }
   // The reducers for a bucket size and compression.
   ChunkReducers reducers_for(const AdaptSetting& s, bool log) const {
     Config c = cfg_;
@@ -179,6 +188,77 @@ void Synchronous::adapt_after_step(TrainingRun& r, int step, bool, const AdaptSa
                  d.step, d.from.bucket_mb, d.to.bucket_mb, name_of(d.from.compress), name_of(d.to.compress), d.why,
                  d.alpha_us, d.beta_us_per_mb, d.backward_ms, d.exposed_ms, d.step_ms, d.predicted_to_ms);
 }
+
+// ZeRO-3: Synchronous's sharded gradients and optimizer, and the parameters sharded too. Each chunk keeps only
+// this rank's shards of its compute copy (a ShardedParams, packed like the gradient shards and the moments, so the
+// optimizer updates them in place) and gathers each unit as a pass reaches it.
+class FullySharded final : public Synchronous {
+ public:
+  FullySharded(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, PipelineChunks& model, bool log)
+      : Synchronous(cfg, mesh, comms, model, false, log) {
+    std::vector<int64_t> at(model.size());
+    int64_t numel = 0;
+    for (int c = model.size() - 1; c >= 0; --c) {  // packed as the gradient shards: chunk v-1 first
+      at[c] = numel;
+      numel += red_.sharded[c]->shard_numel();
+    }
+    shards_ = Tensor::zeros({std::max<int64_t>(1, numel)}, model.dtype(), model.device());
+    params_.resize(model.size());
+    int64_t buffers = 0;
+    for (int c = 0; c < model.size(); ++c) {
+      GPT& chunk = model.chunk(c);
+      params_[c] = std::make_unique<ShardedParams>(
+          *comms.dp, chunk.table(), chunk_param_units(cfg, chunk.config(), chunk.table()),
+          red_.sharded[c]->buckets(), model.dtype(), model.device(),
+          shards_.slice(at[c], {red_.sharded[c]->shard_numel()}));
+      chunk.set_param_views(params_[c]->param_views());
+      hooks_[c].params = params_[c].get();
+      buffers += params_[c]->buffer_bytes();
+    }
+    if (log)
+      spdlog::info("data parallel: ZeRO-3, parameters {} ({:.2f} MiB of this rank's shards, {:.2f} MiB of gathered "
+                   "units' buffers)",
+                   cfg.parallel.reshard_after_forward
+                       ? "gathered unit by unit before each forward and backward pass, the next unit prefetched"
+                       : "gathered unit by unit in the step's first pass and kept to its end "
+                         "(parallel.reshard_after_forward=false)",
+                   shards_.nbytes() / 1048576.0, buffers / 1048576.0);
+  }
+
+  std::vector<OptimSegment> optimizer_segments(const PipelineChunks& model, int64_t& state_numel,
+                                               OptimizerSettings& os) const override {
+    os.packed_params = true;
+    return Synchronous::optimizer_segments(model, state_numel, os);
+  }
+  bool shards_parameters() const override { return true; }
+  Tensor optimizer_params(const PipelineChunks&) const override { return shards_; }
+  void set_weights(PipelineChunks& model, const Tensor& part, int64_t offset) override {
+    for (int c = 0; c < model.size(); ++c) {
+      const int64_t lo = std::max(offset, model.base(c)),
+                    hi = std::min(offset + part.numel(), model.base(c) + model.chunk(c).table().total_numel());
+      if (lo < hi) params_[c]->load_shards(part.slice(lo - offset, {hi - lo}), lo - model.base(c));
+    }
+  }
+
+  void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
+    reduce_and_step(r, step, prof, out);
+    for (auto& p : params_) p->begin_step();  // the shards changed: the next pass gathers every unit again
+  }
+  void wait_params() override {}
+  int64_t parameter_bytes(const PipelineChunks&) const override {
+    int64_t bytes = int64_t(shards_.nbytes());
+    for (const auto& p : params_) bytes += p->buffer_bytes();
+    return bytes;
+  }
+  std::string memory_note(bool mixed) const override {
+    return fmt::format(" (ZeRO-3: this rank's 1/{} shard of the parameters, gradients and AdamW moments{}, and "
+                       "the gathered units' buffers)", mesh_.dp(), mixed ? " and fp32 masters" : "");
+  }
+
+ private:
+  Tensor shards_;  // this rank's parameter shards of every chunk, packed chunk v-1 first
+  std::vector<std::unique_ptr<ShardedParams>> params_;  // per chunk
+};
 
 // Local SGD: the replicas step alone and average their parameters every optim.sync_every steps.
 class LocalSgdStrategy final : public DataParallel {
@@ -311,6 +391,7 @@ std::unique_ptr<DataParallel> make_data_parallel(const Config& cfg, const Device
   // Local SGD and staleness reduce no buckets; the config refuses ZeRO with either.
   if (cfg.optim.sync_every > 0) return std::make_unique<LocalSgdStrategy>(model.size());
   if (cfg.optim.staleness > 0) return std::make_unique<StaleStrategy>(model.size());
+  if (cfg.optim.zero == 3) return std::make_unique<FullySharded>(cfg, mesh, comms, model, log);
   return std::make_unique<Synchronous>(cfg, mesh, comms, model, on_demand_gathers, log);
 }
 

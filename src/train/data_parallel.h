@@ -3,7 +3,8 @@
 //   synchronous  every step's gradients averaged over dp before the optimizer steps: a bucketed all-reduce
 //                (ZeRO-0), or a reduce-scatter into the optimizer's shards and an all-gather of the updated
 //                parameters hidden behind the next forward pass (ZeRO-1; ZeRO-2 shards the gradients too,
-//                grad_reducers.h); with one replica there is nothing to reduce;
+//                grad_reducers.h); with one replica there is nothing to reduce; ZeRO-3 shards the parameters
+//                too, each unit gathered as a pass reaches it (parallel/sharded_params.h);
 //   local SGD    each replica steps on its own gradients, and the replicas average their parameters every
 //                optim.sync_every steps (optim/local_sgd.h);
 //   stale        gradient averages run in the background, and a replica applies each one when it is ready or at
@@ -40,6 +41,13 @@ class DataParallel {
                                                        OptimizerSettings& os) const;
   // Whether the optimizer holds only this rank's shards (ZeRO): its norm sums over dp, its checkpoint is sharded.
   virtual bool shards_optimizer() const { return false; }
+  // Whether the model holds only this rank's shards of its parameters (ZeRO-3): no flat parameter buffer.
+  virtual bool shards_parameters() const { return false; }
+  // The parameters the optimizer steps: the model's flat buffer, or ZeRO-3's packed shards.
+  virtual Tensor optimizer_params(const PipelineChunks& model) const { return model.params(); }
+  // The compute copy of the elements [offset, offset + part.numel()) of the rank's flat layout set from `part`
+  // (fp32 weights: initialisation, a loaded model, a checkpoint).
+  virtual void set_weights(PipelineChunks& model, const Tensor& part, int64_t offset);
   // Once the optimizer exists: what the strategy builds from it (local SGD's outer state), comm.adapt's controller,
   // and the start-up log line.
   virtual void attach(TrainingRun&) {}
@@ -66,14 +74,16 @@ class DataParallel {
   virtual bool checkpoints() const { return true; }
   // The gradients' bytes on this rank, and what the memory log line says of the sharded state.
   virtual int64_t gradient_bytes(const PipelineChunks& model) const { return int64_t(model.grads().nbytes()); }
+  // The parameters' bytes on this rank (ZeRO-3: its shards and the gathered units' buffers).
+  virtual int64_t parameter_bytes(const PipelineChunks& model) const { return int64_t(model.params().nbytes()); }
   virtual std::string memory_note(bool mixed) const;
 
  protected:
   std::vector<ChunkReduce> hooks_;  // one per chunk; empty entries where nothing runs during the passes
 };
 
-// The run's strategy. Under ZeRO-2 it gives the model chunks their gradient views (sharded_grads.h); rank 0 logs
-// the buckets (log).
+// The run's strategy. Under ZeRO-2 and -3 it gives the model chunks their gradient views (sharded_grads.h), under
+// ZeRO-3 their parameter views too (the model was built without flat buffers); rank 0 logs the buckets (log).
 std::unique_ptr<DataParallel> make_data_parallel(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
                                                  PipelineChunks& model, bool on_demand_gathers, bool log);
 

@@ -6,7 +6,7 @@
 namespace mt {
 
 bool sharded_gradients(const Config& cfg) {
-  return cfg.optim.zero == 2 && cfg.optim.zero_reduce == ZeroReduce::MicroBatch;
+  return cfg.optim.zero == 3 || (cfg.optim.zero == 2 && cfg.optim.zero_reduce == ZeroReduce::MicroBatch);
 }
 
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
@@ -14,9 +14,14 @@ std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, co
   return grad_units(table, g.tied() && holds_embedding, cfg.parallel.schedule == PipelineSchedule::ZB1);
 }
 
+std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
+  const bool holds_embedding = table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight") >= 0;
+  return grad_units(table, g.tied() && holds_embedding, !cfg.parallel.reshard_after_forward);
+}
+
 namespace {
 
-// ZeRO-2: per chunk, its gradient units and buckets within them (sharded_grads.h).
+// ZeRO-2 and -3: per chunk, its gradient units and buckets within them (sharded_grads.h).
 ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Communicator& dp, bool log) {
   ChunkReducers out;
   out.owned.resize(model.size());
@@ -40,27 +45,28 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
     shards += count[c];
   }
   const DType acc = model.chunk(0).grad_dtype();
-  out.shard_grads = Tensor::zeros({std::max<int64_t>(1, shards)}, acc, model.chunk(0).params().device());
+  out.shard_grads = Tensor::zeros({std::max<int64_t>(1, shards)}, acc, model.device());
   for (int c = 0; c < model.size(); ++c) {
     const GPT& chunk = model.chunk(c);
     buckets += cut[c].size();
     for (const GradUnit& u : units[c]) held += u.pinned ? (u.end - u.begin) * int64_t(dtype_size(acc)) : 0;
     out.sharded[c] = std::make_unique<ShardedGrads>(dp, chunk.table(), std::move(units[c]), std::move(cut[c]), acc,
-                                                    wire, chunk.params().device(),
+                                                    wire, chunk.device(),
                                                     out.shard_grads.slice(at[c], {count[c]}));
     pass_bytes += chunk.table().total_numel() * int64_t(dtype_size(out.sharded[c]->wire_dtype()));
     out.hooks[c].reducer = out.sharded[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
+    // ZeRO-3 gathers its parameters unit by unit (ShardedParams); this gather serves only the export there.
     out.gathers[c] = std::make_unique<ParamGather>(dp, out.sharded[c]->buckets());
-    out.hooks[c].gather = out.gathers[c].get();
+    if (cfg.optim.zero == 2) out.hooks[c].gather = out.gathers[c].get();
   }
   if (log) {
     int64_t bytes = int64_t(out.shard_grads.nbytes());
     for (const auto& s : out.sharded) bytes += s->bytes();
-    spdlog::info("data parallel: ZeRO-2, {} gradient buckets of up to {} MiB within blocks, reduce-scatter after "
+    spdlog::info("data parallel: ZeRO-{}, {} gradient buckets of up to {} MiB within blocks, reduce-scatter after "
                  "every micro-batch ({:.3f} MiB from this rank per micro-batch), overlap {}; gradient buffers {:.2f} "
                  "MiB (two blocks' in turn{}, and this rank's shards)",
-                 buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
+                 cfg.optim.zero, buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
                  bytes / 1048576.0,
                  held ? fmt::format(", {:.2f} MiB kept for the step ({})", held / 1048576.0,
                                     split ? "zb1: every unit" : "the tied embedding")

@@ -20,7 +20,7 @@ struct ChunkReducers {
   std::vector<std::unique_ptr<ParamGather>> gathers;  // ZeRO-1 and -2: per chunk, the parameter all-gather
 };
 
-// Whether the config shards the gradients (ZeRO-2 reducing every micro-batch): the model then has no flat gradient
+// Whether the config shards the gradients (ZeRO-2 reducing every micro-batch, ZeRO-3): the model then has no flat gradient
 // buffer, and each chunk's gradients live in its ShardedGrads.
 bool sharded_gradients(const Config& cfg);
 
@@ -31,6 +31,9 @@ bool sharded_gradients(const Config& cfg);
 // ZeRO-2: the gradient units of a chunk of stage config `g` with parameter table `table` (sharded_grads.h): its
 // embedding unit is pinned when it holds the tied head, every unit under the zb1 schedule.
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
+// ZeRO-3: the parameter units of such a chunk (sharded_params.h): the gradient units' ranges; the embedding unit
+// pinned when it holds the tied head, every unit with parallel.reshard_after_forward false.
+std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
 
 // Whether any chunk reduces over dp.
 inline bool reduces(const ChunkReducers& r) { return !r.owned.empty() && (r.owned[0] || r.sharded[0]); }

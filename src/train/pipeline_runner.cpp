@@ -28,8 +28,8 @@ double ms_between(double t0_us, double t1_us) { return (t1_us - t0_us) / 1000.0;
 PipelineRunner::PipelineRunner(PipelineChunks& model, Communicator* pp, PipelineSchedule schedule, int m, int B,
                                int T, Profiler& prof)
     : model_(model), pp_(pp), prof_(prof), p_(pp ? pp->size() : 1), v_(model.size()), m_(m), B_(B), T_(T),
-      split_(schedule == PipelineSchedule::ZB1), buffers_(model.params().device()),
-      scratch_(model.params().device(), size_t(16) << 20) {
+      split_(schedule == PipelineSchedule::ZB1), buffers_(model.device()),
+      scratch_(model.device(), size_t(16) << 20) {
   CHECK(p_ * v_ == model.num_stages(), "{} pipeline ranks x {} chunks != {} stages", p_, v_, model.num_stages());
   CHECK(p_ == 1 || pp, "a pipeline of {} ranks needs its communicator", p_);
   const int rank = pp ? pp->rank() : 0;
@@ -60,7 +60,7 @@ PipelineRunner::Plan PipelineRunner::make_plan(std::vector<Action> actions) {
     if (is_recv(a.kind)) {
       const GPTConfig& g = model_.chunk(a.chunk).config();
       const int64_t N = int64_t(B_) * T_, rows = model_.chunk(a.chunk).sequence_parallel() ? N / g.tp : N;
-      plan.recv_buf[i] = buffers_.alloc({rows, g.d_model}, model_.params().dtype());
+      plan.recv_buf[i] = buffers_.alloc({rows, g.d_model}, model_.dtype());
       continue;
     }
     last_use[{a.chunk, a.micro_batch}] = i;
@@ -89,9 +89,9 @@ PipelineRunner::Record& PipelineRunner::acquire(int chunk) {
     const GPT& g = model_.chunk(chunk);
     size_t bytes = pool.empty() ? size_t(64) << 20 : pool.front()->arena->high_water_bytes();
     auto rec = std::make_unique<Record>();
-    rec->arena = std::make_unique<Arena>(g.params().device(), bytes);
+    rec->arena = std::make_unique<Arena>(g.device(), bytes);
     rec->acts = g.alloc_activations(*rec->arena, B_, T_, split_);
-    if (!g.config().first_stage()) rec->dinput = rec->arena->alloc(rec->acts.input().shape(), g.params().dtype());
+    if (!g.config().first_stage()) rec->dinput = rec->arena->alloc(rec->acts.input().shape(), g.dtype());
     pool.push_back(std::move(rec));
     pick = pool.back().get();
   }
@@ -112,7 +112,8 @@ RunStats PipelineRunner::train(const FillFn& fill, double dloss, const Tensor& l
   return run(train_, fill, dloss, loss_sum, &reduce, overlap);
 }
 
-RunStats PipelineRunner::forward_only(int n, const FillFn& fill, const Tensor& loss_sum) {
+RunStats PipelineRunner::forward_only(int n, const FillFn& fill, const Tensor& loss_sum,
+                                      const std::vector<ChunkReduce>& gathers) {
   if (eval_n_ != n) {
     // Forward passes in micro-batch order, each through this rank's chunks in stage order.
     const int rank = pp_ ? pp_->rank() : 0, S = p_ * v_;
@@ -127,7 +128,7 @@ RunStats PipelineRunner::forward_only(int n, const FillFn& fill, const Tensor& l
     eval_ = make_plan(std::move(list));
     eval_n_ = n;
   }
-  return run(eval_, fill, 0.0, loss_sum, nullptr, false);
+  return run(eval_, fill, 0.0, loss_sum, &gathers, false);
 }
 
 RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const Tensor& loss_sum,
@@ -184,14 +185,24 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
                 a.micro_batch, a.chunk);
           copy_convert(r.acts.input(), *received_act[k]);
         }
-        // ZeRO: each bucket of the previous step's parameter all-gather is waited for as the pass reaches it.
+        // ZeRO-1 and -2: each bucket of the previous step's parameter all-gather is waited for as the pass
+        // reaches it. ZeRO-3: each unit is gathered (or its prefetch waited for) as the pass reaches it.
         std::function<void(int64_t)> need;
-        if (reduce && !reduce->empty() && (*reduce)[a.chunk].gather)
-          need = [g = (*reduce)[a.chunk].gather, this](int64_t begin) {
+        const ChunkReduce* cr = reduce && !reduce->empty() ? &(*reduce)[a.chunk] : nullptr;
+        if (cr && cr->params) {
+          cr->params->begin_pass(PassOrder::Forward);
+          need = [z = cr->params, this](int64_t begin) {
+            const double w0 = trace_clock_us();
+            z->forward_needs(begin);
+            if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
+          };
+        } else if (cr && cr->gather) {
+          need = [g = cr->gather, this](int64_t begin) {
             const double w0 = trace_clock_us();
             g->wait_from(begin);
             if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
           };
+        }
         model.forward(r.acts, last_stage ? dloss : 0.0, last_stage ? loss_sum : none, need);
         break;
       }
@@ -211,17 +222,26 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         // and, where it asks, its buckets launch as their gradients become final (up to the held-back tied
         // embedding).
         std::function<void(int64_t)> ready;
-        if (reduce && !reduce->empty() && (*reduce)[a.chunk].reducer) {
+        ParamsNeeded need;
+        if (reduce && !reduce->empty()) {
           const ChunkReduce cr = (*reduce)[a.chunk];
           // A straggler's buckets go out as late as its slower compute would issue them.
-          if (cr.reducer->begin_pass(plan.final_grads[i], overlap))
+          if (cr.reducer && cr.reducer->begin_pass(plan.final_grads[i], overlap))
             ready = [cr, this](int64_t end) {
               stretch_.account();
               cr.reducer->grads_ready(std::min(end, cr.ready_limit));
             };
+          if (cr.params) {  // ZeRO-3: the units the pass reads, head first, gathered again
+            cr.params->begin_pass(PassOrder::Backward);
+            need = [z = cr.params, this](int64_t begin, int64_t end) {
+              const double w0 = trace_clock_us();
+              z->backward_needs(begin, end);
+              if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
+            };
+          }
         }
         if (a.kind == ActionKind::BackwardWeight) {
-          model.backward_weights(r.acts, ready);
+          model.backward_weights(r.acts, ready, need);
         } else {
           scratch_.reset();
           const Tensor* dout = received_grad[k];
@@ -229,7 +249,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
                 a.micro_batch, a.chunk);
           model.backward(r.acts, scratch_, ready,
                          a.kind == ActionKind::Backward ? BackwardPart::All : BackwardPart::InputOnly,
-                         dout ? *dout : none, r.dinput);
+                         dout ? *dout : none, r.dinput, need);
         }
         break;
       }

@@ -16,6 +16,7 @@
 #include "parallel/grad_sync.h"
 #include "parallel/param_gather.h"
 #include "parallel/schedule.h"
+#include "parallel/sharded_params.h"
 #include "train/profiler.h"
 #include "train/straggler.h"
 
@@ -30,7 +31,8 @@ using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 struct ChunkReduce {
   ChunkGradSync* reducer = nullptr;
   int64_t ready_limit = INT64_MAX;
-  ParamGather* gather = nullptr;  // ZeRO: the previous step's parameter all-gather, waited for in each forward pass
+  ParamGather* gather = nullptr;  // ZeRO-1, -2: the previous step's parameter all-gather, waited for in forward
+  ShardedParams* params = nullptr;  // ZeRO-3: the chunk's sharded parameters, gathered unit by unit in every pass
 };
 
 struct RunStats {
@@ -53,7 +55,8 @@ class PipelineRunner {
   RunStats train(const FillFn& fill, double dloss, const Tensor& loss_sum, const std::vector<ChunkReduce>& reduce,
                  bool overlap);
   // Forward passes only over n micro-batches (evaluation): the last stage adds the summed losses to loss_sum.
-  RunStats forward_only(int n, const FillFn& fill, const Tensor& loss_sum);
+  // `gathers`: per chunk, its parameters' gathers (ZeRO), or none.
+  RunStats forward_only(int n, const FillFn& fill, const Tensor& loss_sum, const std::vector<ChunkReduce>& gathers = {});
 
   // train.straggler's slowdown of this rank: every forward and backward pass takes `factor` times as long, the
   // extra spent sleeping, with the gradient buckets issued as late as the slower pass would issue them.

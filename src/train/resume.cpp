@@ -5,7 +5,8 @@
 
 namespace mt {
 
-CheckpointShard checkpoint_shard(const PipelineChunks& model, const Optimizer& opt, const DeviceMesh& mesh, bool zero) {
+CheckpointShard checkpoint_shard(const PipelineChunks& model, const Tensor& params, const Optimizer& opt,
+                                 const DeviceMesh& mesh, bool zero) {
   CheckpointShard shard;
   shard.table = &model.table();
   // The writer reads host memory: GPU state is downloaded (to_host waits for the step's kernels), host state
@@ -18,21 +19,22 @@ CheckpointShard checkpoint_shard(const PipelineChunks& model, const Optimizer& o
   if (zero || mesh.dp_rank() == 0)
     for (const OptimSegment& g : opt.segments())
       if (g.numel > 0 && g.in_norm)
-        shard.pieces.push_back({g.offset, g.numel, host(opt.master_view(g, model.params())),
+        shard.pieces.push_back({g.offset, g.numel, host(opt.master_view(g, params)),
                                 host(opt.exp_avg_view(g)), host(opt.exp_avg_sq_view(g))});
   shard.rank = mesh.rank();
   shard.world = mesh.world_size();
   return shard;
 }
 
-CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, PipelineChunks& model, Optimizer& opt) {
+CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, const PipelineChunks& model,
+                                  Optimizer& opt, const WeightsSink& weights) {
   CheckpointInfo info = read_checkpoint(dir, cfg);
   const ParamTable& t = model.table();
   load_checkpoint(info, t, [&](int p, const float* master, const float* m, const float* v) {
     const Shape n{t[p].numel()};
     // The compute copy: the masters' rounding (or, in fp32, the weights themselves), uploaded where it lives on
     // a GPU (rounded on the host first: the same round-to-nearest-even as the optimizer's kernels).
-    copy_convert(model.params().slice(t[p].offset, n), Tensor(const_cast<float*>(master), n, DType::F32));
+    weights(Tensor(const_cast<float*>(master), n, DType::F32), t[p].offset);
     opt.load_state(t[p].offset, t[p].numel(), master, m, v);
   });
   opt.set_steps_taken(info.state.optimizer_steps);

@@ -87,7 +87,7 @@ void optimizer_update(TrainingRun& r, int step, const Tensor& grads, bool replic
   // Under ZeRO the segments are this rank's shards. A non-finite loss or gradient norm (each the same on every
   // rank) leaves everything unchanged: in fp16 a gradient overflow makes the loss scaler back off and the step
   // count as skipped; otherwise train.skip_nonfinite skips and counts the step, or the run stops.
-  out.applied = out.finite_loss && r.opt->step(r.model->params(), grads, out.lr, out.loss_scale);
+  out.applied = out.finite_loss && r.opt->step(r.dp->optimizer_params(*r.model), grads, out.lr, out.loss_scale);
   prof.compute("optimizer", o0, trace_clock_us());
   out.grad_norm = out.finite_loss ? r.opt->last_grad_norm() : std::nan("");
   const bool overflow = r.fp16 && out.finite_loss && !out.applied;
@@ -118,7 +118,7 @@ double evaluate(TrainingRun& r) {
   for (int b = 0; b < batches; ++b)  // a batch per run: receive buffers for m micro-batches
     r.runner->forward_only(r.n_micro, [&](int j, int32_t* tok, int32_t* tgt) {
       r.val_batches->fill(b, int64_t(r.mesh.dp_rank()) * r.local_batch + int64_t(j) * r.mb, r.mb, tok, tgt);
-    }, r.loss_sum);
+    }, r.loss_sum, r.dp->hooks());
   return global_loss_sum(r) / (double(batches) * r.tokens_per_step);
 }
 

@@ -25,16 +25,23 @@ namespace {
 
 // Model, data and initial weights. The initial weights are made (or loaded) in fp32 on the host: on a CPU in fp32
 // straight into the parameters, otherwise into `masters`, then copied to the compute copy (rounded); the
-// optimizer takes the fp32 masters from there once it exists.
+// optimizer takes the fp32 masters from there once it exists. Under ZeRO-3 no rank holds the whole model: a
+// loaded model goes to `masters` (the rank's part of the file, once, at set-up), and a new one is made parameter
+// by parameter once the shards exist (init_sharded).
 Tensor build_model_and_data(TrainingRun& r) {
   const Config& cfg = r.cfg;
   const DeviceMesh& mesh = r.mesh;
-  // ZeRO-2 reducing every micro-batch keeps no flat gradient buffer (grad_reducers.h).
+  const bool zero3 = cfg.optim.zero == 3;
+  // ZeRO-2 reducing every micro-batch keeps no flat gradient buffer (grad_reducers.h), ZeRO-3 no flat parameters.
   r.model = std::make_unique<PipelineChunks>(r.gcfg, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute, r.dev,
-                                             !sharded_gradients(cfg));
+                                             !sharded_gradients(cfg), !zero3);
   PipelineChunks& model = *r.model;
-  const bool host_masters = r.mixed || r.dev == Device::CUDA;
-  Tensor masters = host_masters ? Tensor::zeros(model.params().shape(), DType::F32) : model.params();
+  const bool host_masters = r.mixed || r.dev == Device::CUDA || zero3;
+  const bool loaded = !cfg.model.init_from.empty();
+  const Shape flat{std::max<int64_t>(1, model.table().total_numel())};
+  Tensor masters = !host_masters             ? model.params()
+                   : (zero3 && !loaded)      ? Tensor()
+                                             : Tensor::zeros(flat, DType::F32);
   if (mesh.tp() > 1) model.set_tp_comm(r.comms.tp.get());
   // Set-up reads files and may fail with bad input on some ranks only: every rank learns whether any failed
   // before the first collective of the run, so they all stop with exit status 2 instead of leaving peers waiting.
@@ -47,9 +54,9 @@ Tensor build_model_and_data(TrainingRun& r) {
       f << to_yaml(cfg);
     }
     r.data = load_dataset(cfg);
-    if (cfg.model.init_from.empty()) model.init(cfg.train.seed, cfg.model.init_std, masters);
-    else model.load_safetensors(cfg.model.init_from, masters);
-    if (host_masters) copy_convert(model.params(), masters);
+    if (loaded) model.load_safetensors(cfg.model.init_from, masters);
+    else if (masters.defined()) model.init(cfg.train.seed, cfg.model.init_std, masters);
+    if (host_masters && !zero3) copy_convert(model.params(), masters);
   } catch (const InputError& e) {
     setup_error = e.what();
   }
@@ -82,6 +89,27 @@ Tensor build_model_and_data(TrainingRun& r) {
                  name_of(cfg.parallel.schedule), r.n_micro);
   }
   return host_masters ? masters : Tensor();
+}
+
+// The fp32 weights of the elements [offset, offset + part.numel()) of the rank's layout into the compute copy
+// and, with a 16-bit compute copy, the optimizer's masters.
+void load_weights(TrainingRun& r, const Tensor& part, int64_t offset) {
+  r.dp->set_weights(*r.model, part, offset);
+  if (r.mixed) r.opt->load_masters(part, offset);
+}
+
+// ZeRO-3's new model, parameter by parameter (each drawn whole, GPT::init_param), so that no rank holds more than
+// one parameter beyond its shards.
+void init_sharded(TrainingRun& r) {
+  PipelineChunks& model = *r.model;
+  for (int c = 0; c < model.size(); ++c) {
+    const ParamTable& t = model.chunk(c).table();
+    for (int p = 0; p < t.size(); ++p) {
+      const Tensor part = Tensor::zeros({t[p].numel()}, DType::F32);
+      model.chunk(c).init_param(r.cfg.train.seed, r.cfg.model.init_std, p, part);
+      load_weights(r, part, model.base(c) + t[p].offset);
+    }
+  }
 }
 
 // The optimizer over this rank's segments. In fp32 the parameters are the master weights: under ZeRO-1 each rank
@@ -129,7 +157,9 @@ void resume(TrainingRun& r) {
   CheckpointInfo info;
   const double l0 = trace_clock_us();
   try {
-    info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt);
+    info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt, [&](const Tensor& part, int64_t offset) {
+      r.dp->set_weights(*r.model, part, offset);
+    });
     if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
     r.nonfinite_skipped = info.state.nonfinite_skipped;
   } catch (const InputError& e) {
@@ -150,7 +180,7 @@ void log_precision_and_memory(const TrainingRun& r) {
                       : "");
   spdlog::info("memory per rank: parameters {:.1f} MiB ({}), gradients {:.1f} MiB, optimizer state {:.1f} MiB ({} "
                "bytes){} ({} micro-batches of {} x {} tokens per step per rank)",
-               model.params().nbytes() / 1048576.0, dtype_name(r.compute),
+               r.dp->parameter_bytes(model) / 1048576.0, dtype_name(r.compute),
                r.dp->gradient_bytes(model) / 1048576.0, r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
                r.dp->memory_note(r.mixed), r.n_micro, r.mb, r.T);
 }
@@ -198,7 +228,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.hooks = TestHooks::from_env();
   r.dp = make_data_parallel(cfg, mesh, comms, *r.model, r.hooks.late_gather_step >= 0, rank0);
   build_optimizer(r);
-  if (r.mixed) r.opt->load_masters(masters);
+  if (r.dp->shards_parameters() && !masters.defined()) init_sharded(r);
+  else if (r.dp->shards_parameters()) load_weights(r, masters, 0);
+  else if (r.mixed) r.opt->load_masters(masters);
   masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
   r.dp->attach(r);
   if (r.fp16) r.scaler = LossScaler::from_config(cfg.precision.loss_scale);
@@ -207,6 +239,8 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
                  cfg.precision.loss_scale);
   if (cfg.optim.zero != 2 && cfg.optim.zero_reduce != ZeroReduce::MicroBatch && rank0)
     spdlog::warn("optim.zero_reduce={} is ignored: it applies to optim.zero=2 only", name_of(cfg.optim.zero_reduce));
+  if (cfg.optim.zero != 3 && !cfg.parallel.reshard_after_forward && rank0)
+    spdlog::warn("parallel.reshard_after_forward=false is ignored: it applies to optim.zero=3 only");
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
@@ -235,7 +269,8 @@ void checkpoint_run(TrainingRun& r, int step) {
   const double t0 = trace_clock_us();
   const TrainState st{step, r.opt->steps_taken(), r.scaler.scale(), r.scaler.good_in_a_row(),
                       r.scaler.skipped_steps(), r.nonfinite_skipped};
-  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, checkpoint_shard(*r.model, *r.opt, r.mesh, r.dp->shards_optimizer()),
+  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, checkpoint_shard(*r.model, r.dp->optimizer_params(*r.model), *r.opt, r.mesh,
+                                                            r.dp->shards_optimizer()),
                                            *r.comms.world, r.cfg.run.keep_checkpoints);
   spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
 }
@@ -253,17 +288,17 @@ void export_run_safetensors(TrainingRun& r, const std::string& path, const Tenso
 void finish_run(TrainingRun& r, size_t training_peak) {
   r.dp->wait_params();
   PipelineChunks& model = *r.model;
-  // The export holds the fp32 masters: gathered from the optimizer (under ZeRO-1 from every dp rank's shards).
+  // The export holds the fp32 masters: gathered from the optimizer (under ZeRO from every dp rank's shards).
   Tensor weights = model.params();
-  if (r.mixed) {
-    weights = Tensor::zeros(model.params().shape(), DType::F32, r.dev);
-    r.opt->store_masters(weights);
+  if (r.mixed || r.dp->shards_parameters()) {
+    weights = Tensor::zeros({std::max<int64_t>(1, model.table().total_numel())}, DType::F32, r.dev);
+    r.opt->store_weights(weights, r.dp->optimizer_params(model));
     r.dp->gather_shards(model, weights);
   }
   export_run_safetensors(r, r.cfg.run.dir + "/model.safetensors", weights);
   if (r.mesh.rank() == 0) model.chunk(0).export_hf_config(r.cfg.run.dir + "/config.json");
   RankMemory mem;
-  mem.params = double(model.params().nbytes());
+  mem.params = double(r.dp->parameter_bytes(model));
   mem.grads = double(r.dp->gradient_bytes(model));
   mem.optimizer = double(r.opt->state_bytes());
   for (int c = 0; c < model.size(); ++c) {
