@@ -20,15 +20,14 @@ int block_of(const std::string& name) {
   return -1;
 }
 
-// Each of the two ring slots: as large as the largest unpinned unit.
+}  // namespace
+
 int64_t ring_slot_numel(const std::vector<GradUnit>& units) {
   int64_t slot = 0;
   for (const GradUnit& u : units)
     if (!u.pinned) slot = std::max(slot, u.end - u.begin);
   return slot;
 }
-
-}  // namespace
 
 std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned) {
   std::vector<GradUnit> units;

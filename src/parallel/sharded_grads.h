@@ -34,6 +34,9 @@ struct GradUnit {
 // tied_head: the embedding unit holds the tied head's weight. all_pinned: the zero-bubble split backward.
 std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned);
 
+// Each ring slot (ShardedGrads', ShardedParams'): as large as the largest unpinned unit.
+int64_t ring_slot_numel(const std::vector<GradUnit>& units);
+
 // Buckets of at most bucket_bytes over the layout that never cross a unit's boundary (make_buckets within each).
 std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<GradUnit>& units, size_t elem_bytes,
                                  double bucket_bytes);

@@ -5,6 +5,12 @@
 
 namespace mt {
 
+int64_t sharded_params_store_numel(const std::vector<GradUnit>& units) {
+  int64_t n = ShardedParams::kSlots * ring_slot_numel(units);
+  for (const GradUnit& u : units) n += u.pinned ? u.end - u.begin : 0;
+  return n;
+}
+
 ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units,
                              std::vector<Bucket> buckets, DType dtype, Device device, const Tensor& shards)
     : dp_(dp), table_(table), units_(std::move(units)), buckets_(std::move(buckets)) {
@@ -17,9 +23,7 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
   }
   // The ring units take slots 0, 1, 2 in turn (consecutive units in either pass order never share one); the pinned
   // units follow the slots in the store.
-  int64_t slot_numel = 0;
-  for (const GradUnit& u : units_)
-    if (!u.pinned) slot_numel = std::max(slot_numel, u.end - u.begin);
+  const int64_t slot_numel = ring_slot_numel(units_);
   int64_t at = kSlots * slot_numel;
   for (int u = 0, ring = 0; u < n; ++u) {
     if (units_[u].pinned) {
@@ -36,6 +40,7 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
   shard_offsets_.push_back(0);
   for (const Bucket& b : buckets_)
     shard_offsets_.push_back(shard_offsets_.back() + shard_range(b.numel(), dp_.size(), dp_.rank()).size());
+  CHECK(at == sharded_params_store_numel(units_), "ShardedParams: the store's size");
   store_ = Tensor::zeros({std::max<int64_t>(1, at)}, dtype, device);
   if (shards.defined()) {
     CHECK(shards.numel() == shard_numel() && shards.dtype() == dtype,

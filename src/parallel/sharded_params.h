@@ -28,6 +28,10 @@ namespace mt {
 // from the head's up.
 enum class PassOrder { Forward, Backward };
 
+// The elements of a ShardedParams' unit buffers (the ring slots and the pinned units'), in the compute dtype; the
+// shards are counted apart (the planner's memory model).
+int64_t sharded_params_store_numel(const std::vector<GradUnit>& units);
+
 class ShardedParams {
  public:
   static constexpr int kSlots = 3;
