@@ -60,6 +60,11 @@ add_test(NAME zero_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_zero_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/zero_parity)
 set_tests_properties(zero_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
+# ZeRO-3 on every mesh against one rank; its gathers per step, memory, checkpoints and export.
+add_test(NAME zero3_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_zero3_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/zero3_parity)
+set_tests_properties(zero3_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
 # Llama (model.arch=llama) on every mesh against one rank.
 add_test(NAME llama_mesh
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_mesh.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>

@@ -377,9 +377,10 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"run.log_every=0"}), Contains("run.log_every must be >= 1"));
   CHECK_THAT(validate_error({"comm.bucket_mb=0"}), Contains("comm.bucket_mb must be > 0"));
   CHECK_THAT(validate_error({"model.init_std=0"}), Contains("model.init_std must be > 0"));
-  CHECK_THAT(validate_error({"optim.zero=4"}), Contains("optim.zero must be 0, 1 or 2"));
-  CHECK_THAT(validate_error({"optim.zero=-1"}), Contains("optim.zero must be 0, 1 or 2"));
-  CHECK_THAT(validate_error({"optim.zero=3"}), Contains("ZeRO-3") && Contains("not available yet"));
+  CHECK_THAT(validate_error({"optim.zero=4"}), Contains("optim.zero must be 0, 1, 2 or 3"));
+  CHECK_THAT(validate_error({"optim.zero=-1"}), Contains("optim.zero must be 0, 1, 2 or 3"));
+  CHECK_THAT(validate_error({"optim.zero=3", "optim.zero_reduce=step"}),
+             Contains("optim.zero_reduce=step needs optim.zero=2") && Contains("optim.zero=3"));
   CHECK_THAT(validate_error({"train.threads=-1"}), Contains("train.threads"));
   CHECK_THAT(validate_error({"data.val_fraction=1"}), Contains("data.val_fraction must be in [0, 1)"));
   CHECK_THAT(validate_error({"parallel.tp=0"}), Contains("parallel.tp must be >= 1"));
@@ -485,6 +486,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "model.n_layer=12", "model.n_head=6", "model.d_model=96", "model.seq_len=33", "model.vocab_size=50257",
       "model.init_std=0.0123456789012345", "model.init_from='w: #1.safetensors'", "parallel.dp=2", "parallel.tp=3",
       "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.order=pp-tp-dp", "parallel.schedule=interleaved", "parallel.virtual_stages=3",
+      "parallel.reshard_after_forward=false",
       "parallel.stage_layers=[1, 2, 3, 1, 4, 1]",
       "train.global_batch=24", "train.micro_batch=3", "train.steps=7", "train.seed=18446744073709551615",
       "train.grad_clip=0", "train.eval_every=5", "train.eval_batches=2", "train.threads=3", "train.pin_threads=false", "train.skip_nonfinite=true",

@@ -201,6 +201,21 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
     ShardedParams z(*dp, t, units, unit_buckets(t, units, 8, 8.0 * 700), DType::F64, Device::CPU);
     z.load_shards(flat.params());
     viewed.set_param_views(z.param_views());
+    {
+      // The trainer's initialisation: each parameter drawn alone (GPT::init_param) and its elements' shards loaded,
+      // which must give the shards of the whole model's init.
+      ShardedParams parts(*dp, t, units, unit_buckets(t, units, 8, 8.0 * 700), DType::F64, Device::CPU);
+      for (int p = 0; p < t.size(); ++p) {
+        Tensor part = Tensor::zeros({t[p].numel()}, DType::F32);
+        flat.init_param(11, 0.2, p, part);
+        parts.load_shards(part, t[p].offset);
+      }
+      Tensor whole32 = Tensor::zeros({t.total_numel()}, DType::F32);
+      GPT(c, DType::F32).init(11, 0.2, whole32);  // fp32, as the trainer draws them
+      z.load_shards(whole32);
+      CHECK(std::memcmp(parts.shards().data(), z.shards().data(), z.shards().nbytes()) == 0);
+      z.load_shards(flat.params());
+    }
     int64_t ring = 0, pinned = 0, largest = 0, pinned_numel = 0;
     for (const GradUnit& u : units) {
       (u.pinned ? pinned : ring) += 1;
