@@ -2,8 +2,9 @@
 optim.zero 0 (all-reduce of gradient buckets), 1 (reduce-scatter of the gradient, sharded optimizer state, all-gather
 of the parameters) and 2 (gradients reduce-scattered after every micro-batch's backward into per-rank shards, two
 block-sized buffers in turn), plus zero 2 with optim.zero_reduce=step (one reduction on the last micro-batch, ZeRO-1's
-machinery) when a step has more than one micro-batch. ZeRO-3 (sharded parameters) is not available yet: optim.zero=3
-exits 2, so it is not run here.
+machinery) when a step has more than one micro-batch, and 3 (zero 2's gradients, and the parameters sharded too: each
+block all-gathered before each forward and backward pass, the next one prefetched), plus zero 3 with
+parallel.reshard_after_forward=false ("zero3-keep": each block gathered once per step and kept to its end).
 
 For each --dp (default 2,4) ranks train configs/gpt.yaml (GPT-2, L=4, C=128, T=64, V=256, ~0.83M parameters, 3.3 MB
 of fp32 gradients) with micro-batches of 8 sequences, M of them per rank and step (--micro-batches, default 1; a
@@ -15,7 +16,8 @@ comma list runs each; train.global_batch = 8 * dp * M). One dp:
      whole gradient, 2(p-1)(alpha + n/p * beta), costs --comm-fraction (0.6) of that compute (p = dp). The link is
      fixed for the dp, so with M > 1 the per-micro-batch reductions of zero 2 cost M times theirs against the same
      link while the compute grows M times too.
-  3. --runs (3) times the sequence [zero 0, zero 1, zero 2, (zero 2 reduce=step)] for each M, interleaved so that
+  3. --runs (3) times the sequence [zero 0, zero 1, zero 2, (zero 2 reduce=step), zero 3, zero 3 keep] for each M,
+     interleaved so that
      drift on the machine hits every arm alike; overlap on, comm.bucket_mb = --bucket-mb (0.25).
 
 Each row gives, per (dp, M, arm), the median over runs of each run's medians over steps 6..N of metrics.jsonl:
@@ -24,9 +26,9 @@ communication, the maximum over ranks), exposed/comm, and "own": the slowest ran
 comm (slowest_exposed_comm_ms, without the other ranks' wait for that rank, which no ZeRO stage changes); the step
 time against zero 1's in the same run (median, and
 min..max across runs); and gradients + optimizer state per rank in MiB, from the trainer's "memory per rank" line, so
-the memory each stage saves is beside what it costs. Beside zero 2's rows: the issue's bars, step within 1.15x of
-zero 1 and exposed/comm <= 0.30 (reported as met or missed, never a failure); and build/planner's prediction of the
-arm's step time on the same link, with its error. With dp > cores the ranks are
+the memory each stage saves is beside what it costs (parameters too, which only zero 3 shards). Beside zero 2's and
+zero 3's rows: the bars, step within 1.15x of zero 1 and exposed/comm <= 0.30 (reported as met or missed, never a
+failure); and build/planner's prediction of the arm's step time on the same link, with its error. With dp > cores the ranks are
 oversubscribed and compete for cores with the communication threads: read those rows as a stress case.
 
 Usage: /usr/bin/python3 bench/bench_zero.py [--dp 2,4] [--micro-batches 1] [--runs 3] [--steps 25]
@@ -49,18 +51,20 @@ from bench_cli import cpu_model, float_above, float_at_least, int_at_least, int_
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 5  # metrics rows skipped: allocations, first buckets, lr warm-up has no effect on timing
-STEP_BAR, EXPOSED_BAR = 1.15, 0.30  # zero 2: step <= 1.15x zero 1's, exposed/comm <= 0.30
-MEMORY = re.compile(r"memory per rank: parameters [0-9.]+ MiB \([^)]*\), gradients ([0-9.]+) MiB, "
+STEP_BAR, EXPOSED_BAR = 1.15, 0.30  # zero 2 and 3: step <= 1.15x zero 1's, exposed/comm <= 0.30
+MEMORY = re.compile(r"memory per rank: parameters ([0-9.]+) MiB \([^)]*\), gradients ([0-9.]+) MiB, "
                     r"optimizer state ([0-9.]+) MiB \((\d+) bytes\)")
 
 
 def arms(m):
-    """(name, optim.zero, optim.zero_reduce or None) of each arm at m micro-batches per step."""
-    a = [("zero0", 0, None), ("zero1", 1, None), ("zero2", 2, "micro_batch")]
-    return a + ([("zero2-step", 2, "step")] if m > 1 else [])
+    """(name, optim.zero, optim.zero_reduce or None, parallel.reshard_after_forward) of each arm at m micro-batches
+    per step."""
+    a = [("zero0", 0, None, True), ("zero1", 1, None, True), ("zero2", 2, "micro_batch", True)]
+    return a + ([("zero2-step", 2, "step", True)] if m > 1 else []) + [("zero3", 3, None, True),
+                                                                       ("zero3-keep", 3, None, False)]
 
 
-def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps=0.0, latency_us=0.0):
+def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps=0.0, latency_us=0.0, reshard=True):
     """One trainer run; returns the medians over steps WARMUP+1..N, the memory line's figures (or None) and the log."""
     run_dir = os.path.join(work, tag)
     cmd = ["mpiexec", "-n", str(dp), os.path.join(ROOT, "build", "trainer"), "--config",
@@ -74,6 +78,8 @@ def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps
            "--set", "run.log_every=1000", "--set", "run.checkpoint_every=0", "--set", f"run.dir={run_dir}"]
     if reduce:
         cmd += ["--set", f"optim.zero_reduce={reduce}"]
+    if not reshard:
+        cmd += ["--set", "parallel.reshard_after_forward=false"]
     env = dict(os.environ)
     if args.threads:
         cmd += ["--set", f"train.threads={args.threads}"]
@@ -87,7 +93,8 @@ def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], (int, float))}
     log = p.stdout + p.stderr
     mm = MEMORY.search(log)
-    mem = {"grad_mib": float(mm.group(1)), "optim_mib": int(mm.group(3)) / 1048576.0} if mm else None
+    mem = ({"param_mib": float(mm.group(1)), "grad_mib": float(mm.group(2)), "optim_mib": int(mm.group(4)) / 1048576.0}
+           if mm else None)
     return med, mem, log
 
 
@@ -128,7 +135,8 @@ def predict(args, dp, m, link):
         for r in json.loads(p.stdout):
             if (r["dp"], r["tp"], r["pp"], r["schedule"], r["micro_batch"]) != (dp, 1, 1, "1f1b", 8):
                 continue
-            name = {0: "zero0", 1: "zero1", 2: "zero2" if reduce == "micro_batch" else "zero2-step"}[r["zero"]]
+            name = {0: "zero0", 1: "zero1", 2: "zero2" if reduce == "micro_batch" else "zero2-step",
+                    3: "zero3"}[r["zero"]]
             if reduce == "micro_batch" or name == "zero2-step":
                 out[name] = r["step_ms"]
     return out
@@ -137,7 +145,7 @@ def predict(args, dp, m, link):
 def summarize(dp, m, link, per_run, predicted):
     """Rows for one (dp, M): per_run[k][arm name] = (medians, memory) of run k."""
     rows = []
-    for name, zero, reduce in arms(m):
+    for name, zero, reduce, _ in arms(m):
         meds = [r[name][0] for r in per_run]
         ratios = [r[name][0]["step_ms"] / r["zero1"][0]["step_ms"] for r in per_run]
         shares = [x["exposed_comm_ms"] / max(x["comm_ms"], 1e-9) for x in meds]
@@ -153,7 +161,7 @@ def summarize(dp, m, link, per_run, predicted):
                "step_vs_zero1": statistics.median(ratios), "step_vs_zero1_min": min(ratios),
                "step_vs_zero1_max": max(ratios), "memory": per_run[0][name][1],
                "planner_step_ms": predicted.get(name)}
-        if zero == 2:
+        if zero >= 2:
             row["bars"] = {"step_vs_zero1_max": STEP_BAR, "step_met": row["step_vs_zero1"] <= STEP_BAR,
                            "exposed_over_comm_max": EXPOSED_BAR,
                            "exposed_met": row["exposed_over_comm"] <= EXPOSED_BAR}
@@ -163,12 +171,14 @@ def summarize(dp, m, link, per_run, predicted):
 
 def print_table(rows, runs):
     print(f"{'dp':>3} {'M':>2} {'arm':<10} {'step_ms':>8} {'comm_ms':>8} {'exposed':>8} {'exp/comm':>8} {'own':>5} "
-          f"{'vs zero1':>8} {f'min..max ({runs} runs)':>18} {'grad MiB':>8} {'optim MiB':>9} {'grad+opt':>8} "
+          f"{'vs zero1':>8} {f'min..max ({runs} runs)':>18} {'param MiB':>9} {'grad MiB':>8} {'optim MiB':>9} "
+          f"{'total':>8} "
           f"{'planner':>8} {'error':>6}  bars")
     for r in rows:
         mem = r["memory"]
-        mems = (f"{mem['grad_mib']:8.1f} {mem['optim_mib']:9.1f} {mem['grad_mib'] + mem['optim_mib']:8.1f}" if mem
-                else f"{'?':>8} {'?':>9} {'?':>8}")
+        mems = (f"{mem['param_mib']:9.2f} {mem['grad_mib']:8.2f} {mem['optim_mib']:9.2f} "
+                f"{mem['param_mib'] + mem['grad_mib'] + mem['optim_mib']:8.2f}" if mem
+                else f"{'?':>9} {'?':>8} {'?':>9} {'?':>8}")
         line = (f"{r['dp']:>3} {r['micro_batches']:>2} {r['arm']:<10} {r['step_ms']:8.1f} {r['comm_ms']:8.1f} "
                 f"{r['exposed_comm_ms']:8.1f} {r['exposed_over_comm']:8.2f} {r['own_exposed_over_comm']:5.2f} "
                 f"{r['step_vs_zero1']:7.2f}x "
@@ -218,8 +228,8 @@ def main():
     print(f"configs/gpt.yaml, micro-batch 8, M = {args.micro_batches} per rank and step, {args.steps} steps (medians "
           f"of steps {WARMUP + 1}..{args.steps}), {args.runs} interleaved runs; overlap on, comm.bucket_mb="
           f"{args.bucket_mb:g}, comm.backend={args.backend}, comm.wait={args.comm_wait}, comm.thread_priority="
-          f"{args.thread_priority}, {threads}; ZeRO-3 is not available yet (not run)")
-    print(f"bars (zero 2): step <= {STEP_BAR:.2f}x zero 1's in the same run, exposed/comm <= {EXPOSED_BAR:.2f}")
+          f"{args.thread_priority}, {threads}")
+    print(f"bars (zero 2 and 3): step <= {STEP_BAR:.2f}x zero 1's in the same run, exposed/comm <= {EXPOSED_BAR:.2f}")
     all_rows = []
     with tempfile.TemporaryDirectory() as work:
         for dp in dps:
@@ -232,9 +242,9 @@ def main():
             for k in range(args.runs):
                 for m in ms:
                     res = {}
-                    for name, zero, reduce in arms(m):
+                    for name, zero, reduce, reshard in arms(m):
                         med, mem, _ = run(f"dp{dp}_m{m}_{name}_r{k}", args, work, dp, m, zero, reduce,
-                                          args.bucket_mb, True, link["bandwidth_gbps"], link["latency_us"])
+                                          args.bucket_mb, True, link["bandwidth_gbps"], link["latency_us"], reshard)
                         res[name] = (med, mem)
                     per_run[m].append(res)
                 print(f"[dp {dp}] run {k + 1}/{args.runs}: " + "; ".join(
