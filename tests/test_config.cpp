@@ -577,6 +577,8 @@ TEST_CASE("every enum key round-trips each of its names, and refuses others nami
       {"model.arch", {"gpt2", "llama"}, [](const Config& c) { return int(c.model.arch); }},
       {"parallel.schedule", {"1f1b", "gpipe", "interleaved", "zb1"},
        [](const Config& c) { return int(c.parallel.schedule); }},
+      {"parallel.reshard_after_forward", {"auto", "true", "false"},
+       [](const Config& c) { return int(c.parallel.reshard_after_forward); }},
       {"train.recompute", {"none", "light", "selective", "full"},
        [](const Config& c) { return int(c.train.recompute); }},
       {"optim.schedule", {"cosine", "linear", "constant"}, [](const Config& c) { return int(c.optim.schedule); }},

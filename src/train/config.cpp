@@ -89,8 +89,9 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(parallel.pp, "pipeline stages"),
       MT_KEY(parallel.order, "mesh axis order, a permutation of tp, dp, pp joined by '-'; the first varies fastest"),
       MT_KEY(parallel.schedule, "pipeline schedule: 1f1b | gpipe | interleaved | zb1"),
-      MT_KEY(parallel.reshard_after_forward, "ZeRO-3: true = gather each block again for its backward pass; false = "
-                                             "keep every block gathered until the step ends (ZeRO-2's traffic)"),
+      MT_KEY(parallel.reshard_after_forward, "ZeRO-3: true = gather each block again for every pass; false = keep "
+                                             "every block gathered until the step ends (ZeRO-2's traffic); auto = "
+                                             "true without pipeline parallelism, false with it"),
       MT_KEY(parallel.virtual_stages, "model chunks per pipeline rank (> 1 needs schedule interleaved)"),
       MT_KEY(parallel.stage_layers, "transformer blocks of each virtual stage s = chunk*pp + rank, contiguous in s "
                                     "(e.g. [3, 5]; pp*virtual_stages entries >= 1 summing to model.n_layer); "

@@ -32,6 +32,12 @@ inline const auto& enum_names(OuterOptimizer) {
   return names;
 }
 enum class ZeroReduce : uint8_t { MicroBatch, Step };  // optim.zero_reduce (ZeRO-2)
+// parallel.reshard_after_forward (ZeRO-3): auto is true without pipeline parallelism and false with it.
+enum class Reshard : uint8_t { Auto, Yes, No };
+inline const auto& enum_names(Reshard) {
+  static constexpr EnumName<Reshard> names[] = {{Reshard::Auto, "auto"}, {Reshard::Yes, "true"}, {Reshard::No, "false"}};
+  return names;
+}
 inline const auto& enum_names(ZeroReduce) {
   static constexpr EnumName<ZeroReduce> names[] = {{ZeroReduce::MicroBatch, "micro_batch"},
                                                    {ZeroReduce::Step, "step"}};
@@ -93,9 +99,10 @@ struct ParallelConfig {
   // Transformer blocks of each virtual stage s = c*pp + r (chunk c on pipeline rank r); empty = an even split.
   // An uneven split balances stages whose extra work (embedding, head + loss) is not in the blocks.
   std::vector<int> stage_layers;
-  // ZeRO-3: gather a block's parameters again for its backward pass (true), or keep every unit gathered from the
-  // step's first pass to its end (false: ZeRO-2's gather traffic, a whole chunk's compute copy during the step).
-  bool reshard_after_forward = true;
+  // ZeRO-3: gather a block's parameters again for each pass (true), or keep every unit gathered from the step's
+  // first pass to its end (false: ZeRO-2's gather traffic, a whole chunk's compute copy during the step); auto:
+  // true without pipeline parallelism, false with it (each micro-batch's passes would gather every unit again).
+  Reshard reshard_after_forward = Reshard::Auto;
 };
 
 struct TrainConfig {

@@ -218,10 +218,12 @@ class FullySharded final : public Synchronous {
     if (log)
       spdlog::info("data parallel: ZeRO-3, parameters {} ({:.2f} MiB of this rank's shards, {:.2f} MiB of gathered "
                    "units' buffers)",
-                   cfg.parallel.reshard_after_forward
+                   reshards_after_forward(cfg)
                        ? "gathered unit by unit before each forward and backward pass, the next unit prefetched"
-                       : "gathered unit by unit in the step's first pass and kept to its end "
-                         "(parallel.reshard_after_forward=false)",
+                       : fmt::format("gathered unit by unit in the step's first pass and kept to its end "
+                                     "(parallel.reshard_after_forward={}{})",
+                                     name_of(cfg.parallel.reshard_after_forward),
+                                     cfg.parallel.pp > 1 ? " with pipeline parallelism" : ""),
                    shards_.nbytes() / 1048576.0, buffers / 1048576.0);
   }
 

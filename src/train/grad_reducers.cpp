@@ -14,9 +14,14 @@ std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, co
   return grad_units(table, g.tied() && holds_embedding, cfg.parallel.schedule == PipelineSchedule::ZB1);
 }
 
+bool reshards_after_forward(const Config& cfg) {
+  const Reshard r = cfg.parallel.reshard_after_forward;
+  return r == Reshard::Yes || (r == Reshard::Auto && cfg.parallel.pp == 1);
+}
+
 std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
   const bool holds_embedding = table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight") >= 0;
-  return grad_units(table, g.tied() && holds_embedding, !cfg.parallel.reshard_after_forward);
+  return grad_units(table, g.tied() && holds_embedding, !reshards_after_forward(cfg));
 }
 
 namespace {

@@ -31,8 +31,10 @@ bool sharded_gradients(const Config& cfg);
 // ZeRO-2: the gradient units of a chunk of stage config `g` with parameter table `table` (sharded_grads.h): its
 // embedding unit is pinned when it holds the tied head, every unit under the zb1 schedule.
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
+// ZeRO-3: whether each pass gathers the units again (parallel.reshard_after_forward, auto resolved: not with pp).
+bool reshards_after_forward(const Config& cfg);
 // ZeRO-3: the parameter units of such a chunk (sharded_params.h): the gradient units' ranges; the embedding unit
-// pinned when it holds the tied head, every unit with parallel.reshard_after_forward false.
+// pinned when it holds the tied head, every unit when the passes do not reshard.
 std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
 
 // Whether any chunk reduces over dp.

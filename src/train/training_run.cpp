@@ -239,8 +239,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
                  cfg.precision.loss_scale);
   if (cfg.optim.zero != 2 && cfg.optim.zero_reduce != ZeroReduce::MicroBatch && rank0)
     spdlog::warn("optim.zero_reduce={} is ignored: it applies to optim.zero=2 only", name_of(cfg.optim.zero_reduce));
-  if (cfg.optim.zero != 3 && !cfg.parallel.reshard_after_forward && rank0)
-    spdlog::warn("parallel.reshard_after_forward=false is ignored: it applies to optim.zero=3 only");
+  if (cfg.optim.zero != 3 && cfg.parallel.reshard_after_forward != Reshard::Auto && rank0)
+    spdlog::warn("parallel.reshard_after_forward={} is ignored: it applies to optim.zero=3 only",
+                 name_of(cfg.parallel.reshard_after_forward));
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};

@@ -2,10 +2,11 @@
 
   1. Exactness: every step's loss (and the validation losses of steps 10 and 20, whose forward passes gather the
      units too) within 1e-5 relative of one rank over 20 steps: GPT-2 on dp 8, dp2 x tp2 x pp2 (1f1b and
-     interleaved), dp4 x tp2 with sequence parallelism, dp 2 accumulating 4 micro-batches, dp2 x pp2 zb1 on uneven
-     stages with light recomputation (whose weight pass reads parameters), full recomputation, and
-     parallel.reshard_after_forward=false on dp2 x pp2; Llama with grouped-query attention on dp2 x tp2 x pp2 with
-     the embedding tied across stages. The gradients take ZeRO-2's path (a reduce-scatter per micro-batch), so
+     interleaved), dp4 x tp2 with sequence parallelism, dp 2 accumulating 4 micro-batches (resharding, the default
+     without pipeline parallelism, and not), dp2 x pp2 zb1 on uneven stages with light recomputation (whose weight
+     pass reads parameters), full recomputation; Llama with grouped-query attention on dp2 x tp2 x pp2 with the
+     embedding tied across stages. With pipeline parallelism the default keeps the units for the step; the
+     interleaved and zb1 cases reshard. The gradients take ZeRO-2's path (a reduce-scatter per micro-batch), so
      only the summation order differs from one rank: about 1e-7 per step. A unit read before its gather (a stale
      or another unit's weights) shows as 1e-2 at the first step.
   2. 16-bit compute: with one micro-batch and no clipping, ZeRO-3 is ZeRO-2 bit for bit in bf16 and fp16 (the
@@ -61,13 +62,15 @@ refs = {"gpt2": single, "llama": run("single_llama", 1, 1, 1, LLAMA)[0]}
 CASES = [  # name, dp, tp, pp, settings, reference
     ("dp8", 8, 1, 1, Z3, "gpt2"),
     ("dp2_tp2_pp2_1f1b", 2, 2, 2, Z3, "gpt2"),
-    ("dp2_tp2_pp2_interleaved", 2, 2, 2, Z3 + ["parallel.schedule=interleaved", "parallel.virtual_stages=2"], "gpt2"),
+    ("dp2_tp2_pp2_interleaved_reshard", 2, 2, 2, Z3 + ["parallel.schedule=interleaved", "parallel.virtual_stages=2",
+                                                       "parallel.reshard_after_forward=true"], "gpt2"),
     ("dp4_tp2_sp", 4, 2, 1, Z3 + ["parallel.sequence_parallel=true"], "gpt2"),
     ("dp2_m4", 2, 1, 1, Z3, "gpt2"),
-    ("dp2_pp2_zb1_uneven_light", 2, 1, 2, Z3 + ["parallel.schedule=zb1", "parallel.stage_layers=[3,1]",
-                                              "train.recompute=light"], "gpt2"),
+    ("dp2_pp2_zb1_uneven_light_reshard", 2, 1, 2, Z3 + ["parallel.schedule=zb1", "parallel.stage_layers=[3,1]",
+                                                      "train.recompute=light", "parallel.reshard_after_forward=true"],
+     "gpt2"),
     ("dp2_m4_recompute_full", 2, 1, 1, Z3 + ["train.recompute=full"], "gpt2"),
-    ("dp2_pp2_no_reshard", 2, 1, 2, Z3 + ["parallel.reshard_after_forward=false"], "gpt2"),
+    ("dp2_m4_no_reshard", 2, 1, 1, Z3 + ["parallel.reshard_after_forward=false"], "gpt2"),
     ("llama_dp2_tp2_pp2_tied", 2, 2, 2, Z3 + LLAMA, "llama"),
 ]
 for name, dp, tp, pp, sets, ref in CASES:
@@ -87,12 +90,12 @@ for dtype in ("bf16", "fp16"):
 # 3. Gathers per step, from each step's comm_bytes (the busiest rank's payload; at dp 2 a gather sends this rank's
 # half of each unit). ZeRO-3's gathers all happen inside their step, so every row holds exactly its own. The tied
 # embedding unit is pinned: gathered once per step. The evaluation after step 10 gathers the updated units, so step
-# 11 starts with some resident (all of them without resharding): rows 10, 11 and 20 are left out. tiny.yaml's d_model 32, vocabulary 64, 16 positions.
+# 11 starts with some resident (all of them without resharding): rows 10, 11 and 20 are left out. tiny.yaml's
+# d_model 32, vocabulary 64, 16 positions.
 C = 32
 embedding = 64 * C + 16 * C
 n_params = sum(len(v[1]) for v in single_weights.values())
 run("dp2_m4_zero2", 2, 1, 1, ["optim.zero=2"])
-run("dp2_m4_no_reshard", 2, 1, 1, Z3 + ["parallel.reshard_after_forward=false"])
 
 
 def per_step(name):
@@ -117,7 +120,8 @@ def params_bytes(name, sets):
 
 block = 12 * C * C + 13 * C
 n = 8 * block + embedding + 2 * C
-ring, every = params_bytes("memory_zero3", []), params_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
+ring = params_bytes("memory_zero3", [])
+every = params_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
 low = 4 * (3 * block + embedding + n // 2)  # rank 0's shard of each bucket is half of it, rounded up
 check(low <= ring <= low + 4 * 100 and 4 * (n + n // 2) <= every <= 4 * (n + n // 2) + 4 * 100,
       f"8 blocks, dp 2: ZeRO-3 holds {ring} parameter bytes (three blocks, the tied embedding, half the shards: "
