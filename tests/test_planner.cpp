@@ -1,13 +1,15 @@
 // The planner's pieces (src/plan/): the enumeration of layouts against a hand count and against every candidate
 // the trainer's validate() accepts; the byte mirrors of the model's arena allocations against the real
 // allocations (exact: the memory model is built from them); the schedule's record counts against the schedule
-// simulator's; the timeline simulation against the schedule simulator's makespan with unit costs (exact),
-// plus its sharing of cores; and the network model's sharing of a node's link. Whole-program checks (memory against run.dir/memory.json, JSON, exit status) are
-// in tests/py/test_planner.py.
+// simulator's; ZeRO-3's parameter gathers per pass against a ShardedParams behind the model's passes (exact); the
+// timeline simulation against the schedule simulator's makespan with unit costs (exact), plus its sharing of cores;
+// and the network model's sharing of a node's link. Whole-program checks (memory against run.dir/memory.json, JSON,
+// ZeRO-3's gather traffic per step, exit status) are in tests/py/test_planner.py.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -17,10 +19,12 @@
 #include "core/errors.h"
 #include "model/gpt.h"
 #include "parallel/schedule.h"
+#include "parallel/sharded_params.h"
 #include "plan/activation_bytes.h"
 #include "plan/layout.h"
 #include "plan/net_model.h"
 #include "plan/null_communicator.h"
+#include "plan/param_gathers.h"
 #include "plan/schedule_usage.h"
 #include "plan/timeline.h"
 #include "train/config.h"
@@ -39,15 +43,19 @@ Config tiny() {
 
 TEST_CASE("enumeration: the count of layouts equals a hand count", "[planner]") {
   const Config c = tiny();  // n_layer 2, n_head 2, d_model 32, global_batch 4
-  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2) x zero 0, 1, 2.
-  CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 3);
-  // Below, each count is per zero stage (x 3).
+  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2) x zero 0, 1, 2, 3.
+  CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 4);
+  // Below, each count is per zero stage (x 4).
   // world 2: dp2 (mb 1, 2: 2 x 3 = 6), tp2 (mb 1, 2, 4: 9), pp2 (1f1b, gpipe, zb1 at mb 1, 2, 4: 9, plus
   // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 2; v2 needs 4 stages of 2 blocks: none) = 26.
-  CHECK(enumerate_layouts(c, 2).size() == 3 * (6 + 9 + 9 + 2));
+  CHECK(enumerate_layouts(c, 2).size() == 4 * (6 + 9 + 9 + 2));
   // world 4: dp4 (mb 1: 3), dp2 x tp2 (mb 1, 2: 6), dp2 x pp2 (mb 1, 2: 6, interleaved v1 at mb 1: 1),
   // tp2 x pp2 (mb 1, 2, 4: 9, interleaved v1 at mb 1, 2: 2); tp4 (n_head 2) and pp4 (2 blocks) are invalid.
-  CHECK(enumerate_layouts(c, 4).size() == 3 * (3 + 6 + 7 + 11));
+  CHECK(enumerate_layouts(c, 4).size() == 4 * (3 + 6 + 7 + 11));
+  // optim.zero_reduce=step is ZeRO-2's alone: the trainer refuses it with ZeRO-3, so the planner lists no ZeRO-3.
+  Config step = c;
+  step.optim.zero_reduce = ZeroReduce::Step;
+  CHECK(enumerate_layouts(step, 2).size() == 3 * (6 + 9 + 9 + 2));
   // world 3: dp3 does not divide global_batch 4, tp3 not n_head 2, pp3 exceeds 2 blocks.
   CHECK(enumerate_layouts(c, 3).empty());
   CHECK_THROWS_AS(enumerate_layouts(c, 0), InputError);
@@ -150,6 +158,101 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
     model.backward(a, scratch, {}, k.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
     CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, g.seq_len, k.dt, k.split));
   }
+}
+
+TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the model's passes", "[planner]") {
+  // The step model charges each pass the gathers plan/param_gathers.h predicts. Here a real store (over a
+  // do-nothing communicator of 2 ranks) sits behind the model's passes and counts what it issues, pass by pass,
+  // over two steps of two micro-batches: every kind of stage, both backward splits, the weight pass reading (light
+  // recomputation) or not, tied and untied heads, and both parallel.reshard_after_forward settings.
+  struct Case {
+    ModelArch arch;
+    bool tied;
+    int begin, end, n_layer;
+    bool split;
+    Recompute rc;
+  };
+  const Case cases[] = {
+      {ModelArch::GPT2, true, 0, 3, 3, false, Recompute::None},    // one stage: the tied embedding pinned
+      {ModelArch::GPT2, true, 0, 2, 4, false, Recompute::None},    // a first stage
+      {ModelArch::GPT2, true, 1, 3, 4, false, Recompute::None},    // a middle stage: blocks only
+      {ModelArch::GPT2, true, 2, 4, 4, true, Recompute::Light},    // a last stage with the tied head; W reads
+      {ModelArch::GPT2, true, 0, 2, 2, true, Recompute::None},     // split, the weight pass reading nothing
+      {ModelArch::Llama, false, 0, 2, 3, false, Recompute::None},  // untied first stage: the embedding unpinned
+      {ModelArch::Llama, false, 1, 3, 3, true, Recompute::Light},  // untied last stage: the head in the first unit
+      {ModelArch::Llama, true, 0, 2, 2, false, Recompute::Full},   // tied, one stage
+  };
+  for (const Case& k : cases)
+    for (const bool reshard : {true, false}) {
+      GPTConfig g;
+      g.arch = k.arch;
+      g.tie_embeddings = k.tied;
+      g.recompute = k.rc;
+      g.n_layer = k.n_layer;
+      g.n_head = 2;
+      g.d_model = 16;
+      g.seq_len = 8;
+      g.vocab_size = 40;
+      g.layer_begin = k.begin;
+      g.layer_end = k.end;
+      if (k.arch == ModelArch::Llama) {
+        g.n_kv_head = 1;
+        g.ffn_hidden = 24;
+      }
+      INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {}", name_of(k.arch), k.tied,
+                       k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard));
+      GPT model(g, DType::F32);
+      const ParamTable& t = model.table();
+      // chunk_param_units: the embedding pinned where it holds the tied head, every unit without resharding.
+      const bool embedding = t.index_of(k.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight") >= 0;
+      const std::vector<GradUnit> units = grad_units(t, g.tied() && embedding, !reshard);
+      NullCommunicator dp(2, 0);
+      ShardedParams store(dp, t, units, unit_buckets(t, units, 4, 4.0 * 200), DType::F32, Device::CPU);
+      model.set_param_views(store.param_views());
+      ChunkParamGathers mirror(g, t, units, std::vector<double>(units.size(), 1.0), 4);
+      Arena rec, scratch;
+      Activations a = model.alloc_activations(rec, 1, g.seq_len, k.split);
+      for (int64_t i = 0; i < a.tokens.numel(); ++i) {
+        a.tokens.data_as<int32_t>()[i] = int32_t(i % g.vocab_size);
+        a.targets.data_as<int32_t>()[i] = int32_t((i + 1) % g.vocab_size);
+      }
+      Tensor dout, dinput, loss = Tensor::zeros({1}, DType::F32);
+      if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
+      if (!g.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
+      const auto need = [&](int64_t lo, int64_t hi) { store.backward_needs(lo, hi); };
+      int64_t step_gathers = 0;
+      auto pass = [&](ActionKind kind, const std::function<void()>& run) {
+        const int64_t issued = store.gathers_issued(), missed = store.gathers_not_prefetched();
+        store.begin_pass(kind == ActionKind::Forward ? PassOrder::Forward : PassOrder::Backward);
+        run();
+        const PassGathers p = mirror.pass(kind, 100.0);
+        INFO(action_kind_name(kind));
+        CHECK(store.gathers_issued() - issued == int64_t(p.units.size()));
+        CHECK(store.gathers_not_prefetched() - missed == p.not_prefetched);
+        step_gathers += int64_t(p.units.size());
+      };
+      for (int step = 0; step < 2; ++step) {
+        store.begin_step();
+        mirror.begin_step();
+        step_gathers = 0;
+        for (int mb = 0; mb < 2; ++mb) {
+          pass(ActionKind::Forward, [&] {
+            model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor(),
+                          [&](int64_t begin) { store.forward_needs(begin); });
+          });
+          scratch.reset();
+          if (!k.split) {
+            pass(ActionKind::Backward, [&] { model.backward(a, scratch, {}, BackwardPart::All, dout, dinput, need); });
+            continue;
+          }
+          pass(ActionKind::BackwardInput,
+               [&] { model.backward(a, scratch, {}, BackwardPart::InputOnly, dout, dinput, need); });
+          pass(ActionKind::BackwardWeight, [&] { model.backward_weights(a, {}, need); });
+        }
+        // Without resharding every unit is gathered once per step, in the first forward pass.
+        if (!reshard) CHECK(step_gathers == int64_t(units.size()));
+      }
+    }
 }
 
 TEST_CASE("record counts per chunk match the schedules' activation bounds", "[planner]") {

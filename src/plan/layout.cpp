@@ -61,7 +61,7 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
         for (int v = 1; v <= vmax; ++v)
           for (int mb = 1; mb <= gb; ++mb) {
             if (gb % mb || (gb / mb) % dp) continue;  // global_batch / (dp * mb) whole
-            for (int zero = 0; zero <= 2; ++zero) {
+            for (int zero = 0; zero <= 3; ++zero) {
               Layout l{dp, tp, pp, sched, v, mb, zero};
               if (layout_valid(base, l, world)) out.push_back(l);
             }

@@ -30,8 +30,9 @@ Config apply_layout(const Config& base, const Layout& l);
 bool layout_valid(const Config& base, const Layout& l, int world, std::string* why = nullptr);
 
 // Every valid layout for `world` ranks, in Layout's order: dp*tp*pp = world, each schedule, virtual_stages
-// 1..n_layer for interleaved (1 otherwise), micro_batch over the divisors of global_batch / dp, zero 0, 1 and 2;
-// kept when layout_valid. Throws InputError when world < 1.
+// 1..n_layer for interleaved (1 otherwise), micro_batch over the divisors of global_batch / dp, zero 0 to 3;
+// kept when layout_valid. Throws InputError when world < 1. parallel.reshard_after_forward (ZeRO-3) is not a
+// layout key: it comes from the config, as every other key does.
 std::vector<Layout> enumerate_layouts(const Config& base, int world);
 
 // "dp2 tp1 pp2 1f1b mb4 zero1" (interleaved adds "v2").

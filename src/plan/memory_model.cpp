@@ -8,11 +8,13 @@
 #include "comm/communicator.h"
 #include "model/pipeline_chunks.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/sharded_params.h"
 #include "plan/activation_bytes.h"
 #include "plan/null_communicator.h"
 #include "plan/schedule_usage.h"
 #include "train/grad_reducers.h"
 #include "train/model_config.h"
+#include "train/stop_signal.h"
 
 namespace mt::plan {
 
@@ -33,6 +35,27 @@ int64_t compressed_reducer_bytes(const Config& cfg, int dp, const ParamTable& ta
   GradReducer reducer(null, grads, b, false, DType::F32, table, co);
   return int64_t(host_tensor_bytes() - before);
 }
+
+// The most elements of one parameter in `table`: ZeRO-3 draws a new model parameter by parameter, each into an fp32
+// tensor of its own (training_run.cpp's init_sharded).
+int64_t largest_param(const ParamTable& table) {
+  int64_t most = 0;
+  for (const ParamSpec& p : table.specs()) most = std::max(most, p.numel());
+  return most;
+}
+
+// The one-element tensors alive while a rank trains: the optimizer's four scalars, the loss sum, the ring of
+// run.stop_signals' votes (optim.staleness + 1 of them; not armed under local SGD, which writes no checkpoints:
+// trainer.cpp's arm_stop_signals) and, under local SGD on dp > 1, the two of the step's finiteness vote over dp
+// (train_step.cpp's any_rank). The step's global loss and the step report's timings are views of host values.
+int small_tensors(const Config& cfg, int dp) {
+  std::vector<int> signals;
+  std::string bad;
+  parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
+  const bool local_sgd = cfg.optim.sync_every > 0;
+  const int votes = !signals.empty() && !local_sgd ? cfg.optim.staleness + 1 : 0;
+  return 4 + 1 + votes + (local_sgd && dp > 1 ? 2 : 0);
+}
 }  // namespace
 
 MemoryPrediction predict_memory(const Config& cfg, int world) {
@@ -45,7 +68,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   base.tp_rank = 0;
   base.sequence_parallel = cfg.parallel.sequence_parallel;
   const DType dt = cfg.precision.compute;
-  const bool mixed = dt != DType::F32, zero = cfg.optim.zero >= 1;
+  const bool mixed = dt != DType::F32, zero = cfg.optim.zero >= 1, zero3 = cfg.optim.zero == 3;
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
   const bool local_sgd = cfg.optim.sync_every > 0;  // no gradient buckets: parameters are averaged instead
   const bool reducers = (dp > 1 || zero) && !local_sgd;
@@ -56,10 +79,13 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   for (int r = 0; r < pp; ++r) {
     StageMemory s;
     s.pp_rank = r;
-    const int64_t n = std::max<int64_t>(1, PipelineChunks::rank_table(base, layers, pp, r).total_numel());
-    s.params = double(tensor_bytes(n, dt));
-    // ZeRO-2 (reducing every micro-batch): no flat gradient buffer, but each chunk's unit buffers (and their
-    // 16-bit wire copies) and one buffer of the rank's packed gradient shards (grad_reducers.cpp).
+    const ParamTable rank_table = PipelineChunks::rank_table(base, layers, pp, r);
+    const int64_t n = std::max<int64_t>(1, rank_table.total_numel());
+    // ZeRO-3 has no flat parameter buffer: its parameters are counted per chunk below (data_parallel.cpp's
+    // FullySharded).
+    s.params = zero3 ? 0.0 : double(tensor_bytes(n, dt));
+    // ZeRO-2 (reducing every micro-batch) and ZeRO-3: no flat gradient buffer, but each chunk's unit buffers (and
+    // their 16-bit wire copies) and one buffer of the rank's packed gradient shards (grad_reducers.cpp).
     const bool sharded = reducers && sharded_gradients(cfg);
     s.grads = sharded ? 0.0 : double(tensor_bytes(n, DType::F32));
     int64_t state = n, grad_shards = 0;
@@ -77,6 +103,11 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
         if (wire16) s.dp_state += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::BF16));
         state += z.shard;
         grad_shards += z.shard;
+        // ZeRO-3: the chunk's ShardedParams unit buffers (three ring slots and the pinned units') in the compute
+        // dtype; its parameter shards are packed with the other chunks' (below).
+        if (zero3)
+          s.params += double(tensor_bytes(
+              std::max<int64_t>(1, sharded_params_store_numel(chunk_param_units(cfg, g, table))), dt));
       } else if (reducers) {
         const std::vector<Bucket> buckets =
             make_buckets(table, table.total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
@@ -90,18 +121,26 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
       s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split)));
     }
     if (sharded) s.grads += double(tensor_bytes(std::max<int64_t>(1, grad_shards), DType::F32));
+    // ZeRO-3's parameter shards: one packed buffer in the compute dtype, cut as the gradient shards.
+    if (zero3) s.params += double(tensor_bytes(std::max<int64_t>(1, grad_shards), dt));
     state = std::max<int64_t>(1, state);
     s.optimizer = double((mixed ? 3 : 2) * tensor_bytes(state, DType::F32));
     const double one = double(tensor_bytes(1, DType::F32));
-    s.small = 4 * one /* optimizer scalars */ + 3 * one /* loss sum, global loss, step times */;
+    s.small = small_tensors(cfg, dp) * one;
     // With 16-bit compute the full fp32 masters exist while the optimizer (and the reducers before it) is built.
-    if (mixed) s.setup = s.params + s.grads + s.dp_state + s.optimizer + 4 * one + double(tensor_bytes(n, DType::F32));
+    // ZeRO-3, in any dtype, holds such a whole fp32 buffer only for a loaded model (model.init_from); a new one is
+    // drawn after the optimizer exists, one parameter at a time.
+    const double state_then = s.params + s.grads + s.dp_state + s.optimizer + 4 * one;
+    if (zero3)
+      s.setup = state_then + double(tensor_bytes(cfg.model.init_from.empty() ? largest_param(rank_table) : n,
+                                                 DType::F32));
+    else if (mixed)
+      s.setup = state_then + double(tensor_bytes(n, DType::F32));
     if (local_sgd) {
       // LocalSGD: the fp32 staging copy of the masters (16-bit compute), the anchor and the outer momentum
-      // (Nesterov); each step agrees on finiteness over dp through a one-element tensor.
+      // (Nesterov).
       if (mixed) s.dp_state += double(tensor_bytes(n, DType::F32));
       if (cfg.optim.outer == OuterOptimizer::Nesterov) s.dp_state += 2 * double(tensor_bytes(n, DType::F32));
-      if (dp > 1) s.small += one;
     }
     const int recvs = use.recv_actions + (cfg.train.eval_every > 0 ? use.eval_recvs : 0);
     s.buffers = double(recvs) * double(recv_buffer_bytes(base, B, T, dt));

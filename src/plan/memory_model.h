@@ -12,9 +12,10 @@ namespace mt::plan {
 // ranks hold equal shards).
 struct StageMemory {
   int pp_rank = 0;
-  double params = 0;       // flat parameter buffer (compute dtype)
-  double grads = 0;        // flat gradient buffer (fp32)
-  double optimizer = 0;    // AdamW moments (and fp32 masters with 16-bit compute), ZeRO-1: this rank's shards
+  double params = 0;       // flat parameter buffer (compute dtype); ZeRO-3: this rank's parameter shards and its
+                           // chunks' gathered-unit buffers
+  double grads = 0;        // flat gradient buffer (fp32); ZeRO-2 and -3: the unit buffers and the gradient shards
+  double optimizer = 0;    // AdamW moments (and fp32 masters with 16-bit compute), ZeRO: this rank's shards
   double dp_state = 0;     // 16-bit staging of the gradient buckets, compression state (error-feedback residuals,
                            // compressors' buffers), local SGD's anchor, momentum and staging
   double activations = 0;  // activation records (records x record bytes, per chunk)
@@ -23,7 +24,8 @@ struct StageMemory {
   double scratch = 0;      // the backward pass's scratch arena
   double small = 0;        // one-element tensors (loss, metrics, optimizer scalars)
   double setup = 0;        // the set-up moment with 16-bit compute: the full fp32 masters before the optimizer
-                           // takes its share (0 in fp32)
+                           // takes its share (0 in fp32); ZeRO-3: its largest parameter drawn in fp32 once the
+                           // optimizer exists, or a loaded model's whole fp32 buffer
   double training() const { return params + grads + optimizer + dp_state + activations + buffers + scratch + small; }
   double peak() const { return training() > setup ? training() : setup; }
 };

@@ -84,6 +84,12 @@ std::string format_json(const std::vector<PlanRow>& rows) {
       stages += "}";
     }
     auto num = [](double x) { return std::isfinite(x) ? fmt::format("{:.4f}", x) : std::string("null"); };
+    // ZeRO-3 rows only (the other stages gather nothing inside their passes): the busiest rank's unit gathers.
+    const std::string gathers =
+        l.zero == 3 && r.timed
+            ? fmt::format(", \"param_gathers\": {{\"count\": {}, \"bytes\": {:.0f}, \"wait_ms\": {}}}",
+                          r.time.param_gathers, r.time.param_gather_bytes, num(r.time.param_gather_wait_ms))
+            : "";
     s += fmt::format(
         "{}\n  {{\"rank\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"schedule\": {}, \"virtual_stages\": {}, "
         "\"micro_batch\": {}, \"zero\": {}, \"micro_batches\": {}, \"step_ms\": {}, \"tokens_per_s\": {}, "
@@ -91,14 +97,14 @@ std::string format_json(const std::vector<PlanRow>& rows) {
         "\"dp_comm_ms\": {}, \"memory_mb\": {:.4f}, \"memory_bytes\": {:.0f}, \"memory\": {{\"pp_rank\": {}, "
         "\"params_bytes\": {:.0f}, \"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"dp_state_bytes\": {:.0f}, "
         "\"activation_bytes\": {:.0f}, \"activation_records\": {}, \"buffer_bytes\": {:.0f}, "
-        "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}, \"stages\": [{}]}}",
+        "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}{}, \"stages\": [{}]}}",
         i ? "," : "", i + 1, l.dp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch, l.zero,
         r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
         r.timed ? num(r.time.compute_ms) : "null", r.timed ? num(r.time.exposed_comm_ms) : "null",
         r.timed ? num(r.time.bubble_ms) : "null", r.timed ? num(r.time.pipeline_ms) : "null",
         r.timed ? num(r.time.optimizer_ms) : "null", r.timed ? num(r.time.dp_comm_ms) : "null", r.memory_mb(),
         r.memory.peak, w.pp_rank, w.params, w.grads, w.optimizer, w.dp_state, w.activations, w.records, w.buffers,
-        w.scratch, w.small, w.setup, stages);
+        w.scratch, w.small, w.setup, gathers, stages);
   }
   s += rows.empty() ? "]\n" : "\n]\n";
   return s;

@@ -7,6 +7,7 @@
 
 #include "model/pipeline_chunks.h"
 #include "parallel/grad_buckets.h"
+#include "plan/param_gathers.h"
 #include "plan/schedule_usage.h"
 #include "plan/timeline.h"
 #include "parallel/sharded_grads.h"
@@ -22,29 +23,24 @@ namespace {
 // the pass done), in the order GPT::backward / backward_weights call grads_ready. The split of the pass between
 // the head, each half block and the embedding is by multiply-adds (the measured pass time is one number).
 std::vector<std::pair<int64_t, double>> ready_points(const GPTConfig& g, const ParamTable& t, bool weight_pass) {
-  const double C = g.d_model, tp = g.tp, T = g.seq_len, Vp = padded_vocab(g.vocab_size, g.tp);
   std::vector<std::pair<int64_t, double>> pts;
   auto end_of = [&](const std::string& name) {
     const int i = t.index_of(name);
     return i < 0 ? t.total_numel() : t[i].offset + t[i].numel();
   };
-  // Multiply-adds per row of each half block: GPT-2's MLP 8 C^2, attention 4 C^2; Llama's SwiGLU 3 C H, attention
-  // C (Q + 2 KV) + Q C (q, k, v and o), Q = NH HS and KV = n_kv_head HS.
-  const double Q = double(g.n_head) * g.head_size(), KV = double(g.kv_heads()) * g.head_size();
-  const double mlp = g.llama() ? 3 * C * g.mlp_hidden() : 8 * C * C;
-  const double attn = g.llama() ? C * (2 * Q + 2 * KV) : 4 * C * C;
+  const StageWork sw = stage_work(g, weight_pass);
   double w = 0;
   if (g.last_stage()) {
-    w += C * Vp / tp;
+    w += sw.head;
     pts.push_back({end_of(g.llama() ? "model.norm.weight" : "ln_f.bias"), w});
   }
   for (int l = g.stage_end() - 1; l >= g.layer_begin; --l) {
-    w += mlp / tp;
+    w += sw.mlp;
     pts.push_back({end_of(g.llama() ? llama_layer_name(l, 5) : "h." + std::to_string(l) + ".ln_2.bias"), w});
-    w += attn / tp + (weight_pass ? 0 : T * C / tp);
+    w += sw.attn;
     pts.push_back({end_of(g.llama() ? llama_layer_name(l, 0) : "h." + std::to_string(l) + ".ln_1.bias"), w});
   }
-  if (g.first_stage()) w += C;
+  if (g.first_stage()) w += sw.embedding;
   pts.push_back({t.total_numel(), w});
   for (auto& p : pts) p.second /= w;
   return pts;
@@ -65,6 +61,7 @@ struct StepContext {
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   std::vector<std::vector<GPTConfig>> stage_cfg;  // [rank][chunk]
+  std::vector<std::vector<PassGathers>> gathers;  // ZeRO-3: [rank][action of its list], each pass's gathers
   std::vector<TimelineRank> tl;
   std::vector<double> t, exposed;
   // A collective of the step between its phases, which rank r starts at t[r] and every rank leaves together: the
@@ -79,7 +76,62 @@ struct StepContext {
   }
 };
 
-// The passes: the pipeline schedule simulated over each chunk's measured pass times and tensor-parallel traffic.
+// ZeRO-3: chunk `g`'s parameter store (plan/param_gathers.h). Each unit's gather is its buckets' all-gathers (the
+// gradient shards' buckets, cut within the units) in the compute dtype, one after another, plus the wait for a
+// peer time-sliced out when the ranks share cores.
+ChunkParamGathers chunk_param_gathers(const StepContext& x, const GPTConfig& g) {
+  const ParamTable table = gpt_param_table(g);
+  const std::vector<GradUnit> units = chunk_param_units(x.cfg, g, table);
+  const std::vector<Bucket> buckets =
+      unit_buckets(table, chunk_grad_units(x.cfg, g, table), 4, x.cfg.comm.bucket_mb * 1048576.0);
+  const int elem = int(dtype_size(x.dt));
+  std::vector<double> unit_us(units.size(), x.dp > 1 ? x.sync : 0.0);
+  for (const Bucket& b : buckets) {
+    size_t u = 0;
+    while (b.begin >= units[u].end) ++u;
+    unit_us[u] += x.net.op_us(CommKind::AllGather, b.numel() * elem, x.dp, x.links.dp, x.links.dp_sharers);
+  }
+  return ChunkParamGathers(g, table, units, unit_us, elem);
+}
+
+// A pass's measured compute (us at full speed).
+double pass_work_us(const PassTimes& pt, ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return pt.fwd;
+    case ActionKind::Backward: return pt.bwd;
+    case ActionKind::BackwardInput: return pt.bwd_input;
+    default: return pt.bwd_weight;
+  }
+}
+
+bool is_pass(ActionKind k) {
+  return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::BackwardInput ||
+         k == ActionKind::BackwardWeight;
+}
+
+// ZeRO-3: every pass's parameter gathers, each rank's action list walked as its chunks' stores see it over one step
+// (no unit resident at its start: the optimizer changed the shards). A pass's wait for its gathers goes into the
+// timeline's pass; each gather occupies the dp communicator (dp_reduction_phase). That a gather can queue there
+// behind the reduce-scatters launched before it is not modeled in the pass's wait.
+void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassTimes>>& times, TimelineInput& in) {
+  const Config& cfg = x.cfg;
+  const int m = cfg.train.global_batch / (x.dp * cfg.train.micro_batch);
+  x.gathers.assign(x.p, {});
+  in.action_wait_us.assign(x.p, {});
+  for (int r = 0; r < x.p; ++r) {
+    std::vector<ChunkParamGathers> chunks;
+    for (int c = 0; c < x.v; ++c) chunks.push_back(chunk_param_gathers(x, x.stage_cfg[r][c]));
+    for (const Action& a : schedule_fn(cfg.parallel.schedule)(x.p, m, x.v, r)) {
+      PassGathers g;
+      if (is_pass(a.kind)) g = chunks[a.chunk].pass(a.kind, pass_work_us(times[r][a.chunk], a.kind));
+      in.action_wait_us[r].push_back(g.wait_us);
+      x.gathers[r].push_back(std::move(g));
+    }
+  }
+}
+
+// The passes: the pipeline schedule simulated over each chunk's measured pass times and tensor-parallel traffic
+// (and ZeRO-3's parameter gathers).
 void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPrediction& out) {
   const Config& cfg = x.cfg;
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len;
@@ -100,6 +152,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   if (p > 1) in.poll_share.assign(p, o.net.poll_share);
   in.chunks.assign(p, std::vector<ChunkCost>(v));
   x.stage_cfg.assign(p, std::vector<GPTConfig>(v));
+  std::vector<std::vector<PassTimes>> times(p, std::vector<PassTimes>(v));
   // Records in flight on each rank (all its chunks): passes run at the speed of their caches' state, which the
   // calibration reproduces. At least 2: between two passes over one record a step always runs something else
   // (other micro-batches, the optimizer); beyond 3 nothing of a micro-batch's forward is left in the caches.
@@ -126,6 +179,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       s.inflight = inflight[r];
       s.recompute = cfg.train.recompute;
       const PassTimes pt = cal.stage(s);
+      times[r][c] = pt;
       const TpTraffic traffic = tp_traffic(cfg.model, s);
       auto cost = [&](const std::vector<TpOp>& ops, double work_us) {
         PassCost pc;
@@ -152,6 +206,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
     in.xfer_us.push_back(x.net.op_us(CommKind::Send, msg, 2, inter, x.links.pp_sharers) + o.net.p2p_latency_us +
                          x.sync);
   }
+  if (cfg.optim.zero == 3) param_gathers_in_passes(x, times, in);
   x.tl = simulate_timeline(in);
   for (int r = 0; r < p; ++r) {
     out.ranks[r].list_end_ms = x.tl[r].list_end / 1000.0;
@@ -175,7 +230,20 @@ void tied_sum_phase(StepContext& x) {
   }
 }
 
-// What each rank's optimizer steps over, and ZeRO's parameter all-gather (us, from the step's start).
+// ZeRO-3: rank r's parameter gathers as operations on its dp communicator, (launch time, duration): each issued
+// at its share of its pass's span in the timeline.
+std::vector<std::pair<double, double>> param_gather_ops(const StepContext& x, int r) {
+  std::vector<std::pair<double, double>> ops;
+  if (x.gathers.empty()) return ops;
+  for (size_t i = 0; i < x.gathers[r].size(); ++i) {
+    const PassGathers& g = x.gathers[r][i];
+    const auto [start, end] = x.tl[r].action_spans[i];
+    for (size_t k = 0; k < g.units.size(); ++k) ops.push_back({start + g.issued[k] * (end - start), g.busy_us[k]});
+  }
+  return ops;
+}
+
+// What each rank's optimizer steps over, and ZeRO-1/2's parameter all-gather (us, from the step's start).
 struct RankState {
   std::vector<double> param_numel, state_numel, gather;
 };
@@ -183,14 +251,17 @@ struct RankState {
 // The data-parallel strategy's reductions (train/data_parallel.h): the synchronous strategy's buckets, launched
 // during each chunk's final gradient pass as their gradients become final (the tied wte's only after the sum
 // above, everything after the schedule without comm.overlap), reduced one after another on the dp
-// communicator's thread. ZeRO-2 reducing every micro-batch launches its buckets (cut within blocks) in every
-// gradient pass; without overlap each is waited for in the pass, which the timeline does not model (its time is
-// counted after the schedule). Local SGD reduces nothing here (its parameter average every optim.sync_every steps
-// is not in a typical step's time).
+// communicator's thread. ZeRO-2 reducing every micro-batch (and ZeRO-3) launches its buckets (cut within blocks)
+// in every gradient pass; without overlap each is waited for in the pass, which the timeline does not model (its
+// time is counted after the schedule). ZeRO-3's parameter gathers share that thread, in the passes that issue them.
+// Local SGD reduces nothing here (its parameter average every optim.sync_every steps is not in a typical step's
+// time).
 RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   const Config& cfg = x.cfg;
   const int p = x.p, dp = x.dp;
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero >= 1;
+  // ZeRO-1 and -2 gather the updated parameters after the optimizer; ZeRO-3 gathers them in the passes instead.
+  const bool gather_after_step = zero && cfg.optim.zero <= 2;
   const bool reducers = (dp > 1 || zero) && cfg.optim.sync_every == 0;
   const bool sharded = sharded_gradients(cfg);
   const size_t wire = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16 ? 2 : 4;
@@ -214,11 +285,10 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
       for (const Bucket& b : buckets) {
         const double dur = x.net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
                                        b.numel() * int64_t(wire), dp, x.links.dp, x.links.dp_sharers);
-        if (zero) {
-          st.state_numel[r] += double(shard_range(b.numel(), dp, 0).size());
+        if (zero) st.state_numel[r] += double(shard_range(b.numel(), dp, 0).size());
+        if (gather_after_step)
           st.gather[r] += x.net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(x.dt)), dp, x.links.dp,
                                       x.links.dp_sharers);
-        }
         for (size_t k = 0; k < passes.size(); ++k) {
           double at = -1;
           if (cfg.comm.overlap)
@@ -235,11 +305,12 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     }
     if (!zero) st.state_numel[r] = st.param_numel[r];
     if (!reducers) continue;
+    for (const auto& op : param_gather_ops(x, r)) early.push_back(op);
     std::stable_sort(early.begin(), early.end());
     double free = 0, busy = st.gather[r];
     for (const auto& op : early) free = std::max(free, op.first) + op.second, busy += op.second;
     for (const auto& op : held) free = std::max(free, x.t[r]) + op.second, busy += op.second;
-    if (zero && dp > 1) st.gather[r] += x.step_sync;
+    if (gather_after_step && dp > 1) st.gather[r] += x.step_sync;
     const double done = std::max(x.t[r], free + (dp > 1 ? x.step_sync : 0.0));
     x.exposed[r] += done - x.t[r];
     x.t[r] = done;
@@ -250,8 +321,8 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
 
 // The optimizer's phase (train_step.h's optimizer_update): the loss summed over the world (every rank waits for
 // the last), then every rank's optimizer at once (the cores shared by all) with the gradient norm's small
-// all-reduces, then ZeRO's parameter all-gather (its exposed part). The gradient buffer's zeroing at the step's
-// start (the strategy's begin_step) is counted here too.
+// all-reduces, then ZeRO-1/2's parameter all-gather (its exposed part; ZeRO-3 has none after the optimizer). The
+// gradient buffer's zeroing at the step's start (the strategy's begin_step) is counted here too.
 void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const RankState& st, StepPrediction& out) {
   const Config& cfg = x.cfg;
   if (x.world > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
@@ -266,7 +337,7 @@ void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const 
     const double opt = (cal.zero_grads_us(int64_t(st.param_numel[r])) +
                         cal.optimizer_us(int64_t(st.state_numel[r]), x.dt)) / rate;
     out.optimizer_ms = std::max(out.optimizer_ms, opt / 1000.0);
-    // ZeRO's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
+    // ZeRO-1/2's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
     // for it bucket by bucket (param_gather.h): what outlasts that pass is exposed.
     const double gather_exposed = std::max(0.0, st.gather[r] - x.tl[r].first_forward_end);
     x.t[r] += opt + norm_ar + gather_exposed;
@@ -274,10 +345,26 @@ void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const 
   }
 }
 
+// ZeRO-3: the most any pipeline rank gathers per step and waits for its gathers (StepPrediction::param_gathers).
+void summarise_param_gathers(const StepContext& x, StepPrediction& out) {
+  for (const std::vector<PassGathers>& rank : x.gathers) {
+    int count = 0;
+    double bytes = 0, wait = 0;
+    for (const PassGathers& g : rank) {
+      count += int(g.units.size());
+      bytes += double(g.bytes);
+      wait += g.wait_us;
+    }
+    out.param_gathers = std::max(out.param_gathers, count);
+    out.param_gather_bytes = std::max(out.param_gather_bytes, bytes);
+    out.param_gather_wait_ms = std::max(out.param_gather_wait_ms, wait / 1000.0);
+  }
+}
+
 }  // namespace
 
-// The phases in the trainer's order (train_step.h): the passes, the tied embedding's sum, the data-parallel
-// strategy's reductions, then its update.
+// The phases in the trainer's order (train_step.h): the passes (with ZeRO-3's parameter gathers), the tied
+// embedding's sum, the data-parallel strategy's reductions, then its update.
 StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, const StepOptions& o) {
   const NetModel net(cfg, o.net);
   const int p = cfg.parallel.pp, v = cfg.parallel.virtual_stages;
@@ -287,7 +374,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   const bool oversubscribed = double(world) * o.threads > o.cores;
   StepContext x{cfg, world, resolved_dp(cfg, world), cfg.parallel.tp, p, v, p * v, cfg.precision.compute, net,
                 mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
-                oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0, {}, {}, std::vector<double>(p, 0),
+                oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0, {}, {}, {}, std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
   out.ranks.assign(p, {});
@@ -309,6 +396,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   out.bubble_ms = p > 1 ? std::max(0.0, span - min_busy) / 1000.0 : 0.0;
   out.compute_ms = std::max(0.0, out.step_ms - out.exposed_comm_ms - out.bubble_ms);
   out.core_share = shared_rate(double(world), o.threads, o.cores);
+  summarise_param_gathers(x, out);
   return out;
 }
 

@@ -1,8 +1,9 @@
 // The planner's time model of one training step of a layout, in the phases of the trainer's step (train_step.h):
 // the passes (the pipeline schedule simulated, plan/timeline.h, with measured pass times, plan/calibration.h, and
 // the network model's collectives, plan/net_model.h), the tied-embedding all-reduce, the data-parallel strategy's
-// bucket reductions (train/data_parallel.h), and its update: the loss all-reduce, the optimizer and ZeRO's
-// all-gather. Formulas: docs/planner.md, "Time model".
+// bucket reductions (train/data_parallel.h), and its update: the loss all-reduce, the optimizer and ZeRO-1/2's
+// all-gather (ZeRO-3 gathers the parameters inside the passes instead: plan/param_gathers.h). Formulas:
+// docs/planner.md, "Time model".
 #pragma once
 #include <vector>
 
@@ -25,8 +26,12 @@ struct StepPrediction {
   double compute_ms = 0, exposed_comm_ms = 0, bubble_ms = 0;
   double pipeline_ms = 0;   // the pipeline phase (the longest rank's list, its sends included)
   double optimizer_ms = 0;  // the slowest rank's optimizer compute (cores shared)
-  double dp_comm_ms = 0;    // busiest rank's data-parallel collectives (bucket reductions, ZeRO-1 all-gather)
+  double dp_comm_ms = 0;    // busiest rank's data-parallel collectives (bucket reductions, ZeRO's all-gathers)
   double core_share = 1;    // the speed of a rank's compute when every rank computes at once (1: a core each)
+  // ZeRO-3: the most any pipeline rank's chunks gather per step (unit gathers; their bytes, the all-gathers' output
+  // in the compute dtype) and wait for them inside its passes (in exposed_comm_ms); 0 otherwise.
+  int param_gathers = 0;
+  double param_gather_bytes = 0, param_gather_wait_ms = 0;
   // Per pipeline rank, its chunks' measured pass times per micro-batch at full speed (us), summed over chunks.
   struct RankPasses {
     double fwd = 0, bwd = 0, bwd_input = 0, bwd_weight = 0;

@@ -38,6 +38,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
     out[r].final_start.assign(in.v, 0);
     out[r].final_end.assign(in.v, 0);
     out[r].grad_passes.assign(in.v, {});
+    out[r].action_spans.assign(lists[r].size(), {0.0, 0.0});
     for (size_t i = 0; i < lists[r].size(); ++i) {
       const ActionKind k = lists[r][i].kind;
       if (k == ActionKind::Backward || k == ActionKind::BackwardWeight) final_idx[r][lists[r][i].chunk] = int(i);
@@ -47,7 +48,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
   std::map<std::tuple<int, int, int>, double> arrival;  // (grad?, receiving stage, mb) -> time
   double now = 0;
   const double eps = 1e-9;
-  auto pass_cost = [&](int r, const Action& a) -> PassCost {
+  auto chunk_cost = [&](int r, const Action& a) -> PassCost {
     const ChunkCost& c = in.chunks[r][a.chunk];
     switch (a.kind) {
       case ActionKind::Forward: return c.fwd;
@@ -55,6 +56,11 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
       case ActionKind::BackwardInput: return c.bwd_input;
       default: return c.bwd_weight;
     }
+  };
+  auto pass_cost = [&](int r, size_t i) {
+    PassCost c = chunk_cost(r, lists[r][i]);
+    if (!in.action_wait_us.empty()) c.wall_us += in.action_wait_us[r][i];
+    return c;
   };
   for (;;) {
     // Run every ready rank up to its next pass or wait.
@@ -86,7 +92,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
             break;
           }
         } else {
-          const PassCost c = pass_cost(r, a);
+          const PassCost c = pass_cost(r, pc[r]);
           pass_start[r] = now;
           in_pass[r] = true;
           left[r] = 1;  // fraction of the pass still to run
@@ -148,6 +154,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
       out[r].tp_wait += std::max(0.0, (now - pass_start[r]) - computing[r]);
       if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
         out[r].grad_passes[a.chunk].push_back({pass_start[r], now});
+      out[r].action_spans[pc[r]] = {pass_start[r], now};
       if (a.kind == ActionKind::Forward && out[r].first_forward_end == 0) out[r].first_forward_end = now;
       if (final_idx[r][a.chunk] == int(pc[r])) {
         out[r].final_start[a.chunk] = pass_start[r];

@@ -34,6 +34,9 @@ struct TimelineInput {
   // Per pipeline rank: the core share its communication thread, polling the step's outstanding receives, takes
   // from the cores while the rank computes (waking every 25-200 us, it preempts compute threads); empty: none.
   std::vector<double> poll_share;
+  // Per pipeline rank, per action of its list: a blocking wait added to that pass beyond its chunk's cost (ZeRO-3's
+  // parameter gathers, which differ from pass to pass); empty: none.
+  std::vector<std::vector<double>> action_wait_us;
 };
 
 struct TimelineRank {
@@ -47,6 +50,8 @@ struct TimelineRank {
   // Per chunk: every pass that reports finished gradients (a backward, or zb1's weight pass) as (start, end), in
   // order (ZeRO-2 reduces in each).
   std::vector<std::vector<std::pair<double, double>>> grad_passes;
+  // Per action of its list: (start, end) of a pass, (0, 0) for a send or receive (ZeRO-3 gathers in every pass).
+  std::vector<std::pair<double, double>> action_spans;
 };
 
 // Throws std::runtime_error if the lists deadlock (they never should: tests/test_schedule.cpp).

@@ -1,0 +1,179 @@
+// ZeRO-3's parameter gathers in a chunk's passes (see param_gathers.h). The requests mirror GPT::forward's
+// need_params and GPT::backward's / backward_weights' backward_needs_param and backward_needs_block (model/gpt.cpp,
+// model/llama.cpp); the store's walk mirrors ShardedParams::forward_needs, backward_needs, need and prefetch.
+#include "plan/param_gathers.h"
+
+#include <algorithm>
+#include <string>
+
+namespace mt::plan {
+
+StageWork stage_work(const GPTConfig& g, bool weight_pass) {
+  const double C = g.d_model, tp = g.tp, T = g.seq_len, Vp = padded_vocab(g.vocab_size, g.tp);
+  // GPT-2's MLP 8 C^2, attention 4 C^2; Llama's SwiGLU 3 C H, attention C (Q + 2 KV) + Q C (q, k, v and o), with
+  // Q = NH HS and KV = n_kv_head HS.
+  const double Q = double(g.n_head) * g.head_size(), KV = double(g.kv_heads()) * g.head_size();
+  const double mlp = g.llama() ? 3 * C * g.mlp_hidden() : 8 * C * C;
+  const double attn = g.llama() ? C * (2 * Q + 2 * KV) : 4 * C * C;
+  StageWork w;
+  if (g.last_stage()) w.head = C * Vp / tp;
+  w.mlp = mlp / tp;
+  w.attn = attn / tp + (weight_pass ? 0 : T * C / tp);
+  if (g.first_stage()) w.embedding = C;
+  return w;
+}
+
+namespace {
+
+// The elements a parameter of `t` occupies.
+ParamRequest range_of(const ParamTable& t, const std::string& name) {
+  const ParamSpec& p = t[t.index_of(name)];
+  return {p.offset, p.offset + p.numel(), 0};
+}
+
+// Stage-local block l's parameters (GPT::backward_needs_block: every slot of the block).
+ParamRequest block_range(const GPTConfig& g, const ParamTable& t, int l) {
+  const std::string prefix = g.llama() ? "model.layers." + std::to_string(g.layer_begin + l) + "."
+                                       : "h." + std::to_string(g.layer_begin + l) + ".";
+  ParamRequest r{INT64_MAX, 0, 0};
+  for (const ParamSpec& p : t.specs())
+    if (p.name.compare(0, prefix.size(), prefix) == 0) {
+      r.begin = std::min(r.begin, p.offset);
+      r.end = std::max(r.end, p.offset + p.numel());
+    }
+  return r;
+}
+
+// Where GPT::need_params(next) asks from: block `next`'s input norm (the forward fuses it into the block before),
+// or the start of the layout past the last block.
+int64_t forward_begin(const GPTConfig& g, const ParamTable& t, int next) {
+  if (next >= g.stage_layers()) return 0;
+  const int layer = g.layer_begin + next;
+  if (g.llama()) return range_of(t, llama_layer_name(layer, 0)).begin;  // input_layernorm
+  const std::string h = "h." + std::to_string(layer) + ".";
+  return std::min(range_of(t, h + "ln_1.weight").begin, range_of(t, h + "ln_1.bias").begin);
+}
+
+// GPT::forward: need_params(0) before the embedding, then need_params(l + 1) before block l, each asking from its
+// begin up to the request before it.
+std::vector<ParamRequest> forward_requests(const GPTConfig& g, const ParamTable& t) {
+  const StageWork w = stage_work(g, false);
+  const int L = g.stage_layers();
+  std::vector<ParamRequest> r;
+  int64_t end = t.total_numel();
+  for (int k = 0; k <= L; ++k) {
+    const int64_t begin = forward_begin(g, t, k);
+    const double after = k == 0 ? w.embedding : w.block() + (k == L ? w.head : 0.0);
+    r.push_back({begin, end, after});
+    end = std::min(end, begin);
+  }
+  return r;
+}
+
+// GPT::backward (and its input-only half): the head's parameters first on the last stage (GPT-2: ln_f's weight and
+// bias and the tied wte; Llama: the norm and the head), then each block's, the last block first.
+std::vector<ParamRequest> backward_requests(const GPTConfig& g, const ParamTable& t) {
+  const StageWork w = stage_work(g, false);
+  std::vector<ParamRequest> r;
+  if (g.last_stage()) {
+    const std::vector<std::string> head =
+        g.llama() ? std::vector<std::string>{"model.norm.weight",
+                                             g.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}
+                  : std::vector<std::string>{"ln_f.weight", "ln_f.bias", "wte.weight"};
+    for (const std::string& name : head) r.push_back(range_of(t, name));
+    r.back().work_after = w.head;
+  }
+  for (int l = g.stage_layers() - 1; l >= 0; --l) {
+    r.push_back(block_range(g, t, l));
+    r.back().work_after = w.block() + (l == 0 ? w.embedding : 0.0);
+  }
+  return r;
+}
+
+// GPT::backward_weights: only train.recompute: light reads parameters there (each block's norms again), after the
+// head's weight gradient.
+std::vector<ParamRequest> weight_requests(const GPTConfig& g, const ParamTable& t) {
+  if (g.recompute != Recompute::Light) return {};
+  const StageWork w = stage_work(g, true);
+  std::vector<ParamRequest> r{{0, 0, w.head}};
+  for (int l = g.stage_layers() - 1; l >= 0; --l) {
+    r.push_back(block_range(g, t, l));
+    r.back().work_after = w.block() + (l == 0 ? w.embedding : 0.0);
+  }
+  return r;
+}
+
+// The requests' shares of the pass's work.
+std::vector<ParamRequest> normalised(std::vector<ParamRequest> r) {
+  double total = 0;
+  for (const ParamRequest& q : r) total += q.work_after;
+  for (ParamRequest& q : r) q.work_after = total > 0 ? q.work_after / total : 0.0;
+  return r;
+}
+
+}  // namespace
+
+std::vector<ParamRequest> param_requests(const GPTConfig& g, const ParamTable& t, ActionKind pass) {
+  switch (pass) {
+    case ActionKind::Forward: return normalised(forward_requests(g, t));
+    case ActionKind::Backward:
+    case ActionKind::BackwardInput: return normalised(backward_requests(g, t));
+    case ActionKind::BackwardWeight: return normalised(weight_requests(g, t));
+    default: return {};
+  }
+}
+
+ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units,
+                                     std::vector<double> unit_us, int elem_bytes)
+    : units_(std::move(units)), unit_us_(std::move(unit_us)), elem_bytes_(elem_bytes),
+      forward_(param_requests(g, t, ActionKind::Forward)), backward_(param_requests(g, t, ActionKind::Backward)),
+      weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false) {}
+
+void ChunkParamGathers::begin_step() { std::fill(resident_.begin(), resident_.end(), false); }
+
+const std::vector<ParamRequest>& ChunkParamGathers::requests(ActionKind kind) const {
+  return kind == ActionKind::Forward ? forward_ : kind == ActionKind::BackwardWeight ? weight_ : backward_;
+}
+
+PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
+  const int n = static_cast<int>(units_.size());
+  // ShardedParams::begin_pass: every gather still in flight is waited for, and the unpinned units go.
+  for (int u = 0; u < n; ++u)
+    if (!units_[u].pinned) resident_[u] = false;
+  const bool down = kind == ActionKind::Forward;  // the forward pass walks down the layout, the backward up
+  PassGathers out;
+  std::vector<double> ready(n, -1);  // a gather in flight: when it completes (one after another on the communicator)
+  double t = 0, comm_free = 0;
+  auto issue = [&](int u) {
+    ready[u] = comm_free = std::max(t, comm_free) + unit_us_[u];
+    out.units.push_back(u);
+    out.issued.push_back(t);
+    out.busy_us.push_back(unit_us_[u]);
+    out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
+  };
+  for (const ParamRequest& q : requests(kind)) {
+    int edge = -1;  // the last unit the request touched: the next in the pass's order is prefetched
+    for (int i = 0; i < n; ++i) {
+      const int u = down ? n - 1 - i : i;
+      if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
+      if (!resident_[u] && ready[u] < 0) issue(u), ++out.not_prefetched;  // gathered now, waited for in full
+      if (ready[u] >= 0) {
+        out.wait_us += std::max(0.0, ready[u] - t);
+        t = std::max(t, ready[u]);
+        ready[u] = -1;
+      }
+      resident_[u] = true;
+      edge = u;
+    }
+    const int next = edge < 0 ? -1 : down ? edge - 1 : edge + 1;
+    if (next >= 0 && next < n && !resident_[next] && ready[next] < 0) issue(next);
+    t += q.work_after * work_us;
+  }
+  // A prefetch the pass never asked for (the backward pass's past its last block) completes before the next pass.
+  for (int u = 0; u < n; ++u)
+    if (ready[u] >= 0) resident_[u] = true;
+  for (double& at : out.issued) at = t > 0 ? at / t : 0.0;
+  return out;
+}
+
+}  // namespace mt::plan

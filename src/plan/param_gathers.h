@@ -1,0 +1,72 @@
+// ZeRO-3's parameter all-gathers inside a chunk's passes (parallel/sharded_params.h), as the planner charges them.
+// The requests are the model's own (GPT::forward's and backward's params_needed, mirrored here), and the store's
+// rules decide what each one gathers: a request gathers every unit it touches that is not resident and waits for
+// it, then prefetches the next unit in the pass's order (the forward pass walks down the layout, the backward pass
+// up), whose gather then overlaps the compute up to the next request. A pass's start forgets the unpinned units,
+// the step's start every unit. So with parallel.reshard_after_forward each forward and backward pass gathers its
+// units again, and the pass waits for its first units in full and for what each prefetch outlasts; without it
+// (every unit pinned) the chunk's first forward pass of the step gathers them all, and nothing after it.
+// tests/test_planner.cpp checks the gathers against a ShardedParams driven by the model's passes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/schedule.h"
+#include "parallel/sharded_grads.h"
+
+namespace mt::plan {
+
+// Multiply-adds per row of a stage's parts, by which the planner splits a pass's measured time (the gradient
+// buckets' ready points, the gathers' overlap): the head (last stage), each block's MLP and attention halves (the
+// attention's T C score work outside zb1's weight pass), the embedding (first stage).
+struct StageWork {
+  double head = 0, mlp = 0, attn = 0, embedding = 0;
+  double block() const { return mlp + attn; }
+};
+StageWork stage_work(const GPTConfig& g, bool weight_pass);
+
+// One params_needed request of a pass: the elements [begin, end) it asks for (the forward pass asks from `begin`
+// up to its previous request), and the pass's compute from it to the next request (or the pass's end), as a share
+// of the pass's multiply-adds.
+struct ParamRequest {
+  int64_t begin = 0, end = 0;
+  double work_after = 0;
+};
+
+// The requests of one pass of stage `g` (table `t`) in order: a Forward, a Backward or BackwardInput (the same
+// requests), or zb1's BackwardWeight (which reads parameters only under train.recompute: light). A pass that
+// computes before its first request starts with an empty request.
+std::vector<ParamRequest> param_requests(const GPTConfig& g, const ParamTable& t, ActionKind pass);
+
+// What one pass gathered.
+struct PassGathers {
+  std::vector<int> units;       // the units gathered, in the order they were issued
+  std::vector<double> issued;   // when each was issued, as a share of the pass's length (its waits included)
+  std::vector<double> busy_us;  // each one's time on the data-parallel communicator
+  double wait_us = 0;           // how long the pass waited for them
+  int64_t bytes = 0;            // the gathered units' bytes (all-gather outputs)
+  int not_prefetched = 0;       // of the units, those a request gathered itself (waited for in full)
+};
+
+// One chunk's parameter store over a step, as ShardedParams keeps it.
+class ChunkParamGathers {
+ public:
+  // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
+  // all-gathers one after another); elem_bytes: the compute dtype's size.
+  ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
+                    int elem_bytes);
+  void begin_step();  // the optimizer changed the shards: no unit is resident
+  // One pass of `kind` whose compute takes work_us at full speed: its gathers and its waits for them.
+  PassGathers pass(ActionKind kind, double work_us);
+
+ private:
+  const std::vector<ParamRequest>& requests(ActionKind kind) const;
+  std::vector<GradUnit> units_;
+  std::vector<double> unit_us_;
+  int elem_bytes_;
+  std::vector<ParamRequest> forward_, backward_, weight_;
+  std::vector<bool> resident_;
+};
+
+}  // namespace mt::plan
