@@ -94,13 +94,23 @@ void ShardedParams::begin_step() {
   wait_all();
   std::fill(state_.begin(), state_.end(), Absent);
   std::fill(occupant_.begin(), occupant_.end(), -1);
+  fresh_ = true;
+}
+
+void ShardedParams::prefetch_forward_start() {
+  const int n = static_cast<int>(units_.size());
+  prefetch(n - 1);
+  prefetch(n - 2);
 }
 
 void ShardedParams::begin_pass(PassOrder order) {
-  wait_all();
-  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
-    if (slot_[u] >= 0) state_[u] = Absent;
-  std::fill(occupant_.begin(), occupant_.end(), -1);
+  if (!fresh_) {
+    wait_all();
+    for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+      if (slot_[u] >= 0) state_[u] = Absent;
+    std::fill(occupant_.begin(), occupant_.end(), -1);
+  }
+  fresh_ = false;
   order_ = order;
   forward_end_ = table_.total_numel();
 }

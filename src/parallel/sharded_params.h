@@ -53,7 +53,12 @@ class ShardedParams {
   void gather_into(const Tensor& full);
 
   void begin_step();                // the shards changed: no unit is resident
-  void begin_pass(PassOrder order);  // a new pass: the unpinned units are not resident
+  // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
+  // block) gathered in the background, so that pass need not wait for them in full.
+  void prefetch_forward_start();
+  // A new pass: the unpinned units are not resident, unless the pass is the step's first (what is in the store
+  // then was gathered from the step's shards).
+  void begin_pass(PassOrder order);
   // GPT::forward's params_needed: the elements [begin, the previous request's begin) are read next.
   void forward_needs(int64_t begin);
   // GPT::backward's params_needed: the elements [begin, end) are read next.
@@ -89,6 +94,7 @@ class ShardedParams {
   Tensor store_, shards_;
   PassOrder order_ = PassOrder::Forward;
   int64_t forward_end_ = 0;  // the forward pass's previous request
+  bool fresh_ = true;        // no pass since begin_step
   int64_t gathers_ = 0, misses_ = 0;
 };
 

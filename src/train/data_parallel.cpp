@@ -245,6 +245,8 @@ class FullySharded final : public Synchronous {
   void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
     reduce_and_step(r, step, prof, out);
     for (auto& p : params_) p->begin_step();  // the shards changed: the next pass gathers every unit again
+    // The next step's first forward pass (chunk 0's) starts with its first units' gathers already in flight.
+    params_[0]->prefetch_forward_start();
   }
   void wait_params() override {}
   int64_t parameter_bytes(const PipelineChunks&) const override {
