@@ -183,7 +183,7 @@ TEST_CASE("ShardedGrads: every pass reduce-scattered and added into this rank's 
 
 TEST_CASE("ShardedParams: a model reading its gathered units computes the whole model's step", "[zero][sharded]") {
   // ZeRO-3's store (parallel/sharded_params.h) behind GPT's parameter views and both passes' hooks: every rank keeps
-  // only its shards of the weights, gathers each unit into a ring of three slots when a pass asks (prefetching the
+  // only its shards of the weights, gathers each unit into a ring of two slots when a pass asks (prefetching the
   // next), and must give the flat model's loss and gradients bit for bit, over two forward and backward passes.
   CommOptions o;
   o.timeout_s = 60;
@@ -222,7 +222,7 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
       if (u.pinned) pinned_numel += u.end - u.begin;
       else largest = std::max(largest, u.end - u.begin);
     }
-    CHECK(z.buffer_bytes() == (3 * largest + pinned_numel) * 8);  // three ring slots and the pinned units
+    CHECK(z.buffer_bytes() == (2 * largest + pinned_numel) * 8);  // two ring slots and the pinned units
 
     Arena arena, scratch;
     Activations a = flat.alloc_activations(arena, 2, 8), b = viewed.alloc_activations(arena, 2, 8);

@@ -301,6 +301,13 @@ void GPT::need_params(const std::function<void(int64_t)>& params_needed, int nex
   params_needed(lo);
 }
 
+void GPT::need_block_params(const std::function<void(int64_t)>& params_needed, int l) const {
+  if (!params_needed) return;
+  int64_t lo = INT64_MAX;
+  for (int s = 0; s < slots_; ++s) lo = std::min(lo, table_[layer_param(l, s)].offset);
+  params_needed(lo);
+}
+
 void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum,
                   const std::function<void(int64_t)>& params_needed) const {
   if (cfg_.llama()) return llama_forward(a, dloss, loss_sum, params_needed);
@@ -323,9 +330,10 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum,
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& out = a.residual[l + 1];
-    need_params(params_needed, l + 1);
+    need_block_params(params_needed, l);
     block_forward(a, l, tp);
     row_linear_forward(tp, out, la.fch_gelu, full, param(layer_param(l, FCPROJ_W)), param(layer_param(l, FCPROJ_B)));
+    need_params(params_needed, l + 1);
     if (l + 1 < L) {
       LayerActivations& next = a.layers[l + 1];
       kernels::residual_layernorm_forward(out, next.ln1, next.ln1_mean, next.ln1_rstd, out, la.res_attn,

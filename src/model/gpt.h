@@ -204,9 +204,10 @@ class GPT {
   // the accumulated gradients those of the global batch's mean loss. A stage after the first reads
   // acts.input() instead of tokens; a stage before the last stops at acts.output() (no loss).
   // When given, params_needed(begin) is called before the pass reads parameters of the flat layout's elements
-  // [begin, end) it has not read yet (begin falls: before the embedding and the first block, then before each
-  // block, whose fused norm reads the next block's; the last call asks for everything), so ZeRO's parameter
-  // all-gather of the previous step can be waited for bucket by bucket.
+  // [begin, end) it has not read yet (begin falls: before the embedding and the first block's input norm, then
+  // before each block, and before the norm fused into its end, which reads the next block's input norm; the last
+  // call asks for everything), so ZeRO's parameter all-gather of the previous step can be waited for bucket by
+  // bucket, and ZeRO-3 holds no more than two blocks.
   void forward(Activations& acts, double dloss, const Tensor& loss_sum,
                const std::function<void(int64_t)>& params_needed = {}) const;
   // Backward pass: ACCUMULATES parameter gradients into grads() (+=), so micro-batches accumulate for free.
@@ -265,9 +266,11 @@ class GPT {
   void llama_alloc(Activations& a, Arena& arena, bool kept_grads) const;
   void llama_forward(Activations& a, double dloss, const Tensor& loss_sum,
                      const std::function<void(int64_t)>& params_needed) const;
-  // forward()'s params_needed before block `next` - 1 runs: through block `next`'s input norm (next = 0: before
-  // the embedding), or everything when no block follows.
+  // forward()'s params_needed before the norm that reads block `next`'s input norm weights (fused into block
+  // next - 1's end; next = 0: before the embedding), or everything when no block follows.
   void need_params(const std::function<void(int64_t)>& params_needed, int next) const;
+  // forward()'s params_needed before block l runs: the rest of its parameters.
+  void need_block_params(const std::function<void(int64_t)>& params_needed, int l) const;
   void llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, bool split,
                       const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed);
   void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready,

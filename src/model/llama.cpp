@@ -127,10 +127,11 @@ void GPT::llama_forward(Activations& a, double dloss, const Tensor& loss_sum,
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     const Tensor& out = a.residual[l + 1];
-    need_params(params_needed, l + 1);
+    need_block_params(params_needed, l);
     llama_block_forward(a, l, tp);
     row_linear_forward(tp, out, la.swiglu, full, param(layer_param(l, DOWN_W)), none, WeightLayout::OutIn);
     kernels::accumulate(out, la.res_attn);
+    need_params(params_needed, l + 1);
     if (l + 1 < L)
       kernels::rmsnorm_forward(a.layers[l + 1].ln1, a.layers[l + 1].ln1_rstd, out,
                                param(layer_param(l + 1, IN_NORM)), eps);

@@ -21,7 +21,7 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
     CHECK(u < n && buckets_[b].end <= units_[u].end, "ShardedParams: bucket {} crosses a unit", b);
     unit_buckets_[u].push_back(b);
   }
-  // The ring units take slots 0, 1, 2 in turn (consecutive units in either pass order never share one); the pinned
+  // The ring units take slots 0 and 1 in turn (consecutive units in either pass order never share one); the pinned
   // units follow the slots in the store.
   const int64_t slot_numel = ring_slot_numel(units_);
   int64_t at = kSlots * slot_numel;
@@ -51,6 +51,7 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
     shards_ = Tensor::zeros({std::max<int64_t>(1, shard_numel())}, dtype, device);
   }
   state_.assign(n, Absent);
+  touched_.assign(n, -1);
   work_.resize(n);
 }
 
@@ -119,6 +120,7 @@ void ShardedParams::forward_needs(int64_t begin) {
   CHECK(order_ == PassOrder::Forward, "ShardedParams: a forward request in a backward pass");
   const int64_t end = forward_end_;
   forward_end_ = std::min(forward_end_, begin);
+  ++request_;
   int lowest = -1;
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u)
     if (units_[u].end > begin && units_[u].begin < end) need(u), lowest = u;
@@ -127,6 +129,7 @@ void ShardedParams::forward_needs(int64_t begin) {
 
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
+  ++request_;
   int highest = -1;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].end > begin && units_[u].begin < end) need(u), highest = u;
@@ -134,12 +137,17 @@ void ShardedParams::backward_needs(int64_t begin, int64_t end) {
 }
 
 void ShardedParams::need(int u) {
+  touched_[u] = request_;
   if (state_[u] == Absent) issue(u), ++misses_;
   wait(u);
 }
 
 void ShardedParams::prefetch(int u) {
-  if (u >= 0 && u < static_cast<int>(units_.size()) && state_[u] == Absent) issue(u);
+  if (u < 0 || u >= static_cast<int>(units_.size()) || state_[u] != Absent) return;
+  // Never into the slot of a unit the request just made resident: the pass reads it next.
+  const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
+  if (holder >= 0 && touched_[holder] == request_) return;
+  issue(u);
 }
 
 void ShardedParams::issue(int u) {

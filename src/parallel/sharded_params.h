@@ -3,14 +3,17 @@
 // in place). It gathers a unit's whole parameters just before a pass reads them. The units are ZeRO-2's
 // (grad_units: each block, the head's parameters, the embeddings), and buckets never cross a unit.
 //
-// Buffers: the unpinned units take turns in three ring slots, each as large as the largest such unit. The forward
-// pass reads a block and, fused into it, the next block's input norm, while the block after those is prefetched. A
-// pinned unit keeps a buffer of its own: the tied embedding, which every forward pass reads first and last.
+// Buffers: the unpinned units take turns in two ring slots, each as large as the largest such unit: the unit a
+// pass computes and the next one, gathered meanwhile. The forward pass asks for the next block's input norm only at
+// the end of a block (the norm fused into it), so two blocks suffice there too. A pinned unit keeps a buffer of its
+// own: the tied embedding, which every forward pass reads first and last.
 //
 // The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
-// makes the unit resident: gathered then, or waited for if its prefetch is in flight. It also prefetches the next
-// unit in the pass's order. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers
-// them again). begin_step() forgets every unit, since an optimizer step changed the shards.
+// makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. It also
+// prefetches the next unit in the pass's order, unless that would evict a unit of the same request (the first
+// request of a forward pass touches the embeddings and block 0). begin_pass() forgets the unpinned units (reshard
+// after forward: the next pass gathers them again). begin_step() forgets every unit, since an optimizer step
+// changed the shards.
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
 #include <cstdint>
@@ -34,7 +37,7 @@ int64_t sharded_params_store_numel(const std::vector<GradUnit>& units);
 
 class ShardedParams {
  public:
-  static constexpr int kSlots = 3;
+  static constexpr int kSlots = 2;
 
   // table: the chunk's parameters; dtype: the compute dtype; shards: where this rank's packed shards live
   // (shard_numel() elements of dtype), or undefined to allocate them.
@@ -90,11 +93,13 @@ class ShardedParams {
   std::vector<int> occupant_;                   // per slot: the unit whose elements it holds, or -1
   std::vector<int64_t> shard_offsets_;          // per bucket, and the total last
   std::vector<State> state_;
+  std::vector<int64_t> touched_;                // per unit: the request that last touched it
   std::vector<std::vector<WorkPtr>> work_;      // per unit, while in flight
   Tensor store_, shards_;
   PassOrder order_ = PassOrder::Forward;
   int64_t forward_end_ = 0;  // the forward pass's previous request
   bool fresh_ = true;        // no pass since begin_step
+  int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;
 };
 

@@ -103,7 +103,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
         if (wire16) s.dp_state += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::BF16));
         state += z.shard;
         grad_shards += z.shard;
-        // ZeRO-3: the chunk's ShardedParams unit buffers (three ring slots and the pinned units') in the compute
+        // ZeRO-3: the chunk's ShardedParams unit buffers (two ring slots and the pinned units') in the compute
         // dtype; its parameter shards are packed with the other chunks' (below).
         if (zero3)
           s.params += double(tensor_bytes(

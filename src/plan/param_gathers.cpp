@@ -1,10 +1,13 @@
 // ZeRO-3's parameter gathers in a chunk's passes (see param_gathers.h). The requests mirror GPT::forward's
 // need_params and GPT::backward's / backward_weights' backward_needs_param and backward_needs_block (model/gpt.cpp,
-// model/llama.cpp); the store's walk mirrors ShardedParams::forward_needs, backward_needs, need and prefetch.
+// model/llama.cpp); the store's walk mirrors ShardedParams::forward_needs, backward_needs, need, prefetch and its
+// ring slots.
 #include "plan/param_gathers.h"
 
 #include <algorithm>
 #include <string>
+
+#include "parallel/sharded_params.h"
 
 namespace mt::plan {
 
@@ -54,18 +57,25 @@ int64_t forward_begin(const GPTConfig& g, const ParamTable& t, int next) {
   return std::min(range_of(t, h + "ln_1.weight").begin, range_of(t, h + "ln_1.bias").begin);
 }
 
-// GPT::forward: need_params(0) before the embedding, then need_params(l + 1) before block l, each asking from its
-// begin up to the request before it.
+// Block l's lowest element (GPT::need_block_params).
+int64_t block_begin(const GPTConfig& g, const ParamTable& t, int l) { return block_range(g, t, l).begin; }
+
+// GPT::forward: need_params(0) before the embedding (through block 0's input norm); then per block l,
+// need_block_params(l) before it and need_params(l + 1) before the norm fused into its end (the next block's input
+// norm, or everything after the last block); each asks from its begin up to the request before it.
 std::vector<ParamRequest> forward_requests(const GPTConfig& g, const ParamTable& t) {
   const StageWork w = stage_work(g, false);
   const int L = g.stage_layers();
   std::vector<ParamRequest> r;
   int64_t end = t.total_numel();
-  for (int k = 0; k <= L; ++k) {
-    const int64_t begin = forward_begin(g, t, k);
-    const double after = k == 0 ? w.embedding : w.block() + (k == L ? w.head : 0.0);
+  auto ask = [&](int64_t begin, double after) {
     r.push_back({begin, end, after});
     end = std::min(end, begin);
+  };
+  ask(forward_begin(g, t, 0), w.embedding);
+  for (int l = 0; l < L; ++l) {
+    ask(block_begin(g, t, l), w.block());
+    ask(forward_begin(g, t, l + 1), l + 1 == L ? w.head : 0.0);
   }
   return r;
 }
@@ -127,9 +137,16 @@ ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, st
                                      std::vector<double> unit_us, int elem_bytes)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), elem_bytes_(elem_bytes),
       forward_(param_requests(g, t, ActionKind::Forward)), backward_(param_requests(g, t, ActionKind::Backward)),
-      weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false) {}
+      weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false) {
+  for (size_t u = 0, ring = 0; u < units_.size(); ++u)
+    slot_.push_back(units_[u].pinned ? -1 : int(ring++ % ShardedParams::kSlots));
+  occupant_.assign(ShardedParams::kSlots, -1);
+}
 
-void ChunkParamGathers::begin_step() { std::fill(resident_.begin(), resident_.end(), false); }
+void ChunkParamGathers::begin_step() {
+  std::fill(resident_.begin(), resident_.end(), false);
+  std::fill(occupant_.begin(), occupant_.end(), -1);
+}
 
 const std::vector<ParamRequest>& ChunkParamGathers::requests(ActionKind kind) const {
   return kind == ActionKind::Forward ? forward_ : kind == ActionKind::BackwardWeight ? weight_ : backward_;
@@ -140,11 +157,24 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   // ShardedParams::begin_pass: every gather still in flight is waited for, and the unpinned units go.
   for (int u = 0; u < n; ++u)
     if (!units_[u].pinned) resident_[u] = false;
+  std::fill(occupant_.begin(), occupant_.end(), -1);
   const bool down = kind == ActionKind::Forward;  // the forward pass walks down the layout, the backward up
   PassGathers out;
   std::vector<double> ready(n, -1);  // a gather in flight: when it completes (one after another on the communicator)
+  std::vector<bool> touched(n, false);  // by the current request
   double t = 0, comm_free = 0;
+  auto wait = [&](int u) {
+    if (ready[u] < 0) return;
+    out.wait_us += std::max(0.0, ready[u] - t);
+    t = std::max(t, ready[u]);
+    ready[u] = -1;
+  };
   auto issue = [&](int u) {
+    if (slot_[u] >= 0) {  // the slot's previous unit is waited for and leaves (ShardedParams::issue)
+      const int prev = occupant_[slot_[u]];
+      if (prev >= 0 && prev != u) wait(prev), resident_[prev] = false;
+      occupant_[slot_[u]] = u;
+    }
     ready[u] = comm_free = std::max(t, comm_free) + unit_us_[u];
     out.units.push_back(u);
     out.issued.push_back(t);
@@ -152,21 +182,22 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
   };
   for (const ParamRequest& q : requests(kind)) {
+    std::fill(touched.begin(), touched.end(), false);
     int edge = -1;  // the last unit the request touched: the next in the pass's order is prefetched
     for (int i = 0; i < n; ++i) {
       const int u = down ? n - 1 - i : i;
       if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
+      touched[u] = true;
       if (!resident_[u] && ready[u] < 0) issue(u), ++out.not_prefetched;  // gathered now, waited for in full
-      if (ready[u] >= 0) {
-        out.wait_us += std::max(0.0, ready[u] - t);
-        t = std::max(t, ready[u]);
-        ready[u] = -1;
-      }
+      wait(u);
       resident_[u] = true;
       edge = u;
     }
+    // The prefetch, unless its slot holds a unit this request touched (ShardedParams::prefetch).
     const int next = edge < 0 ? -1 : down ? edge - 1 : edge + 1;
-    if (next >= 0 && next < n && !resident_[next] && ready[next] < 0) issue(next);
+    const int holder = next >= 0 && next < n && slot_[next] >= 0 ? occupant_[slot_[next]] : -1;
+    if (next >= 0 && next < n && !resident_[next] && ready[next] < 0 && !(holder >= 0 && touched[holder]))
+      issue(next);
     t += q.work_after * work_us;
   }
   // A prefetch the pass never asked for (the backward pass's past its last block) completes before the next pass.

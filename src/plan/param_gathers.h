@@ -67,6 +67,8 @@ class ChunkParamGathers {
   int elem_bytes_;
   std::vector<ParamRequest> forward_, backward_, weight_;
   std::vector<bool> resident_;
+  std::vector<int> slot_;      // per unit: its ring slot, -1 when pinned
+  std::vector<int> occupant_;  // per ring slot: the unit in it, or -1
 };
 
 }  // namespace mt::plan

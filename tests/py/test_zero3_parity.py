@@ -12,11 +12,11 @@
   2. 16-bit compute: with one micro-batch and no clipping, ZeRO-3 is ZeRO-2 bit for bit in bf16 and fp16 (the
      same fp32 gradients, masters and shards; the forward and backward passes read the same gathered 16-bit
      weights).
-  3. What it gathers: with 4 micro-batches on dp 2, reshard_after_forward=false sends exactly what ZeRO-2 sends
-     per step (a gather of every unit once per step), and true sends (2 x 4 - 1) gathers more of every unit but
-     the pinned tied embedding (each unit again before each of the 8 passes). Every step the same: no unit
-     gathered per parameter, none skipped.
-  4. Memory (memory.json): on 8 blocks and dp 2 the parameters are this rank's half of the shards, three ring
+  3. What it gathers: with 4 micro-batches on dp 2, reshard_after_forward=false sends what ZeRO-2 sends (a
+     gather of every unit once per step, summed over the run), and true sends (2 x 4 - 1) gathers more of every unit but
+     the pinned tied embedding (each unit again before each of the 8 passes): no unit gathered per parameter,
+     none skipped.
+  4. Memory (memory.json): on 8 blocks and dp 2 the parameters are this rank's half of the shards, two ring
      slots of one block and the pinned tied embedding; reshard_after_forward=false holds every unit instead.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
      under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. The export of a ZeRO-3 run holds
@@ -88,8 +88,7 @@ for dtype in ("bf16", "fp16"):
     check(z2 == z3, f"{dtype}, one micro-batch: ZeRO-3's {len(z3)} losses equal ZeRO-2's bit for bit")
 
 # 3. Gathers per step, from each step's comm_bytes (the busiest rank's payload; at dp 2 a gather sends this rank's
-# half of each unit). ZeRO-3's gathers all happen inside their step, so every row holds exactly its own. The tied
-# embedding unit is pinned: gathered once per step. The evaluation after step 10 gathers the updated units, so step
+# half of each unit). The tied embedding unit is pinned: gathered once per step. The evaluation after step 10 gathers the updated units, so step
 # 11 starts with some resident (all of them without resharding): rows 10, 11 and 20 are left out. tiny.yaml's
 # d_model 32, vocabulary 64, 16 positions.
 C = 32
@@ -104,12 +103,14 @@ def per_step(name):
 
 zero2, kept, resharded = per_step("dp2_m4_zero2"), per_step("dp2_m4_no_reshard"), per_step("dp2_m4")
 extra = (2 * 4 - 1) * 4 * (n_params - embedding) // 2
-# ZeRO-2's gather runs behind the next step's forward pass, so a row may hold part of the previous step's: its
-# median row is a whole step's.
-check(set(kept) == {sorted(zero2)[len(zero2) // 2]} and all(r - k == extra for r, k in zip(resharded, kept)),
-      f"comm_bytes per step, 4 micro-batches: reshard_after_forward=false {sorted(set(kept))} every step (ZeRO-2's "
-      f"median step {sorted(zero2)[len(zero2) // 2]}), true {sorted(set(resharded))}: {extra} more (7 more gathers "
-      f"of the {n_params - embedding} unpinned parameters)")
+# A row may hold part of a neighbour's gathers: ZeRO-2's gather runs behind the next step's forward pass, and
+# ZeRO-3 gathers the next step's first units right after the optimizer. So the rows are summed, within one gather
+# of the whole model (2 n bytes at dp 2); a unit gathered once too few or too many per pass is 17 x its bytes.
+whole = 4 * n_params // 2
+check(abs(sum(kept) - sum(zero2)) <= whole and abs(sum(resharded) - sum(kept) - len(kept) * extra) <= whole,
+      f"comm_bytes over {len(kept)} steps, 4 micro-batches: reshard_after_forward=false {sum(kept)} (ZeRO-2 "
+      f"{sum(zero2)}), true {sum(resharded)}: {(sum(resharded) - sum(kept)) / len(kept):.0f} more per step, "
+      f"{extra} expected (7 more gathers of the {n_params - embedding} unpinned parameters)")
 
 
 # 4. Memory: the parameters on 8 blocks and dp 2.
@@ -122,9 +123,9 @@ block = 12 * C * C + 13 * C
 n = 8 * block + embedding + 2 * C
 ring = params_bytes("memory_zero3", [])
 every = params_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
-low = 4 * (3 * block + embedding + n // 2)  # rank 0's shard of each bucket is half of it, rounded up
+low = 4 * (2 * block + embedding + n // 2)  # rank 0's shard of each bucket is half of it, rounded up
 check(low <= ring <= low + 4 * 100 and 4 * (n + n // 2) <= every <= 4 * (n + n // 2) + 4 * 100,
-      f"8 blocks, dp 2: ZeRO-3 holds {ring} parameter bytes (three blocks, the tied embedding, half the shards: "
+      f"8 blocks, dp 2: ZeRO-3 holds {ring} parameter bytes (two blocks, the tied embedding, half the shards: "
       f"{low} + round-ups); without resharding {every} (every unit and half the shards)")
 
 # 5. Checkpoints across ZeRO-3 and other meshes, and the export.
