@@ -19,8 +19,8 @@
   4. Memory (memory.json): on 8 blocks and dp 2 the parameters are this rank's half of the shards, two ring
      slots of one block and the pinned tied embedding; reshard_after_forward=false holds every unit instead.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
-     under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. The export of a ZeRO-3 run holds
-     the one-rank run's weights.
+     under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. A loaded model (model.init_from)
+     trains as on one rank. The export of a ZeRO-3 run holds the one-rank run's weights.
 Usage: test_zero3_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
 import os
@@ -138,6 +138,13 @@ for name, dp, tp, pp, sets, source in [
     worst = max_relative_loss_difference(losses[:10], refs["gpt2"][10:20])
     check(len(losses) >= 10 and "resumed from" in log and worst <= RTOL,
           f"{name}: steps 11-20 within {worst:.2e} of the uninterrupted single-rank run")
+# A loaded model (model.init_from: the one-rank run's export), sharded at set-up: 5 steps on one rank and under
+# ZeRO-3 on dp2 x pp2, within 1e-5.
+loaded = ["model.init_from=" + os.path.join(work, "single", "model.safetensors"), "train.steps=5",
+          "train.eval_every=0"]
+one = run("init_from_one", 1, 1, 1, loaded)[0]
+worst = max_relative_loss_difference(run("init_from_zero3", 2, 1, 2, Z3 + loaded)[0], one)
+check(worst <= RTOL, f"model.init_from under ZeRO-3 on dp2 x pp2: 5 steps within {worst:.2e} of one rank")
 exported = read_safetensors(os.path.join(work, "ckpt_zero3", "model.safetensors"))
 worst = max(max(abs(a - b) for a, b in zip(exported[k][1], single_weights[k][1])) for k in single_weights)
 # Rounding-level differences in the losses (about 1e-7) leave the weights within a few 1e-6 after 20 steps (2.2e-6
