@@ -14,8 +14,8 @@
      weights).
   3. What it gathers: with 4 micro-batches on dp 2, reshard_after_forward=false sends what ZeRO-2 sends (a
      gather of every unit once per step, summed over the run), and true sends (2 x 4 - 1) gathers more of every unit but
-     the pinned tied embedding (each unit again before each of the 8 passes): no unit gathered per parameter,
-     none skipped.
+     the pinned tied embedding (each unit again before each of the 8 passes): none skipped. A trace counts the
+     all-gathers: one per unit and pass, not one per parameter.
   4. Memory (memory.json): on 8 blocks and dp 2 the parameters are this rank's half of the shards, two ring
      slots of one block and the pinned tied embedding; reshard_after_forward=false holds every unit instead.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
@@ -111,6 +111,19 @@ check(abs(sum(kept) - sum(zero2)) <= whole and abs(sum(resharded) - sum(kept) - 
       f"comm_bytes over {len(kept)} steps, 4 micro-batches: reshard_after_forward=false {sum(kept)} (ZeRO-2 "
       f"{sum(zero2)}), true {sum(resharded)}: {(sum(resharded) - sum(kept)) / len(kept):.0f} more per step, "
       f"{extra} expected (7 more gathers of the {n_params - embedding} unpinned parameters)")
+
+
+# Collectives, not bytes (DeepSpeed #5047's many tiny gathers): with the default buckets each unit is one all-gather.
+# 3 steps of 4 micro-batches on dp 2, traced: per step 8 passes gather the 5 unpinned units (4 blocks and ln_f) and
+# the step's first gathers the tied embedding's unit; the last step's optimizer prefetches 2 units for a step that
+# never comes, and the export gathers the 6 units once more (a bucket each).
+run("gathers_traced", 2, 1, 1, Z3 + ["train.steps=3", "train.eval_every=0", "comm.bucket_mb=25", "run.profile=true"])
+trace = json.load(open(os.path.join(work, "gathers_traced", "trace.json")))
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+gathers = [sum(1 for e in events if e.get("pid") == p and e.get("name") == "dp all_gather") for p in (0, 1)]
+want = 3 * (2 * 4 * 5 + 1) + 2 + 6
+check(gathers == [want, want], f"dp all-gathers in 3 traced steps: {gathers} per rank, {want} expected (one per "
+      f"unit and pass, where one per parameter would be 12 per block)")
 
 
 # 4. Memory: the parameters on 8 blocks and dp 2.
