@@ -10,9 +10,9 @@
    (8 bits of mantissa, 4e-3 relative per rounding) at the same points, but the GPU rounds some values at other
    moments (the GELU epilogue rounds gelu(pre) from the fp32 accumulator, the flash kernel rounds P tile by
    tile), so single elements differ by a few bf16 ulps; a real error is O(1).
-3. comm.backend=mpi with 2 ranks on one GPU (device tensors staged through host memory): dp2 (with ZeRO-1, and
-   with ZeRO-2: its unit buffers and shards on the device), tp2
-   and pp2 (1F1B): every step's loss over 10 steps within 1e-5 relative of the single-rank GPU run, the bound of
+3. comm.backend=mpi with 2 ranks on one GPU (device tensors staged through host memory): dp2 (with ZeRO-1, with
+   ZeRO-2: its unit buffers and shards on the device, and with ZeRO-3: its parameter shards and gathered units
+   there too), tp2 and pp2 (1F1B): every step's loss over 10 steps within 1e-5 relative of the single-rank GPU run, the bound of
    the CPU parity tests and for the same reason (only the summation order differs).
 
 Exits 77 (skipped) when the trainer has no CUDA backend or sees no GPU.
@@ -64,6 +64,7 @@ report(waits is not None and int(waits.group(1)) == 2 * int(waits.group(2)),
        f"the host waits for the GPU twice a step ({waits.group(0) if waits else 'no such line in the log'})")
 for name, extra in (("dp2_zero1", ["--set", "parallel.dp=2", "--set", "optim.zero=1"]),
                     ("dp2_zero2", ["--set", "parallel.dp=2", "--set", "optim.zero=2"]),
+                    ("dp2_zero3", ["--set", "parallel.dp=2", "--set", "optim.zero=3"]),
                     ("tp2", ["--set", "parallel.tp=2", "--set", "parallel.dp=1"]),
                     ("pp2", ["--set", "parallel.pp=2", "--set", "parallel.dp=1", "--set", "parallel.schedule=1f1b"])):
     losses, _ = run_trainer(mpiexec, trainer, 2, BASE + STEPS + extra, os.path.join(work, "gpu_" + name))
