@@ -12,10 +12,10 @@
   2. 16-bit compute: with one micro-batch and no clipping, ZeRO-3 is ZeRO-2 bit for bit in bf16 and fp16 (the
      same fp32 gradients, masters and shards; the forward and backward passes read the same gathered 16-bit
      weights).
-  3. What it gathers: with 4 micro-batches on dp 2, reshard_after_forward=false sends what ZeRO-2 sends (a
-     gather of every unit once per step, summed over the run), and true sends (2 x 4 - 1) gathers more of every unit but
-     the pinned tied embedding (each unit again before each of the 8 passes): none skipped. A trace counts the
-     all-gathers: one per unit and pass, not one per parameter.
+  3. What it gathers, from traces: with 4 micro-batches on dp 2, reshard_after_forward=false gathers what ZeRO-2
+     gathers (every unit once per step), and true (2 x 4 - 1) gathers more of every unit but the pinned tied
+     embedding (each unit again before each of the 8 passes), to the byte; one all-gather per unit and pass, not
+     one per parameter.
   4. Memory (memory.json): on 8 blocks and dp 2 the parameters are this rank's half of the shards, two ring
      slots of one block and the pinned tied embedding; reshard_after_forward=false holds every unit instead.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
@@ -87,43 +87,43 @@ for dtype in ("bf16", "fp16"):
     z3 = run(f"m1_zero3_{dtype}", 2, 1, 1, one + Z3)[0]
     check(z2 == z3, f"{dtype}, one micro-batch: ZeRO-3's {len(z3)} losses equal ZeRO-2's bit for bit")
 
-# 3. Gathers per step, from each step's comm_bytes (the busiest rank's payload; at dp 2 a gather sends this rank's
-# half of each unit). The tied embedding unit is pinned: gathered once per step. The evaluation after step 10 gathers the updated units, so step
-# 11 starts with some resident (all of them without resharding): rows 10, 11 and 20 are left out. tiny.yaml's
-# d_model 32, vocabulary 64, 16 positions.
+# 3. What is gathered, from traces of 3 steps of 4 micro-batches on dp 2 without evaluation (each rank's
+# collectives are all in its trace, whatever step's row their bytes land in: counted there, not from metrics.jsonl).
+# A unit is one all-gather with these buckets, sending this rank's half of it. With resharding, per step 8 passes
+# gather the 5 unpinned units (4 blocks and ln_f) and the step's first pass the pinned tied embedding's unit; without,
+# every unit once per step, as ZeRO-2's gather after the optimizer. After the last step ZeRO-3's optimizer gathers
+# the next step's first 2 units (the embeddings and block 0) for a step that never comes, and the export gathers
+# every unit once more (ZeRO-2 exports its whole fp32 weights without a gather). tiny.yaml's d_model 32, vocabulary 64, 16 positions.
 C = 32
 embedding = 64 * C + 16 * C
+block = 12 * C * C + 13 * C
 n_params = sum(len(v[1]) for v in single_weights.values())
-run("dp2_m4_zero2", 2, 1, 1, ["optim.zero=2"])
+TRACED = ["train.steps=3", "train.eval_every=0", "comm.bucket_mb=25", "run.profile=true"]
 
 
-def per_step(name):
-    return [r["comm_bytes"] for r in rows(name) if r["step"] not in (10, 11, 20)]
+def traced_gathers(name, sets):
+    """(all-gathers, their bytes) of rank 0 and the count of rank 1's."""
+    run(name, 2, 1, 1, sets + TRACED)
+    trace = json.load(open(os.path.join(work, name, "trace.json")))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    mine = [e for e in events if e.get("pid") == 0 and e.get("name") == "dp all_gather"]
+    return len(mine), sum(e["args"]["bytes"] for e in mine), sum(
+        1 for e in events if e.get("pid") == 1 and e.get("name") == "dp all_gather")
 
 
-zero2, kept, resharded = per_step("dp2_m4_zero2"), per_step("dp2_m4_no_reshard"), per_step("dp2_m4")
-extra = (2 * 4 - 1) * 4 * (n_params - embedding) // 2
-# A row may hold part of a neighbour's gathers: ZeRO-2's gather runs behind the next step's forward pass, and
-# ZeRO-3 gathers the next step's first units right after the optimizer. So the rows are summed, within one gather
-# of the whole model (2 n bytes at dp 2); a unit gathered once too few or too many per pass is 17 x its bytes.
-whole = 4 * n_params // 2
-check(abs(sum(kept) - sum(zero2)) <= whole and abs(sum(resharded) - sum(kept) - len(kept) * extra) <= whole,
-      f"comm_bytes over {len(kept)} steps, 4 micro-batches: reshard_after_forward=false {sum(kept)} (ZeRO-2 "
-      f"{sum(zero2)}), true {sum(resharded)}: {(sum(resharded) - sum(kept)) / len(kept):.0f} more per step, "
-      f"{extra} expected (7 more gathers of the {n_params - embedding} unpinned parameters)")
-
-
-# Collectives, not bytes (DeepSpeed #5047's many tiny gathers): with the default buckets each unit is one all-gather.
-# 3 steps of 4 micro-batches on dp 2, traced: per step 8 passes gather the 5 unpinned units (4 blocks and ln_f) and
-# the step's first gathers the tied embedding's unit; the last step's optimizer prefetches 2 units for a step that
-# never comes, and the export gathers the 6 units once more (a bucket each).
-run("gathers_traced", 2, 1, 1, Z3 + ["train.steps=3", "train.eval_every=0", "comm.bucket_mb=25", "run.profile=true"])
-trace = json.load(open(os.path.join(work, "gathers_traced", "trace.json")))
-events = trace["traceEvents"] if isinstance(trace, dict) else trace
-gathers = [sum(1 for e in events if e.get("pid") == p and e.get("name") == "dp all_gather") for p in (0, 1)]
+count, resharded, other = traced_gathers("gathers_reshard", Z3)
+_, kept, _ = traced_gathers("gathers_keep", Z3 + ["parallel.reshard_after_forward=false"])
+_, zero2, _ = traced_gathers("gathers_zero2", ["optim.zero=2"])
 want = 3 * (2 * 4 * 5 + 1) + 2 + 6
-check(gathers == [want, want], f"dp all-gathers in 3 traced steps: {gathers} per rank, {want} expected (one per "
-      f"unit and pass, where one per parameter would be 12 per block)")
+prefetched = 4 * (embedding + block) // 2
+extra = 3 * (2 * 4 - 1) * 4 * (n_params - embedding) // 2
+check(count == other == want, f"dp all-gathers in 3 traced steps: {count} and {other} per rank, {want} expected (one "
+      f"per unit and pass, where one per parameter would be 12 per block: DeepSpeed #5047's many tiny gathers)")
+whole = 4 * n_params // 2  # the export's gather; ZeRO-2 in fp32 holds its whole weights and needs none
+check(kept - zero2 == prefetched + whole and resharded - kept == extra,
+      f"bytes gathered in 3 steps: reshard_after_forward=false {kept} = ZeRO-2's {zero2} + the last prefetch's "
+      f"{prefetched} + the export's {whole}; true {resharded - kept} more, {extra} expected (7 more gathers of the "
+      f"{n_params - embedding} unpinned parameters per step)")
 
 
 # 4. Memory: the parameters on 8 blocks and dp 2.
@@ -132,7 +132,6 @@ def params_bytes(name, sets):
     return max(r["params_bytes"] for r in json.load(open(os.path.join(work, name, "memory.json")))["ranks"])
 
 
-block = 12 * C * C + 13 * C
 n = 8 * block + embedding + 2 * C
 ring = params_bytes("memory_zero3", [])
 every = params_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
