@@ -9,9 +9,15 @@ bool sharded_gradients(const Config& cfg) {
   return cfg.optim.zero == 3 || (cfg.optim.zero == 2 && cfg.optim.zero_reduce == ZeroReduce::MicroBatch);
 }
 
+namespace {
+// Whether the chunk's embedding unit holds the tied head (the unit ZeRO-2 and -3 pin).
+bool holds_tied_embedding(const GPTConfig& g, const ParamTable& table) {
+  return g.tied() && table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight") >= 0;
+}
+}  // namespace
+
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
-  const bool holds_embedding = table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight") >= 0;
-  return grad_units(table, g.tied() && holds_embedding, cfg.parallel.schedule == PipelineSchedule::ZB1);
+  return grad_units(table, holds_tied_embedding(g, table), cfg.parallel.schedule == PipelineSchedule::ZB1);
 }
 
 bool reshards_after_forward(const Config& cfg) {
@@ -20,8 +26,7 @@ bool reshards_after_forward(const Config& cfg) {
 }
 
 std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
-  const bool holds_embedding = table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight") >= 0;
-  return grad_units(table, g.tied() && holds_embedding, !reshards_after_forward(cfg));
+  return grad_units(table, holds_tied_embedding(g, table), !reshards_after_forward(cfg));
 }
 
 namespace {
