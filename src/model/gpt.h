@@ -1,6 +1,7 @@
-// A GPT-2 or Llama model (GPTConfig::arch; Llama's table and passes in model/llama.cpp) on one rank: the parameter
-// table over flat parameter/gradient buffers, mesh-independent initialisation, and the forward and backward
-// passes of one micro-batch, with tensor parallelism in the layers of model/parallel_layers.h.
+// A GPT-2 or Llama model (GPTConfig::arch) on one rank: the parameter table over flat parameter/gradient buffers,
+// mesh-independent initialisation, and the forward and backward passes of one micro-batch: the embedding, a list of
+// blocks (model/block.h: each family's block in model/gpt2_block.cpp and model/llama_block.cpp), the final norm and
+// the head, with tensor parallelism in the layers of model/parallel_layers.h.
 // Shapes use one vocabulary: B batch, T sequence, C channels, NH heads, HS head size, L layers, V vocab
 // (Vp: padded to a multiple of kVocabAlign * tp), N = B*T rows.
 // Tensor parallelism: a GPT object is one tp rank's shard of the model (cfg.tp ranks, this one cfg.tp_rank); the
@@ -11,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,7 +29,7 @@ namespace mt {
 struct GPTConfig {
   // The block family: GPT-2 (LayerNorm with bias, learned positions, GELU MLP, biases, the head tied to the
   // embedding) or Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, an untied head
-  // unless tie_embeddings); model/llama.cpp holds Llama's table and passes.
+  // unless tie_embeddings); model/llama_block.cpp holds Llama's table and block.
   ModelArch arch = ModelArch::GPT2;
   int n_layer = 4, n_head = 4, d_model = 128, seq_len = 64, vocab_size = 256;
   // Llama only: kv heads (0 = n_head; must divide n_head), the SwiGLU hidden size (0 = the multiple_of rule:
@@ -121,11 +123,15 @@ enum class BackwardPart { All, InputOnly };
 
 // The parameter table of a model or pipeline stage (the GPT constructor's layout), without allocating buffers.
 ParamTable gpt_param_table(const GPTConfig& cfg);
-ParamTable llama_param_table(const GPTConfig& cfg);  // gpt_param_table for Llama (model/llama.cpp)
+ParamTable llama_param_table(const GPTConfig& cfg);  // gpt_param_table for Llama (model/llama_block.cpp)
+std::string gpt2_layer_name(int layer, int slot);     // a GPT-2 block parameter's name (slot: its place in the block)
 std::string llama_layer_name(int layer, int slot);    // a Llama block parameter's name
 
 // Writes a Hugging Face GPT-2 config.json describing the whole model of `cfg` (its stage and tp rank ignored).
 void write_hf_config(const std::string& path, const GPTConfig& cfg);
+
+class Block;
+class Norm;
 
 class GPT {
  public:
@@ -143,6 +149,9 @@ class GPT {
   // init() and load_safetensors() need their `into`.
   GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {},
       bool no_buffers = false);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
 
   const GPTConfig& config() const { return cfg_; }
   bool sequence_parallel() const { return cfg_.tp > 1 && cfg_.sequence_parallel; }
@@ -231,55 +240,15 @@ class GPT {
                         const ParamsNeeded& params_needed = {});
 
  private:
-  enum Slot { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCPROJ_W, FCPROJ_B,
-              kSlotsPerLayer };
-  enum LlamaSlot { IN_NORM, Q_W, K_W, V_W, O_W, POST_NORM, GATE_W, UP_W, DOWN_W, kLlamaSlots };
-  // Stage-local layer i (global block layer_begin + i).
-  int layer_param(int i, int s) const { return layer_params_[i * slots_ + s]; }
-  // The blocks' records and the final norm's, or (kept_grads) what the split backward keeps for the weight pass.
-  void alloc_gpt2(Activations& a, Arena& arena, bool kept_grads) const;
-  // Block l's forward from its normed input la.ln1 to the MLP's activation (fch_gelu; Llama: swiglu), everything
-  // its backward reads that the block's input does not give directly: run by forward(), and again by backward()
-  // under train.recompute=full, where the blocks share one set of these tensors.
-  void block_forward(Activations& a, int l, const TensorParallel& tp) const;
-  void llama_block_forward(Activations& a, int l, const TensorParallel& tp) const;
-  // train.recompute=light: block l's LayerNorm outputs and MLP activation again, from the tensors its record keeps.
-  void recompute_light(Activations& a, int l) const;
-  void llama_recompute_light(Activations& a, int l) const;
-  // One block's record, allocated from `arena`, or for a block after the first (`first` set: block 0's record) the
-  // tensors that train.recompute recomputes in the backward taken from block 0's, so one buffer serves all blocks.
-  struct BlockAlloc {
-    Arena& arena;
-    const LayerActivations* first;
-    Recompute recompute;
-    // Block 0's tensor `t` when the policy is `shared_under`, else a new one.
-    Tensor operator()(Tensor LayerActivations::*t, Recompute shared_under, const Shape& shape, DType dt) const {
-      return first && recompute == shared_under ? first->*t : arena.alloc(shape, dt);
-    }
-  };
-  // The blocks' records under train.recompute: each block its own (none), all blocks one buffer for the
-  // LayerNorms' outputs and the MLP's activation (light) or for the attention probabilities (selective), or all
-  // blocks one set (full). `make(alloc)` builds one block's through alloc.
-  void share_block_records(Activations& a, Arena& arena,
-                           const std::function<LayerActivations(const BlockAlloc&)>& make) const;
-  // Llama's passes (model/llama.cpp).
-  void llama_alloc(Activations& a, Arena& arena, bool kept_grads) const;
-  void llama_forward(Activations& a, double dloss, const Tensor& loss_sum,
-                     const std::function<void(int64_t)>& params_needed) const;
+  // The blocks' records under train.recompute: each block its own (none), all blocks one buffer for the norms'
+  // outputs and the MLP's activation (light) or for the attention probabilities (selective), or all blocks one set
+  // (full).
+  void alloc_block_records(Activations& a, Arena& arena) const;
   // forward()'s params_needed before the norm that reads block `next`'s input norm weights (fused into block
   // next - 1's end; next = 0: before the embedding), or everything when no block follows.
   void need_params(const std::function<void(int64_t)>& params_needed, int next) const;
   // forward()'s params_needed before block l runs: the rest of its parameters.
   void need_block_params(const std::function<void(int64_t)>& params_needed, int l) const;
-  void llama_backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, bool split,
-                      const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed);
-  void llama_backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready,
-                              const ParamsNeeded& params_needed);
-  // Block l's k and v weight gradients: compute(dk_w, dv_w) accumulates into them. With n_kv_head < tp each copy
-  // of a kv head sees only its query heads' share, so compute() writes this micro-batch's into kv_sum_, the copies'
-  // shares are summed over tp there, then accumulated into grads() (summing grads() itself would count earlier
-  // micro-batches once per copy).
-  void kv_weight_grads(int l, const TensorParallel& tp, const std::function<void(const Tensor&, const Tensor&)>& compute);
   void ready_through(int p, const std::function<void(int64_t)>& grads_ready) const;
   // backward()'s params_needed: parameter p's elements, or stage-local block l's (a contiguous range).
   void backward_needs_param(const ParamsNeeded& params_needed, int p) const;
@@ -295,12 +264,11 @@ class GPT {
   Tensor params_, grads_;
   std::vector<Tensor> grad_views_;  // per parameter, when set (then grads_ is undefined)
   std::vector<Tensor> param_views_;  // per parameter, when set (then the passes do not read params_)
-  // GPT-2: wte (also the head), wpe, ln_f. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding
-  // when tied), model.norm (lnf_w_).
-  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
-  int slots_ = kSlotsPerLayer;  // parameters per block
-  Tensor kv_sum_;               // Llama with n_kv_head < tp: [2, KV, HS x C] in the gradients' dtype
-  std::vector<int> layer_params_;
+  // GPT-2: wte (also the head), wpe. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding when
+  // tied), no wpe.
+  int wte_ = -1, wpe_ = -1, head_ = -1;
+  std::vector<std::unique_ptr<Block>> blocks_;  // the stage's blocks, stage-local index l
+  std::unique_ptr<Norm> final_norm_;            // ln_f (GPT-2), model.norm (Llama): last stage only
 };
 
 }  // namespace mt

@@ -1,6 +1,6 @@
 // ZeRO-3's parameter gathers in a chunk's passes (see param_gathers.h). The requests mirror GPT::forward's
 // need_params and GPT::backward's / backward_weights' backward_needs_param and backward_needs_block (model/gpt.cpp,
-// model/llama.cpp); the store's walk mirrors ShardedParams::forward_needs, backward_needs, need, prefetch and its
+// model/llama_block.cpp); the store's walk mirrors ShardedParams::forward_needs, backward_needs, need, prefetch and its
 // ring slots.
 #include "plan/param_gathers.h"
 
