@@ -1,6 +1,7 @@
 // The planner's pieces (src/plan/): the enumeration of layouts against a hand count and against every candidate
 // the trainer's validate() accepts; the byte mirrors of the model's arena allocations against the real
-// allocations (exact: the memory model is built from them); the schedule's record counts against the schedule
+// allocations (exact: the memory model is built from them), and the tensor-parallel traffic model against the
+// collectives the model's passes issue; the schedule's record counts against the schedule
 // simulator's; ZeRO-3's parameter gathers per pass against a ShardedParams behind the model's passes (exact); the
 // timeline simulation against the schedule simulator's makespan with unit costs (exact), plus its sharing of cores;
 // and the network model's sharing of a node's link. Whole-program checks (memory against run.dir/memory.json, JSON,
@@ -27,6 +28,7 @@
 #include "plan/param_gathers.h"
 #include "plan/schedule_usage.h"
 #include "plan/timeline.h"
+#include "plan/tp_traffic.h"
 #include "train/config.h"
 
 using namespace mt;
@@ -100,7 +102,21 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
   }
 }
 
-TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[planner]") {
+// The collectives as sorted lists: the traffic model counts each pass's collectives and their bytes, not their order.
+std::vector<CountingCommunicator::Op> sorted(std::vector<CountingCommunicator::Op> ops) {
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+std::vector<CountingCommunicator::Op> sorted(const std::vector<TpOp>& ops) {
+  std::vector<CountingCommunicator::Op> out;
+  for (const TpOp& op : ops) out.push_back({op.kind, op.bytes});
+  return sorted(out);
+}
+
+// Both mirrors of the model's passes are checked here, against the passes themselves on one tp rank: the arena bytes
+// (activation_bytes.h) and the tensor-parallel collectives (tp_traffic.h).
+TEST_CASE("activation and scratch bytes equal the model's arena allocations, and tp traffic its collectives",
+          "[planner]") {
   struct Case {
     int tp;
     bool sp;
@@ -139,8 +155,26 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
     INFO(fmt::format("{} recompute {}: tp {} sp {} stage [{}, {}) of {} {} split {} B {}", name_of(arch),
                      name_of(rc), k.tp, k.sp, k.begin, k.end, k.n_layer, dtype_name(k.dt), k.split, k.B));
     GPT model(g, k.dt);
-    NullCommunicator null(k.tp, 0);
-    if (k.tp > 1) model.set_tp_comm(&null);
+    CountingCommunicator tp(k.tp, 0);
+    if (k.tp > 1) model.set_tp_comm(&tp);
+    ModelConfig m;
+    m.arch = arch;
+    m.n_layer = g.n_layer;
+    m.n_head = g.n_head;
+    m.n_kv_head = g.n_kv_head;
+    m.d_model = g.d_model;
+    m.seq_len = g.seq_len;
+    StageShape shape;
+    shape.blocks = g.stage_layers();
+    shape.first = g.first_stage();
+    shape.last = g.last_stage();
+    shape.B = k.B;
+    shape.tp = k.tp;
+    shape.sp = k.sp;
+    shape.dtype = k.dt;
+    shape.split = k.split;
+    shape.recompute = rc;
+    const TpTraffic traffic = tp_traffic(m, shape);
     Arena rec, scratch;
     Activations a = model.alloc_activations(rec, k.B, g.seq_len, k.split);
     Tensor dinput;
@@ -155,8 +189,16 @@ TEST_CASE("activation and scratch bytes equal the model's arena allocations", "[
     Tensor dout, loss = Tensor::zeros({1}, DType::F32);
     if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), k.dt);
     model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor());
+    CHECK(sorted(tp.ops) == sorted(traffic.fwd));
+    tp.ops.clear();
     model.backward(a, scratch, {}, k.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
     CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, g.seq_len, k.dt, k.split));
+    CHECK(sorted(tp.ops) == sorted(k.split ? traffic.bwd_input : traffic.bwd));
+    if (k.split) {
+      tp.ops.clear();
+      model.backward_weights(a);
+      CHECK(sorted(tp.ops) == sorted(traffic.bwd_weight));
+    }
   }
 }
 

@@ -4,7 +4,9 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "comm/comm_options.h"
 #include "comm/communicator.h"
 
 namespace mt::plan {
@@ -32,6 +34,33 @@ class NullCommunicator : public Communicator {
   static WorkPtr done() { return std::make_shared<Done>(); }
   int size_, rank_;
   std::string name_;
+};
+
+// A NullCommunicator that also notes each collective it is asked for, with its bytes as predict_us takes them
+// (all-gather: the output; reduce-scatter: the input): tests check the planner's traffic model against the model's
+// own passes with it.
+class CountingCommunicator : public NullCommunicator {
+ public:
+  struct Op {
+    CommKind kind;
+    int64_t bytes;
+    bool operator<(const Op& o) const { return std::make_pair(int(kind), bytes) < std::make_pair(int(o.kind), o.bytes); }
+    bool operator==(const Op& o) const { return kind == o.kind && bytes == o.bytes; }
+  };
+  using NullCommunicator::NullCommunicator;
+  WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
+    ops.push_back({CommKind::AllReduce, int64_t(t.nbytes())});
+    return NullCommunicator::all_reduce_async(t, op);
+  }
+  WorkPtr reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    ops.push_back({CommKind::ReduceScatter, int64_t(in.nbytes())});
+    return NullCommunicator::reduce_scatter_async(in, out, op);
+  }
+  WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
+    ops.push_back({CommKind::AllGather, int64_t(out.nbytes())});
+    return NullCommunicator::all_gather_async(in, out);
+  }
+  std::vector<Op> ops;  // in the order asked
 };
 
 }  // namespace mt::plan

@@ -1,4 +1,5 @@
-// Tensor-parallel collectives per pass (see tp_traffic.h); keep in step with GPT::forward / backward.
+// Tensor-parallel collectives per pass (see tp_traffic.h); tests/test_planner.cpp checks them against the model's
+// passes on a CountingCommunicator.
 #include "plan/tp_traffic.h"
 
 namespace mt::plan {
@@ -14,6 +15,11 @@ TpTraffic tp_traffic(const ModelConfig& m, const StageShape& s) {
     for (int i = 0; i < times; ++i) v.push_back({k, b});
   };
   const int L = s.blocks;
+  // Llama with fewer kv heads than tp ranks: each block's k and v weight gradients are summed over their copies
+  // (LlamaBlock::kv_weight_grads), in the pass that computes them.
+  const int kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  if (m.arch == ModelArch::Llama && kv < s.tp)
+    add(s.split ? t.bwd_weight : t.bwd, AR, 2 * int64_t(kv) * (C / m.n_head) * C * f32, L);
   if (!s.sp) {
     if (s.first) add(t.fwd, AR, act);   // vocab-parallel embedding
     add(t.fwd, AR, act, 2 * L);         // g after attention and MLP c_proj
