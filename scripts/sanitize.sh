@@ -2,8 +2,8 @@
 # Builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer (g++, MESHTRAIN_SANITIZE=ON; any UB is
 # fatal) into build-asan/ and runs them: every Catch2 test case on one rank (the ctest entries test_<file>:<case>)
 # and the unit tests' short mpiexec runs on 2 to 8 ranks (test_comm_np*, mixed_precision_reducer_np*,
-# mesh_split_np*, grad_compress_np*, test_hierarchical_np*, local_sgd_outer_np*, stale_gradients_np*). The
-# trainer's whole-program Python tests are left to scripts/test.sh.
+# mesh_split_np*, grad_compress_np*, test_hierarchical_np*, local_sgd_outer_np*, stale_gradients_np*,
+# ring_attention_np*). The trainer's whole-program Python tests are left to scripts/test.sh.
 # Needs the packages of scripts/setup.sh. Extra arguments go to ctest (e.g. -R test_config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,5 +34,5 @@ if ! { cmake -S . -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE
 fi
 echo "sanitize: built ${#targets[@]} unit-test executables with ASan + UBSan"
 
-UNIT='^(test_[A-Za-z0-9_]+:.*|test_comm_np[0-9]+|mixed_precision_reducer_np[0-9]+|mesh_split_np[0-9]+|grad_compress_np[0-9]+|test_hierarchical_np[0-9]+|local_sgd_outer_np[0-9]+|stale_gradients_np[0-9]+)$'
+UNIT='^(test_[A-Za-z0-9_]+:.*|test_comm_np[0-9]+|mixed_precision_reducer_np[0-9]+|mesh_split_np[0-9]+|grad_compress_np[0-9]+|test_hierarchical_np[0-9]+|local_sgd_outer_np[0-9]+|stale_gradients_np[0-9]+|ring_attention_np[0-9]+)$'
 ctest --test-dir "$B" -R "$UNIT" --output-on-failure -j2 --timeout 900 "$@"
