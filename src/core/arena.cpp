@@ -10,6 +10,11 @@ namespace mt {
 
 Tensor Arena::alloc(Shape shape, DType dtype) {
   size_t bytes = (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + 63) / 64 * 64;
+  if (count_only_) {
+    in_use_ += bytes;
+    high_water_ = std::max(high_water_, in_use_);
+    return Tensor(nullptr, shape, dtype, device_);
+  }
   while (current_ < blocks_.size() && offset_ + bytes > blocks_[current_].size) {
     ++current_;
     offset_ = 0;
@@ -35,11 +40,11 @@ Tensor Arena::alloc(Shape shape, DType dtype) {
 }
 
 Arena::~Arena() {
-  if (device_ == Device::CPU) count_host_tensor_bytes(-int64_t(in_use_));
+  if (device_ == Device::CPU && !count_only_) count_host_tensor_bytes(-int64_t(in_use_));
 }
 
 void Arena::reset() {
-  if (device_ == Device::CPU) count_host_tensor_bytes(-int64_t(in_use_));
+  if (device_ == Device::CPU && !count_only_) count_host_tensor_bytes(-int64_t(in_use_));
   current_ = 0;
   offset_ = 0;
   in_use_ = 0;

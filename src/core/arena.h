@@ -15,6 +15,11 @@ class Arena {
  public:
   explicit Arena(Device device = Device::CPU, size_t block_bytes = size_t(64) << 20)
       : device_(device), block_bytes_(block_bytes) {}
+  // An arena that only counts: alloc() hands out tensors of the asked shape with no memory behind them (never to be
+  // read or written) and counts their bytes as a real arena does. The planner runs the model's allocation code on
+  // one, so its memory figures are the model's own.
+  struct CountOnly {};
+  explicit Arena(CountOnly) : device_(Device::CPU), block_bytes_(0), count_only_(true) {}
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -37,6 +42,7 @@ class Arena {
   size_t block_bytes_;
   std::vector<Block> blocks_;
   size_t current_ = 0, offset_ = 0, in_use_ = 0, high_water_ = 0, block_allocations_ = 0;
+  bool count_only_ = false;
 };
 
 }  // namespace mt

@@ -308,11 +308,32 @@ void GPT::backward_needs_block(const ParamsNeeded& params_needed, int l) const {
   params_needed(lo, hi);
 }
 
+BlockScratch GPT::backward_scratch(Arena& arena, const Activations& a, bool split) const {
+  const bool sp = sequence_parallel();
+  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
+  const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
+  // dres holds d(loss)/d(residual stream), updated in place from the top block down: each norm's backward
+  // accumulates into it, which adds the block's branch to the skip connection's share. With sequence parallelism it
+  // holds this rank's rows only (as do dln and the norms' inputs).
+  BlockScratch s;
+  s.dres = arena.alloc({Ns, C}, dtype_);
+  s.dln = arena.alloc({Ns, C}, dtype_);
+  s.dln_full = sp ? arena.alloc({N, C}, dtype_) : s.dln;
+  s.dres_full = sp ? arena.alloc({N, C}, dtype_) : s.dres;
+  blocks_[0]->alloc_scratch(s, arena, *this, a, split);
+  if (sp) s.norm_scratch = arena.alloc(blocks_[0]->input_norm().scratch_shape(C), grad_dtype());
+  return s;
+}
+
+void GPT::alloc_backward_scratch(Arena& arena, const Activations& a, bool split) const {
+  backward_scratch(arena, a, split);
+}
+
 void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, BackwardPart part,
                    const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed) {
   const TensorParallel tp = tensor_parallel();
   const BlockPass pass{*this, tp, a};
-  const bool sp = tp.sp(), split = part == BackwardPart::InputOnly;
+  const bool split = part == BackwardPart::InputOnly;
   const bool first = cfg_.first_stage(), last = cfg_.last_stage();
   const int L = cfg_.stage_layers();
   CHECK(last || dout.defined(), "pipeline stage [{}, {}): backward needs the output gradient", cfg_.layer_begin,
@@ -324,20 +345,8 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   const std::function<void(int64_t)> no_hook;
   const std::function<void(int64_t)>& ready = split ? no_hook : grads_ready;
   const ParamReady block_ready = ready ? ParamReady([&](int p) { ready_through(p, ready); }) : ParamReady();
-  const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
-  const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
   const Tensor none, &full = a.sp_full;
-  // dres holds d(loss)/d(residual stream), updated in place from the top block down: each norm's backward
-  // accumulates into it, which adds the block's branch to the skip connection's share. With sequence parallelism it
-  // holds this rank's rows only (as do dln and the norms' inputs).
-  BlockScratch s;
-  s.dres = arena.alloc({Ns, C}, dtype_);
-  s.dln = arena.alloc({Ns, C}, dtype_);
-  s.dln_full = sp ? arena.alloc({N, C}, dtype_) : s.dln;
-  s.dres_full = sp ? arena.alloc({N, C}, dtype_) : s.dres;
-  blocks_[0]->alloc_scratch(s, arena, *this, a, split);
-  if (sp) s.norm_scratch = arena.alloc(blocks_[0]->input_norm().scratch_shape(C), grad_dtype());
-
+  const BlockScratch s = backward_scratch(arena, a, split);
   zero_(s.dres);
   if (last) {
     for (int p : final_norm_->params()) backward_needs_param(params_needed, p);

@@ -132,6 +132,7 @@ void write_hf_config(const std::string& path, const GPTConfig& cfg);
 
 class Block;
 class Norm;
+struct BlockScratch;
 
 class GPT {
  public:
@@ -207,6 +208,10 @@ class GPT {
   // weight pass keeps).
   Activations alloc_activations(Arena& arena, int B, int T, bool split_backward = false) const;
 
+  // Takes from `arena` what one backward pass takes first (its scratch, shared by the blocks; backward() calls the
+  // same code): the planner counts it on a counting arena (core/arena.h).
+  void alloc_backward_scratch(Arena& arena, const Activations& a, bool split) const;
+
   // Forward pass of one micro-batch over acts.tokens / acts.targets: per-token losses in acts.losses, their
   // sum added to loss_sum[0] (when defined), and, when dloss != 0, acts.logits replaced by
   // dloss * d(sum of losses)/d(logits), ready for backward(). dloss = 1 / (tokens in the global batch) makes
@@ -244,6 +249,7 @@ class GPT {
   // outputs and the MLP's activation (light) or for the attention probabilities (selective), or all blocks one set
   // (full).
   void alloc_block_records(Activations& a, Arena& arena) const;
+  BlockScratch backward_scratch(Arena& arena, const Activations& a, bool split) const;
   // forward()'s params_needed before the norm that reads block `next`'s input norm weights (fused into block
   // next - 1's end; next = 0: before the embedding), or everything when no block follows.
   void need_params(const std::function<void(int64_t)>& params_needed, int next) const;

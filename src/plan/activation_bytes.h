@@ -1,8 +1,8 @@
-// Bytes the trainer takes from arenas per micro-batch, computed without allocating: a mirror of
-// GPT::alloc_activations (one activation record, plus the input-gradient buffer the pipeline executor adds for a
-// stage after the first) and of GPT::backward's scratch. Arena allocations are rounded up to 64 bytes each, as
-// Arena::alloc does. tests/test_planner.cpp checks both against the real allocations, so a change to the model's
-// records shows up there.
+// Bytes the trainer takes from arenas per micro-batch, computed without allocating: GPT::alloc_activations (one
+// activation record, plus the input-gradient buffer the pipeline executor adds for a stage after the first) and
+// GPT::alloc_backward_scratch (what GPT::backward takes first) run on a counting arena (core/arena.h), so a change
+// to the model's records changes these with it. Arena allocations are rounded up to 64 bytes each, as Arena::alloc
+// does. tests/test_planner.cpp checks them against a real arena's.
 #pragma once
 #include <cstdint>
 
