@@ -238,15 +238,11 @@ class LlamaBlock final : public Block {
   void kv_weight_grads(const BlockPass& p, const std::function<void(const Tensor&, const Tensor&)>& compute) const {
     const int k = P(K_W), v = P(V_W);
     if (!kv_sum_.defined()) return compute(p.grad(k), p.grad(v));
-    // Each part (kv head) in its own slot, zero elsewhere: one all-reduce over tp sums every head's copies at once.
+    // Each part (kv head) in its own slot of kv_sum_.
     const ParamSpec& s = p.model.table()[k];
     const int64_t n = s.numel(), parts = s.shard.parts, at = s.shard.part * n;
-    const Tensor dk_w = kv_sum_.slice(at, s.shape), dv_w = kv_sum_.slice(parts * n + at, s.shape);
-    zero_(kv_sum_);
-    compute(dk_w, dv_w);
-    p.tp.comm().all_reduce(kv_sum_, ReduceOp::Sum);
-    kernels::accumulate(p.grad(k), dk_w);
-    kernels::accumulate(p.grad(v), dv_w);
+    copied_param_grads(p.tp, {p.grad(k), p.grad(v)}, {kv_sum_.slice(at, s.shape), kv_sum_.slice(parts * n + at, s.shape)},
+                       kv_sum_, [&](const std::vector<Tensor>& g) { compute(g[0], g[1]); });
   }
 
   Recompute recompute_;

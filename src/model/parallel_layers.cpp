@@ -130,4 +130,12 @@ void replicated_param_grads(const TensorParallel& tp, const std::vector<Tensor>&
   for (size_t i = 0; i < grads.size(); ++i) kernels::accumulate(grads[i], partial[i]);
 }
 
+void copied_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const std::vector<Tensor>& slots,
+                        const Tensor& scratch, const std::function<void(const std::vector<Tensor>&)>& backward) {
+  zero_(scratch);
+  backward(slots);
+  tp.comm().all_reduce(scratch, ReduceOp::Sum);
+  for (size_t i = 0; i < grads.size(); ++i) kernels::accumulate(grads[i], slots[i]);
+}
+
 }  // namespace mt

@@ -112,4 +112,11 @@ void vocab_cross_entropy(const TensorParallel& tp, const Tensor& losses, const T
 void replicated_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const Tensor& scratch,
                             const std::function<void(const std::vector<Tensor>&)>& backward);
 
+// Parameters held in copies by several tp ranks, each copy's gradient only its ranks' share (Llama's k and v when kv
+// heads are fewer than tp ranks: a copy sees its ranks' query heads). `backward` writes this micro-batch's shares
+// into `slots` (views of `scratch`, each part of the weight in its own place, zero elsewhere), `scratch` is summed
+// over tp, which sums every part's copies at once, and each slot is accumulated into its gradient.
+void copied_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const std::vector<Tensor>& slots,
+                        const Tensor& scratch, const std::function<void(const std::vector<Tensor>&)>& backward);
+
 }  // namespace mt
