@@ -63,7 +63,7 @@ PassTimes Calibration::stage(const StageShape& s) {
     auto it = stages_.find(s);
     if (it != stages_.end()) return it->second;
     const auto t0 = Clock::now();
-    const PassTimes t = measure(s);
+    const PassTimes t = measure(s, traffic_[s]);
     seconds_ += us_since(t0) * 1e-6;
     ++measurements_;
     return stages_[s] = t;
@@ -78,7 +78,32 @@ PassTimes Calibration::stage(const StageShape& s) {
           a.bwd_weight + extra * b.bwd_weight};
 }
 
-PassTimes Calibration::measure(const StageShape& s) {
+const TpTraffic& Calibration::traffic(const StageShape& s) {
+  auto it = traffic_.find(s);
+  if (it != traffic_.end()) return it->second;
+  stage(s);
+  const int K = opts_.max_timed_blocks;
+  if (s.blocks <= K) return traffic_.at(s);
+  // The timed stage's collectives, then a middle stage's per block (its K blocks ask for the same ones in turn) for
+  // each block beyond K.
+  StageShape timed = s, mid = s;
+  timed.blocks = mid.blocks = K;
+  mid.first = mid.last = false;
+  TpTraffic t = traffic(timed);
+  const TpTraffic& m = traffic(mid);
+  auto extend = [&](std::vector<TpOp>& out, const std::vector<TpOp>& per_k) {
+    CHECK(per_k.size() % K == 0, "calibration: {} collectives over {} middle blocks", per_k.size(), K);
+    const size_t per_block = per_k.size() / K;
+    for (int b = K; b < s.blocks; ++b) out.insert(out.end(), per_k.begin(), per_k.begin() + per_block);
+  };
+  extend(t.fwd, m.fwd);
+  extend(t.bwd, m.bwd);
+  extend(t.bwd_input, m.bwd_input);
+  extend(t.bwd_weight, m.bwd_weight);
+  return traffic_[s] = t;
+}
+
+PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
   set_compute_threads(opts_.threads);
   // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
   GPTConfig g = gpt_config(model_);
@@ -91,8 +116,8 @@ PassTimes Calibration::measure(const StageShape& s) {
   g.n_layer = g.layer_end + (s.last ? 0 : 1);
   GPT model(g, s.dtype);
   model.init(1234, model_.init_std > 0 ? model_.init_std : 0.02);
-  NullCommunicator null(s.tp, 0);
-  if (s.tp > 1) model.set_tp_comm(&null);
+  CountingCommunicator tp(s.tp, 0);
+  if (s.tp > 1) model.set_tp_comm(&tp);
 
   const int T = model_.seq_len;
   // k records in flight, used in 1F1B's steady-state order (the forward of the newest, the backward of the
@@ -133,17 +158,26 @@ PassTimes Calibration::measure(const StageShape& s) {
   const auto started = Clock::now();
   for (int rep = 0; rep <= opts_.reps || (rep <= 8 * opts_.reps && us_since(started) < kMinSeconds * 1e6); ++rep) {
     const int j = rep + k - 1;
+    // The first repetition's collectives, pass by pass, are the stage's tp traffic.
+    auto note = [&](std::vector<TpOp>& pass) {
+      if (rep == 0) pass = tp.ops;
+      tp.ops.clear();
+    };
+    tp.ops.clear();
     const double tf = forward(acts[j % k]);
+    note(traffic.fwd);
     Activations& a = acts[(j - (k - 1)) % k];
     scratch.reset();
     auto t0 = Clock::now();
     model.backward(a, scratch, {}, s.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
     const double tb = us_since(t0);
+    note(s.split ? traffic.bwd_input : traffic.bwd);
     double tw = 0;
     if (s.split) {
       t0 = Clock::now();
       model.backward_weights(a, {});
       tw = us_since(t0);
+      note(traffic.bwd_weight);
     }
     if (rep == 0) continue;  // warm-up: first touches of the memory
     f.push_back(tf);
@@ -223,7 +257,7 @@ double Calibration::zero_grads_us(int64_t numel) {
 }
 
 std::string Calibration::header() const {
-  return fmt::format("meshtrain planner calibration v2: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
+  return fmt::format("meshtrain planner calibration v3: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
                      "vocab {} threads {} timed_blocks {}",
                      name_of(model_.arch), model_.n_head, model_.n_kv_head, model_.d_model,
                      gpt_config(model_).mlp_hidden(), model_.seq_len, model_.vocab_size, opts_.threads,
@@ -248,7 +282,18 @@ int Calibration::load(const std::string& path) {
           t.bwd >> t.bwd_input >> t.bwd_weight;
       s.dtype = static_cast<DType>(dt);
       s.recompute = static_cast<Recompute>(rc);
-      if (in) stages_[s] = t, ++n;
+      TpTraffic traffic;
+      for (std::vector<TpOp>* pass : {&traffic.fwd, &traffic.bwd, &traffic.bwd_input, &traffic.bwd_weight}) {
+        size_t count = 0;
+        in >> count;
+        for (size_t i = 0; in && i < count; ++i) {
+          int kind = 0;
+          int64_t bytes = 0;
+          in >> kind >> bytes;
+          pass->push_back({static_cast<CommKind>(kind), bytes});
+        }
+      }
+      if (in) stages_[s] = t, traffic_[s] = traffic, ++n;
     } else if (kind == "optimizer") {
       int64_t numel = 0;
       int dt = 0;
@@ -269,11 +314,18 @@ void Calibration::save(const std::string& path) const {
   std::ofstream f(path);
   if (!f) throw InputError(fmt::format("--calibration: cannot write {}", path));
   f << header() << "\n";
-  for (const auto& [s, t] : stages_)
-    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}\n", s.blocks, int(s.first),
+  for (const auto& [s, t] : stages_) {
+    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}", s.blocks, int(s.first),
                      int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, int(s.recompute),
-                     t.fwd, t.bwd,
-                     t.bwd_input, t.bwd_weight);
+                     t.fwd, t.bwd, t.bwd_input, t.bwd_weight);
+    // Then each pass's collectives: their count, and each one's kind and bytes.
+    const TpTraffic& traffic = traffic_.at(s);
+    for (const std::vector<TpOp>* pass : {&traffic.fwd, &traffic.bwd, &traffic.bwd_input, &traffic.bwd_weight}) {
+      f << " " << pass->size();
+      for (const TpOp& op : *pass) f << " " << int(op.kind) << " " << op.bytes;
+    }
+    f << "\n";
+  }
   for (const auto& [k, us] : optim_) f << fmt::format("optimizer {} {} {:.3f}\n", k.first, k.second, us);
   for (const auto& [n, us] : zeroing_) f << fmt::format("zero {} {:.3f}\n", n, us);
 }

@@ -1,15 +1,17 @@
 // The compute side of the planner's time model: this machine's time for the passes of a pipeline stage, measured
 // by running the real model code (model/gpt.h, kernels/) on one process at the stage's shapes: its blocks, the
 // embedding on the first stage, the final LayerNorm, head and loss on the last, for the layout's micro-batch and
-// one tensor-parallel rank's shard (the tp collectives are no-ops here, the time model adds them), with the
-// compute threads a rank of the layout gets. Timings are cached per distinct shape.
+// one tensor-parallel rank's shard (the tp collectives are no-ops here, counted as the passes ask for them: the time
+// model charges them), with the compute threads a rank of the layout gets. Timings are cached per distinct shape.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/dtype.h"
+#include "plan/null_communicator.h"
 #include "train/config.h"
 
 namespace mt::plan {
@@ -36,6 +38,14 @@ struct PassTimes {
   double bwd_input = 0, bwd_weight = 0;   // split backward (split = true)
 };
 
+// The tensor-parallel collectives of a stage's passes, in the order the passes ask for them: Megatron's f/g
+// all-reduces, or with sequence parallelism the all-gathers and reduce-scatters that replace them, the vocabulary-
+// parallel cross-entropy's two all-reduces, the norms' and Llama's kv copies' gradient sums. Each one blocks the
+// compute thread, so its whole time is in the pass. None when tp == 1.
+struct TpTraffic {
+  std::vector<TpOp> fwd, bwd, bwd_input, bwd_weight;
+};
+
 struct CalibrationOptions {
   int threads = 1;           // compute threads of one rank
   int reps = 5;              // timed repetitions per shape (their lower quartile counts), after one warm-up
@@ -49,6 +59,9 @@ class Calibration {
 
   // The stage's pass times (measured once per shape, then cached).
   PassTimes stage(const StageShape& s);
+  // The tensor-parallel collectives its passes asked for while they were timed (a stage of more blocks than are
+  // timed: the timed stage's, plus a middle stage's per block for the rest).
+  const TpTraffic& traffic(const StageShape& s);
   // One optimizer step over `numel` elements of state (the gradient norm and AdamW; with 16-bit compute the
   // fp32 masters and the cast into the compute copy), in us.
   double optimizer_us(int64_t numel, DType compute);
@@ -67,11 +80,12 @@ class Calibration {
   double seconds() const { return seconds_; }  // spent measuring
 
  private:
-  PassTimes measure(const StageShape& s);
+  PassTimes measure(const StageShape& s, TpTraffic& traffic);
   std::string header() const;
   ModelConfig model_;
   CalibrationOptions opts_;
   std::map<StageShape, PassTimes> stages_;
+  std::map<StageShape, TpTraffic> traffic_;
   std::map<std::pair<int64_t, int>, double> optim_;
   std::map<int64_t, double> zeroing_;
   int measurements_ = 0;

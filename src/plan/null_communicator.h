@@ -36,17 +36,19 @@ class NullCommunicator : public Communicator {
   std::string name_;
 };
 
-// A NullCommunicator that also notes each collective it is asked for, with its bytes as predict_us takes them
-// (all-gather: the output; reduce-scatter: the input): tests check the planner's traffic model against the model's
-// own passes with it.
+// A collective as the planner's time model charges it: its kind and bytes as predict_us takes them (all-reduce: the
+// tensor; all-gather: the output; reduce-scatter: the input).
+struct TpOp {
+  CommKind kind;
+  int64_t bytes;
+  bool operator<(const TpOp& o) const { return std::make_pair(int(kind), bytes) < std::make_pair(int(o.kind), o.bytes); }
+  bool operator==(const TpOp& o) const { return kind == o.kind && bytes == o.bytes; }
+};
+
+// A NullCommunicator that also notes each collective it is asked for: the calibration runs the model's passes on
+// one, so the planner's tensor-parallel traffic is what the model's own code asks for.
 class CountingCommunicator : public NullCommunicator {
  public:
-  struct Op {
-    CommKind kind;
-    int64_t bytes;
-    bool operator<(const Op& o) const { return std::make_pair(int(kind), bytes) < std::make_pair(int(o.kind), o.bytes); }
-    bool operator==(const Op& o) const { return kind == o.kind && bytes == o.bytes; }
-  };
   using NullCommunicator::NullCommunicator;
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
     ops.push_back({CommKind::AllReduce, int64_t(t.nbytes())});
@@ -60,7 +62,7 @@ class CountingCommunicator : public NullCommunicator {
     ops.push_back({CommKind::AllGather, int64_t(out.nbytes())});
     return NullCommunicator::all_gather_async(in, out);
   }
-  std::vector<Op> ops;  // in the order asked
+  std::vector<TpOp> ops;  // in the order asked
 };
 
 }  // namespace mt::plan

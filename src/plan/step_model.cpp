@@ -12,7 +12,6 @@
 #include "plan/timeline.h"
 #include "parallel/sharded_grads.h"
 #include "train/grad_reducers.h"
-#include "plan/tp_traffic.h"
 #include "train/model_config.h"
 
 namespace mt::plan {
@@ -180,7 +179,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       s.recompute = cfg.train.recompute;
       const PassTimes pt = cal.stage(s);
       times[r][c] = pt;
-      const TpTraffic traffic = tp_traffic(cfg.model, s);
+      const TpTraffic& traffic = cal.traffic(s);
       auto cost = [&](const std::vector<TpOp>& ops, double work_us) {
         PassCost pc;
         pc.work_us = work_us;
