@@ -1,8 +1,9 @@
 // Ring attention for context parallelism: the block kernel (kernels/attention_block.h) against finite differences
 // and against the causal attention kernel, the zigzag layout and the ring schedule, and the ring op
 // (model/ring_attention.h) on cp = world size ranks against single-rank attention on the whole sequence and
-// against finite differences. The [ring] cases are collective: ctest runs them on 1 rank (every case), 2 ranks
-// (the [ring] cases) and 4 ranks (the [parity] case only): tests/ring_attention_tests.cmake.
+// against finite differences; and a whole model's passes under context parallelism against one rank's. The [ring]
+// cases are collective: ctest runs them on 1 rank (every case), 2 ranks
+// (the [ring] cases) and 4 ranks (the [parity] cases only): tests/ring_attention_tests.cmake.
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
@@ -22,6 +23,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_block.h"
 #include "kernels/gqa.h"
+#include "model/gpt.h"
 #include "model/ring_attention.h"
 #include "plan/null_communicator.h"
 #include "test_support.h"
@@ -406,4 +408,62 @@ TEST_CASE("ring attention: finite-difference gradient of the whole op (fp64)", "
   fd_check("q", loss, q, dq);
   fd_check("k", loss, k, dk);
   fd_check("v", loss, v, dv);
+}
+
+// The model's passes under context parallelism (GPT::set_cp_comm, model/context_parallel.h): each rank runs its zigzag
+// chunks of every sequence; the loss sums and the parameter gradients, summed over cp, equal one rank's on the whole
+// sequences (fp64: the same sums in other orders, checked at 1e-11 of the largest gradient). GPT-2 (learned
+// positions gathered and scattered) and Llama with grouped-query attention (rotary angles at global positions), with
+// no recomputation, selective (the ring again in the backward) and full (the block's forward again).
+TEST_CASE("a model under context parallelism gives one rank's loss and gradients", "[ring][parity][model]") {
+  auto cp = world();
+  const int P = cp->size(), r = cp->rank();
+  const int B = 2, T = 4 * P;  // two tokens per chunk
+  for (const ModelArch arch : {ModelArch::GPT2, ModelArch::Llama})
+  for (const Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    INFO(name_of(arch) << ", recompute " << name_of(rc) << ", cp = " << P);
+    GPTConfig g;
+    g.arch = arch;
+    g.recompute = rc;
+    g.n_layer = 2;
+    g.n_head = 4;
+    g.d_model = 16;
+    g.seq_len = T;
+    g.vocab_size = 40;
+    if (arch == ModelArch::Llama) g.n_kv_head = 2, g.ffn_hidden = 24;
+    Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+    for (int64_t i = 0; i < tokens.numel(); ++i) {
+      tokens.data_as<int32_t>()[i] = int32_t((i * 7 + 3) % g.vocab_size);
+      targets.data_as<int32_t>()[i] = int32_t((i * 11 + 5) % g.vocab_size);
+    }
+    const double dloss = 1.0 / (double(B) * T);
+    // One pass of `model` over `toks` / `tgts`: its loss sum, and its gradients.
+    auto run = [&](GPT& model, const Tensor& toks, const Tensor& tgts) {
+      Arena records, scratch;
+      Activations a = model.alloc_activations(records, B, int(toks.shape()[1]));
+      copy_convert(a.tokens, toks);
+      copy_convert(a.targets, tgts);
+      Tensor loss = Tensor::zeros({1}, DType::F64);
+      model.forward(a, dloss, loss);
+      model.backward(a, scratch);
+      return loss.data_as<double>()[0];
+    };
+    GPT whole(g, DType::F64);
+    whole.init(5, 0.3);
+    const double loss_whole = run(whole, tokens, targets);
+
+    GPT part(g, DType::F64);
+    part.init(5, 0.3);
+    part.set_cp_comm(cp.get());
+    Tensor tl = Tensor::empty({B, T / P}, DType::I32), gl = Tensor::empty({B, T / P}, DType::I32);
+    zigzag_shard(tl, tokens, P, r);
+    zigzag_shard(gl, targets, P, r);
+    const double loss_cp = all_reduce_sum(run(part, tl, gl));
+    CHECK(std::abs(loss_cp - loss_whole) <= 1e-12 * std::abs(loss_whole));
+    Tensor grads = part.grads();
+    MPI_Allreduce(MPI_IN_PLACE, grads.data(), int(grads.numel()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double scale = 0;
+    for (int64_t i = 0; i < grads.numel(); ++i) scale = std::max(scale, std::abs(whole.grads().data_as<double>()[i]));
+    CHECK(max_err(grads, whole.grads(), 0, 1e-11 * scale) <= 1);
+  }
 }

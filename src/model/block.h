@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/context_parallel.h"
 #include "model/gpt.h"
 
 namespace mt {
@@ -20,6 +21,7 @@ namespace mt {
 struct BlockPass {
   const GPT& model;          // parameters (param/grad) and configuration
   const TensorParallel& tp;  // the tp group (null at tp = 1)
+  const ContextParallel& cp;  // the cp group (off: the whole sequence on this rank)
   Activations& a;            // the micro-batch's record: B, T, the residual stream, sequence parallelism's scratch
   Tensor param(int p) const { return model.param(p); }
   Tensor grad(int p) const { return model.grad(p); }

@@ -192,7 +192,10 @@ void GPT::init_param(uint64_t seed, double std, int p, const Tensor& out) const 
 }
 
 Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backward) const {
-  CHECK(T <= cfg_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, cfg_.seq_len);
+  const ContextParallel cp = context_parallel();
+  CHECK(int64_t(T) * cp.size() <= cfg_.seq_len && (!cp.on() || T % 2 == 0),
+        "sequence of {} tokens (this rank's of {} cp ranks) exceeds seq_len {} or is not two chunks", T, cp.size(),
+        cfg_.seq_len);
   const int64_t N = int64_t(B) * T, Cf = cfg_.d_model;
   const bool sp = sequence_parallel(), first = cfg_.first_stage(), last = cfg_.last_stage();
   CHECK(!sp || N % cfg_.tp == 0, "sequence parallelism: {} rows (B*T) are not divisible by tp {}", N, cfg_.tp);
@@ -261,12 +264,19 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum,
   need_params(params_needed, 0);
   // With sequence parallelism the residual stream and the norms hold this rank's rows only.
   const TensorParallel tp = tensor_parallel();
-  const BlockPass pass{*this, tp, a};
+  const ContextParallel cp = context_parallel();
+  const BlockPass pass{*this, tp, cp, a};
   const int64_t N = int64_t(a.B) * a.T;
   const Tensor none, &full = a.sp_full;  // sequence parallelism's [N, C] scratch
-  if (cfg_.first_stage())  // a later pipeline stage: the caller has put the previous stage's output into a.input()
-    vocab_embedding_forward(tp, a.residual[0], full, a.tokens, param(wte_), wpe_ >= 0 ? param(wpe_) : none,
-                            vocab_begin(), vp_);
+  if (cfg_.first_stage()) {  // a later pipeline stage: the caller has put the previous stage's output into a.input()
+    Tensor pos = wpe_ >= 0 ? param(wpe_) : none;
+    if (cp.on() && pos.defined()) {  // the rows at this rank's tokens' positions
+      const Tensor rows = Tensor::empty({a.T, cfg_.d_model}, dtype_, device_);
+      gather_positions(cp, rows, pos);
+      pos = rows;
+    }
+    vocab_embedding_forward(tp, a.residual[0], full, a.tokens, param(wte_), pos, vocab_begin(), vp_);
+  }
   // Each skip connection's add is fused with the norm that reads its result: the next block's input norm (the final
   // norm after the last block of the last stage). Only the first block's input norm reads the stage's input alone.
   const int L = cfg_.stage_layers();
@@ -329,10 +339,21 @@ void GPT::alloc_backward_scratch(Arena& arena, const Activations& a, bool split)
   backward_scratch(arena, a, split);
 }
 
+void GPT::embedding_backward(const TensorParallel& tp, const ContextParallel& cp, const Tensor& demb,
+                             const Tensor& tokens) {
+  if (wpe_ < 0 || !cp.on())
+    return vocab_embedding_backward(tp, grad(wte_), wpe_ >= 0 ? grad(wpe_) : Tensor(), demb, tokens, vocab_begin(), vp_);
+  // The position rows' gradients at this rank's positions, then scattered into wpe's.
+  const Tensor dpos = Tensor::zeros({tokens.shape()[1], cfg_.d_model}, grad_dtype(), device_);
+  vocab_embedding_backward(tp, grad(wte_), dpos, demb, tokens, vocab_begin(), vp_);
+  scatter_position_grads(cp, grad(wpe_), dpos);
+}
+
 void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_t)>& grads_ready, BackwardPart part,
                    const Tensor& dout, const Tensor& dinput, const ParamsNeeded& params_needed) {
   const TensorParallel tp = tensor_parallel();
-  const BlockPass pass{*this, tp, a};
+  const ContextParallel cp = context_parallel();
+  const BlockPass pass{*this, tp, cp, a};
   const bool split = part == BackwardPart::InputOnly;
   const bool first = cfg_.first_stage(), last = cfg_.last_stage();
   const int L = cfg_.stage_layers();
@@ -368,7 +389,7 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
     // The embedding backward reads every row (sequence parallelism gathers them), so wpe's gradient is complete.
     const Tensor demb = tp.gather_rows(s.dres, s.dres_full);
     if (split) copy_convert(a.demb, demb);
-    else vocab_embedding_backward(tp, grad(wte_), wpe_ >= 0 ? grad(wpe_) : none, demb, a.tokens, vocab_begin(), vp_);
+    else embedding_backward(tp, cp, demb, a.tokens);
   }
   if (ready) ready(table_.total_numel());
 }
@@ -377,7 +398,8 @@ void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& g
                            const ParamsNeeded& params_needed) {
   CHECK(static_cast<int>(a.wgrad.size()) == cfg_.stage_layers(), "backward_weights needs a split backward first");
   const TensorParallel tp = tensor_parallel();
-  const BlockPass pass{*this, tp, a};
+  const ContextParallel cp = context_parallel();
+  const BlockPass pass{*this, tp, cp, a};
   const ParamReady block_ready = grads_ready ? ParamReady([&](int p) { ready_through(p, grads_ready); }) : ParamReady();
   const Tensor none, &full = a.sp_full;
   if (cfg_.last_stage()) {
@@ -389,8 +411,7 @@ void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& g
     if (cfg_.recompute == Recompute::Light) backward_needs_block(params_needed, l);  // its norms' outputs again
     blocks_[l]->backward_weights(pass, a.layers[l], a.residual[l], a.wgrad[l], block_ready);
   }
-  if (cfg_.first_stage())
-    vocab_embedding_backward(tp, grad(wte_), wpe_ >= 0 ? grad(wpe_) : none, a.demb, a.tokens, vocab_begin(), vp_);
+  if (cfg_.first_stage()) embedding_backward(tp, cp, a.demb, a.tokens);
   if (grads_ready) grads_ready(table_.total_numel());
 }
 

@@ -19,6 +19,7 @@
 #include "comm/communicator.h"
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "model/context_parallel.h"
 #include "model/model_arch.h"
 #include "model/parallel_layers.h"
 #include "model/param_table.h"
@@ -159,6 +160,12 @@ class GPT {
   // The tensor-parallel group (cfg.tp ranks, this one at cfg.tp_rank); required before forward/backward when
   // cfg.tp > 1, unused (and never called) when cfg.tp == 1. The model communicates only through it.
   void set_tp_comm(Communicator* tp) { tp_ = tp; }
+  // The context-parallel group (model/context_parallel.h): with more than one rank, each micro-batch holds this
+  // rank's two zigzag chunks of every sequence (T of alloc_activations is the local length, 2 T / cp), positions are
+  // global, attention runs around the ring, and the loss sum and parameter gradients are this rank's share (the
+  // caller sums them over cp). Set before alloc_activations.
+  void set_cp_comm(Communicator* cp) { cp_ = cp; }
+  ContextParallel context_parallel() const { return ContextParallel(cp_); }
   int embedding_param() const { return wte_; }  // the token embedding (GPT-2's wte, also its head), -1 if absent
   int vocab_padded() const { return vp_; }                        // Vp, over all tp ranks
   int vocab_shard() const { return vp_ / cfg_.tp; }               // Vp / tp rows of wte on this rank
@@ -260,9 +267,13 @@ class GPT {
   void backward_needs_param(const ParamsNeeded& params_needed, int p) const;
   void backward_needs_block(const ParamsNeeded& params_needed, int l) const;
   TensorParallel tensor_parallel() const;  // the layers' view of the tp group (checked)
+  // The embedding's backward from demb (all N rows): wte's gradient, and wpe's at this rank's positions.
+  void embedding_backward(const TensorParallel& tp, const ContextParallel& cp, const Tensor& demb,
+                          const Tensor& tokens);
 
   GPTConfig cfg_;
   Communicator* tp_ = nullptr;
+  Communicator* cp_ = nullptr;
   int vp_;
   DType dtype_;
   Device device_;

@@ -9,6 +9,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "model/block.h"
+#include "model/ring_attention.h"
 
 namespace mt {
 
@@ -24,7 +25,8 @@ static_assert(sizeof(kSlotNames) / sizeof(kSlotNames[0]) == kSlots, "one name pe
 
 class Gpt2Block final : public Block {
  public:
-  Gpt2Block(const GPTConfig& cfg, const ParamTable& table, int layer) : recompute_(cfg.recompute) {
+  Gpt2Block(const GPTConfig& cfg, const ParamTable& table, int layer)
+      : recompute_(cfg.recompute), tag_(layer * kRingAttentionTags) {
     for (int s = 0; s < kSlots; ++s) params_.push_back(table.index_of(gpt2_layer_name(layer, s)));
     norm_in_ = make_norm(cfg, {P(LN1_W), P(LN1_B)});
     norm_post_ = make_norm(cfg, {P(LN2_W), P(LN2_B)});
@@ -42,9 +44,11 @@ class Gpt2Block final : public Block {
     la.ln1_mean = arena.alloc({Ns}, acc);
     la.ln1_rstd = arena.alloc({Ns}, acc);
     la.qkv = arena.alloc({N, 3 * Cl}, dt);
-    // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32.
-    la.att = alloc(&LA::att, Recompute::Selective, kernels::attention_record_shape(m.device(), B, NHl, T),
-                   m.device() == Device::CUDA ? acc : dt);
+    // cpu: the softmax probabilities [B, NH, T, T]; cuda: the flash kernel's log-sum-exp [B, NH, T] in fp32; under
+    // context parallelism the ring's log-sum-exp.
+    const ContextParallel cp = m.context_parallel();
+    la.att = alloc(&LA::att, Recompute::Selective, attention_record_shape_cp(cp, m.device(), B, NHl, T),
+                   attention_record_dtype_cp(cp, m.device(), dt));
     la.atty = arena.alloc({N, Cl}, dt);
     la.res_attn = arena.alloc({Ns, C}, dt);
     la.ln2 = alloc(&LA::ln2, Recompute::Light, {Ns, C}, dt);
@@ -105,9 +109,9 @@ class Gpt2Block final : public Block {
     const Tensor dqkv = split ? kept->dqkv : s.dqkv;
     const Shape qkv_shape{a.B, a.T, 3 * Cl}, y_shape{a.B, a.T, Cl};
     if (recompute_ == Recompute::Selective)  // the probabilities again (atty is rewritten with its own values)
-      kernels::attention_forward(la.atty.view(y_shape), la.att, la.qkv.view(qkv_shape), heads(p));
-    kernels::attention_backward(dqkv.view(qkv_shape), s.datt, s.datty.view(y_shape), la.qkv.view(qkv_shape),
-                                la.atty.view(y_shape), la.att, heads(p));
+      packed_attention_forward(p.cp, la.atty.view(y_shape), la.att, la.qkv.view(qkv_shape), heads(p), tag_);
+    packed_attention_backward(p.cp, dqkv.view(qkv_shape), s.datt, s.datty.view(y_shape), la.qkv.view(qkv_shape),
+                              la.atty.view(y_shape), la.att, heads(p), tag_);
     column_linear_backward(tp, s.dln_full, s.dln, G(QKV_W), G(QKV_B), dqkv, la.ln1, full, W(p, QKV_W));
     norm_in_->backward(p, s.dres, s.dln, x, input_record(la), s.norm_scratch);
     if (ready) ready(P(LN1_B));  // the block's last parameter in the flat layout
@@ -133,7 +137,8 @@ class Gpt2Block final : public Block {
     const int64_t Cl = p.model.config().d_model / p.model.config().tp;
     const Tensor& full = a.sp_full;
     column_linear_forward(p.tp, la.qkv, la.ln1, full, W(p, QKV_W), W(p, QKV_B));
-    kernels::attention_forward(la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), heads(p));
+    packed_attention_forward(p.cp, la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), heads(p),
+                             tag_);
     // c_proj writes into res_attn, then the skip connection is added in place (with ln_2).
     row_linear_forward(p.tp, la.res_attn, la.atty, full, W(p, ATTPROJ_W), W(p, ATTPROJ_B));
     norm_post_->add_forward(p, {la.ln2, la.ln2_mean, la.ln2_rstd}, la.res_attn, x);
@@ -155,6 +160,7 @@ class Gpt2Block final : public Block {
   static int heads(const BlockPass& p) { return p.model.config().n_head / p.model.config().tp; }
 
   Recompute recompute_;
+  int tag_;  // its ring attention's messages (context parallelism)
 };
 
 }  // namespace

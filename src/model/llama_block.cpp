@@ -14,6 +14,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "model/block.h"
+#include "model/ring_attention.h"
 
 namespace mt {
 
@@ -78,7 +79,7 @@ class LlamaBlock final : public Block {
  public:
   LlamaBlock(const GPTConfig& cfg, const ParamTable& table, int layer, const Tensor& kv_sum)
       : recompute_(cfg.recompute), theta_(cfg.rope_theta), hs_(cfg.head_size()), heads_(cfg.n_head / cfg.tp),
-        kv_heads_(cfg.local_kv_heads()), kv_sum_(kv_sum) {
+        kv_heads_(cfg.local_kv_heads()), tag_(layer * kRingAttentionTags), kv_sum_(kv_sum) {
     for (int s = 0; s < kSlots; ++s) params_.push_back(table.index_of(llama_layer_name(layer, s)));
     norm_in_ = make_norm(cfg, {P(IN_NORM)});
     norm_post_ = make_norm(cfg, {P(POST_NORM)});
@@ -98,8 +99,9 @@ class LlamaBlock final : public Block {
     la.k = arena.alloc({N, kv_heads_ * hs_}, dt);
     la.v = arena.alloc({N, kv_heads_ * hs_}, dt);
     la.qkv = arena.alloc({N, 3 * heads_ * hs_}, dt);
-    la.att = alloc(&LA::att, Recompute::Selective, kernels::attention_record_shape(m.device(), B, heads_, T),
-                   m.device() == Device::CUDA ? acc : dt);
+    const ContextParallel cp = m.context_parallel();
+    la.att = alloc(&LA::att, Recompute::Selective, attention_record_shape_cp(cp, m.device(), B, heads_, T),
+                   attention_record_dtype_cp(cp, m.device(), dt));
     la.atty = arena.alloc({N, heads_ * hs_}, dt);
     la.res_attn = arena.alloc({Ns, C}, dt);
     la.ln2 = alloc(&LA::ln2, Recompute::Light, {Ns, C}, dt);
@@ -166,15 +168,14 @@ class LlamaBlock final : public Block {
     const Tensor d_o = row_linear_output_grad(tp, s.dres, s.dres_full);
     row_linear_backward(s.datty, G(O_W), none, d_o, la.atty, W(p, O_W), WeightLayout::OutIn);
     if (split) copy_convert(kept->d_attproj, d_o);
-    const Shape qkv_shape{a.B, a.T, 3 * heads_ * hs_}, y_shape{a.B, a.T, heads_ * hs_};
-    if (recompute_ == Recompute::Selective)  // the probabilities again (atty is rewritten with its own values)
-      kernels::attention_forward(la.atty.view(y_shape), la.att, la.qkv.view(qkv_shape), int(heads_));
-    kernels::attention_backward(s.dqkv.view(qkv_shape), s.datt, s.datty.view(y_shape), la.qkv.view(qkv_shape),
-                                la.atty.view(y_shape), la.att, int(heads_));
     const Tensor dq = split ? kept->dq : s.dq, dk = split ? kept->dk : s.dk, dv = split ? kept->dv : s.dv;
-    kernels::gqa_reduce(dq, dk, dv, s.dqkv, int(heads_), int(kv_heads_), int(hs_));
-    kernels::rope_backward(dq, a.T, hs_, theta_, 0, heads_ * hs_);
-    kernels::rope_backward(dk, a.T, hs_, theta_, 0, kv_heads_ * hs_);
+    if (recompute_ == Recompute::Selective)  // the probabilities again (atty is rewritten with its own values)
+      attention_forward(p, la);
+    gqa_attention_backward(p.cp, q3(a, dq), kv3(a, dk), kv3(a, dv), s.dqkv.view(qkv3(a)), s.datt, q3(a, s.datty),
+                           la.qkv.view(qkv3(a)), q3(a, la.q), kv3(a, la.k), kv3(a, la.v), q3(a, la.atty), la.att,
+                           int(heads_), int(kv_heads_), tag_);
+    rope_backward_cp(p.cp, dq, a.T, hs_, theta_, 0, heads_ * hs_);
+    rope_backward_cp(p.cp, dk, a.T, hs_, theta_, 0, kv_heads_ * hs_);
     if (split) {
       column_linears_backward(tp, s.dln_full, s.dln, s.dx_part, {none, none, none}, {dq, dk, dv}, la.ln1, full,
                               {W(p, Q_W), W(p, K_W), W(p, V_W)}, WeightLayout::OutIn);
@@ -212,11 +213,9 @@ class LlamaBlock final : public Block {
     const Tensor& full = a.sp_full;
     column_linears_forward(p.tp, {la.q, la.k, la.v}, la.ln1, full, {W(p, Q_W), W(p, K_W), W(p, V_W)},
                            WeightLayout::OutIn);
-    kernels::rope_forward(la.q, a.T, hs_, theta_, 0, heads_ * hs_);
-    kernels::rope_forward(la.k, a.T, hs_, theta_, 0, kv_heads_ * hs_);
-    kernels::gqa_expand(la.qkv, la.q, la.k, la.v, int(heads_), int(kv_heads_), int(hs_));
-    kernels::attention_forward(la.atty.view({a.B, a.T, heads_ * hs_}), la.att, la.qkv.view({a.B, a.T, 3 * heads_ * hs_}),
-                               int(heads_));
+    rope_forward_cp(p.cp, la.q, a.T, hs_, theta_, 0, heads_ * hs_);
+    rope_forward_cp(p.cp, la.k, a.T, hs_, theta_, 0, kv_heads_ * hs_);
+    attention_forward(p, la);
     row_linear_forward(p.tp, la.res_attn, la.atty, full, W(p, O_W), Tensor(), WeightLayout::OutIn);
     norm_post_->add_forward(p, {la.ln2, la.ln2_mean, la.ln2_rstd}, la.res_attn, x);
     column_linears_forward(p.tp, {la.gate, la.up}, la.ln2, full, {W(p, GATE_W), W(p, UP_W)}, WeightLayout::OutIn);
@@ -230,6 +229,16 @@ class LlamaBlock final : public Block {
  private:
   int P(Slot s) const { return params_[s]; }
   Tensor W(const BlockPass& p, Slot s) const { return p.param(params_[s]); }
+  // [N, W] tensors as [B, T, W]: the query-width ones, the kv-width ones, the expanded q|k|v.
+  Tensor q3(const Activations& a, const Tensor& t) const { return t.view({a.B, a.T, heads_ * hs_}); }
+  Tensor kv3(const Activations& a, const Tensor& t) const { return t.view({a.B, a.T, kv_heads_ * hs_}); }
+  Shape qkv3(const Activations& a) const { return {a.B, a.T, 3 * heads_ * hs_}; }
+  // Attention of the rotated q and k and of v into la.atty (expanded into la.qkv for the one-rank kernel).
+  void attention_forward(const BlockPass& p, const LayerActivations& la) const {
+    const Activations& a = p.a;
+    gqa_attention_forward(p.cp, q3(a, la.atty), la.att, la.qkv.view(qkv3(a)), q3(a, la.q), kv3(a, la.k), kv3(a, la.v),
+                          int(heads_), int(kv_heads_), tag_);
+  }
 
   // The k and v weight gradients: compute(dk_w, dv_w) accumulates into them. With n_kv_head < tp each copy of a kv
   // head sees only its query heads' share, so compute() writes this micro-batch's into kv_sum_, the copies' shares
@@ -248,6 +257,7 @@ class LlamaBlock final : public Block {
   Recompute recompute_;
   double theta_;
   int64_t hs_, heads_, kv_heads_;  // head size, this rank's query and kv heads
+  int tag_;                        // its ring attention's messages (context parallelism)
   Tensor kv_sum_;                  // with n_kv_head < tp: [2, KV, HS x C] in the gradients' dtype, else undefined
 };
 
