@@ -2,7 +2,7 @@
 // so that the model (model/gpt.h) is a list of blocks between its embedding and its head, and its passes never ask
 // which family it runs. A block owns its parameters' indices in the model's table and its forward and backward
 // passes, side by side; it reads parameters and writes gradients through the model (GPT::param, GPT::grad), and
-// communicates only through the tensor-parallel layers (model/parallel_layers.h).
+// communicates only through the parallel layers (model/parallel_layers.h, model/context_parallel.h).
 //
 // The residual stream runs between blocks: block l reads its input residual[l] through its input norm (whose output
 // is its record's ln1) and writes its output branch into residual[l + 1]. The skip connection's add is fused with the
@@ -19,10 +19,10 @@ namespace mt {
 
 // One micro-batch's pass as a block sees it.
 struct BlockPass {
-  const GPT& model;          // parameters (param/grad) and configuration
-  const TensorParallel& tp;  // the tp group (null at tp = 1)
+  const GPT& model;           // parameters (param/grad) and configuration
+  const TensorParallel& tp;   // the tp group (null at tp = 1)
   const ContextParallel& cp;  // the cp group (off: the whole sequence on this rank)
-  Activations& a;            // the micro-batch's record: B, T, the residual stream, sequence parallelism's scratch
+  Activations& a;             // the micro-batch's record: B, T, the residual stream, sequence parallelism's scratch
   Tensor param(int p) const { return model.param(p); }
   Tensor grad(int p) const { return model.grad(p); }
 };
