@@ -99,6 +99,13 @@ add_test(NAME checkpoints
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/checkpoints)
 set_tests_properties(checkpoints PROPERTIES TIMEOUT 900 PROCESSORS 2)
 
+# Runs you can trust: meta.json's own checksum, resume-key mismatches, fallback past a damaged checkpoint, the
+# prune order, run.dir/status.json (and train.sbatch reading it), the run.dir lock, the activation-memory refusal.
+add_test(NAME run_trust
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_run_trust.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
+                 ${MT_WORK}/run_trust)
+set_tests_properties(run_trust PROPERTIES TIMEOUT 120)
+
 # run.stop_signals: SIGTERM / SIGUSR1 stop after the step in progress with a checkpoint that resumes bit-identically
 # (also under optim.staleness), a second signal stops at once; a checkpoint on a full disk leaves nothing behind.
 add_test(NAME stop_signals

@@ -15,7 +15,10 @@
 #include <map>
 #include <sstream>
 
+#include <yaml-cpp/yaml.h>
+
 #include "core/checksum.h"
+#include "core/durable_file.h"
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/json.h"
@@ -60,22 +63,6 @@ void for_each_span(const ParamSpec& s, int64_t first, int64_t n, F&& f) {
 }
 
 std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
-
-// Writes `text` to path through a temporary file, fsynced and renamed, then fsyncs the directory.
-void write_text_durably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = fd >= 0 && ::fsync(fd) == 0 && ok;
-  if (fd >= 0) ok = ::close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("writing " + path + " failed: " + std::strerror(errno));
-  const int dfd = ::open(fs::path(path).parent_path().c_str(), O_RDONLY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
@@ -138,7 +125,12 @@ void prune(const std::string& root, int keep, int64_t newest) {
     else if (step < newest) fs::remove_all(e.path());  // an interrupted write older than a complete checkpoint
   }
   std::sort(complete.rbegin(), complete.rend());
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < complete.size(); ++i) fs::remove_all(complete[i].second);
+  // COMPLETE goes first: a prune interrupted part-way leaves an incomplete directory (skipped, then removed by
+  // the next prune), never one that claims to be complete with files missing.
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < complete.size(); ++i) {
+    fs::remove(complete[i].second / "COMPLETE");
+    fs::remove_all(complete[i].second);
+  }
 }
 
 // A failed write, seen by every rank at once: rank 0 removes the incomplete step directory (a full disk would
@@ -234,9 +226,15 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
         shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
         cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.parallel.order), stages,
         json_quote(dtype_name(cfg.precision.compute)), params, files, json_quote(to_yaml(cfg)));
-    write_text_durably(dir + "/meta.json", text);
+    write_text_durably(dir + "/meta.json", seal_checkpoint_meta(text));
     write_text_durably(dir + "/COMPLETE", std::to_string(st.step) + "\n");
-    prune(root, keep, st.step);
+    // The new checkpoint is complete: a prune that fails leaves old directories behind, never fails the write.
+    try {
+      prune(root, keep, st.step);
+    } catch (const std::exception& e) {
+      spdlog::warn("[rank 0] pruning old checkpoints under {} failed: {} (they stay; the next prune retries)", root,
+                   e.what());
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -251,19 +249,85 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
   return dir;
 }
 
-std::string latest_checkpoint(const std::string& root) {
+std::vector<std::string> complete_checkpoints(const std::string& root, std::vector<std::string>* skipped) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return "";
-  int64_t best = -1;
-  std::string found;
+  std::vector<std::pair<int64_t, std::string>> complete, incomplete;
+  if (!fs::is_directory(root, ec)) return {};
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
-    if (!e.is_directory() || n.rfind("step_", 0) != 0 || !fs::exists(e.path() / "COMPLETE")) continue;
+    if (!e.is_directory() || n.rfind("step_", 0) != 0) continue;
     const int64_t step = std::atoll(n.c_str() + 5);
-    if (step > best) best = step, found = e.path().string();
+    (fs::exists(e.path() / "COMPLETE") ? complete : incomplete).emplace_back(step, e.path().string());
   }
-  return found;
+  std::sort(complete.rbegin(), complete.rend());
+  std::vector<std::string> out;
+  for (const auto& c : complete) out.push_back(c.second);
+  if (skipped)
+    for (const auto& [step, path] : incomplete)
+      if (complete.empty() || step > complete.front().first)
+        skipped->push_back(fmt::format("{} (step {}) has no COMPLETE marker: its write was interrupted", path, step));
+  return out;
 }
+
+std::string latest_checkpoint(const std::string& root) {
+  const std::vector<std::string> all = complete_checkpoints(root, nullptr);
+  return all.empty() ? "" : all.front();
+}
+
+namespace {
+
+// The configuration values that change what a checkpoint's state means without changing any tensor's shape, each
+// compared against the checkpoint's resolved config (meta.json "config"). The shape keys are compared by
+// parse_checkpoint_meta, and every tensor's shape by load_checkpoint.
+void check_resume_keys(const std::string& yaml, const Config& cfg, const std::string& dir) {
+  if (yaml.empty()) return;  // a checkpoint without its config: only the shape is known
+  YAML::Node c;
+  try {
+    c = YAML::Load(yaml);
+  } catch (const std::exception& e) {
+    input_error("checkpoint {}: the config recorded in its meta.json does not parse: {}", dir, e.what());
+  }
+  auto refuse = [&](const std::string& key, const std::string& there, const std::string& here, const char* why) {
+    throw CheckpointMismatch(fmt::format(
+        "checkpoint {} was written with {}={} and this config has {}={}: {} (set {} back to {} to continue it, "
+        "or run.resume=none to start afresh)", dir, key, there, key, here, why, key, there));
+  };
+  auto scalar = [&](const char* section, const char* key) -> std::string {
+    const YAML::Node s = c[section];
+    if (!s || !s.IsMap() || !s[key] || !s[key].IsScalar()) return "";
+    return s[key].Scalar();
+  };
+  const std::string arch = scalar("model", "arch").empty() ? "gpt2" : scalar("model", "arch");
+  if (arch != name_of(cfg.model.arch))
+    refuse("model.arch", arch, name_of(cfg.model.arch), "the parameters belong to another architecture");
+  if (cfg.model.arch == ModelArch::Llama) {
+    const std::string tie = scalar("model", "tie_embeddings");
+    const bool tied = tie == "true";
+    if (!tie.empty() && tied != cfg.model.tie_embeddings)
+      refuse("model.tie_embeddings", tie, cfg.model.tie_embeddings ? "true" : "false",
+             tied ? "the head would start from untrained weights"
+                  : "the checkpoint's trained head (lm_head.weight) would be thrown away");
+    auto real = [&](const char* key, double have, const char* why) {
+      const std::string v = scalar("model", key);
+      if (v.empty()) return;
+      double there = 0;
+      try {
+        there = std::stod(v);
+      } catch (const std::exception&) {
+        input_error("checkpoint {}: model.{} in its recorded config is not a number: '{}'", dir, key, v);
+      }
+      if (there != have) refuse(std::string("model.") + key, fmt::format("{:g}", there), fmt::format("{:g}", have), why);
+    };
+    real("rope_theta", cfg.model.rope_theta, "the trained weights expect the other rotary frequencies");
+    real("norm_eps", cfg.model.norm_eps, "the trained weights expect the other RMSNorm epsilon");
+  }
+  const std::string opt = scalar("optim", "name").empty() ? "adamw" : scalar("optim", "name");
+  if (opt != name_of(cfg.optim.name))
+    refuse("optim.name", opt, name_of(cfg.optim.name),
+           "the checkpoint's optimizer state is another optimizer's (its moments would be misread)");
+}
+
+}  // namespace
 
 CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   if (!fs::is_directory(dir)) input_error("checkpoint {} is not a directory", dir);
@@ -272,6 +336,7 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   const std::string meta_path = dir + "/meta.json";
   const std::vector<char> text = read_bytes(meta_path);
   const CheckpointMeta meta = parse_checkpoint_meta(std::string_view(text.data(), text.size()), meta_path, dir, cfg.model);
+  check_resume_keys(meta.config, cfg, dir);
   CheckpointInfo info;
   info.dir = dir;
   info.state = meta.state;

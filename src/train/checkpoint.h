@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/errors.h"
 #include "core/tensor.h"
 #include "model/param_table.h"
 #include "model/safetensors.h"
@@ -55,6 +56,17 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
 
 // The newest complete checkpoint directory under root, or "" when there is none.
 std::string latest_checkpoint(const std::string& root);
+
+// Every complete checkpoint directory under root, newest first. `skipped` (if given) gets a line for each
+// incomplete directory newer than the newest complete one: which step, and why it is not read.
+std::vector<std::string> complete_checkpoints(const std::string& root, std::vector<std::string>* skipped);
+
+// A checkpoint that is intact but was written with a config value this run does not share (model.arch,
+// model.tie_embeddings, model.rope_theta, model.norm_eps, optim.name): refused, never fallen back from, since an
+// older checkpoint of the same run would disagree the same way.
+struct CheckpointMismatch : InputError {
+  using InputError::InputError;
+};
 
 struct CheckpointInfo {
   std::string dir;

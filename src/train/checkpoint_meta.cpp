@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
+#include "core/checksum.h"
 #include "core/errors.h"
 #include "core/json.h"
 
@@ -13,8 +16,38 @@ std::vector<std::pair<const char*, int64_t>> checkpoint_model_shape(const ModelC
           {"vocab_size", m.vocab_size}};
 }
 
+namespace {
+
+constexpr std::string_view kSealHead = "{\n  \"meta_checksum\": \"";  // then 16 hex digits and "\",\n"
+constexpr size_t kSealLine = kSealHead.size() + 16 + 3;
+
+std::string body_checksum(std::string_view head, std::string_view rest) {
+  Checksum64 ck;
+  ck.update(head.data(), head.size());
+  ck.update(rest.data(), rest.size());
+  return fmt::format("{:016x}", ck.value());
+}
+
+}  // namespace
+
+std::string seal_checkpoint_meta(const std::string& body) {
+  if (body.rfind("{\n", 0) != 0) throw std::logic_error("meta.json's body must start with \"{\\n\"");
+  const std::string_view rest = std::string_view(body).substr(2);
+  return std::string(kSealHead) + body_checksum("{\n", rest) + "\",\n" + std::string(rest);
+}
+
 CheckpointMeta parse_checkpoint_meta(std::string_view text, const std::string& path, const std::string& dir,
                                      const ModelConfig& model_cfg) {
+  // The seal first: a damaged meta.json is refused as such, before any of its values is believed.
+  const bool sealed = text.substr(0, kSealHead.size()) == kSealHead;
+  if (sealed) {
+    if (text.size() < kSealLine || text.substr(kSealHead.size() + 16, 3) != "\",\n")
+      input_error("checkpoint file {} has a damaged \"meta_checksum\" line (the file is corrupt)", path);
+    const std::string_view want = text.substr(kSealHead.size(), 16);
+    if (body_checksum("{\n", text.substr(kSealLine)) != want)
+      input_error("checkpoint file {} fails its own checksum (\"meta_checksum\" {}): the file is corrupt or was "
+                  "edited", path, want);
+  }
   Json meta;
   try {
     meta = parse_json(text);
@@ -34,8 +67,12 @@ CheckpointMeta parse_checkpoint_meta(std::string_view text, const std::string& p
     return int64_t(v.integer);
   };
   const Json& format = field(&meta, "format");
-  if (!format.is_string() || format.string != kCheckpointFormat || integer(&meta, "version") != kCheckpointVersion)
-    input_error("checkpoint file {} is not a meshtrain checkpoint of version {}", path, kCheckpointVersion);
+  const int64_t version = integer(&meta, "version");
+  if (!format.is_string() || format.string != kCheckpointFormat || version < 1 || version > kCheckpointVersion)
+    input_error("checkpoint file {} is not a meshtrain checkpoint of version 1 to {}", path, kCheckpointVersion);
+  if (version >= 2 && !sealed)
+    input_error("checkpoint file {} lacks its \"meta_checksum\" (version {} seals meta.json): the file is corrupt",
+                path, version);
   CheckpointMeta m;
   m.state.step = integer(&meta, "step");
   m.state.optimizer_steps = integer(&meta, "optimizer_steps");
@@ -66,6 +103,7 @@ CheckpointMeta parse_checkpoint_meta(std::string_view text, const std::string& p
       input_error("checkpoint file {}: bad entry in \"files\"", path);
     m.files.push_back({name.string, uint64_t(integer(&f, "bytes", ~uint64_t(0))), sum.string});
   }
+  if (const Json* c = meta.get("config"); c && c->is_string()) m.config = c->string;
   return m;
 }
 

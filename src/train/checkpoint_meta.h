@@ -30,14 +30,20 @@ struct CheckpointMeta {
   TrainState state;
   std::string mesh;  // "dp x tp x pp" of the run that wrote it, and ZeRO-1, for the log
   std::vector<CheckpointFileEntry> files;
+  std::string config;  // the resolved YAML of the run that wrote it ("" where absent)
 };
 
+// Version 2 seals meta.json with a checksum of its own (seal_checkpoint_meta); version 1 (no seal) is still read.
 constexpr const char* kCheckpointFormat = "meshtrain-checkpoint";
-constexpr int kCheckpointVersion = 1;
+constexpr int kCheckpointVersion = 2;
 
-// Parses meta.json's text and checks it: format and version, every field present with a sane value (steps and
-// counts below 2^31), the model shape equal to `model`'s. `path` and `dir` name the file and the checkpoint in
-// messages. Throws InputError.
+// meta.json's text with its seal: the body (which must start with "{\n") gains a first field
+// "meta_checksum": the Checksum64 of the body without that line, so any change to any other byte is detected.
+std::string seal_checkpoint_meta(const std::string& body);
+
+// Parses meta.json's text and checks it: the seal (version 2), format and version, every field present with a
+// sane value (steps and counts below 2^31), the model shape equal to `model`'s. `path` and `dir` name the file and
+// the checkpoint in messages. Throws InputError.
 CheckpointMeta parse_checkpoint_meta(std::string_view text, const std::string& path, const std::string& dir,
                                      const ModelConfig& model);
 

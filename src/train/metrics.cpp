@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
+#include "core/durable_file.h"
 #include "core/errors.h"
 #include "core/json.h"
 
@@ -49,14 +51,11 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
       if (at != std::string::npos && std::strtoll(line.c_str() + at + 8, nullptr, 10) <= keep_through_step)
         kept += line + "\n";
     }
-    const std::string tmp = path + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.close();
-    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) input_error("cannot write {}", path);
+    // A failure (a full disk) names its cause, leaves no .tmp behind and is not an input error (exit 1).
+    write_text_durably(path, kept);
   }
   f_ = std::fopen(path.c_str(), keep_through_step >= 0 ? "a" : "w");
-  if (!f_) input_error("cannot write {}", path);
+  if (!f_) input_error("cannot write {}: {}", path, std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {

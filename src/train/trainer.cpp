@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include <mpi.h>
+#include <unistd.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
@@ -19,9 +20,11 @@
 #include "comm/realtime_threads.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "core/json.h"
 #include "core/threads.h"
 #include "parallel/grad_compress.h"
 #include "train/comm_timeline.h"
+#include "train/run_dir.h"
 #include "train/memory_report.h"
 #include "train/link_schedule.h"
 #include "train/metrics.h"
@@ -195,9 +198,14 @@ bool stop_now(StopVote& vote, int& signal, bool replicas_agree, int step, int la
   return signal && replicas_agree && step < last_step;
 }
 
+// How a run ended, for run.dir/status.json (rank 0's view).
+struct RunEnd {
+  std::vector<std::string> fields;
+};
+
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
-void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, bool nccl, CommTimeline& timeline,
+RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, bool nccl, CommTimeline& timeline,
                    Profiler& prof, const CommOptions& copts, int threads) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
@@ -221,7 +229,8 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
   const auto run_start = Clock::now();
   const int start_step = run.start_step;
   if (start_step > cfg.train.steps)
-    spdlog::info("nothing to train: the checkpoint is at step {}, train.steps is {}", start_step - 1, cfg.train.steps);
+    spdlog::info("the run was already complete at step {} (train.steps is {}): nothing to train; the export is "
+                 "written again from that checkpoint", start_step - 1, cfg.train.steps);
   auto due = [&](int every, int step) { return every > 0 && (step % every == 0 || step == cfg.train.steps); };
   int checkpointed = 0;  // the step of the newest checkpoint this run wrote
   // A step's row once its figures are complete: evaluation and checkpoint when due, metrics.jsonl, the log.
@@ -297,7 +306,11 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     spdlog::info("stopped by {} after step {} of {}{}; the checkpoint of step {} is written: the same command "
                  "continues from it (run.resume=auto)", signal_name(stop_signal), stopped_at, cfg.train.steps,
                  since > 0 ? fmt::format(", {:.2f} s after the signal", since) : "", stopped_at);
-    return;
+    return {{"\"state\": \"stopped\"", fmt::format("\"step\": {}", stopped_at),
+             fmt::format("\"signal\": {}", json_quote(signal_name(stop_signal))),
+             fmt::format("\"checkpoint\": {}", json_quote(fmt::format("{}/checkpoints/step_{:08d}", cfg.run.dir,
+                                                                         stopped_at))),
+             "\"exit_code\": 0"}};
   }
 
   // The training's peak (of GPU memory for a GPU model), before the export gathers whole tensors.
@@ -311,6 +324,13 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
     spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);
   }
   const int steps_run = std::max(0, cfg.train.steps - start_step + 1);
+  const RunEnd end{{"\"state\": \"completed\"", fmt::format("\"step\": {}", std::max(cfg.train.steps, start_step - 1)),
+                    fmt::format("\"steps_trained\": {}", steps_run), "\"exit_code\": 0"}};
+  if (steps_run == 0) {
+    spdlog::info("done: the run was already complete at step {}; trained nothing, wrote {}/model.safetensors and "
+                 "config.json again from its checkpoint", start_step - 1, cfg.run.dir);
+    return end;
+  }
   spdlog::info("done: {} steps{}, final loss {:.4f}{}, {:.0f} tok/s on average, peak RSS {:.1f} MiB; wrote "
                "{}/model.safetensors and config.json",
                steps_run, start_step > 1 ? fmt::format(" (from step {})", start_step) : "", last_loss,
@@ -322,6 +342,7 @@ void train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, 
                    : 0.0,
                peak_rss_bytes() / 1048576.0,
                cfg.run.dir);
+  return end;
 }
 
 }  // namespace
@@ -405,13 +426,44 @@ void run_training(const Config& cfg) {
       timeline.record(e);
       prof.comm(e);
     });
+  // run.dir is this run's alone (rank 0 holds its lock until the end); status.json says how the run ended.
+  std::string lock_error, holder;
+  int lock_fd = -1;
+  if (rank == 0) try {
+      lock_fd = lock_run_dir(cfg.run.dir, holder);
+      if (lock_fd < 0)
+        lock_error = fmt::format("run.dir {} is in use by another run ({}, holding {}/.lock): give this run another "
+                                 "run.dir, or wait for that one to end", cfg.run.dir, holder, cfg.run.dir);
+      else
+        write_run_status(cfg.run.dir, {"\"state\": \"running\"", fmt::format("\"pid\": {}", ::getpid())});
+    } catch (const std::exception& e) {
+      lock_error = e.what();
+    }
+  agree_on_setup(lock_error, MPI_COMM_WORLD);
+  struct Unlock {
+    int fd;
+    ~Unlock() { unlock_run_dir(fd); }
+  } unlock{lock_fd};
+  auto failed = [&](int code, const std::string& why) {
+    if (lock_fd < 0) return;
+    try {
+      write_run_status(cfg.run.dir, {"\"state\": \"failed\"", fmt::format("\"exit_code\": {}", code),
+                                     fmt::format("\"error\": {}", json_quote(why))});
+    } catch (const std::exception& e) {
+      spdlog::error("could not write {}/status.json: {}", cfg.run.dir, e.what());
+    }
+  };
   try {
-    train_on_mesh(cfg, mesh, comms, nccl, timeline, prof, copts, threads);
-  } catch (const SetupError&) {
+    const RunEnd end = train_on_mesh(cfg, mesh, comms, nccl, timeline, prof, copts, threads);
+    if (lock_fd >= 0) write_run_status(cfg.run.dir, end.fields);
+  } catch (const SetupError& e) {
+    failed(2, e.what());
     throw;  // every rank is here together: communicators shut down cleanly, main exits with status 2
-  } catch (const StoppedTogether&) {
+  } catch (const StoppedTogether& e) {
+    failed(1, e.what());
     throw;  // likewise, exit status 1
   } catch (const std::exception& e) {
+    failed(dynamic_cast<const InputError*>(&e) ? 2 : 1, e.what());
     // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
     // destroy communicators whose peers never finish their operations.
     if (world > 1) {

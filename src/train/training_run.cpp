@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "plan/activation_bytes.h"
 #include "train/checkpoint.h"
 #include "train/grad_reducers.h"
 #include "train/memory_report.h"
@@ -146,29 +147,100 @@ void build_optimizer(TrainingRun& r) {
 
 // Resume: the newest complete checkpoint (run.resume: auto), a given one, or none. Its masters and moments, laid
 // out for this mesh whatever mesh wrote them, replace the initial state; the compute copy is their rounding.
-// Every rank reads the same checkpoint, so a bad one stops them all with exit status 2.
+// Every rank reads the same checkpoint and the ranks agree on each verdict. A damaged checkpoint found by auto is
+// named and the next older complete one tried; a given one that is damaged, or one whose config disagrees with
+// this run's (CheckpointMismatch), stops every rank with exit status 2.
 void resume(TrainingRun& r) {
   const Config& cfg = r.cfg;
-  const std::string resume_dir = cfg.run.resume == "none"   ? ""
-                                 : cfg.run.resume == "auto" ? latest_checkpoint(r.ckpt_root)
-                                                            : cfg.run.resume;
-  if (resume_dir.empty()) return;
-  std::string error;
-  CheckpointInfo info;
-  const double l0 = trace_clock_us();
-  try {
-    info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt, [&](const Tensor& part, int64_t offset) {
-      r.dp->set_weights(*r.model, part, offset);
-    });
-    if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
-    r.nonfinite_skipped = info.state.nonfinite_skipped;
-  } catch (const InputError& e) {
-    error = e.what();
+  if (cfg.run.resume == "none") return;
+  const bool automatic = cfg.run.resume == "auto", rank0 = r.mesh.rank() == 0;
+  std::vector<std::string> candidates;
+  if (automatic) {
+    std::vector<std::string> skipped;
+    candidates = complete_checkpoints(r.ckpt_root, &skipped);
+    if (rank0)
+      for (const std::string& s : skipped) spdlog::warn("run.resume=auto: skipping {}", s);
+  } else {
+    candidates = {cfg.run.resume};
   }
+  std::vector<std::string> damaged;
+  for (const std::string& resume_dir : candidates) {
+    std::string error;
+    int verdict = 0;  // 0 read, 1 damaged, 2 refused outright
+    CheckpointInfo info;
+    const double l0 = trace_clock_us();
+    try {
+      info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt, [&](const Tensor& part, int64_t offset) {
+        r.dp->set_weights(*r.model, part, offset);
+      });
+      if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
+      r.nonfinite_skipped = info.state.nonfinite_skipped;
+    } catch (const CheckpointMismatch& e) {
+      error = e.what(), verdict = 2;
+    } catch (const InputError& e) {
+      error = e.what(), verdict = automatic ? 1 : 2;
+    }
+    int worst = verdict;
+    MPI_CHECK(MPI_Allreduce(&verdict, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (worst == 2 || (worst == 1 && resume_dir == candidates.back())) {
+      if (worst == 1 && verdict == 1)
+        error = fmt::format("run.resume=auto: no usable checkpoint in {}: {}{} (run.resume=none starts afresh)",
+                            r.ckpt_root, error, damaged.empty() ? "" : "; also damaged: " + damaged.front());
+      agree_on_setup(worst == verdict ? error : std::string(), MPI_COMM_WORLD);
+      throw SetupError("stopped: another rank refused the checkpoint (its message says why)");
+    }
+    if (worst == 1) {
+      if (rank0 || verdict == 1)
+        spdlog::warn("run.resume=auto: {} is damaged and is skipped: {}{}; falling back to the previous complete "
+                     "checkpoint", resume_dir, verdict == 1 ? error : "another rank could not read it",
+                     rank0 ? "" : fmt::format(" [rank {}]", r.mesh.rank()));
+      damaged.push_back(resume_dir);
+      continue;
+    }
+    r.start_step = int(info.state.step) + 1;
+    spdlog::info("resumed from {} (step {}, written on {}) in {:.0f} ms{}", resume_dir, info.state.step, info.mesh,
+                 (trace_clock_us() - l0) / 1000.0,
+                 damaged.empty() ? "" : fmt::format(" (after skipping {} damaged newer checkpoint{})", damaged.size(),
+                                                    damaged.size() > 1 ? "s" : ""));
+    return;
+  }
+}
+
+// The host memory /proc/meminfo calls available (bytes), or -1 where it cannot be read.
+double available_host_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+// Before the first step allocates any activation: the least activation memory the steps need on this rank (one
+// record per pipeline chunk and one backward pass's scratch, counted by the planner's code without allocating;
+// the schedule keeps more in flight), refused with exit status 2 when the host has less available. A GPU model's
+// records live on the GPU, which this does not check.
+void check_activation_memory(const TrainingRun& r) {
+  if (r.dev != Device::CPU) return;
+  const bool split = r.cfg.parallel.schedule == PipelineSchedule::ZB1;
+  double need = 0, scratch = 0;
+  for (int c = 0; c < r.model->size(); ++c) {
+    const GPT& g = r.model->chunk(c);
+    need += double(plan::record_bytes(g.config(), r.mb, r.T, g.dtype(), split));
+    scratch = std::max(scratch, double(plan::backward_scratch_bytes(g.config(), r.mb, r.T, g.dtype(), split)));
+  }
+  need += scratch;
+  const double available = available_host_bytes();
+  std::string error;
+  if (available > 0 && need > available)
+    error = fmt::format("activations need at least {:.0f} bytes ({:.1f} GiB) on this rank (one record of {} sequences "
+                        "of {} tokens per pipeline chunk, from model.seq_len={}, train.micro_batch={}, model.d_model={}, "
+                        "model.n_layer={}, parallel.pp={}, precision.compute={}), and the host has {:.0f} bytes "
+                        "({:.1f} GiB) available (MemAvailable): lower model.seq_len or train.micro_batch, or add "
+                        "parallel.pp stages", need, need / 1073741824.0, r.mb, r.T, r.cfg.model.seq_len,
+                        r.cfg.train.micro_batch, r.cfg.model.d_model, r.cfg.model.n_layer, r.cfg.parallel.pp,
+                        dtype_name(r.compute), available, available / 1073741824.0);
   agree_on_setup(error, MPI_COMM_WORLD);
-  r.start_step = int(info.state.step) + 1;
-  spdlog::info("resumed from {} (step {}, written on {}) in {:.0f} ms", resume_dir, info.state.step, info.mesh,
-               (trace_clock_us() - l0) / 1000.0);
 }
 
 void log_precision_and_memory(const TrainingRun& r) {
@@ -262,6 +334,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.train_batches = std::make_unique<Batcher>(&r.data.train.tokens, r.T, r.gb, cfg.data.order, cfg.train.seed);
   r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, DataOrder::Sequential, cfg.train.seed);
   log_precision_and_memory(r);
+  check_activation_memory(r);
   return run;
 }
 
