@@ -72,6 +72,11 @@ add_test(NAME zero3_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_zero3_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/zero3_parity)
 set_tests_properties(zero3_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
+# Context parallelism (parallel.cp) against one rank, composed with dp, ZeRO, tp and sp, pp, Llama; checkpoints.
+add_test(NAME cp_parity
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/cp_parity)
+set_tests_properties(cp_parity PROPERTIES TIMEOUT 600 PROCESSORS 2)
 # Llama (model.arch=llama) on every mesh against one rank.
 add_test(NAME llama_mesh
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_llama_mesh.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>

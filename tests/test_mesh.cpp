@@ -99,6 +99,48 @@ TEST_CASE("mesh dp=0 means world / (tp*pp)") {
   CHECK(m1.dp() == 1);
 }
 
+TEST_CASE("a fourth axis, cp: its place in the order, its groups and the replica group", "[cp]") {
+  // Without cp in the order it comes right after tp: "tp-dp-pp" lays ranks out as "tp-cp-dp-pp".
+  for (const std::string order : {"tp-dp-pp", "tp-cp-dp-pp", "cp-pp-tp-dp", "pp-dp-tp-cp"}) {
+    const int dp = 2, tp = 2, pp = 2, cp = 2, world = dp * tp * pp * cp;
+    INFO("order " << order);
+    std::set<std::vector<int>> replica_groups, cp_groups;
+    for (int r = 0; r < world; ++r) {
+      DeviceMesh m(0, tp, pp, order, world, r, cp);
+      CHECK(m.dp() == dp);
+      CHECK(m.cp() == cp);
+      CHECK(m.rank_of(m.coord()) == r);
+      CHECK(m.order() == (order == "tp-dp-pp" ? "tp-cp-dp-pp" : order));
+      // The order's first axis varies fastest: rank 1 is coordinate 1 along it.
+      CHECK(m.coord_of(1)[m.axes()[0]] == 1);
+      const std::vector<int> ring = m.group_members(MeshAxis::CP);
+      CHECK(ring[m.cp_rank()] == r);
+      for (int k = 0; k < cp; ++k) {
+        const MeshCoord c = m.coord_of(ring[k]);
+        CHECK((c.cp == k && c.dp == m.dp_rank() && c.tp == m.tp_rank() && c.pp == m.pp_rank()));
+      }
+      // The replica group: every (dp, cp) pair at this rank's (tp, pp), in replica-rank order dp * cp + cp_rank.
+      const std::vector<int> replicas = m.replica_members(r);
+      REQUIRE(static_cast<int>(replicas.size()) == m.replicas());
+      CHECK(m.replicas() == dp * cp);
+      CHECK(replicas[m.replica_rank()] == r);
+      for (int i = 0; i < m.replicas(); ++i) {
+        const MeshCoord c = m.coord_of(replicas[i]);
+        CHECK((c.dp * cp + c.cp == i && c.tp == m.tp_rank() && c.pp == m.pp_rank()));
+      }
+      replica_groups.insert(replicas);
+      cp_groups.insert(ring);
+    }
+    CHECK(replica_groups.size() == size_t(world / (dp * cp)));
+    CHECK(cp_groups.size() == size_t(world / cp));
+  }
+  // cp = 1 keeps the three-axis order string and log lines.
+  DeviceMesh plain(2, 2, 2, "tp-dp-pp", 8, 5);
+  CHECK(plain.order() == "tp-dp-pp");
+  CHECK(plain.describe().find("cp") == std::string::npos);
+  CHECK(plain.replica_rank() == plain.dp_rank());
+}
+
 TEST_CASE("mesh groups partition the world, in coordinate order, for every order and shape") {
   for (const auto& s : kShapes)
     for (const auto& order : kOrders) {
@@ -259,6 +301,18 @@ TEST_CASE("mesh MPI split: each communicator holds exactly the computed members 
       if (st > 0) prev_world = all[st - 1];
       CHECK(prev_world == mesh.pp_prev());
     }
+  // With cp: the cp ring along its axis, and `dp` over the replica group (dp x cp) in replica-rank order.
+  if (world % 2 == 0) {
+    DeviceMesh mesh(0, 1, 1, "tp-dp-pp", world, rank, 2);
+    MeshComms mc = make_mesh_comms(mesh, MPI_COMM_WORLD, [](MPI_Comm c, const std::string& name) {
+      return std::unique_ptr<Communicator>(new RankOnlyCommunicator(c, name));
+    });
+    REQUIRE(mc.cp);
+    CHECK(members_by_allgather(static_cast<RankOnlyCommunicator*>(mc.cp.get())->comm_) ==
+          mesh.group_members(MeshAxis::CP));
+    CHECK(members_by_allgather(static_cast<RankOnlyCommunicator*>(mc.dp.get())->comm_) == mesh.replica_members(rank));
+    CHECK(mc.dp->rank() == mesh.replica_rank());
+  }
 }
 
 #if MESHTRAIN_WITH_CUDA

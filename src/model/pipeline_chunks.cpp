@@ -87,6 +87,10 @@ void PipelineChunks::set_tp_comm(Communicator* tp) {
   for (auto& c : chunks_) c->set_tp_comm(tp);
 }
 
+void PipelineChunks::set_cp_comm(Communicator* cp) {
+  for (auto& c : chunks_) c->set_cp_comm(cp);
+}
+
 Tensor PipelineChunks::chunk_view(const Tensor& flat, int c) const {
   return flat.defined() ? flat.slice(base_[c], {chunks_[c]->table().total_numel()}) : Tensor();
 }

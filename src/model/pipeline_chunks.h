@@ -47,6 +47,7 @@ class PipelineChunks {
   int64_t num_parameters() const;  // of the whole model, as GPT-2 counts them
 
   void set_tp_comm(Communicator* tp);
+  void set_cp_comm(Communicator* cp);  // GPT::set_cp_comm on every chunk
   // As GPT::init / load_safetensors; `into`, when given, is a buffer laid out like params() (e.g. fp32 masters).
   void init(uint64_t seed, double std, const Tensor& into = {});
   void load_safetensors(const std::string& path, const Tensor& into = {});

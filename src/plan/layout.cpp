@@ -30,6 +30,7 @@ Config apply_layout(const Config& base, const Layout& l) {
   c.parallel.dp = l.dp;
   c.parallel.tp = l.tp;
   c.parallel.pp = l.pp;
+  c.parallel.cp = 1;  // the planner's layouts have no context parallelism yet
   c.parallel.schedule = l.schedule;
   c.parallel.virtual_stages = l.virtual_stages;
   c.train.micro_batch = l.micro_batch;

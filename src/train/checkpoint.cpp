@@ -217,14 +217,14 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
         "  \"nonfinite_skipped_steps\": {},\n"
         "  \"data\": {{\"next_step\": {}, \"seed\": {}, \"order\": {}}},\n"
         "  \"rng\": {{\"seed\": {}}},\n  \"model\": {{{}}},\n"
-        "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"virtual_stages\": {}, \"zero\": {}, "
+        "  \"mesh\": {{\"world\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"cp\": {}, \"virtual_stages\": {}, \"zero\": {}, "
         "\"order\": {}, \"stage_layers\": [{}]}},\n"
         "  \"precision\": {},\n  \"params\": [\n{}\n  ],\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
         kCheckpointFormat, kCheckpointVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
         st.nonfinite_skipped,
         st.step + 1, cfg.train.seed, json_quote(name_of(cfg.data.order)), cfg.train.seed, model, shard.world,
-        shard.world / (cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp,
-        cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.parallel.order), stages,
+        shard.world / (cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp), cfg.parallel.tp, cfg.parallel.pp,
+        cfg.parallel.cp, cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.parallel.order), stages,
         json_quote(dtype_name(cfg.precision.compute)), params, files, json_quote(to_yaml(cfg)));
     write_text_durably(dir + "/meta.json", seal_checkpoint_meta(text));
     write_text_durably(dir + "/COMPLETE", std::to_string(st.step) + "\n");

@@ -2,8 +2,8 @@
 //
 // run.dir/checkpoints/step_NNNNNNNN/
 //   rank_RRRRR.safetensors  one per world rank. For each optimizer segment the rank owns (all of its parameters,
-//       or under ZeRO-1 its shards of them; without ZeRO-1 only dp rank 0 of each replica group writes, and the
-//       last pipeline stage's copy of the tied wte is left out), three F32 tensors "master/<param>/<first>",
+//       or under ZeRO-1 its shards of them; without ZeRO-1 only the first rank (dp 0, cp 0) of each replica
+//       group writes, and the last pipeline stage's copy of the tied wte is left out), three F32 tensors "master/<param>/<first>",
 //       "exp_avg/<param>/<first>" and "exp_avg_sq/<param>/<first>": the fp32 master weights and AdamW moments of
 //       the local elements [first, first + n) of the parameter's tensor-parallel shard. __metadata__ maps each
 //       parameter to its shard layout and global and full shapes, so a reader maps local elements to elements

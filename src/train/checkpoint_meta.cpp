@@ -90,9 +90,11 @@ CheckpointMeta parse_checkpoint_meta(std::string_view text, const std::string& p
       input_error("checkpoint {} belongs to another model: model.{} is {} there and {} in this config "
                   "(run.resume=none starts afresh)", dir, k, integer(&model, k), v);
   const Json& mesh = field(&meta, "mesh");
-  m.mesh = fmt::format("{} x {} x {} (dp x tp x pp){}", integer(&mesh, "dp"), integer(&mesh, "tp"),
-                       integer(&mesh, "pp"), integer(&mesh, "zero") ? fmt::format(", ZeRO-{}", integer(&mesh, "zero"))
-                                                                     : std::string());
+  // "cp" since context parallelism: older checkpoints were written with cp = 1.
+  const int64_t cp = mesh.is_object() && mesh.get("cp") ? integer(&mesh, "cp") : 1;
+  m.mesh = fmt::format("{} x {} x {}{} (dp x tp x pp{}){}", integer(&mesh, "dp"), integer(&mesh, "tp"),
+                       integer(&mesh, "pp"), cp > 1 ? fmt::format(" x {}", cp) : "", cp > 1 ? " x cp" : "",
+                       integer(&mesh, "zero") ? fmt::format(", ZeRO-{}", integer(&mesh, "zero")) : std::string());
   const Json& files = field(&meta, "files");
   if (!files.is_array() || files.array.empty()) input_error("checkpoint file {}: \"files\" must be a list", path);
   for (const Json& f : files.array) {

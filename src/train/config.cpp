@@ -83,11 +83,13 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(model.init_std, "standard deviation of the normal weight init (gpt2: residual projections scaled by "
                              "1/sqrt(2L))"),
       MT_KEY(model.init_from, "\"\" or a safetensors file with Hugging Face names (GPT-2 or Llama) to start from"),
-      MT_KEY(parallel.dp, "data-parallel ranks; 0 = world / (tp * pp)"),
+      MT_KEY(parallel.dp, "data-parallel ranks; 0 = world / (tp * pp * cp)"),
       MT_KEY(parallel.tp, "tensor-parallel ranks (Megatron column/row split)"),
       MT_KEY(parallel.sequence_parallel, "Megatron sequence parallelism: shard the residual stream and LayerNorms' rows over tp (needs seq_len % tp == 0)"),
       MT_KEY(parallel.pp, "pipeline stages"),
-      MT_KEY(parallel.order, "mesh axis order, a permutation of tp, dp, pp joined by '-'; the first varies fastest"),
+      MT_KEY(parallel.cp, "context-parallel ranks: each sequence split over them (ring attention; seq_len % (2*cp) == 0)"),
+      MT_KEY(parallel.order, "mesh axis order, a permutation of tp, dp, pp (and cp, else right after tp) joined by '-'; "
+                             "the first varies fastest"),
       MT_KEY(parallel.schedule, "pipeline schedule: 1f1b | gpipe | interleaved | zb1"),
       MT_KEY(parallel.reshard_after_forward, "ZeRO-3: true = gather each block again for every pass; false = keep "
                                              "every block gathered until the step ends (ZeRO-2's traffic); auto = "

@@ -91,7 +91,10 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int dp = 0, tp = 1, pp = 1;  // dp 0 = world / (tp * pp)
+  int dp = 0, tp = 1, pp = 1;  // dp 0 = world / (tp * pp * cp)
+  // Context parallelism (docs/context_parallel.md): each sequence split over cp ranks in 2 cp zigzag chunks, keys
+  // and values passed around a ring. The mesh's fourth axis; the gradients are averaged over dp x cp.
+  int cp = 1;
   bool sequence_parallel = false;  // Megatron sequence parallelism over the tp ranks (tp > 1 only)
   std::string order = "tp-dp-pp";
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;

@@ -64,6 +64,19 @@ void check_stage_split(const Config& c) {
 
 // optim.staleness > 0: whole replicas apply gradient averages at their own pace, so every rank of a replica must
 // hold its whole state and step alone (docs/staleness.md says why each combination is refused).
+// parallel.cp > 1: what cannot compose with it yet, or at all.
+void check_context_parallel(const Config& c) {
+  const int cp = c.parallel.cp;
+  if (cp == 1) return;
+  require(c.device == Device::CPU, "parallel.cp={} with device={}: ring attention runs on the CPU only so far "
+          "(docs/context_parallel.md)", cp, name_of(c.device));
+  // The cp ranks of a replica each compute a share of one gradient: they must sum it every step.
+  require(c.optim.sync_every == 0, "parallel.cp={} and optim.sync_every={} (local SGD): the cp ranks of a replica "
+          "each hold a share of its gradient and must combine it every step", cp, c.optim.sync_every);
+  require(c.optim.staleness == 0, "parallel.cp={} and optim.staleness={}: the cp ranks of a replica each hold a "
+          "share of its gradient and must combine it every step", cp, c.optim.staleness);
+}
+
 void check_staleness(const Config& c) {
   const OptimConfig& o = c.optim;
   require(o.staleness >= 0, "optim.staleness must be >= 0 (0 = synchronous), got {}", o.staleness);
@@ -148,14 +161,19 @@ std::vector<int> layers_per_stage(const Config& c) {
 
 int resolved_dp(const Config& cfg, int world) {
   const ParallelConfig& p = cfg.parallel;
-  require(p.tp >= 1 && p.pp >= 1, "parallel.tp={} and parallel.pp={} must be >= 1", p.tp, p.pp);
+  require(p.tp >= 1 && p.pp >= 1 && p.cp >= 1, "parallel.tp={}, parallel.pp={} and parallel.cp={} must be >= 1", p.tp,
+          p.pp, p.cp);
   require(world >= 1, "the number of ranks must be >= 1, got {}", world);
   if (p.dp > 0) return p.dp;
-  const long long tp_pp = static_cast<long long>(p.tp) * p.pp;
-  require(world % tp_pp == 0,
-          "parallel.tp*pp={}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp))", p.tp,
-          p.pp, tp_pp, world);
-  return static_cast<int>(world / tp_pp);
+  const long long others = static_cast<long long>(p.tp) * p.pp * p.cp;
+  if (p.cp == 1)
+    require(world % others == 0,
+            "parallel.tp*pp={}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp))", p.tp,
+            p.pp, others, world);
+  require(world % others == 0,
+          "parallel.tp*pp*cp={}*{}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp*cp))",
+          p.tp, p.pp, p.cp, others, world);
+  return static_cast<int>(world / others);
 }
 
 void validate_values(const Config& c) {
@@ -190,6 +208,7 @@ void validate_values(const Config& c) {
   require(p.dp >= 0, "parallel.dp must be >= 0 (0 = ranks / (tp*pp)), got {}", p.dp);
   require(p.tp >= 1, "parallel.tp must be >= 1, got {}", p.tp);
   require(p.pp >= 1, "parallel.pp must be >= 1, got {}", p.pp);
+  require(p.cp >= 1, "parallel.cp must be >= 1, got {}", p.cp);
   require(p.virtual_stages >= 1, "parallel.virtual_stages must be >= 1, got {}", p.virtual_stages);
   {
     std::vector<std::string> axes;
@@ -197,8 +216,10 @@ void validate_values(const Config& c) {
     for (std::string a; std::getline(ss, a, '-');) axes.push_back(a);
     std::vector<std::string> sorted = axes;
     std::sort(sorted.begin(), sorted.end());
-    require(sorted == std::vector<std::string>{"dp", "pp", "tp"} && p.order.back() != '-',
-            "parallel.order='{}' must be a permutation of tp, dp, pp joined by '-' (e.g. tp-dp-pp)", p.order);
+    require((sorted == std::vector<std::string>{"dp", "pp", "tp"} ||
+             sorted == std::vector<std::string>{"cp", "dp", "pp", "tp"}) && p.order.back() != '-',
+            "parallel.order='{}' must be a permutation of tp, dp, pp, optionally with cp, joined by '-' (e.g. tp-dp-pp, "
+            "tp-cp-dp-pp; without cp, cp comes right after tp)", p.order);
   }
   require(p.virtual_stages == 1 || p.schedule == PipelineSchedule::Interleaved,
           "parallel.virtual_stages={} needs parallel.schedule=interleaved, got '{}'", p.virtual_stages,
@@ -219,9 +240,20 @@ void validate_values(const Config& c) {
     require(kv % p.tp == 0 || p.tp % kv == 0, "model.n_kv_head={} and parallel.tp={}: one must divide the other "
             "(each tensor-parallel rank holds whole key/value heads)", kv, p.tp);
   }
-  // Sequence parallelism splits the flattened batch x sequence rows into tp contiguous blocks of whole rows.
-  require(!p.sequence_parallel || p.tp == 1 || m.seq_len % p.tp == 0,
-          "parallel.sequence_parallel: model.seq_len={} is not divisible by parallel.tp={}", m.seq_len, p.tp);
+  // Context parallelism: rank r holds chunks r and 2cp-1-r of every sequence's 2 cp equal chunks.
+  require(p.cp == 1 || m.seq_len % (2LL * p.cp) == 0,
+          "parallel.cp={}: model.seq_len={} must be divisible by 2*cp={} (each sequence is cut into 2*cp equal "
+          "chunks)", p.cp, m.seq_len, 2LL * p.cp);
+  // Sequence parallelism splits the flattened batch x sequence rows into tp contiguous blocks of whole rows (a cp
+  // rank's rows: seq_len / cp per sequence).
+  if (p.cp == 1)
+    require(!p.sequence_parallel || p.tp == 1 || m.seq_len % p.tp == 0,
+            "parallel.sequence_parallel: model.seq_len={} is not divisible by parallel.tp={}", m.seq_len, p.tp);
+  else
+    require(!p.sequence_parallel || p.tp == 1 || (m.seq_len / p.cp) % p.tp == 0,
+            "parallel.sequence_parallel: a cp rank's model.seq_len/parallel.cp={}/{}={} tokens are not divisible by "
+            "parallel.tp={}", m.seq_len, p.cp, m.seq_len / p.cp, p.tp);
+  check_context_parallel(c);
   check_stage_split(c);
 
   const TrainConfig& t = c.train;
@@ -351,10 +383,13 @@ void validate(const Config& c, int world_size) {
             world_size, world_size - 1);
   const ParallelConfig& p = c.parallel;
   const int dp = resolved_dp(c, world_size);
-  // Three factors below 2^31 each: their product may not fit 64 bits (dp = tp = pp = 2^30 passes validate_values).
-  const __int128 mesh = static_cast<__int128>(dp) * p.tp * p.pp;
-  require(mesh == world_size, "parallel.dp*tp*pp={}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
-          p.pp, mesh, world_size);
+  // Four factors below 2^31 each: their product may not fit 64 bits (dp = tp = pp = 2^30 passes validate_values).
+  const __int128 mesh = static_cast<__int128>(dp) * p.tp * p.pp * p.cp;
+  if (p.cp == 1)
+    require(mesh == world_size, "parallel.dp*tp*pp={}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
+            p.pp, mesh, world_size);
+  require(mesh == world_size, "parallel.dp*tp*pp*cp={}*{}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
+          p.pp, p.cp, mesh, world_size);
   const long long per_step = static_cast<long long>(dp) * c.train.micro_batch;
   require(c.train.global_batch % per_step == 0,
           "train.global_batch={} is not divisible by dp*micro_batch={}*{}={} (micro-batches per step = "

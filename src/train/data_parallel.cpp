@@ -48,7 +48,7 @@ class Synchronous : public DataParallel {
               bool log)
       : cfg_(cfg), mesh_(mesh), comms_(comms), model_(model), zero_on_(cfg.optim.zero >= 1),
         sharded_grads_(sharded_gradients(cfg)) {
-    red_ = make_grad_reducers(cfg, model, *comms.dp, mesh.dp(), log, comms.dp_host.get());
+    red_ = make_grad_reducers(cfg, model, *comms.dp, mesh.replicas(), log, comms.dp_host.get());
     hooks_ = red_.hooks;
     for (int c = 0; c < model.size(); ++c)  // ZeRO-2: the backward passes accumulate into the unit buffers
       if (red_.sharded[c]) model.chunk(c).set_grad_views(red_.sharded[c]->grad_views());
@@ -66,12 +66,12 @@ class Synchronous : public DataParallel {
     state_numel = 0;
     for (int c = model.size() - 1; c >= 0; --c) {
       const std::vector<Bucket>& buckets = red_.sharded[c] ? red_.sharded[c]->buckets() : red_.owned[c]->buckets();
-      for (OptimSegment g : zero_segments(model.chunk(c).table(), buckets, mesh_.dp(), mesh_.dp_rank())) {
+      for (OptimSegment g : zero_segments(model.chunk(c).table(), buckets, mesh_.replicas(), mesh_.replica_rank())) {
         g.offset += model.base(c);
         g.state_offset += state_numel;
         segments.push_back(g);
       }
-      for (const Bucket& b : buckets) state_numel += shard_range(b.numel(), mesh_.dp(), mesh_.dp_rank()).size();
+      for (const Bucket& b : buckets) state_numel += shard_range(b.numel(), mesh_.replicas(), mesh_.replica_rank()).size();
     }
     return segments;
   }
@@ -103,7 +103,7 @@ class Synchronous : public DataParallel {
   int64_t gradient_bytes(const PipelineChunks& model) const override { return mt::gradient_bytes(red_, model); }
   std::string memory_note(bool mixed) const override {
     if (!zero_on_) return DataParallel::memory_note(mixed);
-    return fmt::format(" (ZeRO-{}: this rank's 1/{} shard of the AdamW moments{}{})", cfg_.optim.zero, mesh_.dp(),
+    return fmt::format(" (ZeRO-{}: this rank's 1/{} shard of the AdamW moments{}{})", cfg_.optim.zero, mesh_.replicas(),
                        mixed ? " and fp32 masters" : "", sharded_grads_ ? " and of the gradients" : "");
   }
 
@@ -123,7 +123,7 @@ class Synchronous : public DataParallel {
     Config c = cfg_;
     c.comm.bucket_mb = s.bucket_mb;
     c.comm.compress = s.compress;
-    return make_grad_reducers(c, model_, *comms_.dp, mesh_.dp(), log, comms_.dp_host.get());
+    return make_grad_reducers(c, model_, *comms_.dp, mesh_.replicas(), log, comms_.dp_host.get());
   }
   // comm.adapt: the controller, told how many bytes each allowed compression puts on the wire per gradient byte
   // (measured by building its reducers once, here at the start).
@@ -256,7 +256,7 @@ class FullySharded final : public Synchronous {
   }
   std::string memory_note(bool mixed) const override {
     return fmt::format(" (ZeRO-3: this rank's 1/{} shard of the parameters, gradients and AdamW moments{}, and "
-                       "the gathered units' buffers)", mesh_.dp(), mixed ? " and fp32 masters" : "");
+                       "the gathered units' buffers)", mesh_.replicas(), mixed ? " and fp32 masters" : "");
   }
 
  private:

@@ -22,7 +22,7 @@ int64_t full_numel(const ParamTable& t) {
 void write_gathered_safetensors(const std::string& path, const PipelineChunks& model, const Tensor& flat,
                                 const DeviceMesh& mesh, MeshComms& comms, const GPTConfig& base,
                                 const std::vector<int>& layers_per_stage) {
-  if (mesh.dp_rank() != 0) return;
+  if (mesh.replica_rank() != 0) return;
   const ParamTable& table = model.table();
   // 1. This stage's full tensors on tp rank 0: every tp rank's flat buffer (equal sizes), assembled.
   std::vector<std::vector<float>> full;

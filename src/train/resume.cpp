@@ -16,7 +16,7 @@ CheckpointShard checkpoint_shard(const PipelineChunks& model, const Tensor& para
     shard.host_copies.push_back(to_host(t));
     return shard.host_copies.back().data_as<float>();
   };
-  if (zero || mesh.dp_rank() == 0)
+  if (zero || mesh.replica_rank() == 0)
     for (const OptimSegment& g : opt.segments())
       if (g.numel > 0 && g.in_norm)
         shard.pieces.push_back({g.offset, g.numel, host(opt.master_view(g, params)),

@@ -8,6 +8,7 @@
 
 #include "core/device.h"
 #include "core/errors.h"
+#include "model/ring_attention.h"
 #include "train/checkpoint.h"
 
 namespace mt {
@@ -23,6 +24,17 @@ bool any_rank(bool flag, Communicator& group, Device dev) {
   copy_convert(t, host);
   group.all_reduce(t, ReduceOp::Max);
   return read_scalar(t) > 0;
+}
+
+// Micro-batch `m` of this dp rank's share of batch `index` into tok / tgt [mb, T_rank]: with context parallelism,
+// this rank's two zigzag chunks of each sequence (model/ring_attention.h).
+void fill_micro_batch(TrainingRun& r, Batcher& batches, int64_t index, int m, int32_t* tok, int32_t* tgt) {
+  const int64_t first = int64_t(r.mesh.dp_rank()) * r.local_batch + int64_t(m) * r.mb;
+  if (r.mesh.cp() == 1) return batches.fill(index, first, r.mb, tok, tgt);
+  Tensor full_tok = Tensor::empty({r.mb, r.T}, DType::I32), full_tgt = Tensor::empty({r.mb, r.T}, DType::I32);
+  batches.fill(index, first, r.mb, full_tok.data_as<int32_t>(), full_tgt.data_as<int32_t>());
+  zigzag_shard(Tensor(tok, {r.mb, r.T_rank}, DType::I32), full_tok, r.mesh.cp(), r.mesh.cp_rank());
+  zigzag_shard(Tensor(tgt, {r.mb, r.T_rank}, DType::I32), full_tgt, r.mesh.cp(), r.mesh.cp_rank());
 }
 
 // The loss lives on the last stage, complete on each of its tp ranks: one of them contributes it.
@@ -55,12 +67,11 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
     prof.compute("straggler delay", d0, trace_clock_us());
   }
   out.loss_scale = r.scaler.scale();
-  // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); dp averages them.
-  const double dloss = 1.0 / (double(r.local_batch) * r.T);
+  // Each rank's share of the mean: its tokens' gradients scaled by 1 / (its tokens); the replica group (dp x cp)
+  // averages them.
+  const double dloss = 1.0 / (double(r.local_batch) * r.T_rank);
   out.pipeline = r.runner->train(
-      [&](int m, int32_t* tok, int32_t* tgt) {
-        r.train_batches->fill(step - 1, int64_t(mesh.dp_rank()) * r.local_batch + int64_t(m) * r.mb, r.mb, tok, tgt);
-      },
+      [&](int m, int32_t* tok, int32_t* tgt) { fill_micro_batch(r, *r.train_batches, step - 1, m, tok, tgt); },
       dloss * out.loss_scale, r.loss_sum, r.dp->hooks(), cfg.comm.overlap);
   if (mesh.rank() == world - 1) maybe_fault(r.hooks, step);
   if (step == r.hooks.loss_nan_step && loss_rank(mesh) && mesh.dp_rank() == mesh.dp() - 1) {
@@ -117,7 +128,7 @@ double evaluate(TrainingRun& r) {
   zero_(r.loss_sum);
   for (int b = 0; b < batches; ++b)  // a batch per run: receive buffers for m micro-batches
     r.runner->forward_only(r.n_micro, [&](int j, int32_t* tok, int32_t* tgt) {
-      r.val_batches->fill(b, int64_t(r.mesh.dp_rank()) * r.local_batch + int64_t(j) * r.mb, r.mb, tok, tgt);
+      fill_micro_batch(r, *r.val_batches, b, j, tok, tgt);
     }, r.loss_sum, r.dp->hooks());
   return global_loss_sum(r) / (double(batches) * r.tokens_per_step);
 }

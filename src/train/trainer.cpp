@@ -162,7 +162,7 @@ void log_nodes(const DeviceMesh& mesh, const NodeRanks& node) {
     return false;
   };
   std::string inside, across;
-  for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP}) {
+  for (MeshAxis a : {MeshAxis::TP, MeshAxis::CP, MeshAxis::DP, MeshAxis::PP}) {
     if (mesh.group_members(a, 0).size() < 2) continue;
     std::string& list = spans_nodes(a) ? across : inside;
     list += (list.empty() ? "" : ", ") + std::string(mesh_axis_name(a));
@@ -354,7 +354,8 @@ void run_training(const Config& cfg) {
   int world = 1, rank = 0;
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank);
+  DeviceMesh mesh(resolved_dp(cfg, world), cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.order, world, rank,
+                  cfg.parallel.cp);
   const NodeRanks node = node_ranks();
   const int on_node = node.local_size;
   if (rank == 0 && world > 1) log_nodes(mesh, node);
@@ -387,7 +388,7 @@ void run_training(const Config& cfg) {
   // groups on every rank before any communicator exists, so no group is left waiting for one that refused.
   if (cfg.comm.hierarchical)
     for (int r = 0; r < world; ++r) {
-      const std::vector<int> members = mesh.group_members(MeshAxis::DP, r);
+      const std::vector<int> members = mesh.replica_members(r);
       const HierarchicalLayout l = hierarchical_layout(
           cfg.comm.emulate.ranks_per_node > 0 ? emulated_nodes(members, cfg.comm.emulate.ranks_per_node)
                                               : nodes_of(members, node),

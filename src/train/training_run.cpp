@@ -44,6 +44,7 @@ Tensor build_model_and_data(TrainingRun& r) {
                    : (zero3 && !loaded)      ? Tensor()
                                              : Tensor::zeros(flat, DType::F32);
   if (mesh.tp() > 1) model.set_tp_comm(r.comms.tp.get());
+  if (mesh.cp() > 1) model.set_cp_comm(r.comms.cp.get());
   // Set-up reads files and may fail with bad input on some ranks only: every rank learns whether any failed
   // before the first collective of the run, so they all stop with exit status 2 instead of leaving peers waiting.
   std::string setup_error;
@@ -226,8 +227,8 @@ void check_activation_memory(const TrainingRun& r) {
   double need = 0, scratch = 0;
   for (int c = 0; c < r.model->size(); ++c) {
     const GPT& g = r.model->chunk(c);
-    need += double(plan::record_bytes(g.config(), r.mb, r.T, g.dtype(), split));
-    scratch = std::max(scratch, double(plan::backward_scratch_bytes(g.config(), r.mb, r.T, g.dtype(), split)));
+    need += double(plan::record_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split));
+    scratch = std::max(scratch, double(plan::backward_scratch_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split)));
   }
   need += scratch;
   const double available = available_host_bytes();
@@ -237,7 +238,8 @@ void check_activation_memory(const TrainingRun& r) {
                         "of {} tokens per pipeline chunk, from model.seq_len={}, train.micro_batch={}, model.d_model={}, "
                         "model.n_layer={}, parallel.pp={}, precision.compute={}), and the host has {:.0f} bytes "
                         "({:.1f} GiB) available (MemAvailable): lower model.seq_len or train.micro_batch, or add "
-                        "parallel.pp stages", need, need / 1073741824.0, r.mb, r.T, r.cfg.model.seq_len,
+                        "parallel.pp stages or parallel.cp ranks", need, need / 1073741824.0, r.mb, r.T_rank,
+                        r.cfg.model.seq_len,
                         r.cfg.train.micro_batch, r.cfg.model.d_model, r.cfg.model.n_layer, r.cfg.parallel.pp,
                         dtype_name(r.compute), available, available / 1073741824.0);
   agree_on_setup(error, MPI_COMM_WORLD);
@@ -254,7 +256,7 @@ void log_precision_and_memory(const TrainingRun& r) {
                "bytes){} ({} micro-batches of {} x {} tokens per step per rank)",
                r.dp->parameter_bytes(model) / 1048576.0, dtype_name(r.compute),
                r.dp->gradient_bytes(model) / 1048576.0, r.opt->state_bytes() / 1048576.0, r.opt->state_bytes(),
-               r.dp->memory_note(r.mixed), r.n_micro, r.mb, r.T);
+               r.dp->memory_note(r.mixed), r.n_micro, r.mb, r.T_rank);
 }
 
 }  // namespace
@@ -277,6 +279,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.nccl = nccl;
   r.copts = copts;
   r.T = cfg.model.seq_len;
+  r.T_rank = r.T / mesh.cp();
   r.mb = cfg.train.micro_batch;
   r.gb = cfg.train.global_batch;
   r.local_batch = r.gb / mesh.dp();
@@ -317,8 +320,8 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
-  r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb, r.T,
-                                              prof);
+  r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb,
+                                              r.T_rank, prof);
   r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
   if (r.straggler.chosen) r.runner->set_compute_stretch(r.straggler.slowdown);
   const StragglerSettings& st = cfg.train.straggler;

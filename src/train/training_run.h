@@ -44,8 +44,9 @@ struct TrainingRun {
   bool nccl;        // the mesh's device communicators are NCCL (host gathers need MPI ones of their own)
   CommOptions copts;  // of the host communicators
 
-  // Shapes: tokens per sequence, sequences per micro-batch and per step, this dp rank's share, micro-batches.
-  int T, mb, gb, local_batch, n_micro;
+  // Shapes: tokens per sequence and this rank's of them (T / cp: its two zigzag chunks), sequences per
+  // micro-batch and per step, this dp rank's share, micro-batches.
+  int T, T_rank, mb, gb, local_batch, n_micro;
   int64_t tokens_per_step;
   GPTConfig gcfg;                 // the whole model's, with this rank's tp place
   std::vector<int> stage_layers;  // blocks of each virtual pipeline stage

@@ -18,17 +18,18 @@ def run_trainer(mpiexec, trainer, ranks, args, run_dir, timeout=300):
     return losses, r.stdout + r.stderr
 
 
-def run_mesh(mpiexec, trainer, base, run_dir, dp, tp, pp, sets=(), grads=False):
-    """Runs `base` args on a dp x tp x pp mesh (extra --set `sets`; `grads`: dump the step-1 gradients). Returns the
-    training losses followed by the validation losses (compared alike), the log, the exported model and the
-    dumped gradients (or None)."""
-    args = list(base) + ["--set", f"parallel.dp={dp}", "--set", f"parallel.tp={tp}", "--set", f"parallel.pp={pp}"]
+def run_mesh(mpiexec, trainer, base, run_dir, dp, tp, pp, sets=(), grads=False, cp=1):
+    """Runs `base` args on a dp x tp x pp (x cp) mesh (extra --set `sets`; `grads`: dump the step-1 gradients).
+    Returns the training losses followed by the validation losses (compared alike), the log, the exported model and
+    the dumped gradients (or None)."""
+    args = list(base) + ["--set", f"parallel.dp={dp}", "--set", f"parallel.tp={tp}", "--set", f"parallel.pp={pp}",
+                         "--set", f"parallel.cp={cp}"]
     for s in sets:
         args += ["--set", s]
     grads_path = os.path.join(run_dir, "grads.safetensors")
     if grads:
         args += ["--set", f"run.dump_grads={grads_path}"]
-    losses, log = run_trainer(mpiexec, trainer, dp * tp * pp, args, run_dir)
+    losses, log = run_trainer(mpiexec, trainer, dp * tp * pp * cp, args, run_dir)
     losses += [json.loads(line)["val_loss"] for line in open(os.path.join(run_dir, "metrics.jsonl"))
                if "val_loss" in line]
     weights = read_safetensors(os.path.join(run_dir, "model.safetensors"))

@@ -136,6 +136,12 @@ CASES = [
      ["parallel.stage_layers", "list of integers", "'2'"]),
     ("interleaved on one pipeline stage", None, ["parallel.schedule=interleaved"],
      ["parallel.schedule=interleaved needs parallel.pp >= 2"]),
+    ("seq_len not divisible by 2*cp", None, ["parallel.cp=2", "model.seq_len=18"],
+     ["parallel.cp=2", "model.seq_len=18", "2*cp=4"]),
+    ("cp with local SGD", None, ["parallel.cp=2", "optim.sync_every=2"], ["parallel.cp=2", "optim.sync_every=2"]),
+    ("cp on a GPU", None, ["parallel.cp=2", "device=cuda"], ["parallel.cp=2", "device=cuda", "CPU only"]),
+    ("cp larger than the ranks", None, ["parallel.cp=2"], ["parallel.tp*pp*cp=1*1*2=2", "does not divide the 1 ranks"]),
+    ("mesh order without pp", None, ["parallel.order=tp-cp-dp"], ["parallel.order='tp-cp-dp'", "permutation"]),
 ]
 # (name, ranks, --set overrides, words): run through mpiexec with several ranks.
 MPI_CASES = [
