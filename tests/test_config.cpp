@@ -356,7 +356,7 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_NOTHROW(validate(gpu_local, 2));
   for (const char* m : {"int8", "topk", "powersgd"}) {  // the compressors, on host copies of GPU gradients
     Config gpu_compress;
-    for (const std::string o : {std::string("device=cuda"), std::string("train.micro_batch=4"), std::string("comm.compress=") + m})
+    for (const std::string& o : {std::string("device=cuda"), std::string("train.micro_batch=4"), std::string("comm.compress=") + m})
       apply_override(gpu_compress, o);
     CHECK_NOTHROW(validate(gpu_compress, 2));
   }
@@ -518,10 +518,11 @@ TEST_CASE("to_yaml round-trips every key") {
   for (const char* a : {"device=cuda", "comm.backend=nccl", "comm.adapt=true", "comm.adapt_bucket_mb_min=0.5",
                         "comm.adapt_bucket_mb_max=8", "comm.adapt_compress='none, bf16'", "comm.adapt_every=3"})
     apply_override(gpu, a);
-  // Llama's keys apply to model.arch=llama only: a fifth config.
+  // Llama's keys apply to model.arch=llama only: a fifth config (with context parallelism, which needs model.seq_len
+  // divisible by 2 cp).
   Config llama;
   for (const char* a : {"model.arch=llama", "model.n_kv_head=2", "model.ffn_hidden=96", "model.multiple_of=32",
-                        "model.norm_eps=1e-6", "model.rope_theta=500000", "model.tie_embeddings=true"})
+                        "model.norm_eps=1e-6", "model.rope_theta=500000", "model.tie_embeddings=true", "parallel.cp=2"})
     apply_override(llama, a);
   CHECK(load_config(write_yaml("llama.yaml", to_yaml(llama)), {}).model.rope_theta == 500000);
   // Staleness needs a data-parallel-only mesh without ZeRO-1: a fourth config.
