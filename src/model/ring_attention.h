@@ -6,7 +6,7 @@
 // the causal mask leaves (kernels/attention_block.h) and merges them through their log-sum-exp. In the backward pass
 // dk and dv travel with their k and v and take one more hop at the end, so each rank ends with the gradients of its
 // own k and v.
-// Not used by the trainer yet: parallel.cp is not a config key so far.
+// The trainer uses it through the model (model/context_parallel.h) when parallel.cp > 1.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -41,11 +41,12 @@ void report_memory(const RankMemory& m, const DeviceMesh& mesh, Communicator& wo
     const double* r = a + kFields * rank;
     const MeshCoord c = mesh.coord_of(rank);
     f << (rank ? ",\n  " : "\n  ")
-      << fmt::format("{{\"rank\": {}, \"dp_rank\": {}, \"tp_rank\": {}, \"pp_rank\": {}, \"params_bytes\": {:.0f}, "
+      << fmt::format("{{\"rank\": {}, \"dp_rank\": {}, \"tp_rank\": {}, \"pp_rank\": {}, \"cp_rank\": {}, "
+                     "\"params_bytes\": {:.0f}, "
                      "\"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"activation_bytes\": {:.0f}, "
                      "\"activation_records\": {:.0f}, \"buffer_bytes\": {:.0f}, \"peak_tensor_bytes\": {:.0f}, "
                      "\"peak_rss_bytes\": {:.0f}}}",
-                     rank, c.dp, c.tp, c.pp, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+                     rank, c.dp, c.tp, c.pp, c.cp, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
   }
   f << "\n]}\n";
 }

@@ -1,5 +1,7 @@
-"""Llama on every mesh reproduces the single-rank run, on 8 ranks: every factorization 8 = dp x tp x pp with the
-1f1b schedule (n_kv_head 4: at tp 8 each kv head on two ranks), every schedule (gpipe, interleaved with two chunks per rank, zb1) on
+"""Llama on every mesh reproduces the single-rank run, on 8 ranks: the factorizations 8 = dp x tp x pp that reach
+Llama's own tensor-parallel code with the 1f1b schedule (1x1x8, 1x4x2, 1x8x1, where n_kv_head 4 puts each kv head
+on two ranks, and 2x2x2; test_pp_parity.py runs the rest on GPT-2, through the same pipeline and data-parallel
+code), every schedule (gpipe, interleaved with two chunks per rank, zb1) on
 dp2 x tp2 x pp2, sequence parallelism with ZeRO-1 and uneven stages, n_kv_head equal to tp, larger and smaller than
 it, and the head tied to the embedding across pipeline stages. Every step's loss (and the validation
 losses of steps 10 and 20) within 1e-5 relative of one rank over 20 steps, also with fewer kv heads (2) than
@@ -33,8 +35,7 @@ def run(name, dp, tp, pp, sets=(), grads=False):
 failures = 0
 refs = {}
 CASES = []  # name, dp, tp, pp, settings, compare step-1 gradients, reference
-for dp, tp, pp in [(1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1),
-                   (8, 1, 1)]:
+for dp, tp, pp in [(1, 1, 8), (1, 4, 2), (1, 8, 1), (2, 2, 2)]:
     CASES.append((f"dp{dp}_tp{tp}_pp{pp}_1f1b", dp, tp, pp, (), (dp, tp, pp) in ((2, 2, 2), (1, 4, 2)), "untied"))
 for schedule in ("gpipe", "interleaved", "zb1"):
     sets = [f"parallel.schedule={schedule}"] + (["parallel.virtual_stages=2"] if schedule == "interleaved" else [])
