@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # scripts/plot.py: PNG figures of meshtrain runs and sweeps (Debian's matplotlib, Agg backend): loss curves,
-# tokens/s against ranks, and the step time broken into compute, exposed communication and pipeline bubble.
+# tokens/s against ranks, the step time broken into compute, exposed communication and pipeline bubble, and the
+# flight recorder's last collectives of every rank of a hung run.
 """Figures of meshtrain runs and of scripts/sweep.py's CSVs, written as PNG.
 
   plot.py loss SOURCE... -o loss.png       training loss (and val_loss where evaluated) against step, overlaid;
@@ -15,6 +16,10 @@
                                                    exposed communication and pipeline bubble
   plot.py all SWEEP_DIR [-o DIR]           loss.png, breakdown.png and (with two or more rank counts) scaling.png
                                            from SWEEP_DIR/steps.csv and summary.csv, into DIR (default SWEEP_DIR)
+  plot.py flight RUN_DIR -o flight.png     the flight recorder's dumps (RUN_DIR/flight/rank_N.json): a lane per
+                                           rank, the last 40 collectives of the communicator scripts/flight.py
+                                           names (filled: completed, hollow: pending, red X: never joined or no
+                                           dump), its sentence as the title
 
 Exit status: 0 written, 2 a bad command line, a missing or malformed input, or nothing to plot.
 """
@@ -313,13 +318,133 @@ def plot_all(sweep_dir, out_dir):
         print("plot: one rank count in the sweep: no scaling.png (sweep with --np 1,2,4 for one)")
 
 
+FLIGHT_COLORS = {"all_reduce": "C0", "reduce_scatter": "C1", "all_gather": "C2", "broadcast": "C4", "barrier": "C7",
+                 "send": "C5", "recv": "C6"}
+FLIGHT_MARKERS = {"send": ">", "recv": "<"}
+FLIGHT_WINDOW = 40  # collectives shown per lane: enough to see the pattern before the fault, few enough to read
+
+
+def flight_analysis(run_dir):
+    """scripts/flight.py (next to this script): its loaded run and its analysis, or exit 2 on a bad input."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import flight
+    try:
+        run = flight.load_run(run_dir)
+        return run, flight.report(run)
+    except flight.FlightError as e:
+        die(str(e))
+
+
+def flight_axis(run, rep):
+    """The communicator name the x axis follows and whether x is its collective number (aligned across ranks) or
+    each rank's own operation number (a communicator of sends and receives only)."""
+    name = rep["group"]
+    if name is None:  # nothing named: the communicator with the most collectives
+        counts = {}  # name -> (collectives, operations): the most collectives, then the most operations
+        for d in run.dumps.values():
+            for g in d["groups"]:
+                counts[g["name"]] = max(counts.get(g["name"], (0, 0)), (g["collectives_issued"], g["issued"]))
+        name = max(sorted(counts), key=counts.get) if counts else None
+    has_colls = any(o.get("coll_seq") is not None for d in run.dumps.values() for g in d["groups"]
+                    if g["name"] == name for o in g["ops"])
+    return name, has_colls
+
+
+def flight_lane_group(run, rep, rank, name):
+    """The rank's record of the communicator: the instance the analysis named when the rank is in it."""
+    groups = [g for g in run.dumps[rank]["groups"] if g["name"] == name]
+    named = [g for g in groups if rep["group_ranks"] and g["ranks"] == rep["group_ranks"]]
+    return (named or groups or [None])[0]
+
+
+def flight_points(g, by_coll):
+    """(x, op) of the lane's collectives (plot_flight cuts them to one window for all lanes), or, on a
+    communicator without collectives, the lane's last FLIGHT_WINDOW operations."""
+    if g is None:
+        return []
+    if not by_coll:
+        return [(o["seq"], o) for o in g["ops"][-FLIGHT_WINDOW:]]
+    return [(o["coll_seq"], o) for o in g["ops"] if o.get("coll_seq") is not None]
+
+
+def plot_flight(run_dir, out):
+    run, rep = flight_analysis(run_dir)
+    name, by_coll = flight_axis(run, rep)
+    k = rep["coll_seq"]
+    lanes = {r: flight_lane_group(run, rep, r, name) if r in run.dumps else None for r in range(run.world)}
+    points = {r: flight_points(g, by_coll) for r, g in lanes.items()}
+    xs = [x for pts in points.values() for x, _ in pts] + ([k] if k else [])
+    if by_coll and xs:  # one window for every lane (x is aligned across ranks), ending a few past the named collective
+        hi = min(max(xs), k + 5) if k else max(xs)
+        lo = max(min(xs), hi - FLIGHT_WINDOW + 1)
+        points = {r: [(x, o) for x, o in pts if lo <= x <= hi] for r, pts in points.items()}
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+    fig, ax = plt.subplots(figsize=(11, min(30.0, max(3.5, 1.8 + 0.45 * run.world))))
+    series = {}  # (op, completed) -> ([x], [lane]): one scatter call each (one per point is slow)
+    for r, pts in points.items():
+        for x, o in pts:
+            xy = series.setdefault((o["op"], o["state"] == "completed"), ([], []))
+            xy[0].append(x)
+            xy[1].append(r)
+    for (op, done), (x, y) in series.items():
+        color = FLIGHT_COLORS.get(op, "C9")
+        ax.scatter(x, y, s=46, marker=FLIGHT_MARKERS.get(op, "o"), linewidths=1.4, zorder=3,
+                   facecolors=color if done else "white", edgecolors=color)
+    seen = {op for op, _ in series}
+    marks = []  # red X where a rank should be: never joined the named collective, or the p2p peer
+    if rep["kind"] == "missing":
+        marks = [(k, r) for r in rep["missing_ranks"]]
+    elif rep["kind"] == "p2p":
+        marks = [(rep["seq"] if not by_coll else k, rep["peer"])]
+    marks = [(x, r) for x, r in marks if x is not None]
+    if marks:
+        ax.scatter([m[0] for m in marks], [m[1] for m in marks], marker="X", s=140, color="red", zorder=4)
+    if k is not None:
+        ax.axvline(k, color="red", linestyle="--", alpha=0.4, zorder=1)
+    if rep["kind"] == "desync":  # what each rank called at the desync
+        for r in rep["group_ranks"]:
+            o = next((o for x, o in points.get(r, []) if x == k), None)
+            if o:
+                ax.annotate(f'{o["op"]} {o["count"]} {o.get("dtype", "")}', (k, r), textcoords="offset points",
+                            xytext=(-8, 7), ha="right", fontsize=8, color="red",
+                            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    for r, g in lanes.items():  # say why a lane is empty
+        note = "no dump" if r not in run.dumps else (f"not in {name}" if g is None else None)
+        if note:
+            ax.text(0.01, r, note, transform=ax.get_yaxis_transform(), va="center", fontsize=9,
+                    color="red" if r not in run.dumps else "gray")
+    hosts = {r: d.get("host") for r, d in run.dumps.items()}
+    ax.set_yticks(range(run.world))
+    ax.set_yticklabels([f"rank {r}" + (f" ({hosts[r]})" if hosts.get(r) else "") for r in range(run.world)],
+                       fontsize=8)
+    ax.set_ylim(run.world - 0.5, -0.5)  # rank 0 on top
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(f"collective # on communicator {name} (coll_seq, aligned across ranks)" if by_coll else
+                  f"operation # on communicator {name} (seq: each rank's own count)")
+    ax.grid(axis="x", alpha=0.3)
+    set_title(ax, rep["summary"])
+    handles = [Line2D([], [], marker=FLIGHT_MARKERS.get(op, "o"), linestyle="", color=FLIGHT_COLORS.get(op, "C9"),
+                      label=op) for op in FLIGHT_COLORS if op in seen]
+    handles += [Line2D([], [], marker="o", linestyle="", color="gray", label="completed"),
+                Line2D([], [], marker="o", linestyle="", markerfacecolor="white", color="gray",
+                       label="pending (queued, started)")]
+    if marks:
+        handles.append(Line2D([], [], marker="X", linestyle="", color="red", markersize=9,
+                              label="never joined / no dump"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    save(fig, out)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="plot.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="kind", metavar="KIND", help="loss | scaling | breakdown | all")
+    sub = ap.add_subparsers(dest="kind", metavar="KIND", help="loss | scaling | breakdown | all | flight")
     sub.required = True
     p = sub.add_parser("loss", help="loss curves overlaid")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="run dir, metrics.jsonl, steps.csv or sweep dir")
@@ -335,6 +460,9 @@ def parse_args(argv):
     p = sub.add_parser("all", help="every figure of a sweep directory")
     p.add_argument("sweep_dir", metavar="SWEEP_DIR")
     p.add_argument("-o", "--out", default=None, help="output directory (default SWEEP_DIR)")
+    p = sub.add_parser("flight", help="the flight recorder's dumps of a hung run")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (its flight/ holds rank_N.json)")
+    p.add_argument("-o", "--out", default="flight.png")
     return ap.parse_args(argv)
 
 
@@ -346,6 +474,8 @@ def main(argv=None):
         plot_scaling(args.summary, args.out, args.title)
     elif args.kind == "breakdown":
         plot_breakdown(args.summary, args.out, args.title)
+    elif args.kind == "flight":
+        plot_flight(args.run_dir, args.out)
     else:
         plot_all(args.sweep_dir, args.out)
     return 0

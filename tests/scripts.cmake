@@ -72,6 +72,13 @@ add_test(NAME zero3_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_zero3_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/zero3_parity)
 set_tests_properties(zero3_parity PROPERTIES TIMEOUT 900 PROCESSORS 2)
+# The flight recorder: its analyzer on synthetic dumps, and the trainer's dumps on real hangs and desyncs.
+add_test(NAME flight_analyzer
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_flight.py ${CMAKE_SOURCE_DIR} ${MT_WORK}/flight_analyzer)
+add_test(NAME flight_recorder
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_flight_recorder.py ${MPIEXEC_EXECUTABLE}
+                 $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/flight_recorder)
+set_tests_properties(flight_recorder PROPERTIES TIMEOUT 600 PROCESSORS 2)
 # Context parallelism (parallel.cp) against one rank, composed with dp, ZeRO, tp and sp, pp, Llama; checkpoints.
 add_test(NAME cp_parity
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_cp_parity.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/flight_recorder.h"
 #include "kernels/elementwise.h"
 
 namespace mt {
@@ -19,11 +20,15 @@ void divide_by_group_size(const Tensor& t, int p) {
 
 void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::string& comm, double waited_s,
                     double timeout_s) {
-  std::fprintf(stderr,
-               "[rank %d] watchdog: %s #%llu on communicator '%s' not complete after waiting %.1f s "
-               "(comm.timeout_s = %g); aborting the job\n",
-               world_rank, comm_kind_name(kind), static_cast<unsigned long long>(seq), comm.c_str(), waited_s,
-               timeout_s);
+  char line[512];
+  std::snprintf(line, sizeof line, "watchdog: %s #%llu on communicator '%s' not complete after waiting %.1f s "
+                "(comm.timeout_s = %g)", comm_kind_name(kind), static_cast<unsigned long long>(seq), comm.c_str(),
+                waited_s, timeout_s);
+  std::fprintf(stderr, "[rank %d] %s; aborting the job\n", world_rank, line);
+  std::fflush(stderr);
+  // Every rank's last operations on disk before the job ends (the peers' listeners dump on request).
+  const std::string flight = flight_dump_on_timeout(line);
+  if (!flight.empty()) std::fprintf(stderr, "[rank %d] %s\n", world_rank, flight.c_str());
   abort_job(1);
 }
 

@@ -92,9 +92,16 @@ class Communicator {
   // Completed operations are reported here, from the communication thread (the sink must be thread-safe), for
   // the time accounting and the trace. Set it before issuing operations.
   void set_event_sink(std::function<void(const CommEvent&)> sink) { sink_ = std::move(sink); }
+  // Whether those events are this communicator's own operations, numbered (seq) in issue order from 1: false where
+  // a backend passes on the events of communicators of its own (the hierarchical all-reduce's).
+  virtual bool events_number_own_operations() const { return true; }
+  // The operations the communication thread starts (their seq, when it takes them from the queue) are reported
+  // here where a backend knows (the flight recorder's "started"). Set it before issuing operations.
+  virtual void set_start_sink(std::function<void(uint64_t seq)> sink) { start_sink_ = std::move(sink); }
 
  protected:
   std::function<void(const CommEvent&)> sink_;
+  std::function<void(uint64_t seq)> start_sink_;
 };
 
 }  // namespace mt

@@ -61,6 +61,8 @@ class EmulatedCommunicator : public Communicator {
   const std::string& name() const override { return stats_->name; }
   double total_wait_us() const override { return stats_->total_wait_us(); }
   double thread_cpu_us() const override { return inner_->thread_cpu_us() + mt::thread_cpu_us(timer_handle_); }
+  // The inner numbers its operations as this one does (it has no other user).
+  void set_start_sink(std::function<void(uint64_t)> sink) override { inner_->set_start_sink(std::move(sink)); }
 
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
     return issue(CommKind::AllReduce, t.nbytes(), -1, [&] { return inner_->all_reduce_async(t, op); });

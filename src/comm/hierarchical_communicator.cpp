@@ -163,6 +163,8 @@ std::unique_ptr<Communicator> split(MPI_Comm group, int colour, int key, const s
 
 class HierarchicalCommunicator : public Communicator {
  public:
+  // Its sink receives its sub-communicators' events, numbered by each of them.
+  bool events_number_own_operations() const override { return false; }
   HierarchicalCommunicator(MPI_Comm group, const std::string& name, const CommOptions& opts,
                            const HierarchicalLayout& layout) {
     MPI_CHECK(MPI_Comm_rank(group, &rank_));

@@ -177,6 +177,7 @@ void QueuedCommunicator::run() {
         queue_.pop_front();
       }
       worked = true;
+      if (start_sink_) start_sink_(op.seq);
       if (op.kind == CommKind::Send || op.kind == CommKind::Recv)
         post_p2p(op);
       else

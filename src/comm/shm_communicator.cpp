@@ -14,14 +14,18 @@
 // has passed a barrier of round r + 1, which each one entered after finishing its reads of round r.
 #include "comm/shm_communicator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "comm/comm_util.h"
+#include "comm/flight_recorder.h"
 #include "comm/futex.h"
 #include "comm/queued_communicator.h"
 #include "comm/shm_messages.h"
@@ -187,13 +191,44 @@ class ShmCommunicator : public QueuedCommunicator {
     });
   }
 
+  // Ranks calling different collectives at the same point: on every rank that sees it, the message and the flight
+  // recorder's dumps (every rank's), then the job ends.
+  [[noreturn]] void desync(const ShmCollective& mine, const ShmCollective& theirs, int q) {
+    auto what = [](const ShmCollective& c) {
+      return fmt::format("{} of {} {}", comm_kind_name(static_cast<CommKind>(c.kind)), c.count,
+                         dtype_name(static_cast<DType>(c.dtype)));
+    };
+    const std::string line = fmt::format("desync on communicator '{}': its operation #{} is {} here and {} on group "
+                                         "rank {} (#{} there)", name(), mine.seq, what(mine), what(theirs), q, theirs.seq);
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    std::fprintf(stderr, "[rank %d] %s; aborting the job\n", world_rank, line.c_str());
+    std::fflush(stderr);
+    const std::string flight = flight_dump_on_timeout(line);
+    if (!flight.empty()) std::fprintf(stderr, "[rank %d] %s\n", world_rank, flight.c_str());
+    abort_job(1);
+  }
+
   // ---- collectives
   void run_collective(Op& op) override {
     double start = trace_clock_us();
     bool started = false;
+    // The collective's first barrier: every rank has arrived, and all must be calling the same collective.
+    ShmCollective mine;
+    mine.kind = static_cast<int32_t>(op.kind);
+    mine.dtype = static_cast<int32_t>(op.a.dtype());
+    mine.reduce = op.kind == CommKind::AllReduce || op.kind == CommKind::ReduceScatter ? static_cast<int32_t>(op.rop) : 0;
+    mine.root = op.kind == CommKind::Broadcast ? op.peer : 0;
+    mine.count = op.kind == CommKind::AllGather ? op.b.numel() : op.a.numel();
+    mine.seq = op.seq;
+    window_.control(rank()).collective[(barriers_ + 1) % 2] = mine;
     const auto sync = [&] {
       barrier();
-      if (!started) start = trace_clock_us(), started = true;  // every rank has arrived
+      if (started) return;
+      start = trace_clock_us(), started = true;
+      for (int q = 0; q < size(); ++q)
+        if (!(window_.control(q).collective[barriers_ % 2] == mine))
+          desync(mine, window_.control(q).collective[barriers_ % 2], q);
     };
     switch (op.kind) {
       case CommKind::AllReduce: reduce_rounds(op.a, op.a, op.rop, true, sync); break;

@@ -1,6 +1,7 @@
 // The layout of the shared-memory transport's MPI-3 window, as its collectives (shm_communicator.cpp) and its
 // sends and receives (shm_messages.cpp) see it. Each rank owns one segment:
-//   Control     its bell (the futex word its communication thread sleeps on) and its barrier counter
+//   Control     its bell (the futex word its communication thread sleeps on), its barrier counter and what its
+//               current collective is (compared by every rank after the collective's first barrier)
 //   two halves  for collective rounds, which alternate between them
 //   mailboxes   one per sender (itself included): `slots` slots of `slot_bytes`, filled by that sender in ring
 //               order and emptied by this rank in the same order (one producer, one consumer)
@@ -11,9 +12,23 @@
 
 namespace mt {
 
+// What a collective is on one rank: ranks that disagree are out of step (a desync), which the transport reports
+// instead of reducing mismatched buffers.
+struct ShmCollective {
+  int32_t kind = 0, dtype = 0, reduce = 0, root = 0;
+  int64_t count = 0;
+  uint64_t seq = 0;  // the communicator's operation number
+  bool operator==(const ShmCollective& o) const {
+    return kind == o.kind && dtype == o.dtype && reduce == o.reduce && root == o.root && count == o.count;
+  }
+};
+
 struct alignas(64) ShmControl {
   std::atomic<uint32_t> bell{0};
   alignas(64) std::atomic<uint64_t> passed{0};  // barriers this rank has entered
+  // The collective whose first barrier is barrier k, at [k % 2]: written before the barrier is entered (a peer
+  // reads it once the barrier has passed, and cannot be two barriers ahead before this rank reads its).
+  ShmCollective collective[2];
 };
 
 struct alignas(64) ShmSlot {

@@ -1,5 +1,6 @@
 // Bucketed, overlapped data-parallel gradient reduction (see grad_buckets.h).
 #include "parallel/grad_buckets.h"
+#include "comm/flight_recorder.h"
 
 #include <algorithm>
 
@@ -77,6 +78,7 @@ void GradReducer::launch(int b) {
   const Tensor& buf = wire_.defined() ? wire_ : grads_;
   Tensor full = buf.slice(k.begin, {k.numel()});
   if (wire_.defined()) copy_convert(full, grads_.slice(k.begin, {k.numel()}));
+  FlightSite site("gradient bucket", b);
   if (zero_)  // in place: the output is this rank's own slice of the input (the backend allows that)
     work_.push_back(dp_.reduce_scatter_async(full, buf.slice(k.begin + shard(b).begin, {shard(b).size()}),
                                              ReduceOp::Avg));

@@ -1,11 +1,13 @@
 // The background parameter all-gather of ZeRO-1 and -2 (see param_gather.h).
 #include "parallel/param_gather.h"
+#include "comm/flight_recorder.h"
 
 namespace mt {
 
 void ParamGather::issue(int b) {
   const Bucket& k = buckets_[b];
   const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
+  FlightSite site("parameter bucket", b);
   work_[b] = dp_.all_gather_async(params_.slice(k.begin + s.begin, {s.size()}), params_.slice(k.begin, {k.numel()}));
 }
 

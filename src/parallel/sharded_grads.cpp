@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/elementwise.h"
+#include "comm/flight_recorder.h"
 
 namespace mt {
 
@@ -138,6 +139,7 @@ void ShardedGrads::launch(int b) {
   const Tensor full = bucket_store(b, wire_.defined() ? wire_ : store_);
   if (wire_.defined()) copy_convert(full, bucket_store(b, store_));
   // In place: the output is this rank's own slice of the input (the backends allow that).
+  FlightSite site("gradient bucket", b);
   work_[b] = dp_.reduce_scatter_async(full, full.slice(shard(b).begin, {shard(b).size()}), ReduceOp::Avg);
 }
 

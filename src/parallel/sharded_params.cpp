@@ -1,5 +1,6 @@
 // ZeRO-3's parameter store (see sharded_params.h).
 #include "parallel/sharded_params.h"
+#include "comm/flight_recorder.h"
 
 #include <algorithm>
 
@@ -161,6 +162,7 @@ void ShardedParams::issue(int u) {
     occupant_[slot] = u;
   }
   const Tensor buf = unit_buffer(u);
+  FlightSite site("parameter unit", u);
   for (int b : unit_buckets_[u]) {
     const Bucket& k = buckets_[b];
     const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());

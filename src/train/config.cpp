@@ -198,6 +198,9 @@ const std::vector<KeyDesc>& key_table() {
                                "(comma-separated: TERM, INT, HUP, USR1, USR2; \"\" = none); the same signal again "
                                "stops at once"),
       MT_KEY(run.profile, "write a Chrome trace (trace.json) of every rank"),
+      MT_KEY(run.flight_recorder, "record each communicator's last operations; dump them to run.dir/flight/rank_N.json "
+                                  "on a watchdog timeout, a fatal error or SIGUSR2 (scripts/flight.py reads them)"),
+      MT_KEY(run.flight_recorder_ops, "operations the flight recorder keeps per communicator"),
       MT_KEY(run.dump_grads, "\"\" or a safetensors path: write the first step's gradients there (parity tests)"),
       MT_KEY(device, "cpu | cuda"),
   };

@@ -199,6 +199,10 @@ struct RunConfig {
   // none (the signals then end the run at once, as without a handler).
   std::string stop_signals = "TERM,USR1";
   bool profile = false;
+  // The flight recorder (docs/flight_recorder.md): each communicator's last flight_recorder_ops operations, dumped
+  // to dir/flight/rank_N.json on a watchdog timeout, a fatal error or SIGUSR2.
+  bool flight_recorder = true;
+  int flight_recorder_ops = 2000;
   std::string dump_grads;  // "" or a safetensors path: write the first step's gradients there (parity tests)
 };
 

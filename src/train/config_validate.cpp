@@ -360,6 +360,7 @@ void validate_values(const Config& c) {
   require(!r.resume.empty(), "run.resume must be auto, none or a checkpoint path, got an empty string");
   require(r.checkpoint_every >= 0, "run.checkpoint_every must be >= 0 (0 = off), got {}", r.checkpoint_every);
   require(r.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1, got {}", r.keep_checkpoints);
+  require(r.flight_recorder_ops >= 1, "run.flight_recorder_ops must be >= 1, got {}", r.flight_recorder_ops);
   std::vector<int> signals;
   std::string bad_signal;
   require(parse_stop_signals(r.stop_signals, signals, bad_signal), "run.stop_signals: '{}' is not one of TERM, INT, "

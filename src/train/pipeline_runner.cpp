@@ -1,5 +1,6 @@
 // The pipeline executor (see pipeline_runner.h).
 #include "train/pipeline_runner.h"
+#include "comm/flight_recorder.h"
 
 #include <algorithm>
 #include <map>
@@ -17,7 +18,11 @@ const char* pass_name(ActionKind k) {
     case ActionKind::Forward: return "forward";
     case ActionKind::Backward: return "backward";
     case ActionKind::BackwardInput: return "backward input";
-    default: return "backward weight";
+    case ActionKind::BackwardWeight: return "backward weight";
+    case ActionKind::SendAct: return "send activations";
+    case ActionKind::RecvAct: return "receive activations";
+    case ActionKind::SendGrad: return "send gradients";
+    default: return "receive gradients";
   }
 }
 
@@ -133,6 +138,19 @@ RunStats PipelineRunner::forward_only(int n, const FillFn& fill, const Tensor& l
 
 RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const Tensor& loss_sum,
                              const std::vector<ChunkReduce>* reduce, bool overlap) {
+  // The flight recorder's place of each operation the actions issue, cleared when the run ends.
+  const int stage = pp_ ? pp_->rank() : 0;
+  auto flight_at = [stage](const Action& a) {
+    FlightWhere& w = flight_where();
+    w.micro_batch = a.micro_batch, w.chunk = a.chunk, w.stage = stage, w.site = pass_name(a.kind), w.site_index = -1;
+  };
+  struct ClearWhere {
+    ~ClearWhere() {
+      FlightWhere& w = flight_where();
+      w.micro_batch = w.chunk = w.stage = w.site_index = -1;
+      w.site = nullptr;
+    }
+  } clear_where;
   RunStats st;
   const double start_us = trace_clock_us();
   const int n = static_cast<int>(plan.actions.size());
@@ -142,6 +160,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
     const Action& a = plan.actions[i];
     if (!is_recv(a.kind)) continue;
     const int sender_chunk = a.peer_stage / p_;
+    flight_at(a);
     recvs[i] = pp_->recv_async(plan.recv_buf[i], a.peer_stage % p_, tag(a.kind, a.micro_batch, sender_chunk));
   }
   // Per (chunk, micro-batch), slot chunk * M + mb: its record while alive, and what was received for it.
@@ -154,6 +173,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
     const Action& a = plan.actions[i];
     const int k = a.chunk * M + a.micro_batch;
     GPT& model = model_.chunk(a.chunk);
+    flight_at(a);
     const bool last_stage = model.config().last_stage();
     const double t0 = trace_clock_us();
     const bool compute = !is_recv(a.kind) && a.kind != ActionKind::SendAct && a.kind != ActionKind::SendGrad;

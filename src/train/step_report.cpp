@@ -1,4 +1,5 @@
 #include "train/step_report.h"
+#include "comm/flight_recorder.h"
 
 #include <spdlog/spdlog.h>
 
@@ -168,6 +169,7 @@ void StepMeter::end(const StepResult& s, StepMetrics& row, AdaptSample* adapt) {
 void PendingRows::add(const StepMetrics& row, const std::vector<float>& table) {
   q_.push_back({row, table, nullptr});
   Pending& p = q_.back();
+  FlightSite site("step metrics");
   if (world_) p.work = world_->all_reduce_async(Tensor(p.table.data(), {int64_t(p.table.size())}, DType::F32),
                                                 ReduceOp::Sum);
 }

@@ -1,5 +1,6 @@
 // Stop signals: recorded by the handler, agreed on at step boundaries (stop_signal.h).
 #include "train/stop_signal.h"
+#include "comm/flight_recorder.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -96,6 +97,7 @@ int StopVote::cast() {
   if (!world_) return stop_signal_received();
   const size_t slot = size_t(cast_ % int64_t(votes_.size()));
   static_cast<float*>(votes_[slot].data())[0] = float(stop_signal_received());
+  FlightSite site("stop vote");
   work_[slot] = world_->all_reduce_async(votes_[slot], ReduceOp::Max);
   ++cast_;
   if (cast_ <= lag_) return 0;

@@ -29,6 +29,8 @@ TestHooks TestHooks::from_env() {
   h.late_gather_step = step_of("MESHTRAIN_INJECT", "late-gather");
   h.kill_step = step_of("MESHTRAIN_FAULT", "kill");
   h.stop_step = step_of("MESHTRAIN_FAULT", "stop");
+  h.skip_step = step_of("MESHTRAIN_FAULT", "skip");
+  h.size_step = step_of("MESHTRAIN_FAULT", "size");
   for (const char* env : {"MESHTRAIN_INJECT", "MESHTRAIN_FAULT"})
     if (std::getenv(env)) spdlog::warn("test hook {}={} is set", env, std::getenv(env));
   return h;

@@ -7,6 +7,8 @@
 //                                    asks for it (ParamGather::set_on_demand): a parameter read before its wait
 //                                    then sees last step's value on every run, not only on a slow link
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
+//   MESHTRAIN_FAULT=skip@STEP | size@STEP   the last rank skips that step's loss all-reduce over the world, or
+//                                    reduces two elements there instead of one (a desync, for the flight recorder)
 //   MESHTRAIN_CRASH_IN_CHECKPOINT=STEP  (checkpoint.cpp) the last rank dies while writing that step's checkpoint
 #pragma once
 #include "model/pipeline_chunks.h"
@@ -15,6 +17,7 @@ namespace mt {
 
 struct TestHooks {
   int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
+  int skip_step = -1, size_step = -1;
   static TestHooks from_env();  // logs a warning for every hook that is set
 };
 

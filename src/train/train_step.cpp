@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "model/ring_attention.h"
 #include "train/checkpoint.h"
+#include "comm/flight_recorder.h"
 
 namespace mt {
 
@@ -41,13 +42,18 @@ void fill_micro_batch(TrainingRun& r, Batcher& batches, int64_t index, int m, in
 bool loss_rank(const DeviceMesh& mesh) { return mesh.is_last_stage() && mesh.tp_rank() == 0; }
 
 // The summed token losses of the whole global batch, the same on every rank.
-double global_loss_sum(TrainingRun& r) {
-  float total = loss_rank(r.mesh) ? float(read_scalar(r.loss_sum)) : 0.0f;
+// step: the training step (its fault hooks), or -1 (evaluation).
+double global_loss_sum(TrainingRun& r, int step) {
+  float total[2] = {loss_rank(r.mesh) ? float(read_scalar(r.loss_sum)) : 0.0f, 0.0f};
   if (r.mesh.world_size() > 1) {
-    Tensor t(&total, {1}, DType::F32);
+    FlightSite site("loss");
+    // MESHTRAIN_FAULT=skip / size (test_hooks.h): the last rank leaves the ranks out of step here.
+    const bool faulty = r.mesh.rank() == r.mesh.world_size() - 1 && step > 0;
+    if (faulty && step == r.hooks.skip_step) return double(total[0]);
+    Tensor t(total, {faulty && step == r.hooks.size_step ? 2 : 1}, DType::F32);
     r.comms.world->all_reduce(t, ReduceOp::Sum);
   }
-  return double(total);
+  return double(total[0]);
 }
 
 }  // namespace
@@ -58,6 +64,7 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   PipelineChunks& model = *r.model;
   const int world = mesh.world_size();
   StepResult out;
+  flight_where().step = step;
   r.dp->begin_step(model);
   zero_(r.loss_sum);
   if (step == r.hooks.grad_inf_step && mesh.rank() == world - 1) inject_grad_inf(model);
@@ -81,6 +88,7 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   if (r.tied >= 0) {
     // Sum the tied embedding's gradient between the first stage (embedding) and the last (head).
     const double w0 = trace_clock_us();
+    FlightSite site("tied embedding");
     r.comms.emb->all_reduce(model.chunk(r.tied).grad(model.tied_param()), ReduceOp::Sum);
     prof.wait("tied embedding", w0, trace_clock_us());
   }
@@ -92,7 +100,7 @@ void optimizer_update(TrainingRun& r, int step, const Tensor& grads, bool replic
                       StepResult& out) {
   const DeviceMesh& mesh = r.mesh;
   out.lr = r.sched.at(step);
-  out.loss = global_loss_sum(r) / double(r.tokens_per_step);
+  out.loss = global_loss_sum(r, step) / double(r.tokens_per_step);
   out.finite_loss = std::isfinite(out.loss);
   const double o0 = trace_clock_us();
   // Under ZeRO the segments are this rank's shards. A non-finite loss or gradient norm (each the same on every
@@ -130,7 +138,7 @@ double evaluate(TrainingRun& r) {
     r.runner->forward_only(r.n_micro, [&](int j, int32_t* tok, int32_t* tgt) {
       fill_micro_batch(r, *r.val_batches, b, j, tok, tgt);
     }, r.loss_sum, r.dp->hooks());
-  return global_loss_sum(r) / (double(batches) * r.tokens_per_step);
+  return global_loss_sum(r, -1) / (double(batches) * r.tokens_per_step);
 }
 
 }  // namespace mt

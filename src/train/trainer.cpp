@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 
 #include "comm/comm_util.h"
+#include "comm/flight_recorder.h"
 #include "comm/hierarchical_communicator.h"
 #include "comm/make_communicator.h"
 #include "comm/mpi_init.h"
@@ -407,14 +409,30 @@ void run_training(const Config& cfg) {
                                      : std::vector<int>();
   bind_calling_thread(cores);
   // The world communicator carries host values (metrics, the loss): a host transport whatever the backend.
+  // The flight recorder wraps every communicator the mesh makes (docs/flight_recorder.md).
+  if (cfg.run.flight_recorder)
+    FlightRecorder::get().configure(cfg.run.flight_recorder_ops, cfg.run.dir + "/flight", rank, world);
   MeshComms comms = make_mesh_comms(mesh, MPI_COMM_WORLD, [&](MPI_Comm c, const std::string& name) {
-    if (name == "dp" && cfg.comm.hierarchical) return make_hierarchical_communicator(c, name, copts);
-    if (nccl && name != "world") return make_device_communicator(c, name, copts);
-    return make_communicator(c, name, copts);
+    if (name == "dp" && cfg.comm.hierarchical)
+      return with_flight_recorder(make_hierarchical_communicator(c, name, copts), c);
+    if (nccl && name != "world") return with_flight_recorder(make_device_communicator(c, name, copts), c);
+    return with_flight_recorder(make_communicator(c, name, copts), c);
   });
   // The compressors work on host copies of the gradients (GradReducer); an NCCL dp group takes device tensors only.
   if (nccl && compress_with_feedback(cfg.comm.compress) && comms.dp_mpi != MPI_COMM_NULL)
-    comms.dp_host = make_communicator(comms.dp_mpi, "dp.host", copts);
+    comms.dp_host = with_flight_recorder(make_communicator(comms.dp_mpi, "dp.host", copts), comms.dp_mpi);
+  // Its listener answers other ranks' dump requests and SIGUSR2 (unless run.stop_signals claims it); stopped before
+  // the communicators go.
+  struct FlightListener {
+    FlightListener(const Config& cfg) {
+      std::vector<int> stops;
+      std::string bad;
+      parse_stop_signals(cfg.run.stop_signals, stops, bad);
+      const bool usr2_free = std::find(stops.begin(), stops.end(), SIGUSR2) == stops.end();
+      FlightRecorder::get().start_listener(MPI_COMM_WORLD, usr2_free ? SIGUSR2 : 0);
+    }
+    ~FlightListener() { FlightRecorder::get().stop_listener(); }
+  } flight_listener(cfg);
   // The communication threads, created above, have the rank's cores; now the compute threads get one each.
   if (!cores.empty()) {
     pin_compute_threads(cores);
@@ -464,7 +482,9 @@ void run_training(const Config& cfg) {
     failed(1, e.what());
     throw;  // likewise, exit status 1
   } catch (const std::exception& e) {
-    failed(dynamic_cast<const InputError*>(&e) ? 2 : 1, e.what());
+    const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
+    failed(input ? 2 : 1, e.what());
+    if (!input) FlightRecorder::get().dump(fmt::format("fatal error: {}", e.what()));
     // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
     // destroy communicators whose peers never finish their operations.
     if (world > 1) {

@@ -9,7 +9,7 @@
      summation order (the ring's log-sum-exp merges, the gradient average over dp x cp), about 1e-7 per step. A
      chunk at the wrong positions, a gradient share not summed over cp, or tokens counted twice in the loss shows
      as 1e-2 or more at the first step.
-     In bf16, cp 2 stays within 5e-3 of one rank in bf16 (below).
+     In bf16, cp 2 against one rank in bf16: step 1 within 1e-4, every step within 1e-2 (below, with why).
   2. Checkpoints: step 10's of the cp 2 run resumed on one rank, and the single-rank run's on cp 4, continue the
      single-rank run within 1e-5.
 Usage: test_cp_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
@@ -69,13 +69,17 @@ for name, dp, tp, pp, cp, sets, reference in CASES:
     if grads is not None:
         failures += not compare_grads(name, grads, ref_grads, RTOL)
 
-# bf16 compute: cp 2 against one rank in bf16. Attention's summation order differs (the ring's merges), and bf16
-# rounds each activation to 8 significant bits (4e-3 relative), so the runs drift apart by about 1e-3 over 20
-# steps; a dtype mistake in the ring's buffers (k|v travel in bf16, dk|dv accumulate in fp32) gives 1e-1 or more.
-BF16, BF16_RTOL = ["precision.compute=bf16"], 5e-3
+# bf16 compute: cp 2 against one rank in bf16. At step 1 (the same weights) only the forward pass's rounding differs:
+# 8.6e-6 measured, bound 1e-4. Later the runs drift apart as any two bf16 runs with another summation order do: bf16
+# keeps 8 significant bits (4e-3 per rounding), and one rank in bf16 itself departs from fp32 by up to 2.7e-3 on this
+# run; 5.6e-3 measured over 20 steps, bound 1e-2. A dtype mistake in the ring's buffers (k|v travel in bf16, dk|dv
+# accumulate in fp32) gives 1e-1 or more from step 1.
+BF16 = ["precision.compute=bf16"]
 bf16_ref = run("single_bf16", 1, 1, 1, 1, BF16)[0]
-diff = max_relative_loss_difference(run("cp2_bf16", 1, 1, 1, 2, BF16)[0], bf16_ref)
-check(diff <= BF16_RTOL, f"cp2 in bf16 against one rank in bf16: max relative difference {diff:.2e} (bound {BF16_RTOL:g})")
+bf16_cp = run("cp2_bf16", 1, 1, 1, 2, BF16)[0]
+first, diff = max_relative_loss_difference(bf16_cp[:1], bf16_ref[:1]), max_relative_loss_difference(bf16_cp, bf16_ref)
+check(first <= 1e-4 and diff <= 1e-2, f"cp2 in bf16 against one rank in bf16: step 1 within {first:.1e} (bound 1e-4), "
+      f"every step within {diff:.1e} (bound 1e-2)")
 
 # 2. Step 10's checkpoint of the cp 2 run resumed on one rank, and the single-rank run's on cp 4: steps 11-20 (and
 # the validation loss of step 20) continue the single-rank run.

@@ -11,6 +11,7 @@
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/flight_recorder.h"
 #include "core/cuda_check.h"
 
 namespace mt {
@@ -87,6 +89,10 @@ struct Shared {
                s.world_rank, comm_kind_name(op.kind), static_cast<unsigned long long>(op.seq), s.name.c_str(),
                static_cast<long long>(op.bytes), what, waited_s, s.timeout_s);
   std::fflush(stderr);
+  const std::string flight = flight_dump_on_timeout(
+      fmt::format("watchdog: {} #{} on communicator '{}' (NCCL) not complete after {} {:.1f} s", comm_kind_name(op.kind),
+                  op.seq, s.name, what, waited_s));
+  if (!flight.empty()) std::fprintf(stderr, "[rank %d] %s\n", s.world_rank, flight.c_str());
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
