@@ -98,7 +98,7 @@ uint64_t FlightRecorder::issue(int id, CommKind kind, int64_t count, DType dtype
     g = groups_[id].get();
   }
   std::lock_guard<std::mutex> lk(g->mu);
-  Record& r = g->ring[g->issued % capacity_];
+  Record& r = g->ring[g->issued % g->ring.size()];
   r = Record{};
   r.seq = ++g->issued;
   r.coll_seq = collective(kind) ? ++g->collectives : 0;
@@ -114,8 +114,8 @@ uint64_t FlightRecorder::issue(int id, CommKind kind, int64_t count, DType dtype
 }
 
 FlightRecorder::Record* FlightRecorder::find(Group& g, uint64_t seq) {
-  if (seq == 0 || seq > g.issued || g.issued - seq >= uint64_t(capacity_)) return nullptr;
-  return &g.ring[(seq - 1) % capacity_];
+  if (seq == 0 || seq > g.issued || g.issued - seq >= g.ring.size()) return nullptr;
+  return &g.ring[(seq - 1) % g.ring.size()];
 }
 
 void FlightRecorder::started(int id, uint64_t seq, double at_us) {
@@ -157,7 +157,7 @@ std::string FlightRecorder::to_json(const std::string& reason) {
     std::lock_guard<std::mutex> glk(g.mu);
     std::string ranks;
     for (size_t k = 0; k < g.ranks.size(); ++k) ranks += fmt::format("{}{}", k ? ", " : "", g.ranks[k]);
-    const uint64_t first = g.issued > uint64_t(capacity_) ? g.issued - capacity_ + 1 : 1;
+    const uint64_t first = g.issued > g.ring.size() ? g.issued - g.ring.size() + 1 : 1;
     s += fmt::format("{}\n {{\"name\": {}, \"ranks\": [{}], \"rank\": {}, \"issued\": {}, \"collectives_issued\": {}, "
                      "\"dropped\": {}, \"ops\": [",
                      i ? "," : "", json_string(g.name), ranks, g.rank, g.issued, g.collectives, first - 1);

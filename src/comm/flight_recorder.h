@@ -99,7 +99,7 @@ class FlightRecorder {
     int rank = 0;
     std::mutex mu;
     uint64_t issued = 0, collectives = 0;
-    std::vector<Record> ring;  // record seq at (seq - 1) % capacity
+    std::vector<Record> ring;  // the capacity when it was added; record seq at (seq - 1) % ring.size()
   };
   Record* find(Group& g, uint64_t seq);  // under g.mu; null when it left the ring
   std::string to_json(const std::string& reason);
