@@ -275,7 +275,7 @@ void FlightRecorder::stop_listener() {
 }
 
 std::string flight_dump_on_timeout(const std::string& reason) {
-  return FlightRecorder::get().dump_all(reason, 2.0);
+  return FlightRecorder::get().dump_all(reason, 1.0);
 }
 
 }  // namespace mt

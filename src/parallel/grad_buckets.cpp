@@ -1,8 +1,9 @@
 // Bucketed, overlapped data-parallel gradient reduction (see grad_buckets.h).
 #include "parallel/grad_buckets.h"
-#include "comm/flight_recorder.h"
 
 #include <algorithm>
+
+#include "comm/flight_recorder.h"
 
 namespace mt {
 

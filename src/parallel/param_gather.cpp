@@ -1,5 +1,6 @@
 // The background parameter all-gather of ZeRO-1 and -2 (see param_gather.h).
 #include "parallel/param_gather.h"
+
 #include "comm/flight_recorder.h"
 
 namespace mt {

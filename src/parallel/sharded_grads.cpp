@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/elementwise.h"
 #include "comm/flight_recorder.h"
+#include "kernels/elementwise.h"
 
 namespace mt {
 

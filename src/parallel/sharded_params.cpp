@@ -1,8 +1,9 @@
 // ZeRO-3's parameter store (see sharded_params.h).
 #include "parallel/sharded_params.h"
-#include "comm/flight_recorder.h"
 
 #include <algorithm>
+
+#include "comm/flight_recorder.h"
 
 namespace mt {
 

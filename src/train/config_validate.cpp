@@ -166,13 +166,14 @@ int resolved_dp(const Config& cfg, int world) {
   require(world >= 1, "the number of ranks must be >= 1, got {}", world);
   if (p.dp > 0) return p.dp;
   const long long others = static_cast<long long>(p.tp) * p.pp * p.cp;
-  if (p.cp == 1)
+  if (p.cp == 1)  // the message names cp only where it is used
     require(world % others == 0,
             "parallel.tp*pp={}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp))", p.tp,
             p.pp, others, world);
-  require(world % others == 0,
-          "parallel.tp*pp*cp={}*{}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp*cp))",
-          p.tp, p.pp, p.cp, others, world);
+  else
+    require(world % others == 0,
+            "parallel.tp*pp*cp={}*{}*{}={} does not divide the {} ranks (parallel.dp=0 means dp = ranks / (tp*pp*cp))",
+            p.tp, p.pp, p.cp, others, world);
   return static_cast<int>(world / others);
 }
 
@@ -389,8 +390,9 @@ void validate(const Config& c, int world_size) {
   if (p.cp == 1)
     require(mesh == world_size, "parallel.dp*tp*pp={}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
             p.pp, mesh, world_size);
-  require(mesh == world_size, "parallel.dp*tp*pp*cp={}*{}*{}*{}={} does not equal the number of ranks ({})", dp, p.tp,
-          p.pp, p.cp, mesh, world_size);
+  else
+    require(mesh == world_size, "parallel.dp*tp*pp*cp={}*{}*{}*{}={} does not equal the number of ranks ({})", dp,
+            p.tp, p.pp, p.cp, mesh, world_size);
   const long long per_step = static_cast<long long>(dp) * c.train.micro_batch;
   require(c.train.global_batch % per_step == 0,
           "train.global_batch={} is not divisible by dp*micro_batch={}*{}={} (micro-batches per step = "

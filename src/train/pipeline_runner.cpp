@@ -1,9 +1,10 @@
 // The pipeline executor (see pipeline_runner.h).
 #include "train/pipeline_runner.h"
-#include "comm/flight_recorder.h"
 
 #include <algorithm>
 #include <map>
+
+#include "comm/flight_recorder.h"
 
 namespace mt {
 

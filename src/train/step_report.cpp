@@ -1,11 +1,12 @@
 #include "train/step_report.h"
-#include "comm/flight_recorder.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "comm/flight_recorder.h"
 
 namespace mt {
 

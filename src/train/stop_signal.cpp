@@ -1,6 +1,5 @@
 // Stop signals: recorded by the handler, agreed on at step boundaries (stop_signal.h).
 #include "train/stop_signal.h"
-#include "comm/flight_recorder.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -11,6 +10,8 @@
 #include <algorithm>
 #include <cctype>
 #include <sstream>
+
+#include "comm/flight_recorder.h"
 
 namespace mt {
 

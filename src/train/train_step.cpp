@@ -6,11 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include "comm/flight_recorder.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "model/ring_attention.h"
 #include "train/checkpoint.h"
-#include "comm/flight_recorder.h"
 
 namespace mt {
 

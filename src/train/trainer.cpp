@@ -484,7 +484,10 @@ void run_training(const Config& cfg) {
   } catch (const std::exception& e) {
     const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
     failed(input ? 2 : 1, e.what());
-    if (!input) FlightRecorder::get().dump(fmt::format("fatal error: {}", e.what()));
+    if (!input) {  // every rank's last operations, as on a watchdog timeout
+      const std::string flight = FlightRecorder::get().dump_all(fmt::format("fatal error: {}", e.what()), 1.0);
+      if (!flight.empty()) spdlog::error("[rank {}] {}", rank, flight);
+    }
     // One rank failing leaves the others inside collectives: end the whole job now, before unwinding would
     // destroy communicators whose peers never finish their operations.
     if (world > 1) {
