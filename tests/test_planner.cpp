@@ -122,7 +122,8 @@ TEST_CASE("activation and scratch bytes, counted, equal the model's arena alloca
   };
   for (const Case& k : cases)
   for (const ModelArch arch : {ModelArch::GPT2, ModelArch::Llama})
-  for (const Recompute rc : {Recompute::None, Recompute::Light, Recompute::Selective, Recompute::Full}) {
+  for (const Recompute rc : {Recompute::None, Recompute::Light, Recompute::Selective, Recompute::Full})
+  for (const int cp : {1, 2}) {  // cp 2: a rank's half of each sequence, the ring's record
     if (rc == Recompute::Full && k.split) continue;  // refused (config validation)
     GPTConfig g;
     g.arch = arch;
@@ -140,17 +141,19 @@ TEST_CASE("activation and scratch bytes, counted, equal the model's arena alloca
     g.sequence_parallel = k.sp;
     g.layer_begin = k.begin;
     g.layer_end = k.end;
-    INFO(fmt::format("{} recompute {}: tp {} sp {} stage [{}, {}) of {} {} split {} B {}", name_of(arch),
-                     name_of(rc), k.tp, k.sp, k.begin, k.end, k.n_layer, dtype_name(k.dt), k.split, k.B));
+    INFO(fmt::format("{} recompute {}: tp {} sp {} stage [{}, {}) of {} {} split {} B {} cp {}", name_of(arch),
+                     name_of(rc), k.tp, k.sp, k.begin, k.end, k.n_layer, dtype_name(k.dt), k.split, k.B, cp));
     GPT model(g, k.dt);
-    NullCommunicator null(k.tp, 0);
+    NullCommunicator null(k.tp, 0), cp_null(cp, 0);
     if (k.tp > 1) model.set_tp_comm(&null);
+    if (cp > 1) model.set_cp_comm(&cp_null);
+    const int T = g.seq_len / cp;
     Arena rec, scratch;
-    Activations a = model.alloc_activations(rec, k.B, g.seq_len, k.split);
+    Activations a = model.alloc_activations(rec, k.B, T, k.split);
     Tensor dinput;
     if (!g.first_stage()) dinput = rec.alloc(a.input().shape(), k.dt);  // as PipelineRunner::acquire
-    CHECK(int64_t(rec.high_water_bytes()) == record_bytes(g, k.B, g.seq_len, k.dt, k.split));
-    CHECK(recv_buffer_bytes(g, k.B, g.seq_len, k.dt) == arena_bytes(a.input().numel(), k.dt));
+    CHECK(int64_t(rec.high_water_bytes()) == record_bytes(g, k.B, T, k.dt, k.split, cp));
+    CHECK(recv_buffer_bytes(g, k.B, T, k.dt) == arena_bytes(a.input().numel(), k.dt));
     // One backward pass's scratch (values are irrelevant; tokens must be in range).
     for (int64_t i = 0; i < a.tokens.numel(); ++i) {
       a.tokens.data_as<int32_t>()[i] = int32_t(i % g.vocab_size);
@@ -160,7 +163,7 @@ TEST_CASE("activation and scratch bytes, counted, equal the model's arena alloca
     if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), k.dt);
     model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor());
     model.backward(a, scratch, {}, k.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
-    CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, g.seq_len, k.dt, k.split));
+    CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, T, k.dt, k.split, cp));
   }
 }
 

@@ -3,26 +3,36 @@
 #include "plan/activation_bytes.h"
 
 #include "core/arena.h"
+#include "plan/null_communicator.h"
 
 namespace mt::plan {
 
 namespace {
 
-// A stage with no parameter or gradient buffers: only its allocation code runs.
-GPT stage_without_buffers(const GPTConfig& g, DType dt) { return GPT(g, dt, Device::CPU, {}, {}, true); }
+// A stage with no parameter or gradient buffers: only its allocation code runs. Under context parallelism it has a cp
+// group of the right size (a null one: nothing runs) so that it allocates the ring's record.
+struct CountingStage {
+  CountingStage(const GPTConfig& g, DType dt, int cp) : cp_group(cp, 0), model(g, dt, Device::CPU, {}, {}, true) {
+    if (cp > 1) model.set_cp_comm(&cp_group);
+  }
+  NullCommunicator cp_group;
+  GPT model;
+};
 
 }  // namespace
 
-int64_t record_bytes(const GPTConfig& g, int B, int T, DType dt, bool split) {
-  const GPT model = stage_without_buffers(g, dt);
+int64_t record_bytes(const GPTConfig& g, int B, int T, DType dt, bool split, int cp) {
+  const CountingStage stage(g, dt, cp);
+  const GPT& model = stage.model;
   Arena counter{Arena::CountOnly{}};
   const Activations a = model.alloc_activations(counter, B, T, split);
   if (!g.first_stage()) counter.alloc(a.input().shape(), dt);  // dinput, sent to the previous stage
   return int64_t(counter.high_water_bytes());
 }
 
-int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dt, bool split) {
-  const GPT model = stage_without_buffers(g, dt);
+int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dt, bool split, int cp) {
+  const CountingStage stage(g, dt, cp);
+  const GPT& model = stage.model;
   Arena records{Arena::CountOnly{}}, scratch{Arena::CountOnly{}};
   model.alloc_backward_scratch(scratch, model.alloc_activations(records, B, T, split), split);
   return int64_t(scratch.high_water_bytes());

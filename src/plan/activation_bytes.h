@@ -20,11 +20,12 @@ inline int64_t tensor_bytes(int64_t numel, DType t) {
 }
 
 // One activation record of stage `g` for B sequences of T tokens in `dtype` (split: what the zero-bubble weight
-// pass keeps too), plus the input-gradient buffer when the stage is not the first (PipelineRunner::acquire).
-int64_t record_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split);
+// pass keeps too), plus the input-gradient buffer when the stage is not the first (PipelineRunner::acquire). With
+// cp > 1, T is a cp rank's tokens of each sequence and attention keeps the ring's record (its log-sum-exp).
+int64_t record_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
 
 // What one backward pass of stage `g` takes from the executor's scratch arena (held until the next backward).
-int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split);
+int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
 
 // One pipeline receive buffer of stage `g` ([rows, C]: rows = B*T, or B*T/tp with sequence parallelism).
 int64_t recv_buffer_bytes(const GPTConfig& g, int B, int T, DType dtype);

@@ -227,8 +227,9 @@ void check_activation_memory(const TrainingRun& r) {
   double need = 0, scratch = 0;
   for (int c = 0; c < r.model->size(); ++c) {
     const GPT& g = r.model->chunk(c);
-    need += double(plan::record_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split));
-    scratch = std::max(scratch, double(plan::backward_scratch_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split)));
+    need += double(plan::record_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split, r.mesh.cp()));
+    scratch = std::max(scratch,
+                       double(plan::backward_scratch_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split, r.mesh.cp())));
   }
   need += scratch;
   const double available = available_host_bytes();
