@@ -446,7 +446,7 @@ void run_training(const Config& cfg) {
       prof.comm(e);
     });
   // run.dir is this run's alone (rank 0 holds its lock until the end); status.json says how the run ended.
-  std::string lock_error, holder;
+  std::string lock_error, holder, write_error;
   int lock_fd = -1;
   if (rank == 0) try {
       lock_fd = lock_run_dir(cfg.run.dir, holder);
@@ -454,15 +454,23 @@ void run_training(const Config& cfg) {
         lock_error = fmt::format("run.dir {} is in use by another run ({}, holding {}/.lock): give this run another "
                                  "run.dir, or wait for that one to end", cfg.run.dir, holder, cfg.run.dir);
       else
-        write_run_status(cfg.run.dir, {"\"state\": \"running\"", fmt::format("\"pid\": {}", ::getpid())});
+        try {
+          write_run_status(cfg.run.dir, {"\"state\": \"running\"", fmt::format("\"pid\": {}", ::getpid())});
+        } catch (const std::exception& e) {
+          write_error = e.what();
+        }
     } catch (const std::exception& e) {
       lock_error = e.what();
     }
-  agree_on_setup(lock_error, MPI_COMM_WORLD);
   struct Unlock {
     int fd;
     ~Unlock() { unlock_run_dir(fd); }
   } unlock{lock_fd};
+  agree_on_setup(lock_error, MPI_COMM_WORLD);
+  // A run.dir that cannot be written (a full disk) is no bad input: every rank stops together with exit status 1.
+  int io_failed = write_error.empty() ? 0 : 1, any_io_failed = io_failed;
+  MPI_CHECK(MPI_Allreduce(&io_failed, &any_io_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (any_io_failed) throw StoppedTogether(io_failed ? write_error : "rank 0 could not write run.dir/status.json");
   auto failed = [&](int code, const std::string& why) {
     if (lock_fd < 0) return;
     try {

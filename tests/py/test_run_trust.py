@@ -11,6 +11,9 @@ runs (a GPT-2 and a Llama, 4 and 2 steps) and copies of their run directories.
   sbatch_status        scripts/slurm/train.sbatch's exit status follows status.json
   run_dir_lock         a second run on a locked run.dir: exit 2 naming the holder
   activation_memory    model.seq_len=100000: exit 2 naming the bytes needed and available and the keys, no abort
+  full_disk            the shared run resumed on a full disk (a tmpfs in a private mount namespace; skipped where
+                       none can be made): exit 1 (not 2: no bad input) naming the file and "No space left on device",
+                       and no .tmp left behind
 
 usage: test_run_trust.py TRAINER SOURCE_DIR WORK_DIR"""
 import fcntl
@@ -151,6 +154,25 @@ r = subprocess.run(["bash", os.path.join(src, "scripts", "slurm", "train.sbatch"
                    capture_output=True, text=True, env=env, timeout=120)
 check(r.returncode == 2 and "failed (exit code 2)" in r.stdout + r.stderr,
       f"sbatch_status: no usable checkpoint: exit {r.returncode}", r.stdout + r.stderr)
+
+# full_disk: the durable write (status.json here; meta.json and metrics.jsonl's rewrite take the same path) on a
+# tmpfs filled to the last block.
+disk = f"{work}/small_disk"
+os.makedirs(disk)
+ns = ["unshare", "--mount"] + (["--map-root-user"] if os.geteuid() != 0 else [])
+resume = " ".join([trainer] + tiny + ["--set", f"run.dir={disk}/gpt", "--set", "train.steps=6"])
+script = (f"mount -t tmpfs -o size=4m tmpfs {disk} || exit 99; cp -r {work}/gpt {disk}/gpt; "
+          f"dd if=/dev/zero of={disk}/fill bs=4k 2>/dev/null; OMP_NUM_THREADS=1 {resume}; echo \"EXIT $?\"; "
+          f"echo LEFT; find {disk}/gpt -name '*.tmp'")
+r = subprocess.run(ns + ["sh", "-c", script], capture_output=True, text=True, timeout=120)
+out = r.stdout + r.stderr
+if r.returncode == 99 or "EXIT " not in out:
+    print("skip: full_disk (no tmpfs in a private mount namespace here)")
+else:
+    status = int(out.split("EXIT ")[1].split()[0])
+    left = r.stdout.split("LEFT")[1].split()
+    check(status == 1 and "status.json failed (write): No space left on device" in out and not left,
+          f"full_disk: exit {status}, the file and the cause named, .tmp files left: {left}", out)
 
 print(f"test_run_trust: {time.time() - t_start:.1f} s")
 sys.exit(0 if ok else 1)
