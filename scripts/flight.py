@@ -356,8 +356,9 @@ def find_waits(run):
     order = lambda c: when(c[2][min(c[2])])
 
     # The root of a chain of waits first: a collective whose absent ranks wait for nothing themselves (they left no
-    # dump, or have nothing pending), the fewer absent ranks that do wait the better; within a cycle of waits (a rank that skipped a collective and went on to the next,
-    # which the others never reach), the collective the most ranks wait in.
+    # dump, or have nothing pending), the fewer absent ranks that do wait the better; within a cycle of waits (a
+    # rank that skipped a collective and went on into the next, which the others never reach), the collective the
+    # most ranks wait in.
     def root_first(c):
         sinks = [r not in run.dumps or not pending_ops(run, r) for r in c[3]]
         return (not any(sinks), sinks.count(False), -len(c[2]), order(c))

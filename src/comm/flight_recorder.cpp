@@ -204,10 +204,10 @@ std::string FlightRecorder::dump_all(const std::string& reason, double grace_s) 
   std::vector<int> answered;
   if (comm_ != MPI_COMM_NULL && world_size_ > 1) {
     // Small nonblocking messages: they leave even when a peer is stopped, and a peer that never answers is named.
-    int me = world_rank_;
+    // Their payload is a member: a send to a stopped peer may still read it after this function returns.
     std::vector<MPI_Request> sent(world_size_ - 1);
     for (int r = 0, i = 0; r < world_size_; ++r)
-      if (r != world_rank_) MPI_Isend(&me, 1, MPI_INT, r, kRequestTag, comm_, &sent[i++]);
+      if (r != world_rank_) MPI_Isend(&world_rank_, 1, MPI_INT, r, kRequestTag, comm_, &sent[i++]);
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
     while (int(answered.size()) < world_size_ - 1 && std::chrono::steady_clock::now() < until) {
       int flag = 0;
@@ -250,7 +250,8 @@ void FlightRecorder::start_listener(MPI_Comm world, int dump_signal) {
 
 void FlightRecorder::listen() {
   while (!stop_.load(std::memory_order_relaxed)) {
-    if (const int sig = g_signal.exchange(0)) dump(fmt::format("signal {}", sig == SIGUSR2 ? "SIGUSR2" : std::to_string(sig)));
+    if (const int sig = g_signal.exchange(0))
+      dump(fmt::format("signal {}", sig == SIGUSR2 ? "SIGUSR2" : std::to_string(sig)));
     int flag = 0;
     MPI_Status st;
     MPI_Iprobe(MPI_ANY_SOURCE, kRequestTag, comm_, &flag, &st);

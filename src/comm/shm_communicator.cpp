@@ -198,8 +198,9 @@ class ShmCommunicator : public QueuedCommunicator {
       return fmt::format("{} of {} {}", comm_kind_name(static_cast<CommKind>(c.kind)), c.count,
                          dtype_name(static_cast<DType>(c.dtype)));
     };
-    const std::string line = fmt::format("desync on communicator '{}': its operation #{} is {} here and {} on group "
-                                         "rank {} (#{} there)", name(), mine.seq, what(mine), what(theirs), q, theirs.seq);
+    const std::string line =
+        fmt::format("desync on communicator '{}': its operation #{} is {} here and {} on group rank {} (#{} there)",
+                    name(), mine.seq, what(mine), what(theirs), q, theirs.seq);
     int world_rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     std::fprintf(stderr, "[rank %d] %s; aborting the job\n", world_rank, line.c_str());
@@ -217,7 +218,8 @@ class ShmCommunicator : public QueuedCommunicator {
     ShmCollective mine;
     mine.kind = static_cast<int32_t>(op.kind);
     mine.dtype = static_cast<int32_t>(op.a.dtype());
-    mine.reduce = op.kind == CommKind::AllReduce || op.kind == CommKind::ReduceScatter ? static_cast<int32_t>(op.rop) : 0;
+    const bool reduces = op.kind == CommKind::AllReduce || op.kind == CommKind::ReduceScatter;
+    mine.reduce = reduces ? static_cast<int32_t>(op.rop) : 0;
     mine.root = op.kind == CommKind::Broadcast ? op.peer : 0;
     mine.count = op.kind == CommKind::AllGather ? op.b.numel() : op.a.numel();
     mine.seq = op.seq;

@@ -4,9 +4,9 @@ last rank at step 3 (MESHTRAIN_FAULT, src/train/test_hooks.h):
   stop  SIGSTOP in the middle of the step: the others' watchdogs fire; the stopped rank leaves no dump;
   skip  it skips the step's loss all-reduce over the world and goes on: the others wait in it;
   size  it reduces 2 elements there instead of 1: the shared-memory transport sees the ranks disagree (a desync).
-Each time: the job ends non-zero; every rank that can dump (all but a stopped one) has written run.dir/flight/rank_N.json
-within comm.timeout_s + 5 s of the collective it hung in (the dump's time against that collective's issue time, on
-the machine's one monotonic clock); the watchdog's message names the folder and the command; and the first line of
+Each time: the job ends non-zero; every rank that can dump (all but a stopped one) has written
+run.dir/flight/rank_N.json within comm.timeout_s + 5 s of the collective it hung in (the dump's time against that
+collective's issue time, on the machine's one monotonic clock); the watchdog's message names the folder and the command; and the first line of
 scripts/flight.py names the faulty rank, the communicator and the collective's number. And SIGUSR2 makes a rank of a
 running job dump (reason "signal SIGUSR2") while the job goes on to exit 0.
 Not here: a killed rank (mpiexec ends the whole job at once, so no rank is left to dump: docs/flight_recorder.md);
