@@ -43,6 +43,10 @@ CASES = [
     (-1, "bench_zero.py", ["--runs", "0"], "argument --runs: must be >= 1"),
     (-1, "bench_zero.py", ["--dp", "2,1"], "argument --dp: must be >= 2"),
     (-1, "bench_zero.py", ["--micro-batches", "x"], "argument --micro-batches: not an integer"),
+    (-1, "bench_cp.py", ["--cp", "1,0"], "argument --cp: must be >= 1"),
+    (-1, "bench_cp.py", ["--cp", "4", "--seq-len", "12"], "must be divisible by 2 x cp = 8"),
+    (1, "bench_flight_recorder", ["--ops", "0"], "bad value for --ops"),
+    (1, "bench_flight_recorder", ["--bogus", "1"], "unknown option --bogus"),
 ]
 
 for ranks, name, args, want in CASES:
