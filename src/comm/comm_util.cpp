@@ -24,7 +24,11 @@ void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::stri
   std::snprintf(line, sizeof line, "watchdog: %s #%llu on communicator '%s' not complete after waiting %.1f s "
                 "(comm.timeout_s = %g)", comm_kind_name(kind), static_cast<unsigned long long>(seq), comm.c_str(),
                 waited_s, timeout_s);
-  std::fprintf(stderr, "[rank %d] %s; aborting the job\n", world_rank, line);
+  abort_job_with_dumps(world_rank, line);
+}
+
+void abort_job_with_dumps(int world_rank, const std::string& line) {
+  std::fprintf(stderr, "[rank %d] %s; aborting the job\n", world_rank, line.c_str());
   std::fflush(stderr);
   // Every rank's last operations on disk before the job ends (the peers' listeners dump on request).
   const std::string flight = flight_dump_on_timeout(line);

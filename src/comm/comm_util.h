@@ -16,6 +16,10 @@ void divide_by_group_size(const Tensor& t, int p);
 [[noreturn]] void watchdog_abort(int world_rank, CommKind kind, uint64_t seq, const std::string& comm,
                                  double waited_s, double timeout_s);
 
+// Prints `line` for this rank, has every rank write its flight recorder dump (when recording is on), names the dumps
+// and the analyzer's command, and ends the job with status 1: the watchdog's and a detected desync's end.
+[[noreturn]] void abort_job_with_dumps(int world_rank, const std::string& line);
+
 // MPI_Abort after flushing this rank's output and giving MPICH's launcher a moment to forward it: the launcher
 // can tear the job down before its proxy has passed on a rank's last lines (CI once lost the watchdog's line).
 [[noreturn]] void abort_job(int status);

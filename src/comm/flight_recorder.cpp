@@ -91,12 +91,13 @@ int FlightRecorder::add_group(const std::string& name, std::vector<int> world_ra
   return static_cast<int>(groups_.size()) - 1;
 }
 
+FlightRecorder::Group* FlightRecorder::group(int id) {
+  std::lock_guard<std::mutex> lk(groups_mu_);  // add_group may grow the list meanwhile
+  return groups_[id].get();
+}
+
 uint64_t FlightRecorder::issue(int id, CommKind kind, int64_t count, DType dtype, int reduce, int peer, int tag) {
-  Group* g;
-  {
-    std::lock_guard<std::mutex> lk(groups_mu_);
-    g = groups_[id].get();
-  }
+  Group* g = group(id);
   std::lock_guard<std::mutex> lk(g->mu);
   Record& r = g->ring[g->issued % g->ring.size()];
   r = Record{};
@@ -119,22 +120,14 @@ FlightRecorder::Record* FlightRecorder::find(Group& g, uint64_t seq) {
 }
 
 void FlightRecorder::started(int id, uint64_t seq, double at_us) {
-  Group* g;
-  {
-    std::lock_guard<std::mutex> lk(groups_mu_);
-    g = groups_[id].get();
-  }
+  Group* g = group(id);
   std::lock_guard<std::mutex> lk(g->mu);
   Record* r = find(*g, seq);
   if (r && r->state == FlightState::Queued) r->state = FlightState::Started, r->start_us = at_us;
 }
 
 void FlightRecorder::completed(int id, uint64_t seq, double start_us, double end_us) {
-  Group* g;
-  {
-    std::lock_guard<std::mutex> lk(groups_mu_);
-    g = groups_[id].get();
-  }
+  Group* g = group(id);
   std::lock_guard<std::mutex> lk(g->mu);
   Record* r = find(*g, seq);
   if (!r || r->state == FlightState::Completed) return;

@@ -101,6 +101,7 @@ class FlightRecorder {
     uint64_t issued = 0, collectives = 0;
     std::vector<Record> ring;  // the capacity when it was added; record seq at (seq - 1) % ring.size()
   };
+  Group* group(int id);
   Record* find(Group& g, uint64_t seq);  // under g.mu; null when it left the ring
   std::string to_json(const std::string& reason);
   void listen();

@@ -18,14 +18,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "comm/comm_util.h"
-#include "comm/flight_recorder.h"
 #include "comm/futex.h"
 #include "comm/queued_communicator.h"
 #include "comm/shm_messages.h"
@@ -203,11 +201,7 @@ class ShmCommunicator : public QueuedCommunicator {
                     name(), mine.seq, what(mine), what(theirs), q, theirs.seq);
     int world_rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    std::fprintf(stderr, "[rank %d] %s; aborting the job\n", world_rank, line.c_str());
-    std::fflush(stderr);
-    const std::string flight = flight_dump_on_timeout(line);
-    if (!flight.empty()) std::fprintf(stderr, "[rank %d] %s\n", world_rank, flight.c_str());
-    abort_job(1);
+    abort_job_with_dumps(world_rank, line);
   }
 
   // ---- collectives
