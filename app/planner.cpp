@@ -1,4 +1,4 @@
-// build/planner: every valid layout (dp x tp x pp, schedule, virtual stages, micro-batch, ZeRO) of a config on N
+// build/planner: every valid layout (dp x cp x tp x pp, schedule, virtual stages, micro-batch, ZeRO) of a config on N
 // ranks, ranked by predicted step time, with predicted per-rank peak memory. docs/planner.md explains the models.
 //   build/planner --config FILE --world N [--set KEY=VALUE]... [--json] [--memory-limit-mb MB] [--top K]
 // Exit status: 0 success; 2 a bad flag, config or world size (the message says which); 1 a failure while running.

@@ -127,7 +127,7 @@ try:
         measured = statistics.median(x["step_ms"] for x in rows if x["step"] > 5)
         comm = statistics.median(x["comm_ms"] for x in rows if x["step"] > 5)
         compute = statistics.median(x["compute_ms"] for x in rows if x["step"] > 5)
-        mine = [p for p in predictions if all(p[k] == v for k, v in keys.items()) and p["zero"] == 0
+        mine = [p for p in predictions if all(p[k] == v for k, v in keys.items()) and p["zero"] == 0 and p["cp"] == 1
                 and p["schedule"] == "1f1b" and p["virtual_stages"] == 1 and p["micro_batch"] == MB]
         p = mine[0] if mine else dict(step_ms=float("nan"), dp_comm_ms=float("nan"), compute_ms=float("nan"))
         print(f"{name:<12} {measured:>16.1f} {p['step_ms']:>14.1f} {measured / p['step_ms']:>7.3f} {comm:>8.1f} "

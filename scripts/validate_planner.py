@@ -23,11 +23,12 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYOUT_KEYS = ("dp", "tp", "pp", "schedule", "virtual_stages", "micro_batch", "zero")
+LAYOUT_KEYS = ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch", "zero")
 
 
 def layout_sets(row):
-    return ["parallel.dp=%d" % row["dp"], "parallel.tp=%d" % row["tp"], "parallel.pp=%d" % row["pp"],
+    return ["parallel.dp=%d" % row["dp"], "parallel.cp=%d" % row["cp"], "parallel.tp=%d" % row["tp"],
+            "parallel.pp=%d" % row["pp"],
             "parallel.schedule=%s" % row["schedule"], "parallel.virtual_stages=%d" % row["virtual_stages"],
             "train.micro_batch=%d" % row["micro_batch"], "optim.zero=%d" % row["zero"]]
 
@@ -36,6 +37,8 @@ def describe(row):
     s = "%dx%dx%d %s" % (row["dp"], row["tp"], row["pp"], row["schedule"])
     if row["schedule"] == "interleaved":
         s += "/v%d" % row["virtual_stages"]
+    if row["cp"] > 1:
+        s += " cp%d" % row["cp"]
     return s + " mb%d z%d" % (row["micro_batch"], row["zero"])
 
 

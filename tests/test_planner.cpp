@@ -51,15 +51,24 @@ TEST_CASE("enumeration: the count of layouts equals a hand count", "[planner]") 
   CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 4);
   // Below, each count is per zero stage (x 4).
   // world 2: dp2 (mb 1, 2: 2 x 3 = 6), tp2 (mb 1, 2, 4: 9), pp2 (1f1b, gpipe, zb1 at mb 1, 2, 4: 9, plus
-  // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 2; v2 needs 4 stages of 2 blocks: none) = 26.
-  CHECK(enumerate_layouts(c, 2).size() == 4 * (6 + 9 + 9 + 2));
+  // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 2; v2 needs 4 stages of 2 blocks: none), cp2
+  // (seq_len 16 in 4 chunks; mb 1, 2, 4: 9) = 35.
+  CHECK(enumerate_layouts(c, 2).size() == 4 * (6 + 9 + 9 + 2 + 9));
   // world 4: dp4 (mb 1: 3), dp2 x tp2 (mb 1, 2: 6), dp2 x pp2 (mb 1, 2: 6, interleaved v1 at mb 1: 1),
   // tp2 x pp2 (mb 1, 2, 4: 9, interleaved v1 at mb 1, 2: 2); tp4 (n_head 2) and pp4 (2 blocks) are invalid.
-  CHECK(enumerate_layouts(c, 4).size() == 4 * (3 + 6 + 7 + 11));
+  // With cp: dp2 x cp2 (as dp2 x tp2: 6), cp2 x tp2 (9), cp2 x pp2 (as tp2 x pp2: 11), cp4 (8 chunks of 2 tokens: 9).
+  CHECK(enumerate_layouts(c, 4).size() == 4 * (3 + 6 + 7 + 11 + 6 + 9 + 11 + 9));
   // optim.zero_reduce=step is ZeRO-2's alone: the trainer refuses it with ZeRO-3, so the planner lists no ZeRO-3.
   Config step = c;
   step.optim.zero_reduce = ZeroReduce::Step;
-  CHECK(enumerate_layouts(step, 2).size() == 3 * (6 + 9 + 9 + 2));
+  CHECK(enumerate_layouts(step, 2).size() == 3 * (6 + 9 + 9 + 2 + 9));
+  // seq_len 12 cuts into 4 chunks but not 8: cp2 is listed on 4 ranks, cp4 is not.
+  Config twelve = c;
+  twelve.model.seq_len = 12;
+  int cp2 = 0, cp4 = 0;
+  for (const Layout& l : enumerate_layouts(twelve, 4)) cp2 += l.cp == 2, cp4 += l.cp == 4;
+  CHECK(cp2 == 4 * (6 + 9 + 11));
+  CHECK(cp4 == 0);
   // world 3: dp3 does not divide global_batch 4, tp3 not n_head 2, pp3 exceeds 2 blocks.
   CHECK(enumerate_layouts(c, 3).empty());
   CHECK_THROWS_AS(enumerate_layouts(c, 0), InputError);
@@ -75,7 +84,7 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
     const std::set<Layout> got(listed.begin(), listed.end());
     CHECK(got.size() == listed.size());  // no duplicates
     CHECK(std::is_sorted(listed.begin(), listed.end()));
-    // A superset of candidates: every size up to world, every schedule, v up to n_layer + 1, every micro-batch
+    // A superset of candidates: every size up to world whose product is world (validate requires it), every schedule, v up to n_layer + 1, every micro-batch
     // up to global_batch + 1, and ZeRO 0 to 3. A ZeRO stage only adds refusals (compression, local SGD,
     // staleness, comm.adapt: none set here), so the stages above 0 are tried where ZeRO 0 validates.
     std::set<Layout> want;
@@ -90,10 +99,12 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
     for (int dp = 1; dp <= world; ++dp)
       for (int tp = 1; tp <= world; ++tp)
         for (int pp = 1; pp <= world; ++pp)
+        for (int cp = 1; cp <= world; ++cp)
+          if (dp * tp * pp * cp == world)
           for (const PipelineSchedule s : layout_schedules())
             for (int v = 1; v <= c.model.n_layer + 1; ++v)
               for (int mb = 1; mb <= c.train.global_batch + 1; ++mb) {
-                Layout l{dp, tp, pp, s, v, mb, 0};
+                Layout l{dp, tp, pp, s, v, mb, 0, cp};
                 if (!valid(l)) continue;
                 for (l.zero = 0; l.zero <= 3; ++l.zero)
                   if (valid(l)) want.insert(l);
@@ -161,9 +172,18 @@ TEST_CASE("activation and scratch bytes, counted, equal the model's arena alloca
     }
     Tensor dout, loss = Tensor::zeros({1}, DType::F32);
     if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), k.dt);
+    // What the passes allocate beyond records and scratch for their time (the ring's temporaries under cp; nothing
+    // with cp 1): the planner's attention_temp_bytes, the larger of the two passes'.
+    const int64_t held = int64_t(host_tensor_bytes());
+    reset_peak_host_tensor_bytes();
     model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor());
+    const int64_t forward_temp = int64_t(peak_host_tensor_bytes()) - held;
+    reset_peak_host_tensor_bytes();
     model.backward(a, scratch, {}, k.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
+    const int64_t backward_temp = int64_t(peak_host_tensor_bytes()) - held - int64_t(scratch.high_water_bytes());
     CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, T, k.dt, k.split, cp));
+    CHECK(std::max(forward_temp, backward_temp) == attention_temp_bytes(g, k.B, T, k.dt, cp));
+    CHECK((cp == 1) == (attention_temp_bytes(g, k.B, T, k.dt, cp) == 0));
   }
 }
 
@@ -465,6 +485,10 @@ TEST_CASE("a layout applies its keys and describes itself", "[planner]") {
   CHECK(a.optim.zero == 1);
   CHECK(a.model.n_layer == c.model.n_layer);
   CHECK(describe(l) == "dp2 tp1 pp2 interleaved v1 mb1 zero1");
+  const Layout ring{1, 2, 1, PipelineSchedule::OneFOneB, 1, 2, 3, 2};
+  CHECK(apply_layout(c, ring).parallel.cp == 2);
+  CHECK(apply_layout(c, l).parallel.cp == 1);
+  CHECK(describe(ring) == "dp1 cp2 tp2 pp1 1f1b mb2 zero3");
   CHECK(micro_batches(c, l) == 2);
   std::string why;
   CHECK_FALSE(layout_valid(c, Layout{3, 1, 1, PipelineSchedule::OneFOneB, 1, 1, 0}, 3, &why));

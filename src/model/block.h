@@ -92,6 +92,8 @@ class Block {
   // The backward pass's scratch beyond the four tensors every family uses (dres, dln and their sp forms).
   virtual void alloc_scratch(BlockScratch& s, Arena& arena, const GPT& model, const Activations& a,
                              bool split) const = 0;
+  // What its attention allocates per call beyond record and scratch (GPT::attention_temp_bytes).
+  virtual int64_t attention_temp_bytes(const GPT& model, int64_t B, int64_t T) const = 0;
 
   // From the normed input la.ln1 (of x, the block's input) to the output branch in `out`, without the skip
   // connection: the norm after the block adds it, with la.res_attn.

@@ -1,6 +1,9 @@
 // Context parallelism's layers (see context_parallel.h).
 #include "model/context_parallel.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/gqa.h"
@@ -62,11 +65,36 @@ DType attention_record_dtype_cp(const ContextParallel& cp, Device d, DType S) {
   return cp.on() || d == Device::CUDA ? acc_dtype(S) : S;
 }
 
+namespace {
+// GPT-2's packed q|k|v taken apart for the ring: q, k and v in the forward pass, and dq, dk, dv too in the backward,
+// each of the output's shape.
+constexpr int kPackedForwardCopies = 3, kPackedBackwardCopies = 6;
+std::vector<Tensor> packed_copies(int n, const Tensor& out) {
+  std::vector<Tensor> t(n);
+  for (Tensor& x : t) x = Tensor::empty(out.shape(), out.dtype());
+  return t;
+}
+}  // namespace
+
+int64_t attention_temp_bytes(const ContextParallel& cp, bool packed, int64_t B, int64_t T_local, int64_t q_width,
+                             int64_t kv_width, int n_head, DType S) {
+  if (!cp.on()) return 0;
+  int64_t most = 0;
+  for (const bool backward : {false, true}) {
+    const int copies = packed ? (backward ? kPackedBackwardCopies : kPackedForwardCopies) : 0;
+    const int64_t copy = (B * T_local * q_width * int64_t(dtype_size(S)) + 63) / 64 * 64;  // Tensor::empty's rounding
+    most = std::max(most, copies * copy +
+                              ring_attention_temp_bytes(B, T_local, q_width, kv_width, n_head, S, cp.size(), backward));
+  }
+  return most;
+}
+
 void packed_attention_forward(const ContextParallel& cp, const Tensor& out, const Tensor& record, const Tensor& qkv,
                               int n_head, int tag) {
   if (!cp.on()) return kernels::attention_forward(out, record, qkv, n_head);
   const Shape s = out.shape();
-  const Tensor q = Tensor::empty(s, out.dtype()), k = Tensor::empty(s, out.dtype()), v = Tensor::empty(s, out.dtype());
+  const std::vector<Tensor> t = packed_copies(kPackedForwardCopies, out);
+  const Tensor &q = t[0], &k = t[1], &v = t[2];
   kernels::gqa_reduce(q, k, v, qkv, n_head, n_head, int(s[2] / n_head));  // with as many kv heads: a split
   ring_attention_forward(cp.comm(), out, record, q, k, v, n_head, n_head, tag);
 }
@@ -76,8 +104,8 @@ void packed_attention_backward(const ContextParallel& cp, const Tensor& dqkv, co
   if (!cp.on()) return kernels::attention_backward(dqkv, datt, dout, qkv, out, record, n_head);
   const Shape s = out.shape();
   const int hs = int(s[2] / n_head);
-  auto make = [&] { return Tensor::empty(s, out.dtype()); };
-  const Tensor q = make(), k = make(), v = make(), dq = make(), dk = make(), dv = make();
+  const std::vector<Tensor> t = packed_copies(kPackedBackwardCopies, out);
+  const Tensor &q = t[0], &k = t[1], &v = t[2], &dq = t[3], &dk = t[4], &dv = t[5];
   kernels::gqa_reduce(q, k, v, qkv, n_head, n_head, hs);
   ring_attention_backward(cp.comm(), dq, dk, dv, dout, q, k, v, out, record, n_head, n_head, tag);
   kernels::gqa_expand(dqkv, dq, dk, dv, n_head, n_head, hs);

@@ -45,6 +45,12 @@ void rope_backward_cp(const ContextParallel& cp, const Tensor& dx, int64_t T_loc
 Shape attention_record_shape_cp(const ContextParallel& cp, Device d, int64_t B, int64_t n_head, int64_t T_local);
 DType attention_record_dtype_cp(const ContextParallel& cp, Device d, DType S);
 
+// What one attention call under cp allocates for its time beyond its arguments, the larger of a forward and a backward
+// call (0 with cp off): the ring's temporaries (ring_attention_temp_bytes) and, with packed = true (GPT-2's q|k|v),
+// the copies taken apart; local q [B, T_local, q_width] with n_head heads, k and v of kv_width, in S.
+int64_t attention_temp_bytes(const ContextParallel& cp, bool packed, int64_t B, int64_t T_local, int64_t q_width,
+                             int64_t kv_width, int n_head, DType S);
+
 // Causal attention. Off: the one-rank kernel (kernels/attention.h) on the packed q|k|v, its record the kernel's. On:
 // the ring, its record the log-sum-exp. tag: this layer's own, kRingAttentionTags apart from any other layer's.
 // GPT-2's packed qkv [B, T, 3 NH*HS] (the ring takes q, k and v apart first) into out [B, T, NH*HS]:

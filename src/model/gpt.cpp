@@ -339,6 +339,10 @@ void GPT::alloc_backward_scratch(Arena& arena, const Activations& a, bool split)
   backward_scratch(arena, a, split);
 }
 
+int64_t GPT::attention_temp_bytes(int B, int T) const {
+  return blocks_.empty() ? 0 : blocks_[0]->attention_temp_bytes(*this, B, T);
+}
+
 void GPT::embedding_backward(const TensorParallel& tp, const ContextParallel& cp, const Tensor& demb,
                              const Tensor& tokens) {
   if (wpe_ < 0 || !cp.on())

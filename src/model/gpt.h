@@ -218,6 +218,9 @@ class GPT {
   // Takes from `arena` what one backward pass takes first (its scratch, shared by the blocks; backward() calls the
   // same code): the planner counts it on a counting arena (core/arena.h).
   void alloc_backward_scratch(Arena& arena, const Activations& a, bool split) const;
+  // What one block's attention allocates for the call beyond its record and scratch (context parallelism's ring;
+  // 0 without it), for B sequences of this rank's T tokens: the planner adds it to the passes' peak.
+  int64_t attention_temp_bytes(int B, int T) const;
 
   // Forward pass of one micro-batch over acts.tokens / acts.targets: per-token losses in acts.losses, their
   // sum added to loss_sum[0] (when defined), and, when dloss != 0, acts.logits replaced by

@@ -69,6 +69,12 @@ class Gpt2Block final : public Block {
     return w;
   }
 
+  int64_t attention_temp_bytes(const GPT& m, int64_t B, int64_t T) const override {
+    const int64_t Cl = m.config().d_model / m.config().tp;
+    return mt::attention_temp_bytes(m.context_parallel(), true, B, T, Cl, Cl, m.config().n_head / m.config().tp,
+                                    m.dtype());
+  }
+
   void alloc_scratch(BlockScratch& s, Arena& arena, const GPT& m, const Activations& a, bool split) const override {
     const int64_t N = int64_t(a.B) * a.T, C = m.config().d_model, Cl = C / m.config().tp;
     const DType dt = m.dtype();

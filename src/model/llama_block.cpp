@@ -126,6 +126,11 @@ class LlamaBlock final : public Block {
     return w;
   }
 
+  int64_t attention_temp_bytes(const GPT& m, int64_t B, int64_t T) const override {
+    return mt::attention_temp_bytes(m.context_parallel(), false, B, T, heads_ * hs_, kv_heads_ * hs_, int(heads_),
+                                    m.dtype());
+  }
+
   void alloc_scratch(BlockScratch& s, Arena& arena, const GPT& m, const Activations& a, bool split) const override {
     const int64_t N = int64_t(a.B) * a.T, C = m.config().d_model, Hl = m.config().mlp_hidden() / m.config().tp;
     const DType dt = m.dtype();

@@ -149,6 +149,36 @@ void pack_kv(const Tensor& buf, const Tensor& k, const Tensor& v, int64_t Tc) {
   for (int c = 0; c < 2; ++c) copy_rows(part(buf, c), 0, k, c * Tc, Tc), copy_rows(part(buf, 2 + c), 0, v, c * Tc, Tc);
 }
 
+// The forward pass's temporaries: the query chunks and their accumulators, the k|v held and the one arriving, and a
+// block's partial result.
+struct ForwardBuffers {
+  Tensor qc[2], acc[2], kv[2], part_out, part_lse;
+  ForwardBuffers(const Alloc& alloc, const RingDims& d, DType S, int P) {
+    const DType A = acc_dtype(S);
+    const Shape qshape{d.B, d.Tc, d.C}, kvshape{4, d.B, d.Tc, d.KW};
+    for (int c = 0; c < 2; ++c) qc[c] = alloc(qshape, S), acc[c] = alloc(qshape, A);
+    kv[0] = alloc(kvshape, S);
+    if (P > 1) kv[1] = alloc(kvshape, S);
+    part_out = alloc(qshape, A), part_lse = alloc(Shape{d.B, d.NH, d.Tc}, A);
+  }
+};
+
+// The backward pass's: the query, output-gradient and output chunks, the query gradients, the k|v held and arriving,
+// their gradient accumulators, and a step's own share while an accumulator is in flight.
+struct BackwardBuffers {
+  Tensor qc[2], gc[2], oc[2], dqc[2], kv[2], dkv[2], local;
+  BackwardBuffers(const Alloc& alloc, const RingDims& d, DType S, int P) {
+    const DType A = acc_dtype(S);
+    const Shape qshape{d.B, d.Tc, d.C}, kvshape{4, d.B, d.Tc, d.KW};
+    for (int c = 0; c < 2; ++c)
+      qc[c] = alloc(qshape, S), gc[c] = alloc(qshape, S), oc[c] = alloc(qshape, S), dqc[c] = alloc(qshape, A);
+    kv[0] = alloc(kvshape, S);
+    if (P > 1) kv[1] = alloc(kvshape, S);
+    dkv[0] = alloc(kvshape, A);
+    if (P > 1) dkv[1] = alloc(kvshape, A), local = alloc(kvshape, A);
+  }
+};
+
 // Chunk c's lse [B, NH, Tc] within lse [2, B, NH, Tc].
 Tensor lse_chunk(const Tensor& lse, int c) {
   return lse.slice(c * (lse.numel() / 2), Shape{lse.dim(1), lse.dim(2), lse.dim(3)});
@@ -161,19 +191,13 @@ void ring_attention_forward(Communicator& cp, const Tensor& out, const Tensor& l
   const char* op = "ring_attention_forward";
   const RingDims d = check_ring(op, q, k, v, lse, n_head, n_kv_head, tag_base);
   check_like(op, out, "out", q, q.shape());
-  const DType S = q.dtype(), A = acc_dtype(S);
+  const DType S = q.dtype();
   const int P = cp.size(), r = cp.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
-  const Alloc alloc{scratch};
-  const Shape qshape{d.B, d.Tc, d.C}, kvshape{4, d.B, d.Tc, d.KW};
-
-  Tensor qc[2], acc[2];
-  for (int c = 0; c < 2; ++c) {
-    qc[c] = alloc(qshape, S), acc[c] = alloc(qshape, A);
-    copy_rows(qc[c], 0, q, c * d.Tc, d.Tc);
-  }
-  const Tensor kv[2] = {alloc(kvshape, S), P > 1 ? alloc(kvshape, S) : Tensor()};
+  const ForwardBuffers buf(Alloc{scratch}, d, S, P);
+  const Tensor(&qc)[2] = buf.qc, (&acc)[2] = buf.acc, (&kv)[2] = buf.kv, &part_out = buf.part_out,
+               &part_lse = buf.part_lse;
+  for (int c = 0; c < 2; ++c) copy_rows(qc[c], 0, q, c * d.Tc, d.Tc);
   pack_kv(kv[0], k, v, d.Tc);
-  const Tensor part_out = alloc(qshape, A), part_lse = alloc(Shape{d.B, d.NH, d.Tc}, A);
 
   bool started[2] = {false, false};
   WorkPtr send, recv;
@@ -210,25 +234,20 @@ void ring_attention_backward(Communicator& cp, const Tensor& dq, const Tensor& d
   check_like(op, dq, "dq", q, q.shape());
   check_like(op, dk, "dk", q, k.shape());
   check_like(op, dv, "dv", q, v.shape());
-  const DType S = q.dtype(), A = acc_dtype(S);
+  const DType S = q.dtype();
   const int P = cp.size(), r = cp.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
   const int kv_tag = tag_base + 1, grad_tag = tag_base + 2;
-  const Alloc alloc{scratch};
-  const Shape qshape{d.B, d.Tc, d.C}, kvshape{4, d.B, d.Tc, d.KW};
-
-  Tensor qc[2], gc[2], oc[2], dqc[2];
+  const BackwardBuffers buf(Alloc{scratch}, d, S, P);
+  const Tensor(&qc)[2] = buf.qc, (&gc)[2] = buf.gc, (&oc)[2] = buf.oc, (&dqc)[2] = buf.dqc, (&kv)[2] = buf.kv;
   for (int c = 0; c < 2; ++c) {
-    qc[c] = alloc(qshape, S), gc[c] = alloc(qshape, S), oc[c] = alloc(qshape, S), dqc[c] = alloc(qshape, A);
     copy_rows(qc[c], 0, q, c * d.Tc, d.Tc);
     copy_rows(gc[c], 0, dout, c * d.Tc, d.Tc);
     copy_rows(oc[c], 0, out, c * d.Tc, d.Tc);
     zero_(dqc[c]);
   }
-  const Tensor kv[2] = {alloc(kvshape, S), P > 1 ? alloc(kvshape, S) : Tensor()};
   pack_kv(kv[0], k, v, d.Tc);
   // dkv[s % 2]: the accumulator of the k|v held at step s; local: this step's share while it is in flight.
-  const Tensor dkv[2] = {alloc(kvshape, A), P > 1 ? alloc(kvshape, A) : Tensor()};
-  const Tensor local = P > 1 ? alloc(kvshape, A) : Tensor();
+  const Tensor(&dkv)[2] = buf.dkv, &local = buf.local;
 
   WorkPtr kv_send, kv_recv, g_send, g_recv;
   for (int s = 0; s < P; ++s) {
@@ -271,6 +290,17 @@ void ring_attention_backward(Communicator& cp, const Tensor& dq, const Tensor& d
     copy_rows(dk, c * d.Tc, part(mine, c), 0, d.Tc);
     copy_rows(dv, c * d.Tc, part(mine, 2 + c), 0, d.Tc);
   }
+}
+
+int64_t ring_attention_temp_bytes(int64_t B, int64_t T_local, int64_t q_width, int64_t kv_width, int n_head,
+                                  DType S, int cp, bool backward) {
+  const RingDims d{B, T_local / 2, q_width, kv_width, n_head, n_head};
+  Arena counter{Arena::CountOnly{}};
+  if (backward)
+    BackwardBuffers(Alloc{&counter}, d, S, cp);
+  else
+    ForwardBuffers(Alloc{&counter}, d, S, cp);
+  return int64_t(counter.high_water_bytes());
 }
 
 }  // namespace mt

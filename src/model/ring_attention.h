@@ -85,4 +85,10 @@ void ring_attention_backward(Communicator& cp, const Tensor& dq, const Tensor& d
                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, int n_head, int n_kv_head, int tag_base, Arena* scratch = nullptr);
 
+// The bytes of the temporaries one forward (backward) call takes, rounded as Arena::alloc and Tensor::empty round them
+// (the code that allocates them, run on a counting arena): for local q [B, T_local, q_width] and k, v [B, T_local,
+// kv_width] in S on a ring of cp ranks. The planner adds them to a pass's peak.
+int64_t ring_attention_temp_bytes(int64_t B, int64_t T_local, int64_t q_width, int64_t kv_width, int n_head,
+                                  DType S, int cp, bool backward);
+
 }  // namespace mt

@@ -38,6 +38,10 @@ int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dt, bool 
   return int64_t(scratch.high_water_bytes());
 }
 
+int64_t attention_temp_bytes(const GPTConfig& g, int B, int T, DType dt, int cp) {
+  return g.stage_layers() == 0 ? 0 : CountingStage(g, dt, cp).model.attention_temp_bytes(B, T);
+}
+
 int64_t recv_buffer_bytes(const GPTConfig& g, int B, int T, DType dt) {
   const int64_t N = int64_t(B) * T, rows = g.tp > 1 && g.sequence_parallel ? N / g.tp : N;
   return arena_bytes(rows * g.d_model, dt);

@@ -27,6 +27,10 @@ int64_t record_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split, 
 // What one backward pass of stage `g` takes from the executor's scratch arena (held until the next backward).
 int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
 
+// What one attention call of stage `g` allocates for its time under context parallelism (GPT::attention_temp_bytes):
+// 0 with cp = 1.
+int64_t attention_temp_bytes(const GPTConfig& g, int B, int T, DType dtype, int cp);
+
 // One pipeline receive buffer of stage `g` ([rows, C]: rows = B*T, or B*T/tp with sequence parallelism).
 int64_t recv_buffer_bytes(const GPTConfig& g, int B, int T, DType dtype);
 

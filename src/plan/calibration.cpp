@@ -116,10 +116,11 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
   g.n_layer = g.layer_end + (s.last ? 0 : 1);
   GPT model(g, s.dtype);
   model.init(1234, model_.init_std > 0 ? model_.init_std : 0.02);
-  CountingCommunicator tp(s.tp, 0);
+  CountingCommunicator tp(s.tp, 0), ring(s.cp, 0);
   if (s.tp > 1) model.set_tp_comm(&tp);
+  if (s.cp > 1) model.set_cp_comm(&ring);  // rank 0 of the ring: every cp rank does the same attention work
 
-  const int T = model_.seq_len;
+  const int T = model_.seq_len / s.cp;
   // k records in flight, used in 1F1B's steady-state order (the forward of the newest, the backward of the
   // oldest), so that k - 1 other passes run between a micro-batch's forward and its backward, as in a schedule
   // that holds k records: with k > 1 the backward finds its record out of the caches, as it does in a run.
@@ -160,10 +161,15 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
     const int j = rep + k - 1;
     // The first repetition's collectives, pass by pass, are the stage's tp traffic.
     auto note = [&](std::vector<TpOp>& pass) {
-      if (rep == 0) pass = tp.ops;
+      if (rep == 0) {
+        pass = tp.ops;
+        pass.insert(pass.end(), ring.ops.begin(), ring.ops.end());
+      }
       tp.ops.clear();
+      ring.ops.clear();
     };
     tp.ops.clear();
+    ring.ops.clear();
     const double tf = forward(acts[j % k]);
     note(traffic.fwd);
     Activations& a = acts[(j - (k - 1)) % k];
@@ -193,9 +199,10 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
     t.bwd = typical(b);
   }
   if (opts_.verbose)
-    std::fprintf(stderr, "calibration: %d block%s%s%s B=%d tp=%d%s %s%s, %d in flight (%zu reps): fwd %.0f us, "
+    std::fprintf(stderr, "calibration: %d block%s%s%s B=%d tp=%d%s cp=%d %s%s, %d in flight (%zu reps): fwd %.0f us, "
                  "bwd %.0f us%s\n", s.blocks, s.blocks == 1 ? "" : "s", s.first ? " +embedding" : "",
-                 s.last ? " +head" : "", s.B, s.tp, s.sp ? " sp" : "", dtype_name(s.dtype), s.split ? " split" : "",
+                 s.last ? " +head" : "", s.B, s.tp, s.sp ? " sp" : "", s.cp, dtype_name(s.dtype),
+                 s.split ? " split" : "",
                  k, f.size(), t.fwd,
                  s.split ? t.bwd_input + t.bwd_weight : t.bwd,
                  s.split ? fmt::format(" (input {:.0f} + weight {:.0f})", t.bwd_input, t.bwd_weight).c_str() : "");
@@ -257,7 +264,7 @@ double Calibration::zero_grads_us(int64_t numel) {
 }
 
 std::string Calibration::header() const {
-  return fmt::format("meshtrain planner calibration v3: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
+  return fmt::format("meshtrain planner calibration v4: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
                      "vocab {} threads {} timed_blocks {}",
                      name_of(model_.arch), model_.n_head, model_.n_kv_head, model_.d_model,
                      gpt_config(model_).mlp_hidden(), model_.seq_len, model_.vocab_size, opts_.threads,
@@ -278,8 +285,8 @@ int Calibration::load(const std::string& path) {
       int dt = 0;
       PassTimes t;
       int rc = 0;
-      in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> rc >> t.fwd >>
-          t.bwd >> t.bwd_input >> t.bwd_weight;
+      in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> rc >> s.cp >>
+          t.fwd >> t.bwd >> t.bwd_input >> t.bwd_weight;
       s.dtype = static_cast<DType>(dt);
       s.recompute = static_cast<Recompute>(rc);
       TpTraffic traffic;
@@ -315,8 +322,8 @@ void Calibration::save(const std::string& path) const {
   if (!f) throw InputError(fmt::format("--calibration: cannot write {}", path));
   f << header() << "\n";
   for (const auto& [s, t] : stages_) {
-    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}", s.blocks, int(s.first),
-                     int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, int(s.recompute),
+    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}", s.blocks, int(s.first),
+                     int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, int(s.recompute), s.cp,
                      t.fwd, t.bwd, t.bwd_input, t.bwd_weight);
     // Then each pass's collectives: their count, and each one's kind and bytes.
     const TpTraffic& traffic = traffic_.at(s);

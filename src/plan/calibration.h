@@ -27,7 +27,10 @@ struct StageShape {
   bool split = false;  // zero-bubble backward (input pass + weight pass) instead of one backward pass
   int inflight = 1;    // activation records the schedule keeps: passes between a forward and its backward
   Recompute recompute = Recompute::None;  // train.recompute: its forward work again inside the backward
-  auto key() const { return std::make_tuple(blocks, first, last, B, tp, sp, int(dtype), split, inflight, int(recompute)); }
+  int cp = 1;  // context parallelism: seq_len / cp tokens of each sequence, attention by the ring (a null one)
+  auto key() const {
+    return std::make_tuple(blocks, first, last, B, tp, sp, int(dtype), split, inflight, int(recompute), cp);
+  }
   bool operator<(const StageShape& o) const { return key() < o.key(); }
 };
 
@@ -41,7 +44,8 @@ struct PassTimes {
 // The tensor-parallel collectives of a stage's passes, in the order the passes ask for them: Megatron's f/g
 // all-reduces, or with sequence parallelism the all-gathers and reduce-scatters that replace them, the vocabulary-
 // parallel cross-entropy's two all-reduces, the norms' and Llama's kv copies' gradient sums. Each one blocks the
-// compute thread, so its whole time is in the pass. None when tp == 1.
+// compute thread, so its whole time is in the pass. None when tp == 1. With context parallelism the passes' ring
+// messages too (kind Send: k|v, and in the backward dk|dv), which overlap the ring's attention blocks instead.
 struct TpTraffic {
   std::vector<TpOp> fwd, bwd, bwd_input, bwd_weight;
 };

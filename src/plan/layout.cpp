@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <tuple>
 
 #include "core/errors.h"
@@ -12,7 +13,7 @@ namespace mt::plan {
 
 namespace {
 auto key(const Layout& l) {
-  return std::tie(l.dp, l.tp, l.pp, l.schedule, l.virtual_stages, l.micro_batch, l.zero);
+  return std::tie(l.dp, l.cp, l.tp, l.pp, l.schedule, l.virtual_stages, l.micro_batch, l.zero);
 }
 }  // namespace
 
@@ -30,7 +31,7 @@ Config apply_layout(const Config& base, const Layout& l) {
   c.parallel.dp = l.dp;
   c.parallel.tp = l.tp;
   c.parallel.pp = l.pp;
-  c.parallel.cp = 1;  // the planner's layouts have no context parallelism yet
+  c.parallel.cp = l.cp;
   c.parallel.schedule = l.schedule;
   c.parallel.virtual_stages = l.virtual_stages;
   c.train.micro_batch = l.micro_batch;
@@ -52,29 +53,31 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
   if (world < 1) input_error("--world must be >= 1, got {}", world);
   std::vector<Layout> out;
   const int gb = base.train.global_batch;
-  for (int dp = 1; dp <= world; ++dp) {
-    if (world % dp) continue;
-    for (int tp = 1; tp <= world / dp; ++tp) {
-      if ((world / dp) % tp) continue;
-      const int pp = world / dp / tp;
-      for (const PipelineSchedule sched : layout_schedules()) {
-        const int vmax = sched == PipelineSchedule::Interleaved ? std::max(1, base.model.n_layer) : 1;
-        for (int v = 1; v <= vmax; ++v)
-          for (int mb = 1; mb <= gb; ++mb) {
-            if (gb % mb || (gb / mb) % dp) continue;  // global_batch / (dp * mb) whole
-            for (int zero = 0; zero <= 3; ++zero) {
-              Layout l{dp, tp, pp, sched, v, mb, zero};
-              if (layout_valid(base, l, world)) out.push_back(l);
-            }
+  // Every dp x cp x tp x pp = world; cp only where the ring's zigzag split of seq_len into 2 cp chunks is whole.
+  std::vector<std::array<int, 4>> meshes;
+  for (int dp = 1; dp <= world; ++dp)
+    for (int cp = 1; dp * cp <= world; ++cp)
+      for (int tp = 1; dp * cp * tp <= world; ++tp)
+        if (world % (dp * cp * tp) == 0 && base.model.seq_len % (2 * cp) == 0)
+          meshes.push_back({dp, cp, tp, world / (dp * cp * tp)});
+  for (const auto& [dp, cp, tp, pp] : meshes)
+    for (const PipelineSchedule sched : layout_schedules()) {
+      const int vmax = sched == PipelineSchedule::Interleaved ? std::max(1, base.model.n_layer) : 1;
+      for (int v = 1; v <= vmax; ++v)
+        for (int mb = 1; mb <= gb; ++mb) {
+          if (gb % mb || (gb / mb) % dp) continue;  // global_batch / (dp * mb) whole
+          for (int zero = 0; zero <= 3; ++zero) {
+            Layout l{dp, tp, pp, sched, v, mb, zero, cp};
+            if (layout_valid(base, l, world)) out.push_back(l);
           }
-      }
+        }
     }
-  }
   return out;
 }
 
 std::string describe(const Layout& l) {
-  return fmt::format("dp{} tp{} pp{} {}{} mb{} zero{}", l.dp, l.tp, l.pp, name_of(l.schedule),
+  return fmt::format("dp{}{} tp{} pp{} {}{} mb{} zero{}", l.dp, l.cp > 1 ? fmt::format(" cp{}", l.cp) : "", l.tp,
+                     l.pp, name_of(l.schedule),
                      l.schedule == PipelineSchedule::Interleaved ? fmt::format(" v{}", l.virtual_stages) : "",
                      l.micro_batch, l.zero);
 }

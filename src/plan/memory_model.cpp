@@ -59,9 +59,11 @@ int small_tensors(const Config& cfg, int dp) {
 }  // namespace
 
 MemoryPrediction predict_memory(const Config& cfg, int world) {
-  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp;
-  const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len;
-  const int m = cfg.train.global_batch / (dp * B);
+  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp, cp = cfg.parallel.cp;
+  // Under context parallelism a rank holds T / cp tokens of each sequence, and the gradients are averaged (and ZeRO
+  // shards) over the dp x cp replicas.
+  const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len / cp;
+  const int m = cfg.train.global_batch / (dp * B), replicas = dp * cp;
   const std::vector<int> layers = layers_per_stage(cfg);
   GPTConfig base = gpt_config(cfg);
   base.tp = tp;
@@ -71,7 +73,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   const bool mixed = dt != DType::F32, zero = cfg.optim.zero >= 1, zero3 = cfg.optim.zero == 3;
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
   const bool local_sgd = cfg.optim.sync_every > 0;  // no gradient buckets: parameters are averaged instead
-  const bool reducers = (dp > 1 || zero) && !local_sgd;
+  const bool reducers = (replicas > 1 || zero) && !local_sgd;
   const bool wire16 = cfg.precision.grad_reduce != DType::F32 || cfg.comm.compress == CompressMethod::BF16;
   const bool feedback = compress_with_feedback(cfg.comm.compress);
 
@@ -98,7 +100,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
         const std::vector<GradUnit> units = chunk_grad_units(cfg, g, table);
         const std::vector<Bucket> buckets =
             unit_buckets(table, units, dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
-        const ShardedGradsSize z = sharded_grads_size(units, buckets, dp, 0);
+        const ShardedGradsSize z = sharded_grads_size(units, buckets, replicas, 0);
         s.grads += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::F32));
         if (wire16) s.dp_state += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::BF16));
         state += z.shard;
@@ -112,13 +114,16 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
         const std::vector<Bucket> buckets =
             make_buckets(table, table.total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
         if (zero)
-          for (const Bucket& b : buckets) state += shard_range(b.numel(), dp, 0).size();
-        if (feedback) s.dp_state += double(compressed_reducer_bytes(cfg, dp, table, buckets));
+          for (const Bucket& b : buckets) state += shard_range(b.numel(), replicas, 0).size();
+        if (feedback) s.dp_state += double(compressed_reducer_bytes(cfg, replicas, table, buckets));
         else if (wire16) s.dp_state += double(tensor_bytes(table.total_numel(), DType::BF16));
       }
-      s.activations += double(use.records[c]) * double(record_bytes(g, B, T, dt, split));
+      s.activations += double(use.records[c]) * double(record_bytes(g, B, T, dt, split, cp));
       s.records += use.records[c];
-      s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split)));
+      // Under context parallelism a block's attention allocates the ring's temporaries per call, while the scratch
+      // is held (tensors of their own: Tensor::empty).
+      s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split, cp) +
+                                             attention_temp_bytes(g, B, T, dt, cp)));
     }
     if (sharded) s.grads += double(tensor_bytes(std::max<int64_t>(1, grad_shards), DType::F32));
     // ZeRO-3's parameter shards: one packed buffer in the compute dtype, cut as the gradient shards.
@@ -126,7 +131,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
     state = std::max<int64_t>(1, state);
     s.optimizer = double((mixed ? 3 : 2) * tensor_bytes(state, DType::F32));
     const double one = double(tensor_bytes(1, DType::F32));
-    s.small = small_tensors(cfg, dp) * one;
+    s.small = small_tensors(cfg, replicas) * one;
     // With 16-bit compute the full fp32 masters exist while the optimizer (and the reducers before it) is built.
     // ZeRO-3, in any dtype, holds such a whole fp32 buffer only for a loaded model (model.init_from); a new one is
     // drawn after the optimizer exists, one parameter at a time.

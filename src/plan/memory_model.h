@@ -21,7 +21,7 @@ struct StageMemory {
   double activations = 0;  // activation records (records x record bytes, per chunk)
   int records = 0;
   double buffers = 0;      // pipeline receive buffers (training list, plus evaluation's with train.eval_every)
-  double scratch = 0;      // the backward pass's scratch arena
+  double scratch = 0;      // the backward pass's scratch arena, and under cp an attention call's temporaries
   double small = 0;        // one-element tensors (loss, metrics, optimizer scalars)
   double setup = 0;        // the set-up moment with 16-bit compute: the full fp32 masters before the optimizer
                            // takes its share (0 in fp32); ZeRO-3: its largest parameter drawn in fp32 once the

@@ -29,8 +29,8 @@ double NetModel::op_us(CommKind kind, int64_t bytes, int p, bool inter, int shar
 
 MeshLinks mesh_links(const Config& cfg, int world) {
   const int k = cfg.comm.emulate.ranks_per_node;
-  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp;
-  DeviceMesh mesh(dp, tp, pp, cfg.parallel.order, world, 0);
+  const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp, cp = cfg.parallel.cp;
+  DeviceMesh mesh(dp, tp, pp, cfg.parallel.order, world, 0, cp);
   auto node = [&](int r) { return k > 0 ? r / k : 0; };
   auto spans = [&](const std::vector<int>& ranks) {
     return std::any_of(ranks.begin(), ranks.end(), [&](int r) { return node(r) != node(ranks[0]); });
@@ -45,9 +45,12 @@ MeshLinks mesh_links(const Config& cfg, int world) {
   l.pp.assign(std::max(0, pp - 1), false);
   for (int r = 0; r < world; ++r) {
     l.tp = l.tp || spans(mesh.group_members(MeshAxis::TP, r));
-    l.dp = l.dp || spans(mesh.group_members(MeshAxis::DP, r));
+    // The gradients' group: the dp x cp replicas (dp itself without context parallelism).
+    l.dp = l.dp || spans(mesh.replica_members(r));
+    l.cp = l.cp || spans(mesh.group_members(MeshAxis::CP, r));
     l.tp_sharers = std::max(l.tp_sharers, sharers(mesh.group_members(MeshAxis::TP, r), r));
-    l.dp_sharers = std::max(l.dp_sharers, sharers(mesh.group_members(MeshAxis::DP, r), r));
+    l.dp_sharers = std::max(l.dp_sharers, sharers(mesh.replica_members(r), r));
+    l.cp_sharers = std::max(l.cp_sharers, sharers(mesh.group_members(MeshAxis::CP, r), r));
     l.pp_sharers = std::max(l.pp_sharers, sharers(mesh.group_members(MeshAxis::PP, r), r));
     const std::vector<int> stages = mesh.group_members(MeshAxis::PP, r);
     for (int s = 0; s + 1 < pp; ++s) l.pp[s] = l.pp[s] || node(stages[s]) != node(stages[s + 1]);

@@ -48,10 +48,10 @@ class NetModel {
 
 // Which groups of a layout's mesh cross emulated nodes (the slowest group of each kind decides).
 struct MeshLinks {
-  bool tp = false, dp = false, emb = false, world = false;
+  bool tp = false, dp = false, cp = false, emb = false, world = false;  // dp: the dp x cp replicas' group
   std::vector<bool> pp;  // per stage boundary r -> r+1 (r = 0 .. pp-2)
   // Groups of each kind crossing one node's link at once, where that kind spans nodes (node_link_sharers).
-  int tp_sharers = 1, dp_sharers = 1, pp_sharers = 1;
+  int tp_sharers = 1, dp_sharers = 1, pp_sharers = 1, cp_sharers = 1;
 };
 MeshLinks mesh_links(const Config& cfg, int world);
 

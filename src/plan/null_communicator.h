@@ -2,6 +2,7 @@
 // planner times one tensor-parallel rank's compute on one process with it (the model only talks to its tp group
 // through a Communicator); the values computed are meaningless, their cost is not.
 #pragma once
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +46,8 @@ struct TpOp {
   bool operator==(const TpOp& o) const { return kind == o.kind && bytes == o.bytes; }
 };
 
-// A NullCommunicator that also notes each collective it is asked for: the calibration runs the model's passes on
-// one, so the planner's tensor-parallel traffic is what the model's own code asks for.
+// A NullCommunicator that also notes each collective and send it is asked for: the calibration runs the model's passes
+// on one (the tp group, and the cp ring), so the planner's traffic is what the model's own code asks for.
 class CountingCommunicator : public NullCommunicator {
  public:
   using NullCommunicator::NullCommunicator;
@@ -61,6 +62,17 @@ class CountingCommunicator : public NullCommunicator {
   WorkPtr all_gather_async(const Tensor& in, const Tensor& out) override {
     ops.push_back({CommKind::AllGather, int64_t(out.nbytes())});
     return NullCommunicator::all_gather_async(in, out);
+  }
+  // Context parallelism's ring messages (a cp group's sends; their receives are the same messages).
+  WorkPtr send_async(const Tensor& t, int peer, int tag) override {
+    ops.push_back({CommKind::Send, int64_t(t.nbytes())});
+    return NullCommunicator::send_async(t, peer, tag);
+  }
+  // A receive's buffer gets zeros, not what the arena held before: leftover bits could be denormals or NaNs, which
+  // would time the ring's attention blocks at other speeds than real keys and values do.
+  WorkPtr recv_async(const Tensor& t, int peer, int tag) override {
+    if (t.numel() > 0) std::memset(t.data(), 0, t.nbytes());
+    return NullCommunicator::recv_async(t, peer, tag);
   }
   std::vector<TpOp> ops;  // in the order asked
 };

@@ -45,21 +45,23 @@ std::string layout_cell(const Layout& l) {
 }  // namespace
 
 std::string format_table(const std::vector<PlanRow>& rows, int top) {
-  std::string s = fmt::format("{:>4}  {:<21} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9} {:>10} {:>11} {:>9}\n", "rank",
-                              "dp x tp x pp schedule", "mb", "m", "zero", "step_ms", "tokens/s", "memory_mb",
-                              "compute_ms", "exposed_ms", "bubble_ms");
+  std::string s = fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
+                              "rank", "dp x tp x pp schedule", "cp", "mb", "m", "zero", "step_ms", "tokens/s",
+                              "memory_mb", "compute_ms", "exposed_ms", "bubble_ms");
   const int n = top > 0 ? std::min<int>(top, int(rows.size())) : int(rows.size());
   for (int i = 0; i < n; ++i) {
     const PlanRow& r = rows[i];
     const Layout& l = r.layout;
     if (r.timed)
-      s += fmt::format("{:>4}  {:<21} {:>3} {:>4} {:>4} {:>9.2f} {:>10.0f} {:>9.2f} {:>10.2f} {:>11.2f} {:>9.2f}\n",
-                       i + 1, layout_cell(l), l.micro_batch, r.micro_batches, l.zero, r.time.step_ms,
+      s += fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9.2f} {:>10.0f} {:>9.2f} {:>10.2f} {:>11.2f} "
+                       "{:>9.2f}\n",
+                       i + 1, layout_cell(l), l.cp, l.micro_batch, r.micro_batches, l.zero, r.time.step_ms,
                        r.time.tokens_per_s, r.memory_mb(), r.time.compute_ms, r.time.exposed_comm_ms,
                        r.time.bubble_ms);
     else
-      s += fmt::format("{:>4}  {:<21} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9.2f} {:>10} {:>11} {:>9}\n", i + 1,
-                       layout_cell(l), l.micro_batch, r.micro_batches, l.zero, "-", "-", r.memory_mb(), "-", "-", "-");
+      s += fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9.2f} {:>10} {:>11} {:>9}\n", i + 1,
+                       layout_cell(l), l.cp, l.micro_batch, r.micro_batches, l.zero, "-", "-", r.memory_mb(), "-", "-",
+                       "-");
   }
   if (n < int(rows.size())) s += fmt::format("... {} more (--top 0 lists all)\n", rows.size() - n);
   return s;
@@ -91,15 +93,16 @@ std::string format_json(const std::vector<PlanRow>& rows) {
                           r.time.param_gathers, r.time.param_gather_bytes, num(r.time.param_gather_wait_ms))
             : "";
     s += fmt::format(
-        "{}\n  {{\"rank\": {}, \"dp\": {}, \"tp\": {}, \"pp\": {}, \"schedule\": {}, \"virtual_stages\": {}, "
-        "\"micro_batch\": {}, \"zero\": {}, \"micro_batches\": {}, \"step_ms\": {}, \"tokens_per_s\": {}, "
-        "\"compute_ms\": {}, \"exposed_comm_ms\": {}, \"bubble_ms\": {}, \"pipeline_ms\": {}, \"optimizer_ms\": {}, "
+        "{}\n  {{\"rank\": {}, \"dp\": {}, \"cp\": {}, \"tp\": {}, \"pp\": {}, \"schedule\": {}, "
+        "\"virtual_stages\": {}, \"micro_batch\": {}, \"zero\": {}, \"micro_batches\": {}, \"step_ms\": {}, "
+        "\"tokens_per_s\": {}, \"compute_ms\": {}, \"exposed_comm_ms\": {}, \"bubble_ms\": {}, \"pipeline_ms\": {}, "
+        "\"optimizer_ms\": {}, "
         "\"dp_comm_ms\": {}, \"memory_mb\": {:.4f}, \"memory_bytes\": {:.0f}, \"memory\": {{\"pp_rank\": {}, "
         "\"params_bytes\": {:.0f}, \"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"dp_state_bytes\": {:.0f}, "
         "\"activation_bytes\": {:.0f}, \"activation_records\": {}, \"buffer_bytes\": {:.0f}, "
         "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}{}, \"stages\": [{}]}}",
-        i ? "," : "", i + 1, l.dp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch, l.zero,
-        r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
+        i ? "," : "", i + 1, l.dp, l.cp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch,
+        l.zero, r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
         r.timed ? num(r.time.compute_ms) : "null", r.timed ? num(r.time.exposed_comm_ms) : "null",
         r.timed ? num(r.time.bubble_ms) : "null", r.timed ? num(r.time.pipeline_ms) : "null",
         r.timed ? num(r.time.optimizer_ms) : "null", r.timed ? num(r.time.dp_comm_ms) : "null", r.memory_mb(),

@@ -55,6 +55,7 @@ std::string embedding_name(const Config& cfg) {
 struct StepContext {
   const Config& cfg;
   int world, dp, tp, p, v, S;
+  int cp, replicas;  // context parallelism; the ranks that average the gradients (and ZeRO shards over): dp x cp
   DType dt;
   const NetModel& net;
   MeshLinks links;
@@ -84,11 +85,11 @@ ChunkParamGathers chunk_param_gathers(const StepContext& x, const GPTConfig& g) 
   const std::vector<Bucket> buckets =
       unit_buckets(table, chunk_grad_units(x.cfg, g, table), 4, x.cfg.comm.bucket_mb * 1048576.0);
   const int elem = int(dtype_size(x.dt));
-  std::vector<double> unit_us(units.size(), x.dp > 1 ? x.sync : 0.0);
+  std::vector<double> unit_us(units.size(), x.replicas > 1 ? x.sync : 0.0);
   for (const Bucket& b : buckets) {
     size_t u = 0;
     while (b.begin >= units[u].end) ++u;
-    unit_us[u] += x.net.op_us(CommKind::AllGather, b.numel() * elem, x.dp, x.links.dp, x.links.dp_sharers);
+    unit_us[u] += x.net.op_us(CommKind::AllGather, b.numel() * elem, x.replicas, x.links.dp, x.links.dp_sharers);
   }
   return ChunkParamGathers(g, table, units, unit_us, elem);
 }
@@ -129,11 +130,23 @@ void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassT
   }
 }
 
+// Context parallelism: what a pass of stage `g` waits for its ring messages (ring_us: their time on the cp link, one
+// after another). Each ring step's message travels while the step's attention blocks compute, so cp - 1 of the cp
+// steps hide messages: the pass's score work (stage_work's T C / tp multiply-adds per token and block, as a share of
+// the pass's) times (cp - 1) / cp. What the messages take beyond that is waited for.
+double ring_wait_us(const GPTConfig& g, int cp, double ring_us, double work_us, bool weight_pass) {
+  if (cp == 1 || ring_us == 0) return 0;
+  const StageWork w = stage_work(g, weight_pass);
+  const double blocks = g.stage_layers(), per_token = w.head + blocks * (w.mlp + w.attn) + w.embedding;
+  const double scores = blocks * double(g.seq_len) * g.d_model / g.tp;
+  return std::max(0.0, ring_us - work_us * scores / per_token * (cp - 1) / cp);
+}
+
 // The passes: the pipeline schedule simulated over each chunk's measured pass times and tensor-parallel traffic
 // (and ZeRO-3's parameter gathers).
 void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPrediction& out) {
   const Config& cfg = x.cfg;
-  const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len;
+  const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
   GPTConfig base = gpt_config(cfg);
@@ -145,7 +158,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   in.p = p;
   in.m = m;
   in.v = v;
-  in.ranks_per_stage = x.dp * tp;
+  in.ranks_per_stage = x.replicas * tp;
   in.threads = o.threads;
   in.cores = o.cores;
   if (p > 1) in.poll_share.assign(p, o.net.poll_share);
@@ -177,14 +190,20 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       s.split = cfg.parallel.schedule == PipelineSchedule::ZB1;
       s.inflight = inflight[r];
       s.recompute = cfg.train.recompute;
+      s.cp = x.cp;
       const PassTimes pt = cal.stage(s);
       times[r][c] = pt;
       const TpTraffic& traffic = cal.traffic(s);
-      auto cost = [&](const std::vector<TpOp>& ops, double work_us) {
+      auto cost = [&](const std::vector<TpOp>& ops, double work_us, bool weight_pass = false) {
         PassCost pc;
         pc.work_us = work_us;
+        double ring_us = 0;
         for (const TpOp& op : ops)
-          pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + x.sync;
+          if (op.kind == CommKind::Send)
+            ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers);
+          else
+            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + x.sync;
+        pc.wall_us += ring_wait_us(g, x.cp, ring_us, work_us, weight_pass);
         return pc;
       };
       StepPrediction::RankPasses& rp = out.ranks[r];
@@ -196,7 +215,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       cc.fwd = cost(traffic.fwd, pt.fwd);
       cc.bwd = cost(traffic.bwd, pt.bwd);
       cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
-      cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight);
+      cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight, true);
     }
   const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
   for (int s = 0; s + 1 < x.S; ++s) {
@@ -257,7 +276,7 @@ struct RankState {
 // time).
 RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   const Config& cfg = x.cfg;
-  const int p = x.p, dp = x.dp;
+  const int p = x.p, dp = x.replicas;
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1, zero = cfg.optim.zero >= 1;
   // ZeRO-1 and -2 gather the updated parameters after the optimizer; ZeRO-3 gathers them in the passes instead.
   const bool gather_after_step = zero && cfg.optim.zero <= 2;
@@ -330,7 +349,7 @@ void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const 
   const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
   if (x.tp > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.tp, x.links.tp) + x.step_sync;
   if (cfg.optim.zero >= 1)
-    norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.dp, x.links.dp) + (x.dp > 1 ? x.step_sync : 0.0);
+    norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.replicas, x.links.dp) + (x.replicas > 1 ? x.step_sync : 0.0);
   if (x.p > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.p, pp_inter) + x.step_sync;
   for (int r = 0; r < x.p; ++r) {
     const double opt = (cal.zero_grads_us(int64_t(st.param_numel[r])) +
@@ -371,7 +390,8 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // collectives (between its phases) follow long stretches of compute, over which time-sliced ranks drift
   // further apart.
   const bool oversubscribed = double(world) * o.threads > o.cores;
-  StepContext x{cfg, world, resolved_dp(cfg, world), cfg.parallel.tp, p, v, p * v, cfg.precision.compute, net,
+  const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
+  StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
                 oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0, {}, {}, {}, std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """build/planner end to end: its memory model against the trainer's measured peak tensor memory
-(run.dir/memory.json) on small layouts of 1, 2 and 4 ranks (pipeline, ZeRO-1 and -2, 16-bit compute, sequence
-parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline rank; ZeRO-3's predicted gather traffic per step
-(once per step without parallel.reshard_after_forward, in every forward and backward pass with it); the JSON's
-fields and order; the table; and every bad input answered with exit status 2.
+(run.dir/memory.json) on small layouts of 1, 2 and 4 ranks (pipeline, ZeRO-1 and -2, 16-bit compute, context
+parallelism, sequence parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline
+rank; ZeRO-3's predicted gather traffic per step (once per step without parallel.reshard_after_forward, in every
+forward and backward pass with it); the JSON's fields and order; the table; and every bad input answered with exit
+status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
 usage: test_planner.py PLANNER TRAINER MPIEXEC SOURCE_DIR WORK_DIR
@@ -16,7 +17,8 @@ import sys
 
 PLANNER, TRAINER, MPIEXEC, SRC, WORK = sys.argv[1:6]
 TINY = os.path.join(SRC, "configs", "tiny.yaml")
-FIELDS = {"dp": int, "tp": int, "pp": int, "schedule": str, "virtual_stages": int, "micro_batch": int, "zero": int,
+FIELDS = {"dp": int, "cp": int, "tp": int, "pp": int, "schedule": str, "virtual_stages": int, "micro_batch": int,
+          "zero": int,
           "step_ms": float, "memory_mb": float, "tokens_per_s": float, "compute_ms": float, "exposed_comm_ms": float,
           "bubble_ms": float, "memory_bytes": int, "micro_batches": int, "rank": int}
 failures = []
@@ -64,11 +66,13 @@ def measured_peak(world, overrides, name):
 
 def layout_sets(layout):
     out = ["parallel.%s=%s" % (k, layout[k]) for k in ("dp", "tp", "pp", "schedule", "virtual_stages")]
+    out.append("parallel.cp=%d" % layout.get("cp", 1))
     return out + ["train.micro_batch=%d" % layout["micro_batch"], "optim.zero=%d" % layout["zero"]]
 
 
 def planned_row(world, other, layout, name):
     rows = planner(world, other, ["--memory-only"])
+    layout = dict(layout, cp=layout.get("cp", 1))
     row = [r for r in rows if all(r[k] == v for k, v in layout.items())]
     check(len(row) == 1, "%s: the layout is listed once" % name)
     return row[0] if len(row) == 1 else None
@@ -105,6 +109,15 @@ def memory_cases():
          ["precision.compute=bf16", "precision.grad_reduce=bf16"]),
         ("w2_tp_sp_full", 2, dict(dp=1, tp=2, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0),
          ["parallel.sequence_parallel=true", "train.recompute=full"]),
+        # Context parallelism: a rank's half of each sequence, the ring's record and its temporaries per attention
+        # call (GPT-2's q|k|v taken apart; Llama's are records), gradients averaged over dp x cp.
+        ("w2_cp_bf16", 2, dict(dp=1, tp=1, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0, cp=2),
+         ["precision.compute=bf16"]),
+        ("w4_llama_cp_pp_zero1", 4,
+         dict(dp=1, tp=1, pp=2, schedule="1f1b", virtual_stages=1, micro_batch=1, zero=1, cp=2),
+         ["model.arch=llama", "model.n_kv_head=1"]),
+        ("w4_dp_cp_zero3", 4, dict(dp=2, tp=1, pp=1, schedule="gpipe", virtual_stages=1, micro_batch=1, zero=3, cp=2),
+         ["train.recompute=selective"]),
     ]
     for name, world, layout, other in cases:
         row = planned_row(world, other, layout, name)
@@ -175,8 +188,8 @@ def zero3_gather_traffic(rows):
 
 
 def json_fields(rows):
-    check(len(rows) == 104,
-          "tiny on 2 ranks: %d layouts in the JSON (hand count 104: tests/test_planner.cpp)" % len(rows))
+    check(len(rows) == 140,
+          "tiny on 2 ranks: %d layouts in the JSON (hand count 140: tests/test_planner.cpp)" % len(rows))
     for r in rows:
         for k, t in FIELDS.items():
             if k not in r or not isinstance(r[k], (int, float) if t is float else t):
@@ -197,7 +210,7 @@ def json_fields(rows):
                        stderr=subprocess.PIPE, text=True, timeout=120)
     lines = p.stdout.splitlines()
     check(p.returncode == 0 and any("step_ms" in l and "memory_mb" in l for l in lines) and
-          any("99 more" in l for l in lines), "the table: header, 5 rows, '99 more'")
+          any("135 more" in l for l in lines), "the table: header, 5 rows, '135 more'")
 
 
 def llama_step_model():
