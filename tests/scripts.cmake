@@ -148,7 +148,8 @@ add_test(NAME slurm_script
 set_tests_properties(slurm_script PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
 # The Slurm batch script on a two-node Slurm cluster in network namespaces (slurmctld, 2 slurmd, munged): a job on
-# 2 nodes, and a requeued job stopping with a checkpoint and resuming. Skipped (exit 77) without root or slurm-wlm.
+# 2 nodes, a requeued job stopping with a checkpoint and resuming, and a killed rank whose survivors dump their flight
+# recorders. Skipped (exit 77) without root or slurm-wlm.
 add_test(NAME slurm_cluster
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_slurm_cluster.py $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/slurm_cluster)

@@ -198,23 +198,30 @@ std::string FlightRecorder::dump_all(const std::string& reason, double grace_s) 
   if (comm_ != MPI_COMM_NULL && world_size_ > 1) {
     // Small nonblocking messages: they leave even when a peer is stopped, and a peer that never answers is named.
     // Their payload is a member: a send to a stopped peer may still read it after this function returns.
-    std::vector<MPI_Request> sent(world_size_ - 1);
+    // A send to a killed peer can fail at once (the recorder's communicator returns errors instead of aborting,
+    // start_listener): that peer is then just one that never answers.
+    std::vector<MPI_Request> sent(world_size_ - 1, MPI_REQUEST_NULL);
     for (int r = 0, i = 0; r < world_size_; ++r)
-      if (r != world_rank_) MPI_Isend(&world_rank_, 1, MPI_INT, r, kRequestTag, comm_, &sent[i++]);
+      if (r != world_rank_) {
+        if (MPI_Isend(&world_rank_, 1, MPI_INT, r, kRequestTag, comm_, &sent[i]) != MPI_SUCCESS)
+          sent[i] = MPI_REQUEST_NULL;
+        ++i;
+      }
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
     while (int(answered.size()) < world_size_ - 1 && std::chrono::steady_clock::now() < until) {
       int flag = 0;
       MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, comm_, &flag, &st);
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, comm_, &flag, &st) != MPI_SUCCESS) flag = 0;
       if (!flag) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
       int ok = 0;
-      MPI_Recv(&ok, 1, MPI_INT, st.MPI_SOURCE, kAnswerTag, comm_, MPI_STATUS_IGNORE);
-      answered.push_back(st.MPI_SOURCE);
+      if (MPI_Recv(&ok, 1, MPI_INT, st.MPI_SOURCE, kAnswerTag, comm_, MPI_STATUS_IGNORE) == MPI_SUCCESS)
+        answered.push_back(st.MPI_SOURCE);
     }
-    for (MPI_Request& q : sent) MPI_Request_free(&q);
+    for (MPI_Request& q : sent)
+      if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
   }
   std::string silent;
   for (int r = 0; r < world_size_; ++r)
@@ -229,6 +236,9 @@ std::string FlightRecorder::dump_all(const std::string& reason, double grace_s) 
 void FlightRecorder::start_listener(MPI_Comm world, int dump_signal) {
   if (!on()) return;
   MPI_Comm_dup(world, &comm_);
+  // The recorder talks to peers that may be dead (the dumps are for when something went wrong): an error on this
+  // communicator is returned, not fatal, so that a survivor still reports the others and ends the job itself.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   dump_signal_ = dump_signal;
   if (dump_signal) {
     struct sigaction sa {};
@@ -247,7 +257,7 @@ void FlightRecorder::listen() {
       dump(fmt::format("signal {}", sig == SIGUSR2 ? "SIGUSR2" : std::to_string(sig)));
     int flag = 0;
     MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, kRequestTag, comm_, &flag, &st);
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kRequestTag, comm_, &flag, &st) != MPI_SUCCESS) flag = 0;
     if (flag) {
       int from = 0;
       MPI_Recv(&from, 1, MPI_INT, st.MPI_SOURCE, kRequestTag, comm_, MPI_STATUS_IGNORE);

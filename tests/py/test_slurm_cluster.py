@@ -6,7 +6,14 @@ the host's name).
      its log names both hosts, run.dir is RUN_ROOT/<job id>;
   2. preemption: `scontrol requeue` while it trains: Slurm sends SIGTERM, every rank finishes its step and
      writes a checkpoint ("stopped by SIGTERM"); the requeued job (same id, restart 1) resumes from that
-     checkpoint and finishes, every step once in metrics.jsonl, with the losses of an uninterrupted job.
+     checkpoint and finishes, every step once in metrics.jsonl, with the losses of an uninterrupted job;
+  3. a killed rank: the last rank SIGKILLs itself in step 3 (MESHTRAIN_FAULT=kill@3) of a job launched with
+     LAUNCHER="srun --kill-on-bad-exit=0", so that Slurm leaves the other ranks running (mpiexec ends them at once;
+     with --kill-on-bad-exit=1 Slurm sends them SIGTERM, which they take as a stop request, then SIGKILL after its
+     KillWait, 30 s by default: before a watchdog of the default comm.timeout_s fires). Their all-reduce with the
+     dead rank does not fail but waits until their watchdogs fire after comm.timeout_s; every survivor's flight
+     recorder dump is on disk within comm.timeout_s + 5 s of the kill, the job ends, and scripts/flight.py's first
+     line names the killed rank and that it left no dump.
 
 Skipped (exit 77) without root, `ip netns`, or the slurm-wlm and munge packages; everything it starts is stopped
 and the cluster removed at the end.
@@ -15,6 +22,7 @@ usage: test_slurm_cluster.py TRAINER SOURCE_DIR WORK_DIR"""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -100,9 +108,9 @@ def start_daemons():
     return False
 
 
-def sbatch(*sets):
+def sbatch(*sets, **environment):
     e = dict(env, CONFIG=os.path.join(src, "configs", "tiny.yaml"), TRAINER=trainer, RUN_ROOT=f"{work}/runs",
-             UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0", OMP_NUM_THREADS="1")
+             UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0", OMP_NUM_THREADS="1", **environment)
     args = []
     for s in ("train.global_batch=8", "comm.wait=poll", "run.log_every=100") + sets:
         args += ["--set", s]
@@ -117,13 +125,39 @@ def state(job):
     return out.split("JobState=")[1].split()[0] if "JobState=" in out else "GONE"
 
 
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "GONE")
+
+
 def wait_done(job, timeout=180):
     t0 = time.time()
-    while state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "GONE"):
+    while state(job) not in ENDED:
         if time.time() - t0 > timeout:
             return "STUCK"
         time.sleep(0.5)
     return state(job)
+
+
+def trainer_pids(job):
+    """A job's ranks, {Slurm task id: pid}: the trainer processes whose environment has the job's id."""
+    pids = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.path.basename(os.readlink(f"/proc/{p}/exe")) != "trainer":
+                continue
+            environ = dict(v.split(b"=", 1) for v in open(f"/proc/{p}/environ", "rb").read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue  # ended meanwhile
+        if environ.get(b"SLURM_JOB_ID") == job.encode() and b"SLURM_PROCID" in environ:
+            pids[int(environ[b"SLURM_PROCID"])] = int(p)
+    return pids
+
+
+def running(pid):
+    """Neither gone nor a zombie: a killed rank stays a zombie until its slurmstepd reaps it."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def rows(job):
@@ -169,6 +203,52 @@ try:
           [r["step"] for r in rows(job)] == list(range(1, 61)) and same,
           f"the requeued job resumes and finishes ({st}): every step once, the losses of an uninterrupted job "
           f"({ref_st})")
+
+    # A killed rank. Its kill time is taken here, on the machine's monotonic clock, which every rank's dumped_us
+    # also reads (network namespaces share it): the last moment the test saw rank 3 running.
+    timeout_s = 3
+    job = sbatch("train.steps=20", f"comm.timeout_s={timeout_s}", LAUNCHER="srun --kill-on-bad-exit=0",
+                 MESHTRAIN_FAULT="kill@3")
+    try:
+        t0 = time.monotonic()
+        pid = killed = None
+        while pid is None and state(job) in ("PENDING", "CONFIGURING", "RUNNING") and time.monotonic() - t0 < 60:
+            pid = trainer_pids(job).get(3)
+            time.sleep(0.02)
+        while pid and running(pid) and time.monotonic() - t0 < 60:
+            killed = time.monotonic()
+            time.sleep(0.02)
+        st = wait_done(job, timeout=timeout_s + 30)
+        ended = time.monotonic()
+    finally:
+        if state(job) not in ENDED:
+            # Hung: a cancel would wait Slurm's KillWait (30 s) after the SIGTERM the ranks take as a stop request.
+            for q in trainer_pids(job).values():
+                try:
+                    os.kill(q, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            subprocess.run(["scancel", job], env=env)
+    run_dir = f"{work}/runs/{job}"
+    flight = f"{run_dir}/flight"
+    got = {f: json.load(open(f"{flight}/{f}")) for f in sorted(os.listdir(flight) if os.path.isdir(flight) else [])
+           if f.startswith("rank_") and f.endswith(".json")}
+    after = {f: round(d["dumped_us"] / 1e6 - killed, 2) for f, d in got.items()} if killed else {}
+    a = subprocess.run([sys.executable, os.path.join(src, "scripts", "flight.py"), run_dir], capture_output=True,
+                       text=True)
+    first = (a.stdout or a.stderr).split("\n")[0]
+    out = open(f"{work}/{job}.out").read()
+    # The survivors' watchdog message names the silent rank: asking the dead rank to dump fails without ending them.
+    check(killed is not None and "task 3: Killed" in out and st == "FAILED" and ended - killed < timeout_s + 15 and
+          sorted(got) == ["rank_0.json", "rank_1.json", "rank_2.json"] and
+          all(t <= timeout_s + 5 for t in after.values()) and
+          "rank 3 never joined" in first and "rank 3 left no dump" in first and "no answer from rank 3" in out,
+          f"a rank killed under srun --kill-on-bad-exit=0: the job {st} "
+          f"{ended - killed if killed else float('nan'):.1f} s after the kill; dumps {after or 'none'} s after it "
+          f"(comm.timeout_s = {timeout_s}), reasons "
+          f"{sorted(set(d['reason'].split(':')[0] for d in got.values())) or 'none'}; first line: {first}")
+    if killed is None or st != "FAILED" or len(got) != 3:
+        print(out[-3000:])
 finally:
     for d in reversed(daemons):
         d.terminate()
