@@ -98,6 +98,13 @@ class Communicator {
   // The operations the communication thread starts (their seq, when it takes them from the queue) are reported
   // here where a backend knows (the flight recorder's "started"). Set it before issuing operations.
   virtual void set_start_sink(std::function<void(uint64_t seq)> sink) { start_sink_ = std::move(sink); }
+  // A digest of every collective issued so far (operation, count, dtype, reduce op, root) and the group's world
+  // ranks, where one is kept (the flight recorder's wrapper): the ranks of a group that issued the same collectives
+  // have the same digest.
+  virtual bool collective_digest(uint64_t* digest, std::vector<int>* world_members) const {
+    (void)digest, (void)world_members;
+    return false;
+  }
 
  protected:
   std::function<void(const CommEvent&)> sink_;

@@ -121,6 +121,17 @@ class FlightRecorder {
 // The watchdog's dump (FlightRecorder::dump_all with a grace of a few seconds) when recording is on, else "".
 std::string flight_dump_on_timeout(const std::string& reason);
 
+// The desync check that rides on each step's metrics (train/step_report.cpp's world all-reduce, no collective of its
+// own): every rank writes its groups' collective digests (kDigestFloats floats per group of `groups`, the same
+// list in the same order on every rank; zeros for a null group or one without a digest) into its own row, and once
+// the rows are reduced each rank compares its groups' members' digests with its own. A difference (a rank that
+// reduced another size, which MPICH does without an error, or skipped a collective that did not hang) ends the job
+// with every rank's dump. In flight_communicator.cpp.
+constexpr int kDigestFloats = 3;
+void write_digests(const std::vector<Communicator*>& groups, float* mine);
+// all: every rank's row (world x groups.size() x kDigestFloats).
+void check_digests(const std::vector<Communicator*>& groups, const float* all, int world_rank, int step);
+
 // Wraps a communicator so that every operation is recorded (`comm`: its group, for the members' world ranks), in
 // flight_communicator.cpp. Returns it unchanged when recording is off.
 std::unique_ptr<Communicator> with_flight_recorder(std::unique_ptr<Communicator> c, MPI_Comm comm);

@@ -92,13 +92,23 @@ std::vector<float>& StepMeter::measure(const StepResult& s) {
   f.link_us = float(link.us);
   f.link_mib2 = float(link.mib2);
   f.link_mib_us = float(link.mib_us);
-  table_.assign(size_t(kFigures) * run_.mesh.world_size(), 0.0f);
-  std::memcpy(table_.data() + size_t(kFigures) * run_.mesh.rank(), &f, sizeof f);
+  const size_t world = size_t(run_.mesh.world_size()), rank = size_t(run_.mesh.rank());
+  const std::vector<Communicator*> groups = digest_groups();
+  const size_t digests = groups.size() * kDigestFloats;
+  table_.assign((kFigures + digests) * world, 0.0f);
+  std::memcpy(table_.data() + kFigures * rank, &f, sizeof f);
+  write_digests(groups, table_.data() + kFigures * world + digests * rank);
   return table_;
+}
+
+std::vector<Communicator*> StepMeter::digest_groups() const {
+  const MeshComms& c = run_.comms;
+  return {c.world.get(), c.dp.get(), c.tp.get(), c.pp.get(), c.cp.get(), c.emb.get()};
 }
 
 void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, AdaptSample* adapt) const {
   const int world = run_.mesh.world_size();
+  if (world > 1) check_digests(digest_groups(), table.data() + size_t(kFigures) * world, run_.mesh.rank(), row.step);
   std::vector<RankFigures> all(world);
   std::memcpy(all.data(), table.data(), sizeof(RankFigures) * world);
   RankFigures m = all[0];  // the maximum over ranks of each figure

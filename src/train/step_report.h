@@ -19,7 +19,8 @@ class StepMeter {
   // At the start of a step (forgets traffic since the last step, e.g. an evaluation's).
   void begin();
   // At the end of the step's work: fills row's timings, each the maximum over ranks, comm_bytes and the slowest
-  // rank (collective over the world).
+  // rank (collective over the world). The same reduction carries the flight recorder's collective digests: a desync
+  // that did not hang ends the job here (check_digests, comm/flight_recorder.h).
   // With `adapt`, also the figures comm.adapt's controller takes (the same on every rank).
   void end(const StepResult& s, StepMetrics& row, AdaptSample* adapt = nullptr);
   // end() in two halves, for a reduction that runs in the background (optim.staleness): this rank's figures in
@@ -31,6 +32,7 @@ class StepMeter {
  private:
   double wait_us() const;
   double comm_cpu_us() const;
+  std::vector<Communicator*> digest_groups() const;  // every rank's groups in one order (null where it has none)
 
   TrainingRun& run_;
   CommTimeline& timeline_;

@@ -82,7 +82,8 @@ DP2_TP2 = ["parallel.tp=2"]
 for backend in ("auto", "mpi"):
     case(f"stop_{backend}", 4, DP2_TP2, "stop@3", backend, [0, 1, 2], ["rank 3", "never joined", "#"])
     case(f"skip_{backend}", 4, DP2_TP2, "skip@3", backend, [0, 1, 2, 3], ["rank 3", "never joined", "world", "#"])
-case("size_auto", 4, DP2_TP2, "size@3", "auto", [0, 1, 2, 3], ["desync", "world", "rank 3", "#"])
+for backend in ("auto", "mpi"):  # shared memory at the collective itself, MPI at the step's end
+    case(f"size_{backend}", 4, DP2_TP2, "size@3", backend, [0, 1, 2, 3], ["desync", "world", "rank 3", "#"])
 case("stop_dp2_tp2_pp2", 8, ["parallel.tp=2", "parallel.pp=2", "train.global_batch=8", "train.micro_batch=2"],
      "stop@3", "auto", [0, 1, 2, 3, 4, 5, 6], ["rank 7", "#"])
 
