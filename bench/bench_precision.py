@@ -2,7 +2,7 @@
 all measured in the same run (issue #6).
 
 configs/gpt.yaml's model (4 blocks, C = 128, T = 64, V = 256), micro-batch 8, runs in three layouts:
-  - one rank (--threads compute threads): peak activation memory of the step (the "[pipeline stage 0] peak
+  - one rank (--threads compute threads): peak activation memory of the step (the "peak
     activations" log line: the records of the micro-batches in flight) and tokens/s;
   - dp = 2 on an emulated network (--latency-us, --gbps): the data-parallel gradient reduction in fp32 and in
     bf16 (precision.grad_reduce), comm_bytes and comm_ms per step;
@@ -23,7 +23,7 @@ import tempfile
 from bench_cli import float_above, float_at_least, int_at_least
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ACTS = re.compile(r"\[pipeline stage 0\] peak activations ([\d.]+) MiB")
+ACTS = re.compile(r"peak activations ([\d.]+) MiB")  # the first line: pipeline stage 0, or the only one
 
 
 def run(args, work, name, ranks, sets, threads=1):

@@ -29,7 +29,7 @@ MIB = 1048576.0
 MEM = re.compile(r"memory per rank: parameters ([\d.]+) MiB \(\w+\), gradients ([\d.]+) MiB, optimizer state "
                  r"([\d.]+) MiB \((\d+) bytes\)")
 # One micro-batch per step: the peak is one activation record.
-ACTS = re.compile(r"\[pipeline stage 0\] peak activations ([\d.]+) MiB")
+ACTS = re.compile(r"peak activations ([\d.]+) MiB")  # the first line: pipeline stage 0, or the only one
 
 
 def expected_numel(tp, L=4, C=128, T=64, V=256):

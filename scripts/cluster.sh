@@ -12,6 +12,11 @@
 #   scripts/cluster.sh kill HOST                 SIGKILL every process in a host (fault tests)
 #   scripts/cluster.sh bytes                     "HOST RX_BYTES TX_BYTES" of each host link, as the host sees it
 #   scripts/cluster.sh status | down             what is up; remove everything `up` made (also after a failed up)
+#   scripts/cluster.sh --help                    this text
+#
+# The hosts split this machine's cores: host K of N runs its processes on the K-th N-th of the cores this script
+# may use (with fewer cores than hosts, they share them in turn), so that hosts do not oversubscribe the machine
+# without saying so; a rank's default thread count follows (train.threads).
 #
 # Everything it makes is named mt-* and recorded in /run/meshtrain-cluster; it touches nothing else. Ranks talk
 # TCP across hosts (UCX_TLS=tcp,self on the host's eth0) and shared memory within a host, as on real nodes.
@@ -25,7 +30,12 @@ BRIDGE_IP=$NET.254
 SELF=$(readlink -f "$0")
 
 die() { echo "cluster.sh: $*" >&2; exit 2; }
-usage() { sed -n '2,/^set -euo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# The header above; on stdout with status 0 when asked for (--help), else on stderr with status 2.
+usage() {
+  if [[ ${1:-2} == 0 ]]; then sed -n '2,/^set -euo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0; fi
+  sed -n '2,/^set -euo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
 
 require_root() {
   [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, veth links and a bridge); run it with sudo"
@@ -99,15 +109,31 @@ cmd_up() {
   echo "cluster: $n hosts ($(hosts | tr '\n' ' ')) on $BRIDGE, $NET.1..$n, link cap $([[ $mbit == 0 ]] && echo none || echo "$mbit Mbit/s")"
 }
 
+# The cores host $1 (mt-hK) runs on, as a taskset list: its share of the cores this process may use.
+host_cores() {
+  local k=${1#"$PREFIX"} n cpus=() part lo hi c
+  n=$(hosts | wc -l)
+  for part in $(grep Cpus_allowed_list /proc/self/status | cut -f2 | tr ',' ' '); do
+    lo=${part%-*}; hi=${part#*-}
+    for (( c = lo; c <= hi; c++ )); do cpus+=("$c"); done
+  done
+  c=${#cpus[@]}
+  if (( c < n )); then echo "${cpus[$(( (k - 1) % c ))]}"; return; fi
+  local first=$(( (k - 1) * c / n )) last=$(( k * c / n - 1 )) list=""
+  for (( i = first; i <= last; i++ )); do list+="${list:+,}${cpus[$i]}"; done
+  echo "$list"
+}
+
 # hydra's ssh launcher calls `LAUNCHER -x HOST "cmd" args...` (this script, as ssh) and expects the words joined
 # into a shell command.
 cmd_exec() {
   while [[ ${1:-} == -* ]]; do shift; done
+  [[ $# -ge 1 ]] || usage
   local ip=$1 h
   shift
   for h in $(hosts); do
     if [[ $(host_ip "$h") == "$ip" ]]; then
-      exec ip netns exec "$h" unshare --uts sh -c "hostname $h && exec $*"
+      exec ip netns exec "$h" unshare --uts taskset -c "$(host_cores "$h")" sh -c "hostname $h && exec $*"
     fi
   done
   echo "cluster.sh: no host with address $ip" >&2
@@ -159,6 +185,7 @@ case ${1:-} in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   run) shift; cmd_run "$@" ;;
+  -h | --help | help) usage 0 ;;
   -*) cmd_exec "$@" ;;  # hydra's launcher call: -x HOST COMMAND...
   shape) require_root; require_up; [[ ${2:-} =~ ^[0-9]+$ ]] || die "shape takes Mbit/s (0 = no cap)"
          for h in $(hosts); do shape_host "$h" "$2"; done; echo "$2" > "$STATE/bandwidth" ;;

@@ -88,7 +88,7 @@ SUMMARY_TAIL = (["dp", "tp", "pp", "threads", "status", "returncode", "error", "
 
 MESH_RE = re.compile(r"mesh dp=(\d+) x tp=(\d+) x pp=(\d+).*?(\d+) compute threads per rank")
 RSS_RE = re.compile(r"peak RSS ([\d.]+) MiB")
-ACTS_RE = re.compile(r"\[pipeline stage \d+\] peak activations ([\d.]+) MiB")
+ACTS_RE = re.compile(r"peak activations ([\d.]+) MiB")  # per pipeline stage, or the one line without a pipeline
 OPT_RE = re.compile(r"optimizer state [\d.]+ MiB \((\d+) bytes\)")
 ERROR_RE = re.compile(r"^(?:\[[^\]]*\]\s*)?(?:error|critical)\b\s*(.*)$", re.IGNORECASE)
 

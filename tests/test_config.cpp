@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -195,7 +196,18 @@ TEST_CASE("unknown keys name the full key, the file and the nearest known key") 
   msg = load_error("model: {n_layer: 4}\n", {"optim.learning_rate=1"});
   CHECK_THAT(msg, Contains("unknown key 'optim.learning_rate'"));
   CHECK_THAT(msg, Contains("--set optim.learning_rate=1"));
-  CHECK_THAT(msg, Contains("did you mean"));
+  CHECK_THAT(msg, Contains("did you mean 'optim.lr'?"));  // by meaning: by spelling it is optim.min_lr
+
+  msg = load_error("train:\n  batch_size: 8\n");
+  CHECK_THAT(msg, Contains("did you mean 'train.global_batch'?"));
+  msg = load_error("model:\n  Hidden_Size: 64\n");
+  CHECK_THAT(msg, Contains("did you mean 'model.d_model'?"));
+  // Every synonym names a key that exists.
+  const std::vector<std::string> keys = config_keys();
+  for (const auto& [name, key] : config_key_synonyms()) {
+    INFO(name << " -> " << key);
+    CHECK(std::find(keys.begin(), keys.end(), key) != keys.end());
+  }
 }
 
 TEST_CASE("a section where a scalar is expected, and the reverse, are errors") {

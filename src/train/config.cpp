@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -257,7 +258,44 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+// Names other trainers (Megatron, nanoGPT, Hugging Face, DeepSpeed) give a key: a near miss by meaning, which
+// spelling distance misses (learning_rate is nearer to min_lr than to lr). Matched on the unknown key's last part.
+const std::map<std::string, std::string>& key_synonyms() {
+  static const std::map<std::string, std::string> synonyms = {
+      {"learning_rate", "optim.lr"},         {"max_lr", "optim.lr"},
+      {"lr_max", "optim.lr"},                {"lr_min", "optim.min_lr"},
+      {"min_learning_rate", "optim.min_lr"}, {"warmup", "optim.warmup_steps"},
+      {"warmup_iters", "optim.warmup_steps"}, {"lr_warmup_steps", "optim.warmup_steps"},
+      {"lr_schedule", "optim.schedule"},     {"lr_scheduler", "optim.schedule"},
+      {"zero_stage", "optim.zero"},          {"optimizer", "optim.name"},
+      {"batch_size", "train.global_batch"},  {"global_batch_size", "train.global_batch"},
+      {"train_batch_size", "train.global_batch"}, {"micro_batch_size", "train.micro_batch"},
+      {"max_steps", "train.steps"},          {"max_iters", "train.steps"},
+      {"train_iters", "train.steps"},        {"total_steps", "train.steps"},
+      {"num_steps", "train.steps"},          {"iterations", "train.steps"},
+      {"grad_clip_norm", "train.grad_clip"}, {"max_grad_norm", "train.grad_clip"},
+      {"clip_grad", "train.grad_clip"},      {"gradient_clipping", "train.grad_clip"},
+      {"num_layers", "model.n_layer"},       {"n_layers", "model.n_layer"},
+      {"num_hidden_layers", "model.n_layer"}, {"hidden_size", "model.d_model"},
+      {"n_embd", "model.d_model"},           {"dim", "model.d_model"},
+      {"num_heads", "model.n_head"},         {"n_heads", "model.n_head"},
+      {"num_attention_heads", "model.n_head"}, {"num_key_value_heads", "model.n_kv_head"},
+      {"n_kv_heads", "model.n_kv_head"},     {"intermediate_size", "model.ffn_hidden"},
+      {"block_size", "model.seq_len"},       {"seq_length", "model.seq_len"},
+      {"max_seq_len", "model.seq_len"},      {"context_length", "model.seq_len"},
+      {"max_position_embeddings", "model.seq_len"}, {"tensor_model_parallel_size", "parallel.tp"},
+      {"pipeline_model_parallel_size", "parallel.pp"}, {"context_parallel_size", "parallel.cp"},
+      {"data_parallel_size", "parallel.dp"}, {"dtype", "precision.compute"},
+      {"mixed_precision", "precision.compute"},
+  };
+  return synonyms;
+}
+
 std::string nearest_key(const std::string& name) {
+  std::string leaf = name.substr(name.rfind('.') + 1);  // the whole name when it has no dot
+  std::transform(leaf.begin(), leaf.end(), leaf.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  const auto synonym = key_synonyms().find(leaf);
+  if (synonym != key_synonyms().end()) return synonym->second;
   std::vector<std::string> candidates;
   for (const KeyDesc& k : key_table()) candidates.push_back(k.name);
   for (const std::string& s : section_names()) candidates.push_back(s);
@@ -532,6 +570,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   validate_values(cfg);
   return cfg;
 }
+
+const std::map<std::string, std::string>& config_key_synonyms() { return key_synonyms(); }
 
 std::vector<std::string> config_keys() {
   std::vector<std::string> out;

@@ -2,6 +2,7 @@
 // `--help` text. Every key users rely on lives here; bad input throws InputError (exit status 2).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,9 @@ void validate_values(const Config& cfg);
 
 // Every dotted key, in the order of to_yaml and --help; and one key's value as to_yaml writes it (unquoted).
 std::vector<std::string> config_keys();
+// Other trainers' names for keys (learning_rate, batch_size, num_layers, ...) and the key each means: an unknown
+// key's "did you mean" suggests that key first.
+const std::map<std::string, std::string>& config_key_synonyms();
 std::string config_value(const Config& cfg, const std::string& key);
 // The names an enum-valued key accepts, in the order --help and errors list them; empty for any other key.
 std::vector<std::string> config_choices(const std::string& key);

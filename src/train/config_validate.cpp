@@ -394,10 +394,20 @@ void validate(const Config& c, int world_size) {
     require(mesh == world_size, "parallel.dp*tp*pp*cp={}*{}*{}*{}={} does not equal the number of ranks ({})", dp,
             p.tp, p.pp, p.cp, mesh, world_size);
   const long long per_step = static_cast<long long>(dp) * c.train.micro_batch;
-  require(c.train.global_batch % per_step == 0,
-          "train.global_batch={} is not divisible by dp*micro_batch={}*{}={} (micro-batches per step = "
-          "global_batch / (dp*micro_batch) must be whole)",
-          c.train.global_batch, dp, c.train.micro_batch, per_step);
+  if (c.train.global_batch % per_step != 0) {
+    // What would work: the micro-batch sizes that divide global_batch / dp, or the nearest global batches.
+    std::string micro;
+    if (c.train.global_batch % dp == 0)
+      for (long long mb = 1; mb <= c.train.global_batch / dp; ++mb)
+        if ((c.train.global_batch / dp) % mb == 0) micro += fmt::format("{}{}", micro.empty() ? "" : ", ", mb);
+    const long long below = c.train.global_batch / per_step * per_step, above = below + per_step;
+    input_error("train.global_batch={} is not divisible by dp*micro_batch={}*{}={} (micro-batches per step = "
+                "global_batch / (dp*micro_batch) must be whole): use {}train.global_batch={}{}",
+                c.train.global_batch, dp, c.train.micro_batch, per_step,
+                micro.empty() ? "" : fmt::format("train.micro_batch={} (with global_batch {}), or ", micro,
+                                                 c.train.global_batch),
+                below > 0 ? fmt::format("{} or ", below) : "", above);
+  }
   // Interleaved 1F1B sends the micro-batches through the pp ranks in groups of pp (parallel/schedule.h).
   const long long micro_batches = c.train.global_batch / per_step;
   require(p.schedule != PipelineSchedule::Interleaved || micro_batches % p.pp == 0,

@@ -30,9 +30,14 @@ void report_memory(const RankMemory& m, const DeviceMesh& mesh, Communicator& wo
   const double* a = all.data_as<double>();
   for (int s = 0; s < mesh.pp(); ++s) {
     const double* r = a + kFields * mesh.rank_of({0, 0, s});
-    spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB, peak "
-                 "tensor memory {:.2f} MiB",
-                 s, r[3] / 1048576.0, int(r[4]), r[5] / 1048576.0, r[6] / 1048576.0);
+    // Without a pipeline there is one stage and no receive buffers: the line says so, not "stage 0".
+    if (mesh.pp() == 1)
+      spdlog::info("peak activations {:.2f} MiB ({} record{}), peak tensor memory {:.2f} MiB", r[3] / 1048576.0,
+                   int(r[4]), int(r[4]) == 1 ? "" : "s", r[6] / 1048576.0);
+    else
+      spdlog::info("[pipeline stage {}] peak activations {:.2f} MiB ({} records), receive buffers {:.2f} MiB, peak "
+                   "tensor memory {:.2f} MiB",
+                   s, r[3] / 1048576.0, int(r[4]), r[5] / 1048576.0, r[6] / 1048576.0);
   }
   std::ofstream f(path);
   CHECK(f.good(), "cannot write {}", path);

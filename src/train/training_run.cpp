@@ -318,6 +318,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   if (cfg.optim.zero != 3 && cfg.parallel.reshard_after_forward != Reshard::Auto && rank0)
     spdlog::warn("parallel.reshard_after_forward={} is ignored: it applies to optim.zero=3 only",
                  name_of(cfg.parallel.reshard_after_forward));
+  if (cfg.data.source == DataSource::Synthetic && !cfg.data.path.empty() && rank0)
+    spdlog::warn("data.path={} is ignored: data.source=synthetic generates its tokens (set data.source=text or "
+                 "tokens to train on the file)", cfg.data.path);
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};

@@ -1,5 +1,6 @@
 """Every bad input of issue #2 is answered with exit status 2 and a message naming the problem, never a crash
-or a hang (each run has a 60 s timeout). Standard library only.
+or a hang (each run has a 60 s timeout); settings that are ignored are named by a warning in the log. Standard
+library only.
 Usage: test_bad_inputs.py TRAINER SOURCE_DIR WORK_DIR [MPIEXEC]"""
 import os
 import struct
@@ -96,8 +97,10 @@ CASES = [
     ("unknown recompute", None, ["train.recompute=some"], ["train.recompute", "some", "selective"]),
     ("full recompute with zb1", None, ["train.recompute=full", "parallel.schedule=zb1"],
      ["train.recompute=full", "parallel.schedule=zb1"]),
-    ("global_batch not divisible by micro_batch", None, ["train.global_batch=6", "train.micro_batch=4"],
-     ["global_batch", "6", "4"]),
+    ("global_batch not divisible by micro_batch, with values that work", None,
+     ["train.global_batch=6", "train.micro_batch=4"],
+     ["global_batch", "6", "4", "train.micro_batch=1, 2, 3, 6 (with global_batch 6)", "train.global_batch=4 or 8"]),
+    ("a key by another trainer's name", None, ["optim.learning_rate=1"], ["did you mean 'optim.lr'"]),
     ("d_model not divisible by n_head", None, ["model.d_model=30", "model.n_head=4"], ["d_model", "30", "4"]),
     ("non-positive lr", None, ["optim.lr=0"], ["optim.lr"]),
     ("negative lr", None, ["optim.lr=-1e-3"], ["optim.lr"]),
@@ -146,7 +149,8 @@ CASES = [
 # (name, ranks, --set overrides, words): run through mpiexec with several ranks.
 MPI_CASES = [
     ("global_batch not divisible by dp*micro_batch on 2 ranks", 2,
-     ["train.global_batch=6", "train.micro_batch=2"], ["train.global_batch=6", "dp*micro_batch=2*2=4"]),
+     ["train.global_batch=6", "train.micro_batch=2"],
+     ["train.global_batch=6", "dp*micro_batch=2*2=4", "train.micro_batch=1, 3", "train.global_batch=4 or 8"]),
     ("dp*tp*pp differs from the number of ranks on 2 ranks", 2, ["parallel.dp=4"], ["parallel.dp", "ranks (2)"]),
     ("sequence_parallel with seq_len not divisible by tp on 2 ranks", 2,
      ["parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=15"],
@@ -205,4 +209,16 @@ for name, cfg, sets, words, ranks in runs:
     last = out.strip().splitlines()[-1] if out.strip() else ""
     print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {rc}: {last}" + (f"  (missing {missing})" if missing else ""))
 print(f"{len(runs) - failures}/{len(runs)} bad inputs answered with exit 2 and a message naming the problem")
+
+# Settings a run ignores: it trains (exit 0) and the log says so. One short run: data.path beside
+# data.source=synthetic, and without a pipeline the memory line names no pipeline stage.
+cmd = [trainer, "--config", tiny, "--set", "train.steps=1", "--set", f"data.path={tokens_file}", "--set",
+       "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
+r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+out = r.stdout + r.stderr
+ok = (r.returncode == 0 and f"data.path={tokens_file} is ignored: data.source=synthetic" in out and
+      "peak activations" in out and "pipeline stage" not in out)
+failures += not ok
+print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, data.path's warning and a memory "
+      f"line without a pipeline stage" + ("" if ok else "\n" + out[-2000:]))
 sys.exit(1 if failures else 0)

@@ -10,7 +10,10 @@ hostname), 2 ranks on each, and the trainer runs across them.
      every loss bit-identical to the flat all-reduce across the same hosts;
   5. a checkpoint written on 2 hosts resumes on 1 (mpiexec here): every loss after it within 1e-5 of the run
      that went on across the hosts;
-  6. scripts/cluster.sh refuses (exit 2) without root, and `down` removes every namespace it made.
+  6. scripts/cluster.sh refuses (exit 2) without root, and `down` removes every namespace it made; `--help` prints
+     its usage with status 0;
+  7. the hosts split the machine's cores: each host's processes see their share (nproc), the shares adding up to
+     the cores this test may use.
 
 Needs root and `ip netns` (exit 77, reported as skipped, without them, or when a cluster is already up). The
 cluster is removed at the end, also on failure. comm.wait=poll: the hosts share this machine's cores, so the MPI
@@ -90,8 +93,15 @@ try:
 finally:
     shutil.rmtree(public, ignore_errors=True)
 check(r.returncode == 2 and "needs root" in r.stderr, f"without root: exit {r.returncode}, says why")
+r = subprocess.run([cluster, "--help"], capture_output=True, text=True)
+check(r.returncode == 0 and "scripts/cluster.sh up N" in r.stdout, f"--help: exit {r.returncode}, the usage")
 subprocess.run([cluster, "up", "2"], check=True)
 try:
+    r = subprocess.run([cluster, "run", "-n", "2", "--", "nproc"], capture_output=True, text=True, timeout=60)
+    shares = [int(x) for x in r.stdout.split() if x.isdigit()]
+    cores = len(os.sched_getaffinity(0))
+    check(len(shares) == 2 and all(s >= 1 for s in shares) and sum(shares) == max(cores, 2),
+          f"the hosts split the {cores} cores: each sees {shares}")
     layouts = {"dp4": [], "tp2_dp2": ["parallel.tp=2"], "pp2_dp2": ["parallel.pp=2", "parallel.schedule=1f1b"]}
     for name, sets in layouts.items():
         before = host_bytes()
