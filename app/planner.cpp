@@ -3,6 +3,7 @@
 //   build/planner --config FILE --world N [--set KEY=VALUE]... [--json] [--memory-limit-mb MB] [--top K]
 // Exit status: 0 success; 2 a bad flag, config or world size (the message says which); 1 a failure while running.
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -33,11 +34,15 @@ const char* kUsage =
     "  --config FILE        YAML config (as the trainer's)\n"
     "  --world N            number of ranks (mpirun -np N)\n"
     "  --set KEY=VALUE      override a config key (repeatable; the last one wins)\n"
-    "  --json               print a JSON list of objects (dp, tp, pp, schedule, virtual_stages, micro_batch, zero,\n"
-    "                       step_ms, tokens_per_s, memory_mb, the time breakdown and memory parts; ZeRO-3 rows also\n"
-    "                       param_gathers: the unit gathers per step) instead of a table\n"
+    "  --json               print a JSON list of objects (dp, cp, tp, pp, schedule, virtual_stages, micro_batch,\n"
+    "                       zero, step_ms, tokens_per_s, memory_mb, the time breakdown and memory parts, command and\n"
+    "                       sweep_command; ZeRO-3 rows also param_gathers: the unit gathers per step) instead of a\n"
+    "                       table\n"
     "  --memory-limit-mb MB leave out layouts whose predicted peak memory per rank exceeds MB MiB\n"
     "  --top K              table rows to print (default 20; 0 = all); the JSON always lists all\n"
+    "  --every-layout       the table lists every layout; by default only the fastest of each mesh (dp x cp x tp\n"
+    "                       x pp), its schedule, micro-batch and ZeRO stage being the finer choice. Each row is\n"
+    "                       followed by the trainer command that runs it (the JSON adds that and the sweep point)\n"
     "  --memory-only        skip the time model (no timing runs); layouts in enumeration order\n"
     "  --reps N             timed repetitions per measured shape, at least (the lower quartile counts;\n"
     "                       default 5)\n"
@@ -59,7 +64,7 @@ struct Args {
   std::string config;
   int world = 0;
   std::vector<std::string> sets;
-  bool json = false, memory_only = false, verbose = false, help = false;
+  bool json = false, memory_only = false, verbose = false, help = false, every_layout = false;
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
   std::string calibration;
@@ -108,6 +113,7 @@ Args parse(int argc, char** argv) {
       a.sets.push_back(s);
     } else if (f == "--json") a.json = true;
     else if (f == "--memory-only") a.memory_only = true;
+    else if (f == "--every-layout") a.every_layout = true;
     else if (f == "--verbose") a.verbose = true;
     else if (f == "--memory-limit-mb") a.memory_limit_mb = parse_double("--memory-limit-mb", next());
     else if (f == "--top") a.top = int(parse_int("--top", next(), 0));
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
     co.threads = o.step.threads;
     co.reps = a.reps;
     co.verbose = a.verbose;
+    co.progress = !a.verbose && isatty(fileno(stderr));  // a line rewritten in place: for a terminal only
     mt::plan::Calibration cal(base.model, co);
     const int loaded = a.calibration.empty() ? 0 : cal.load(a.calibration);
 
@@ -176,9 +183,11 @@ int main(int argc, char** argv) {
                      base.optim.sync_every, base.optim.sync_every);
     }
     const std::vector<mt::plan::PlanRow> rows = mt::plan::plan_layouts(base, o, cal);
+    if (cal.measurements() > 0 && co.progress) std::fputc('\n', stderr);  // ends the progress line
     if (!a.calibration.empty() && o.time) cal.save(a.calibration);
+    const mt::plan::RunContext run{a.config, a.world, a.sets};
     if (a.json) {
-      std::fputs(mt::plan::format_json(rows).c_str(), stdout);
+      std::fputs(mt::plan::format_json(rows, base, run).c_str(), stdout);
     } else {
       const mt::EmulateConfig& e = base.comm.emulate;
       std::string network = "not emulated (shared memory)";
@@ -200,7 +209,8 @@ int main(int argc, char** argv) {
                                       cal.seconds(), cal.measurements(),
                                       loaded ? fmt::format(", {} more from {}", loaded, a.calibration) : "")
                               .c_str());
-      std::fputs(mt::plan::format_table(rows, a.top).c_str(), stdout);
+      const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
+      std::fputs(mt::plan::format_table(shown, a.top, base, run, rows.size() - shown.size()).c_str(), stdout);
       if (rows.empty()) std::printf("no layout fits within %g MiB per rank\n", a.memory_limit_mb);
     }
     return 0;

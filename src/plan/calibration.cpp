@@ -66,6 +66,8 @@ PassTimes Calibration::stage(const StageShape& s) {
     const PassTimes t = measure(s, traffic_[s]);
     seconds_ += us_since(t0) * 1e-6;
     ++measurements_;
+    if (opts_.progress)
+      std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
     return stages_[s] = t;
   }
   // More blocks than are timed: K blocks with the stage's ends, plus the rest at a middle stage's time per block.

@@ -55,6 +55,7 @@ struct CalibrationOptions {
   int reps = 5;              // timed repetitions per shape (their lower quartile counts), after one warm-up
   int max_timed_blocks = 4;  // a stage of more blocks is timed with this many and extrapolated per block
   bool verbose = false;      // print each measurement to stderr
+  bool progress = false;     // keep one line on stderr up to date: shapes timed and seconds spent
 };
 
 class Calibration {

@@ -75,6 +75,22 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
   return out;
 }
 
+std::vector<std::string> layout_overrides(const Config& base, const Layout& l, int world) {
+  std::vector<std::string> out;
+  const ParallelConfig& p = base.parallel;
+  int dp = p.dp;
+  if (dp == 0 && world % (l.tp * l.pp * l.cp) == 0) dp = world / (l.tp * l.pp * l.cp);  // what dp = 0 gives
+  if (dp != l.dp) out.push_back(fmt::format("parallel.dp={}", l.dp));
+  if (p.tp != l.tp) out.push_back(fmt::format("parallel.tp={}", l.tp));
+  if (p.pp != l.pp) out.push_back(fmt::format("parallel.pp={}", l.pp));
+  if (p.cp != l.cp) out.push_back(fmt::format("parallel.cp={}", l.cp));
+  if (p.schedule != l.schedule) out.push_back(fmt::format("parallel.schedule={}", name_of(l.schedule)));
+  if (p.virtual_stages != l.virtual_stages) out.push_back(fmt::format("parallel.virtual_stages={}", l.virtual_stages));
+  if (base.train.micro_batch != l.micro_batch) out.push_back(fmt::format("train.micro_batch={}", l.micro_batch));
+  if (base.optim.zero != l.zero) out.push_back(fmt::format("optim.zero={}", l.zero));
+  return out;
+}
+
 std::string describe(const Layout& l) {
   return fmt::format("dp{}{} tp{} pp{} {}{} mb{} zero{}", l.dp, l.cp > 1 ? fmt::format(" cp{}", l.cp) : "", l.tp,
                      l.pp, name_of(l.schedule),

@@ -38,6 +38,10 @@ bool layout_valid(const Config& base, const Layout& l, int world, std::string* w
 // layout key: it comes from the config, as every other key does.
 std::vector<Layout> enumerate_layouts(const Config& base, int world);
 
+// The --set overrides that turn `base` into the layout: each layout key whose value differs from base's
+// ("parallel.pp=2", ...; parallel.dp whenever base leaves it to the rank count and that would give another dp).
+std::vector<std::string> layout_overrides(const Config& base, const Layout& l, int world);
+
 // "dp2 tp1 pp2 1f1b mb4 zero1" (interleaved adds "v2", context parallelism "cp2" after dp).
 std::string describe(const Layout& l);
 

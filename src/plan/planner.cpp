@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/json.h"
 
@@ -38,13 +39,50 @@ std::vector<PlanRow> plan_layouts(const Config& base, const PlanOptions& o, Cali
 }
 
 namespace {
+// A shell word: quoted when it holds anything but the characters config keys, values and paths use.
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,/=:+-[]") ==
+                        std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+std::string trainer_command(const Config& base, const Layout& l, const RunContext& rc) {
+  std::string cmd = fmt::format("mpirun -np {} build/trainer --config {}", rc.world, shell_word(rc.config));
+  for (const std::string& s : rc.sets) cmd += " --set " + shell_word(s);
+  for (const std::string& s : layout_overrides(base, l, rc.world)) cmd += " --set " + s;
+  return cmd;
+}
+
+std::string sweep_command(const Config& base, const Layout& l, const RunContext& rc) {
+  std::string cmd = fmt::format("scripts/sweep.py --config {} --np {}", shell_word(rc.config), rc.world);
+  for (const std::string& s : rc.sets) cmd += " --set " + shell_word(s);
+  std::string point;
+  for (const std::string& s : layout_overrides(base, l, rc.world)) point += (point.empty() ? "" : " ") + s;
+  return point.empty() ? cmd : cmd + " --point " + shell_word(point);
+}
+
+std::vector<PlanRow> best_per_mesh(const std::vector<PlanRow>& rows) {
+  std::vector<PlanRow> out;
+  auto mesh = [](const Layout& l) { return std::make_tuple(l.dp, l.cp, l.tp, l.pp); };
+  for (const PlanRow& r : rows)
+    if (std::none_of(out.begin(), out.end(), [&](const PlanRow& o) { return mesh(o.layout) == mesh(r.layout); }))
+      out.push_back(r);
+  return out;
+}
+
+namespace {
 std::string layout_cell(const Layout& l) {
   return fmt::format("{}x{}x{} {}{}", l.dp, l.tp, l.pp, name_of(l.schedule),
                      l.schedule == PipelineSchedule::Interleaved ? fmt::format("/v{}", l.virtual_stages) : "");
 }
 }  // namespace
 
-std::string format_table(const std::vector<PlanRow>& rows, int top) {
+std::string format_table(const std::vector<PlanRow>& rows, int top, const Config& base, const RunContext& rc,
+                         size_t hidden) {
   std::string s = fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
                               "rank", "dp x tp x pp schedule", "cp", "mb", "m", "zero", "step_ms", "tokens/s",
                               "memory_mb", "compute_ms", "exposed_ms", "bubble_ms");
@@ -62,12 +100,15 @@ std::string format_table(const std::vector<PlanRow>& rows, int top) {
       s += fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9.2f} {:>10} {:>11} {:>9}\n", i + 1,
                        layout_cell(l), l.cp, l.micro_batch, r.micro_batches, l.zero, "-", "-", r.memory_mb(), "-", "-",
                        "-");
+    s += "      " + trainer_command(base, l, rc) + "\n";
   }
   if (n < int(rows.size())) s += fmt::format("... {} more (--top 0 lists all)\n", rows.size() - n);
+  if (hidden) s += fmt::format("(the fastest layout of each mesh; {} more with another schedule, micro-batch or ZeRO "
+                               "stage: --every-layout lists them)\n", hidden);
   return s;
 }
 
-std::string format_json(const std::vector<PlanRow>& rows) {
+std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc) {
   std::string s = "[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const PlanRow& r = rows[i];
@@ -100,14 +141,16 @@ std::string format_json(const std::vector<PlanRow>& rows) {
         "\"dp_comm_ms\": {}, \"memory_mb\": {:.4f}, \"memory_bytes\": {:.0f}, \"memory\": {{\"pp_rank\": {}, "
         "\"params_bytes\": {:.0f}, \"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"dp_state_bytes\": {:.0f}, "
         "\"activation_bytes\": {:.0f}, \"activation_records\": {}, \"buffer_bytes\": {:.0f}, "
-        "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}{}, \"stages\": [{}]}}",
+        "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}{}, \"stages\": [{}], "
+        "\"command\": {}, \"sweep_command\": {}}}",
         i ? "," : "", i + 1, l.dp, l.cp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch,
         l.zero, r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
         r.timed ? num(r.time.compute_ms) : "null", r.timed ? num(r.time.exposed_comm_ms) : "null",
         r.timed ? num(r.time.bubble_ms) : "null", r.timed ? num(r.time.pipeline_ms) : "null",
         r.timed ? num(r.time.optimizer_ms) : "null", r.timed ? num(r.time.dp_comm_ms) : "null", r.memory_mb(),
         r.memory.peak, w.pp_rank, w.params, w.grads, w.optimizer, w.dp_state, w.activations, w.records, w.buffers,
-        w.scratch, w.small, w.setup, gathers, stages);
+        w.scratch, w.small, w.setup, gathers, stages, json_quote(trainer_command(base, l, rc)),
+        json_quote(sweep_command(base, l, rc)));
   }
   s += rows.empty() ? "]\n" : "\n]\n";
   return s;

@@ -31,9 +31,26 @@ struct PlanOptions {
 // Ranks by predicted step time, then memory; layouts over the memory limit are left out.
 std::vector<PlanRow> plan_layouts(const Config& base, const PlanOptions& o, Calibration& cal);
 
-// The readable table: the first `top` rows (0 = all) with layout, step_ms, tokens/s, memory_mb and the breakdown.
-std::string format_table(const std::vector<PlanRow>& rows, int top);
-// A JSON list of objects, one per row, in rank order.
-std::string format_json(const std::vector<PlanRow>& rows);
+// What a row's commands are made of: the planner's own --config and --set (the config they load is `base`).
+struct RunContext {
+  std::string config;
+  int world = 1;
+  std::vector<std::string> sets;
+};
+// The trainer command that runs a layout ("mpirun -np N build/trainer --config FILE --set ..."), and the
+// scripts/sweep.py command that runs it as a sweep point: the planner's --set flags, then the layout's overrides.
+std::string trainer_command(const Config& base, const Layout& l, const RunContext& rc);
+std::string sweep_command(const Config& base, const Layout& l, const RunContext& rc);
+
+// The fastest row of each mesh (dp, cp, tp, pp), in rank order: what differs within a mesh (schedule, micro-batch,
+// ZeRO) is the finer choice.
+std::vector<PlanRow> best_per_mesh(const std::vector<PlanRow>& rows);
+
+// The readable table: the first `top` rows (0 = all) with layout, step_ms, tokens/s, memory_mb and the breakdown,
+// each followed by its trainer command; `hidden`: rows left out before (best_per_mesh), said in the last line.
+std::string format_table(const std::vector<PlanRow>& rows, int top, const Config& base, const RunContext& rc,
+                         size_t hidden = 0);
+// A JSON list of objects, one per row, in rank order, each with its trainer and sweep commands.
+std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc);
 
 }  // namespace mt::plan

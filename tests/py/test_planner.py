@@ -64,6 +64,15 @@ def measured_peak(world, overrides, name):
     return max(r["peak_tensor_bytes"] for r in measured(world, overrides, name))
 
 
+def layout_sets_of(row):
+    """The settings a row's command must make: its layout keys that differ from configs/tiny.yaml's (whose
+    parallel.dp = 0 follows the other axes)."""
+    tiny = {"cp": ("parallel.cp", 1), "tp": ("parallel.tp", 1), "pp": ("parallel.pp", 1),
+            "schedule": ("parallel.schedule", "1f1b"), "virtual_stages": ("parallel.virtual_stages", 1),
+            "micro_batch": ("train.micro_batch", 2), "zero": ("optim.zero", 0)}
+    return ["%s=%s" % (key, row[k]) for k, (key, v) in tiny.items() if row[k] != v]
+
+
 def layout_sets(layout):
     out = ["parallel.%s=%s" % (k, layout[k]) for k in ("dp", "tp", "pp", "schedule", "virtual_stages")]
     out.append("parallel.cp=%d" % layout.get("cp", 1))
@@ -206,11 +215,37 @@ def json_fields(rows):
     kept = planner(2, [], ["--memory-only", "--memory-limit-mb", str(lim)])
     check(0 < len(kept) < len(rows) and all(r["memory_mb"] <= lim for r in kept),
           "--memory-limit-mb %.3f keeps %d of %d layouts, each within it" % (lim, len(kept), len(rows)))
-    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "5"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=120)
+    table = ["--calibration", CALIBRATION, "--reps", "1"]
+    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "5", "--every-layout"] + table,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     lines = p.stdout.splitlines()
     check(p.returncode == 0 and any("step_ms" in l and "memory_mb" in l for l in lines) and
-          any("135 more" in l for l in lines), "the table: header, 5 rows, '135 more'")
+          any("135 more" in l for l in lines), "the table with --every-layout: header, 5 rows, '135 more'")
+    # By default the fastest row of each mesh (dp2, tp2, pp2, cp2 on 2 ranks), each followed by its command.
+    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2"] + table, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    lines = p.stdout.splitlines()
+    meshes = [tuple(l.split()[1:2] + l.split()[3:4]) for l in lines if l[:4].strip().isdigit()]
+    commands = [l.strip() for l in lines if l.strip().startswith("mpirun -np 2 build/trainer --config " + TINY)]
+    check(p.returncode == 0 and len(meshes) == 4 == len(set(meshes)) == len(commands) and
+          any("136 more with another schedule" in l for l in lines),
+          f"the table: one row per mesh {meshes}, each with its command, and the others counted")
+    # The fastest row's command runs that layout.
+    top = rows[0]
+    cmd = top["command"].split()
+    want = ["--set " + s for s in layout_sets_of(top)]
+    check(cmd[:4] == ["mpirun", "-np", "2", "build/trainer"] and all(w in top["command"] for w in want) and
+          all(w[6:] in top["sweep_command"] for w in want),
+          f"the JSON's commands set {want}: {top['command']} / {top['sweep_command']}")
+    run_dir = os.path.join(WORK, "top_command")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    r = subprocess.run([MPIEXEC, "-n", "2", TRAINER] + cmd[4:] + ["--set", "train.steps=2", "--set", "run.dir=" + run_dir,
+                                                                 "--set", "run.log_every=1000"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    mesh = "mesh dp=%d x tp=%d x pp=%d" % (top["dp"], top["tp"], top["pp"]) + (" x cp=%d" % top["cp"] if top["cp"] > 1
+                                                                                else "")
+    check(r.returncode == 0 and mesh in r.stdout, f"the fastest row's command runs it: exit {r.returncode}, '{mesh}' "
+                                                  "in its log")
 
 
 def llama_step_model():
