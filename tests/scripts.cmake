@@ -29,6 +29,13 @@ add_test(NAME hf_export
                  ${MT_WORK}/hf_export)
 set_tests_properties(hf_export PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
 
+# build/sample: greedy decoding of a GPT-2 and a Llama export equals the PyTorch references' token for token;
+# seeded draws; bad input.
+add_test(NAME sample
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_sample.py $<TARGET_FILE:sample> $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/sample)
+set_tests_properties(sample PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
+
 # Byte-level text with a separate validation file, end to end: evaluation rows carry val_loss.
 add_test(NAME text_data_with_val_path
          COMMAND $<TARGET_FILE:trainer> --config ${CMAKE_SOURCE_DIR}/configs/tiny.yaml --set data.source=text

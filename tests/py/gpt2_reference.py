@@ -37,6 +37,9 @@ class GPT2(torch.nn.Module):
         return self.params[key(name)]
 
     def forward(self, idx, targets):
+        return F.cross_entropy(self.logits(idx).reshape(-1, self.V), targets.reshape(-1))
+
+    def logits(self, idx):
         B, T = idx.shape
         C, NH = self.C, self.NH
         x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:T]
@@ -55,8 +58,7 @@ class GPT2(torch.nn.Module):
             m = F.gelu(m @ h("mlp.c_fc.weight") + h("mlp.c_fc.bias"), approximate="tanh")
             x = x + m @ h("mlp.c_proj.weight") + h("mlp.c_proj.bias")
         x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
-        logits = x @ self.w("wte.weight").t()
-        return F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
+        return x @ self.w("wte.weight").t()
 
     def named(self):
         return {unkey(k): v for k, v in self.params.items()}

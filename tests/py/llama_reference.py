@@ -43,6 +43,9 @@ class Llama(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c["norm_eps"]) * w
 
     def forward(self, idx, targets):
+        return F.cross_entropy(self.logits(idx).reshape(-1, self.c["vocab_size"]), targets.reshape(-1))
+
+    def logits(self, idx):
         c = self.c
         B, T = idx.shape
         NH, KV, C = c["n_head"], c["n_kv_head"], c["d_model"]
@@ -80,8 +83,7 @@ class Llama(torch.nn.Module):
             x = x + m @ h("mlp.down_proj.weight").t()
         x = self.rms(x, self.w("model.norm.weight"))
         head = self.w("model.embed_tokens.weight") if c["tie"] else self.w("lm_head.weight")
-        logits = x @ head.t()
-        return F.cross_entropy(logits.reshape(-1, c["vocab_size"]), targets.reshape(-1))
+        return x @ head.t()
 
 
 def llama_decays(name):

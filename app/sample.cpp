@@ -1,0 +1,122 @@
+// build/sample: generates from a run's exported weights (run.dir/model.safetensors with run.dir/config.yaml): the
+// prompt, then new tokens drawn one at a time (train/sampler.h). One process; no MPI.
+//   build/sample --run DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N] [--temperature T] [--top-k K] [--seed S]
+// Exit status: 0 success; 2 a bad flag, run folder, prompt or weights file (the message says which).
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/threads.h"
+#include "train/config.h"
+#include "train/sampler.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: sample --run DIR [--prompt TEXT | --prompt-ids IDS] [--tokens N] [--temperature T] [--top-k K]\n"
+    "              [--seed S] [--ids] [--weights FILE] [--set KEY=VALUE]...\n"
+    "\n"
+    "Generates from a run's exported model: DIR/config.yaml (the run's config) and DIR/model.safetensors (the\n"
+    "weights the trainer writes at the end). GPT-2 and Llama, the whole model on this one process in fp32.\n"
+    "\n"
+    "  --run DIR          the run folder (run.dir)\n"
+    "  --weights FILE     another safetensors file with Hugging Face names (default DIR/model.safetensors)\n"
+    "  --prompt TEXT      the prompt as UTF-8 text (byte-level models: data.source text)\n"
+    "  --prompt-ids IDS   the prompt as comma-separated token ids (any model)\n"
+    "  --tokens N         new tokens to generate (default 64)\n"
+    "  --temperature T    softmax temperature (default 1.0); 0 = greedy (the most likely token)\n"
+    "  --top-k K          draw among the K most likely tokens only (default 0: all)\n"
+    "  --seed S           the draws' seed (default 1234): the same seed gives the same text\n"
+    "  --ids              print token ids instead of text (the default for models that are not byte-level)\n"
+    "  --set KEY=VALUE    override a key of the run's config (e.g. model.seq_len is not one to change)\n"
+    "  --help, -h         this text\n"
+    "Exit status: 0 success, 2 a bad flag, run folder, prompt or weights file.\n";
+
+long long number(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
+    mt::input_error("{} expects an integer in [{}, {}], got '{}'", flag, lo, hi, v);
+  return x;
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) ids.push_back(int32_t(number("--prompt-ids", item, 0, (1LL << 31) - 1)));
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string run, weights, prompt, prompt_ids;
+    bool have_prompt = false, have_ids = false, print_ids = false;
+    std::vector<std::string> sets;
+    mt::SampleOptions o;
+    for (int i = 1; i < argc; ++i) {
+      const std::string f = argv[i];
+      auto next = [&]() -> std::string {
+        if (i + 1 >= argc) mt::input_error("{} needs a value\n{}", f, kUsage);
+        return argv[++i];
+      };
+      if (f == "--help" || f == "-h") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      } else if (f == "--run") run = next();
+      else if (f == "--weights") weights = next();
+      else if (f == "--prompt") prompt = next(), have_prompt = true;
+      else if (f == "--prompt-ids") prompt_ids = next(), have_ids = true;
+      else if (f == "--tokens") o.tokens = int(number(f, next(), 0, 1 << 20));
+      else if (f == "--top-k") o.top_k = int(number(f, next(), 0, 1 << 30));
+      else if (f == "--seed") o.seed = uint64_t(number(f, next(), 0, (1LL << 62)));
+      else if (f == "--ids") print_ids = true;
+      else if (f == "--set") sets.push_back(next());
+      else if (f == "--temperature") {
+        const std::string v = next();
+        char* end = nullptr;
+        o.temperature = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !(o.temperature >= 0) || o.temperature > 1e6)
+          mt::input_error("--temperature expects a number >= 0, got '{}'", v);
+      } else mt::input_error("unknown argument '{}'\n{}", f, kUsage);
+    }
+    if (run.empty()) mt::input_error("missing --run DIR (a run folder with config.yaml and model.safetensors)\n{}",
+                                     kUsage);
+    if (have_prompt == have_ids) mt::input_error("give the prompt as --prompt TEXT or as --prompt-ids IDS (one of them)");
+    const mt::Config cfg = mt::load_config(run + "/config.yaml", sets);
+    const bool bytes = cfg.data.source == mt::DataSource::Text;
+    if (have_prompt && !bytes)
+      mt::input_error("--prompt TEXT needs a byte-level model (data.source: text); this run's is {}: use --prompt-ids",
+                      mt::name_of(cfg.data.source));
+    std::vector<int32_t> ids;
+    if (have_prompt)
+      for (unsigned char c : prompt) ids.push_back(int32_t(c));
+    else
+      ids = parse_ids(prompt_ids);
+    mt::set_compute_threads(mt::default_compute_threads(1));
+    mt::Sampler sampler(cfg, weights.empty() ? run + "/model.safetensors" : weights);
+    const std::vector<int32_t> out = sampler.generate(ids, o);
+    if (bytes && !print_ids) {
+      std::fputs(mt::decode_bytes(out).c_str(), stdout);
+      std::fputc('\n', stdout);
+    } else {
+      for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
+      std::printf("\n");
+    }
+    return 0;
+  } catch (const mt::InputError& e) {
+    std::fprintf(stderr, "sample: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sample: failed: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,86 @@
+// Generating from a trained model (see sampler.h).
+#include "train/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/arena.h"
+#include "core/errors.h"
+#include "model/gpt.h"
+#include "train/model_config.h"
+
+namespace mt {
+
+Sampler::Sampler(const Config& cfg, const std::string& weights)
+    : cfg_(cfg), model_(std::make_unique<GPT>(gpt_config(cfg.model), DType::F32)) {
+  model_->load_safetensors(weights);
+}
+
+Sampler::~Sampler() = default;
+
+int32_t Sampler::next(const std::vector<int32_t>& context, const SampleOptions& opts, std::mt19937_64& rng) {
+  const int T = int(std::min<size_t>(context.size(), size_t(cfg_.model.seq_len)));
+  Arena arena;
+  Activations a = model_->alloc_activations(arena, 1, T);
+  std::copy(context.end() - T, context.end(), a.tokens.data_as<int32_t>());
+  std::fill_n(a.targets.data_as<int32_t>(), T, 0);  // dloss = 0: the loss is computed and the logits kept
+  model_->forward(a, 0.0, Tensor());
+  const int V = cfg_.model.vocab_size;
+  const float* row = a.logits.data_as<float>() + int64_t(T - 1) * a.logits.dim(1);  // the padded row's first V
+  if (opts.temperature <= 0) return int32_t(std::max_element(row, row + V) - row);
+  // The k most likely ids (all with top_k 0), then a draw from their softmax at the temperature.
+  std::vector<int32_t> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  const int k = opts.top_k > 0 ? std::min(opts.top_k, V) : V;
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
+  std::vector<double> w(k);
+  for (int i = 0; i < k; ++i) w[i] = std::exp((double(row[ids[i]]) - row[ids[0]]) / opts.temperature);
+  std::discrete_distribution<int> pick(w.begin(), w.end());
+  return ids[pick(rng)];
+}
+
+std::vector<int32_t> Sampler::generate(const std::vector<int32_t>& prompt, const SampleOptions& opts) {
+  if (prompt.empty()) input_error("the prompt is empty: give at least one token");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= cfg_.model.vocab_size)
+      input_error("prompt token {} is outside the vocabulary [0, {})", t, cfg_.model.vocab_size);
+  std::mt19937_64 rng(opts.seed);
+  std::vector<int32_t> out = prompt;
+  for (int i = 0; i < opts.tokens; ++i) out.push_back(next(out, opts, rng));
+  return out;
+}
+
+std::string decode_bytes(const std::vector<int32_t>& ids) {
+  std::string bytes;
+  for (int32_t t : ids) bytes.push_back(char(t & 0xff));
+  std::string out;
+  const std::string replacement = "\xEF\xBF\xBD";
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned char c = bytes[i];
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= bytes.size();
+    for (int j = 1; ok && j < n; ++j) ok = (static_cast<unsigned char>(bytes[i + j]) >> 6) == 0x2;
+    // Overlong forms and surrogates are not UTF-8 either.
+    if (ok && n == 2) ok = c >= 0xC2;
+    if (ok && n == 3) {
+      const unsigned char d = bytes[i + 1];
+      ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);
+    }
+    if (ok && n == 4) {
+      const unsigned char d = bytes[i + 1];
+      ok = c <= 0xF4 && !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d >= 0x90);
+    }
+    if (ok) {
+      out.append(bytes, i, n);
+      i += n;
+    } else {
+      out += replacement;
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace mt

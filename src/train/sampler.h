@@ -1,0 +1,48 @@
+// Generating from a trained model (build/sample): the model's forward pass over the tokens so far, the next token
+// drawn from its last row of logits (temperature, top-k, seeded), one token at a time. One process, the whole model
+// in fp32, no cache of keys and values: each token runs the pass over the last seq_len tokens again, which is
+// simple and exact, and fast enough for the small models this runs on.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+
+namespace mt {
+
+class GPT;
+
+struct SampleOptions {
+  int tokens = 64;           // new tokens to generate
+  double temperature = 1.0;  // 0: greedy (the most likely token, ties to the lowest id)
+  int top_k = 0;             // > 0: draw among the k most likely tokens only
+  uint64_t seed = 1234;
+};
+
+class Sampler {
+ public:
+  // The model of `cfg` (its model section), loaded from a safetensors file with Hugging Face names, as the trainer
+  // exports it (run.dir/model.safetensors).
+  Sampler(const Config& cfg, const std::string& weights);
+  ~Sampler();
+
+  // The prompt followed by opts.tokens generated tokens. Throws InputError for an empty prompt or an id outside
+  // the vocabulary.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opts);
+
+  // The next token after `context` (its last seq_len tokens).
+  int32_t next(const std::vector<int32_t>& context, const SampleOptions& opts, std::mt19937_64& rng);
+
+ private:
+  Config cfg_;
+  std::unique_ptr<GPT> model_;
+};
+
+// Token ids as text for a byte-level model (data.source: text): the bytes as UTF-8, each invalid sequence replaced
+// by U+FFFD.
+std::string decode_bytes(const std::vector<int32_t>& ids);
+
+}  // namespace mt
