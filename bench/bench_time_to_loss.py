@@ -8,8 +8,9 @@ powersgd). Each run evaluates every --eval-every steps; wall time is metrics.jso
 time to the end of that step, evaluations included), bytes the cumulative comm_bytes (the busiest rank's payload).
 The target: --target, or by default the synchronous run's validation loss at 3/4 of its steps.
 
-Writes runs/time_to_loss/time_to_loss.csv (one row per strategy) and, with matplotlib, docs/figures/
-time_to_loss.png (validation loss against wall-clock time and against bytes sent).
+Writes runs/time_to_loss/time_to_loss.csv (one row per strategy) and, with matplotlib, runs/time_to_loss/
+time_to_loss.png (validation loss against wall-clock time and against bytes sent); --plot
+docs/figures/time_to_loss.png updates the documentation's figure.
 
 Usage: /usr/bin/python3 bench/bench_time_to_loss.py [--steps 120] [--target LOSS] [--only sync,stale4] [--reuse]
 About 6 minutes on a 2-core machine with the defaults (4 ranks share the 2 cores: one compute thread each).
@@ -71,10 +72,13 @@ def main():
     ap.add_argument("--sync-every", type=int_at_least(1), default=4, help="local SGD and DiLoCo period")
     ap.add_argument("--only", type=names([s[0] for s in STRATEGIES]), default="", help="comma-separated strategy names")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "time_to_loss"))
-    ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "figures", "time_to_loss.png"),
-                    help='the figure\'s path; "" for none')
+    ap.add_argument("--plot", default=None,
+                    help='the figure\'s path (default OUT/time_to_loss.png; docs/figures/time_to_loss.png to update '
+                         'the documentation\'s); "" for none')
     ap.add_argument("--reuse", action="store_true", help="read the runs already in --out instead of training")
     args = ap.parse_args()
+    if args.plot is None:
+        args.plot = os.path.join(args.out, "time_to_loss.png")
     chosen = [s for s in STRATEGIES if not args.only or s[0] in args.only.split(",")]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); 4 ranks, configs/gpt.yaml on tinyshakespeare, "
           f"{args.steps} steps, link {args.latency_us:g} us / {args.gbps:g} GB/s, rank 3 {args.slowdown:g}x slower "

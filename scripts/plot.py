@@ -4,11 +4,12 @@
 # flight recorder's last collectives of every rank of a hung run.
 """Figures of meshtrain runs and of scripts/sweep.py's CSVs, written as PNG.
 
-  plot.py loss SOURCE... -o loss.png       training loss (and val_loss where evaluated) against step, overlaid;
-                                           each SOURCE is a run dir (its metrics.jsonl), a metrics.jsonl, a
-                                           sweep's steps.csv (one curve per ok point) or a sweep dir;
-                                           --x time: against wall-clock seconds (elapsed_ms), --x bytes: against
-                                           the MB sent so far (cumulative comm_bytes), for time- or bytes-to-loss
+  plot.py loss SOURCE... -o loss.png       training loss (and val_loss where evaluated) against wall-clock
+                                           seconds (elapsed_ms), overlaid: the comparison that matters (against
+                                           step every layout's curve is the same by design); each SOURCE is a run
+                                           dir (its metrics.jsonl), a metrics.jsonl, a sweep's steps.csv (one
+                                           curve per ok point) or a sweep dir; --x bytes: against the MB sent so
+                                           far (cumulative comm_bytes), --x step: against the step
   plot.py scaling SUMMARY.csv -o scaling.png    median tokens/s against ranks (np), one line per setting
                                                 other than np, with linear scaling from each line's first point
   plot.py breakdown SUMMARY.csv -o breakdown.png   per layout, a bar of the step time (mean over the measured
@@ -16,6 +17,8 @@
                                                    exposed communication and pipeline bubble
   plot.py all SWEEP_DIR [-o DIR]           loss.png, breakdown.png and (with two or more rank counts) scaling.png
                                            from SWEEP_DIR/steps.csv and summary.csv, into DIR (default SWEEP_DIR)
+A sweep's figures are titled with what it ran (SWEEP_DIR/sweep.json and its first point's config.yaml): the
+config, the rank counts and the link (comm.emulate, or shared memory).
   plot.py flight RUN_DIR -o flight.png     the flight recorder's dumps (RUN_DIR/flight/rank_N.json): a lane per
                                            rank, the last 40 collectives of the communicator scripts/flight.py
                                            names (filled: completed, hollow: pending, red X: never joined or no
@@ -27,6 +30,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -162,7 +166,7 @@ def save(fig, out):
 X_AXES = {"step": "step", "time": "wall-clock time (s)", "bytes": "MB sent (the busiest rank, cumulative)"}
 
 
-def plot_loss(sources, out, title=None, logy=False, x="step"):
+def plot_loss(sources, out, title=None, logy=False, x="time"):
     curves = [c for c in load_curves(sources) if c["step"]]
     if not curves:
         die("no loss curves to plot (no metrics rows in " + ", ".join(sources) + ")")
@@ -300,6 +304,29 @@ def first_ok(rows):
     return next(i for i, r in enumerate(rows) if r["status"] == "ok")
 
 
+def sweep_caption(sweep_dir):
+    """'gpt.yaml on 1, 2 ranks; link 100 us / 0.05 GB/s' from SWEEP_DIR/sweep.json and the first point's resolved
+    config (run.dir/config.yaml, as the trainer wrote it), or None for a folder without sweep.json."""
+    try:
+        meta = json.load(open(os.path.join(sweep_dir, "sweep.json")))
+    except (OSError, ValueError):
+        return None
+    caption = f"{os.path.basename(meta.get('config', '?'))} on {', '.join(map(str, meta.get('np', [])))} rank(s)"
+    link = "shared memory (not emulated)"
+    for point in sorted(os.listdir(sweep_dir)):
+        path = os.path.join(sweep_dir, point, "config.yaml")
+        if not os.path.isfile(path):
+            continue
+        text = open(path).read()
+        value = {k: re.search(rf"^\s+{k}: (\S+)", text, re.M) for k in ("latency_us", "bandwidth_gbps")}
+        lat, bw = (float(m.group(1)) if m else 0.0 for m in value.values())
+        if lat > 0 or bw > 0:
+            link = f"{lat:g} us / {bw:g} GB/s"
+        break
+    varied = [k for k in meta.get("varied", []) if k != "np"]
+    return caption + f"; link {link}" + (f"; varying {', '.join(varied)}" if varied else "")
+
+
 def plot_all(sweep_dir, out_dir):
     if not os.path.isdir(sweep_dir):
         die(f"no such sweep directory: {sweep_dir}")
@@ -309,11 +336,16 @@ def plot_all(sweep_dir, out_dir):
         if not os.path.isfile(path):
             die(f"no such file: {path} (run scripts/sweep.py --out {sweep_dir} first)")
     out_dir = out_dir or sweep_dir
-    plot_loss([steps], os.path.join(out_dir, "loss.png"))
-    plot_breakdown(summary, os.path.join(out_dir, "breakdown.png"))
+    caption = sweep_caption(sweep_dir)
+    if caption:
+        print(f"plot: titles: {caption}")
+    plot_loss([steps], os.path.join(out_dir, "loss.png"), title=caption, x="time")
+    plot_breakdown(summary, os.path.join(out_dir, "breakdown.png"),
+                   title=f"Step time: compute, exposed communication, pipeline bubble ({caption})" if caption else None)
     _, ok = ok_rows(summary)
     if len({r["np"] for r in ok}) >= 2:
-        plot_scaling(summary, os.path.join(out_dir, "scaling.png"))
+        plot_scaling(summary, os.path.join(out_dir, "scaling.png"),
+                     title=f"Throughput against ranks ({caption})" if caption else None)
     else:
         print("plot: one rank count in the sweep: no scaling.png (sweep with --np 1,2,4 for one)")
 
@@ -450,7 +482,8 @@ def parse_args(argv):
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="run dir, metrics.jsonl, steps.csv or sweep dir")
     p.add_argument("-o", "--out", default="loss.png")
     p.add_argument("--logy", action="store_true", help="logarithmic loss axis")
-    p.add_argument("--x", choices=sorted(X_AXES), default="step", help="the horizontal axis: step, time or bytes")
+    p.add_argument("--x", choices=sorted(X_AXES), default="time", help="the horizontal axis: time (default), bytes or "
+                                                                        "step")
     p.add_argument("--title")
     for kind, default in (("scaling", "scaling.png"), ("breakdown", "breakdown.png")):
         p = sub.add_parser(kind, help=f"{kind} figure from a sweep's summary.csv")
@@ -469,7 +502,9 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     if args.kind == "loss":
-        plot_loss(args.sources, args.out, args.title, args.logy, args.x)
+        one_sweep = len(args.sources) == 1 and os.path.isdir(args.sources[0])
+        plot_loss(args.sources, args.out, args.title or (sweep_caption(args.sources[0]) if one_sweep else None),
+                  args.logy, args.x)
     elif args.kind == "scaling":
         plot_scaling(args.summary, args.out, args.title)
     elif args.kind == "breakdown":

@@ -32,6 +32,9 @@ steps.csv, one row per point per metrics.jsonl row (every optimizer step):
   (only on evaluation rows; empty elsewhere), and extra fields such as loss_scale, skipped_steps when present.
   A null (non-finite) value is an empty cell.
 
+sweep.json: what the sweep is of (config, the rank counts, the --set overrides, the keys varied): scripts/plot.py
+titles its figures with it.
+
 summary.csv, one row per point:
   point        the point's directory name under --out (its settings, e.g. np4_tp2_pp1)
   label        a readable name for legends: the mesh (dp2 x tp2 x pp1) plus any non-mesh grid settings
@@ -501,6 +504,10 @@ def main(argv=None):
     args.config = os.path.abspath(args.config)
     out_dir = os.path.abspath(args.out)
     os.makedirs(out_dir, exist_ok=True)
+    if not args.dry_run:  # what the sweep is of, for the plots' titles (scripts/plot.py)
+        with open(os.path.join(out_dir, "sweep.json"), "w") as f:
+            json.dump({"config": args.config, "np": sorted({int(p.get("np", 1)) for p in points}), "set": args.set,
+                       "varied": keys}, f, indent=1)
     results, failed = [], 0
     for i, (settings, name) in enumerate(zip(points, names), 1):
         run_dir = os.path.join(out_dir, name)

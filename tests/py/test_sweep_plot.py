@@ -138,9 +138,13 @@ def main():
         rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--out", os.path.join(work, "bad")] + args)
         check(rc == 2 and words in log, f"sweep.py {' '.join(args)}: exit 2 naming the problem ({rc}: {log.strip()})")
 
+    meta = json.load(open(os.path.join(out, "sweep.json")))
+    check(meta["config"].endswith("tiny.yaml") and meta["np"] == [1, 2] and "parallel.tp" in meta["varied"],
+          f"sweep.json says what the sweep ran: {meta}")
     figs = os.path.join(work, "figs")
     rc, log = run(PLOT + ["all", out, "-o", figs])
-    check(rc == 0, f"plot.py all exits 0 ({rc}: {log.strip()})")
+    check(rc == 0 and "titles: tiny.yaml on 1, 2 rank(s); link shared memory (not emulated); varying parallel.tp"
+          in log, f"plot.py all exits 0, its titles naming the config, ranks and link ({rc}: {log.strip()})")
     for name in ("loss.png", "breakdown.png", "scaling.png"):
         check_png(os.path.join(figs, name))
     runs = [os.path.join(out, p) for p in ("np2_tp1", "np2_tp2")]
