@@ -61,7 +61,12 @@ summary.csv, one row per point:
   peak_tensor_mib        high-water mark of tensor memory, maximum over ranks (memory.json only)
   peak_activations_mib   the largest rank's (pipeline stage's) peak activation records
   optimizer_state_bytes  the largest rank's optimizer state (memory.json, else rank 0's "memory per rank" line)
-  wall_s       wall-clock seconds of the whole point (start-up included)
+  wall_s       wall-clock seconds of the whole point (start-up included): its time to solution
+  device_hours np x wall_s / 3600: what the point used of the machine
+  tokens       tokens trained (the last metrics row's)
+  scaling_efficiency  tokens/s per rank against the point of the same settings with the fewest ranks (1.0 there):
+               strong scaling when global_batch stays fixed over np, weak scaling when it grows with np
+  cost, cost_per_billion_tokens   with --price-per-device-hour P: device_hours x P, and that per 10^9 tokens
   run_dir      the point's directory
 """
 import argparse
@@ -87,7 +92,8 @@ MEAN_FIELDS = ["step_ms", "compute_ms", "exposed_comm_ms", "bubble_ms"]  # addit
 SUMMARY_TAIL = (["dp", "tp", "pp", "threads", "status", "returncode", "error", "steps", "final_loss",
                  "final_val_loss"] + [f + "_median" for f in MEDIAN_FIELDS] + [f + "_mean" for f in MEAN_FIELDS] +
                 ["measured_steps", "peak_rss_mib", "peak_tensor_mib", "peak_activations_mib", "optimizer_state_bytes",
-                 "wall_s", "run_dir"])
+                 "wall_s", "device_hours", "tokens", "scaling_efficiency", "cost", "cost_per_billion_tokens",
+                 "run_dir"])
 
 MESH_RE = re.compile(r"mesh dp=(\d+) x tp=(\d+) x pp=(\d+).*?(\d+) compute threads per rank")
 RSS_RE = re.compile(r"peak RSS ([\d.]+) MiB")
@@ -407,7 +413,10 @@ def summarize(record, run_dir, warmup):
     out.update(info)
     out.update(status=record["status"], returncode=record["returncode"], error=record["error"], steps=len(rows),
                final_loss=rows[-1].get("loss") if rows else None, final_val_loss=vals[-1] if vals else None,
-               measured_steps=len(measured), wall_s=record.get("wall_s"), run_dir=run_dir)
+               measured_steps=len(measured), wall_s=record.get("wall_s"), run_dir=run_dir,
+               tokens=rows[-1].get("tokens") if rows else None)
+    if out["wall_s"] is not None:
+        out["device_hours"] = int(out["np"]) * out["wall_s"] / 3600
     for f in MEDIAN_FIELDS:
         out[f + "_median"] = median_of(measured, f)
     for f in MEAN_FIELDS:
@@ -433,8 +442,25 @@ def write_csv(path, columns, rows):
     os.replace(tmp, path)
 
 
-def write_tables(out_dir, setting_keys, results):
+def scale_and_cost(results, price):
+    """Each ok point's scaling efficiency against the ok point of its settings with the fewest ranks, and with a
+    price per device-hour its cost."""
+    ok = [s for s, _ in results if s["status"] == "ok" and s.get("tokens_per_s_median")]
+    for s in ok:
+        same = [o for o in ok if o["settings"] == s["settings"]]
+        base = min(same, key=lambda o: int(o["np"]))
+        s["scaling_efficiency"] = (s["tokens_per_s_median"] / int(s["np"])) / (base["tokens_per_s_median"] /
+                                                                                int(base["np"]))
+    for s, _ in results:
+        if price and s.get("device_hours") is not None:
+            s["cost"] = s["device_hours"] * price
+            if s.get("tokens"):
+                s["cost_per_billion_tokens"] = s["cost"] / (s["tokens"] / 1e9)
+
+
+def write_tables(out_dir, setting_keys, results, price=0.0):
     """results: list of (summary dict, metrics rows). Writes steps.csv and summary.csv."""
+    scale_and_cost(results, price)
     head = ["point", "label", "settings", "np"] + [k for k in setting_keys if k != "np"]
     metric_cols = list(METRIC_ORDER)
     step_rows = []
@@ -470,6 +496,8 @@ def parse_args(argv):
     ap.add_argument("--skip-done", action="store_true",
                     help="reuse points whose point.json says ok for the same command (failed ones run again)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when any point failed")
+    ap.add_argument("--price-per-device-hour", type=float, default=0.0, metavar="P",
+                    help="a device-hour's price: summary.csv then gives each point's cost and cost per 10^9 tokens")
     ap.add_argument("--dry-run", action="store_true", help="print each point's command and run nothing")
     args = ap.parse_args(argv)
     for s in args.set:
@@ -484,8 +512,8 @@ def parse_args(argv):
         die(f"--config {args.config}: no such file")
     if not args.dry_run and not os.path.isfile(args.trainer):
         die(f"--trainer {args.trainer}: no such file (build it: cmake --build build --target trainer)")
-    if args.threads < 0 or args.warmup < 0 or args.timeout <= 0:
-        die("--threads and --warmup must be >= 0, --timeout > 0")
+    if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:
+        die("--threads, --warmup and --price-per-device-hour must be >= 0, --timeout > 0")
     return args
 
 
@@ -527,7 +555,8 @@ def main(argv=None):
         results.append((summary, rows))
         failed += record["status"] != "ok"
         print(f"{prefix}: {describe(summary)}", flush=True)
-        write_tables(out_dir, keys, results)  # after every point: an interrupted sweep keeps what it ran
+        # After every point: an interrupted sweep keeps what it ran.
+        write_tables(out_dir, keys, results, args.price_per_device_hour)
     if args.dry_run:
         return 0
     print(f"sweep: {len(points) - failed} of {len(points)} points ok; wrote {os.path.join(out_dir, 'steps.csv')} "

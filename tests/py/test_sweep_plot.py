@@ -85,6 +85,17 @@ def check_summary(out):
         check(ok, f"{name}: steps, final losses, medians and means of steps {WARMUP + 1}..{STEPS} agree with "
                   "metrics.jsonl")
         check(os.path.isfile(os.path.join(r["run_dir"], "train.log")), f"{name}: train.log saved in its run dir")
+    # Scaling and cost: per-rank throughput against the same settings' fewest ranks; device-hours x the price.
+    ok = {n: r for n, r in by.items() if r["status"] == "ok"}
+    want_eff = {"np1_tp1": 1.0, "np2_tp2": 1.0,
+                "np2_tp1": float(ok["np2_tp1"]["tokens_per_s_median"]) / 2 / float(ok["np1_tp1"]["tokens_per_s_median"])}
+    cost_ok = all(abs(float(r["device_hours"]) - int(r["np"]) * float(r["wall_s"]) / 3600) < 1e-9 and
+                  abs(float(r["cost"]) - 2.5 * float(r["device_hours"])) < 1e-9 and
+                  abs(float(r["cost_per_billion_tokens"]) - float(r["cost"]) / (float(r["tokens"]) / 1e9)) < 1e-6
+                  for r in ok.values())
+    check(all(abs(float(ok[n]["scaling_efficiency"]) - e) < 1e-9 for n, e in want_eff.items()) and cost_ok,
+          f"scaling efficiency {[ok[n]['scaling_efficiency'] for n in sorted(ok)]}, device-hours and cost at 2.5 per "
+          f"device-hour")
     return by
 
 
@@ -119,7 +130,7 @@ def main():
     out = os.path.join(work, "sweep")
     base = ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out", out, "--np", "1,2",
             "--grid", "parallel.tp=1,2", "--set", f"train.steps={STEPS}", "--set", "train.eval_every=2",
-            "--warmup", str(WARMUP)]
+            "--warmup", str(WARMUP), "--price-per-device-hour", "2.5"]
     rc, log = run(SWEEP + base)
     check(rc == 0 and "3 of 4 points ok" in log, f"the sweep runs every point past the failing one (exit {rc})")
     if rc != 0:
