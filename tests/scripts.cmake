@@ -56,6 +56,12 @@ add_test(NAME profile_trace
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/profile_trace)
 set_tests_properties(profile_trace PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
+# Energy per step from RAPL counters (a powercap folder of the test's own), and none without them.
+add_test(NAME energy
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_energy.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${MT_WORK}/energy)
+set_tests_properties(energy PROPERTIES TIMEOUT 120 PROCESSORS 2)
+
 # Tensor parallelism through mpirun: tp = 2, tp = 4 and dp = 2 x tp = 2 reproduce the single-rank losses, step-1
 # gradients and weights.
 add_test(NAME tp_parity

@@ -1,17 +1,21 @@
 // Core: reduced-precision conversions (round to nearest even, as the GPU does), the Philox generator against the
-// published known-answer vectors, tensor views, the arena, and the learning-rate schedules.
+// published known-answer vectors, tensor views, the arena, the learning-rate schedules, and the energy counters.
 #include <catch2/catch.hpp>
 
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "core/energy.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "optim/lr_schedule.h"
+#include "test_support.h"
 
 using namespace mt;
 
@@ -121,4 +125,33 @@ TEST_CASE("learning-rate schedules", "[lr]") {
   LRSchedule flat{LRDecay::Constant, 0.3, 0.0, 5, 100};
   CHECK(flat.at(5) == Approx(0.3));
   CHECK(flat.at(77) == Approx(0.3));
+}
+
+TEST_CASE("energy counters: packages summed, sub-domains left out, one wrap, and none without a powercap folder",
+          "[energy]") {
+  namespace fs = std::filesystem;
+  const fs::path root = test::tmp_path("core", "powercap");
+  fs::remove_all(root);
+  auto write = [&](const std::string& domain, const std::string& file, uint64_t v) {
+    fs::create_directories(root / domain);
+    std::ofstream(root / domain / file) << v << "\n";
+  };
+  for (const char* d : {"intel-rapl:0", "intel-rapl:1", "intel-rapl:0:0"}) {
+    write(d, "max_energy_range_uj", 1000000);
+    write(d, "energy_uj", 100);
+  }
+  EnergyMeter m(root.string());
+  REQUIRE(m.available());
+  write("intel-rapl:0", "energy_uj", 400100);   // +0.4 J
+  write("intel-rapl:1", "energy_uj", 200100);   // +0.2 J
+  write("intel-rapl:0:0", "energy_uj", 900000);  // part of package 0: not counted twice
+  CHECK(m.joules() == Approx(0.6));
+  write("intel-rapl:0", "energy_uj", 100);  // wrapped at 1 J: +0.6 J
+  CHECK(m.joules() == Approx(0.6));
+  CHECK(m.joules() == 0);
+
+  EnergyMeter none((root / "missing").string());
+  CHECK_FALSE(none.available());
+  CHECK(none.why_unavailable().find("does not exist") != std::string::npos);
+  CHECK(none.joules() == 0);
 }

@@ -30,13 +30,17 @@ struct RankFigures {
   float elapsed_ms;        // since the first step began, at the end of this one
   float final_backward_ms;  // the last gradient pass (comm.adapt's overlap window)
   float link_ops, link_mib, link_us, link_mib2, link_mib_us;  // the gradient reductions (CommTimeline::LinkSums)
+  float energy_j;          // a node's leading rank: its node's CPU energy this step (0 elsewhere)
+  float node_leader, energy_read;  // 1 on a node's leading rank; 1 there when it has energy counters
 };
 constexpr int kFigures = sizeof(RankFigures) / sizeof(float);
 static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is reduced as a float array");
 
 }  // namespace
 
-StepMeter::StepMeter(TrainingRun& run, CommTimeline& timeline) : run_(run), timeline_(timeline) {
+StepMeter::StepMeter(TrainingRun& run, CommTimeline& timeline, bool node_leader)
+    : run_(run), timeline_(timeline), node_leader_(node_leader) {
+  if (node_leader) energy_ = std::make_unique<EnergyMeter>();
   // The same ranks, the same emulated link: the world's small all-reduces tell comm.adapt the per-operation cost.
   timeline.set_world_is_dp(run.mesh.dp() == run.mesh.world_size());
   MeshComms& c = run.comms;
@@ -65,6 +69,7 @@ void StepMeter::begin() {
   if (start_us_ < 0) start_us_ = t0_us_;
   wait0_ = wait_us();
   cpu0_ = comm_cpu_us();
+  if (energy_) energy_->joules();  // from here: an evaluation's or a checkpoint's energy is not the step's
   timeline_.take_bytes();
 }
 
@@ -92,6 +97,9 @@ std::vector<float>& StepMeter::measure(const StepResult& s) {
   f.link_us = float(link.us);
   f.link_mib2 = float(link.mib2);
   f.link_mib_us = float(link.mib_us);
+  f.node_leader = node_leader_ ? 1.0f : 0.0f;
+  f.energy_read = energy_ && energy_->available() ? 1.0f : 0.0f;
+  f.energy_j = f.energy_read > 0 ? float(energy_->joules()) : 0.0f;
   const size_t world = size_t(run_.mesh.world_size()), rank = size_t(run_.mesh.rank());
   const std::vector<Communicator*> groups = digest_groups();
   const size_t digests = groups.size() * kDigestFloats;
@@ -135,7 +143,9 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
   row.tokens_per_s = run_.tokens_per_step / (row.step_ms / 1000.0);
   row.comm_bytes = std::llround(double(m.mib_sent) * 1048576.0);
   int slowest = 0;
-  double waited = 0, stale_sum = 0, loss_sum = 0;
+  double waited = 0, stale_sum = 0, loss_sum = 0, energy = 0, leaders = 0, read = 0;
+  for (const RankFigures& f : all) energy += f.energy_j, leaders += f.node_leader, read += f.energy_read;
+  if (leaders > 0 && read == leaders) row.energy_j = energy;
   for (int r = 0; r < world; ++r)
     if (all[r].own_ms > all[slowest].own_ms) slowest = r;
   for (int r = 0; r < world; ++r) {

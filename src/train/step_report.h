@@ -4,8 +4,10 @@
 #pragma once
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "core/energy.h"
 #include "train/comm_adapt.h"
 #include "train/comm_timeline.h"
 #include "train/metrics.h"
@@ -15,7 +17,10 @@ namespace mt {
 
 class StepMeter {
  public:
-  StepMeter(TrainingRun& run, CommTimeline& timeline);
+  // node_leader: this rank reads its node's energy counters for the row's energy_j (one rank per node).
+  StepMeter(TrainingRun& run, CommTimeline& timeline, bool node_leader);
+  // Whether every step's row can carry energy_j on this rank's node, and if not why (for the start-up log).
+  const EnergyMeter* energy() const { return energy_.get(); }
   // At the start of a step (forgets traffic since the last step, e.g. an evaluation's).
   void begin();
   // At the end of the step's work: fills row's timings, each the maximum over ranks, comm_bytes and the slowest
@@ -41,6 +46,8 @@ class StepMeter {
   double t0_us_ = 0, wait0_ = 0, cpu0_ = 0;
   double start_us_ = -1;  // when the first step began
   std::vector<float> table_;  // the step's figures of every rank, reduced as one
+  bool node_leader_;
+  std::unique_ptr<EnergyMeter> energy_;  // on a node's leading rank
 };
 
 // optim.staleness: rows whose figures are still being summed over the ranks in the background, so that reporting

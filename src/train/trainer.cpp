@@ -208,7 +208,7 @@ struct RunEnd {
 // The run on an established mesh. Kept apart from run_training so that the communicators outlive an exception
 // until every rank has been told to stop (see run_training).
 RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, bool nccl, CommTimeline& timeline,
-                   Profiler& prof, const CommOptions& copts, int threads) {
+                   Profiler& prof, const CommOptions& copts, int threads, bool node_leader) {
   const int world = mesh.world_size();
   const bool rank0 = mesh.rank() == 0;
   spdlog::info("{}, device {}{}, {} compute threads per rank, communication {}{}{}", mesh.describe(),
@@ -224,7 +224,11 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
   TrainingRun& run = *built;
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", run.start_step - 1 > 0 ? run.start_step - 1 : -1);
-  StepMeter meter(run, timeline);
+  StepMeter meter(run, timeline, node_leader);
+  // Energy per step where every node has RAPL counters; else the log says where they are missing, once.
+  if (meter.energy() && !meter.energy()->available())
+    spdlog::info("energy: unavailable on this node ({}): metrics.jsonl has no energy_j",
+                 meter.energy()->why_unavailable());
   double total_ms = 0, last_elapsed_ms = 0, last_loss = 0, last_val = -1;
   uint64_t gpu_mallocs_after_first_step = 0;  // the caching allocator's cudaMalloc count once warm
   uint64_t gpu_waits_after_first_step = 0;    // and the host's waits for the GPU by then
@@ -481,7 +485,7 @@ void run_training(const Config& cfg) {
     }
   };
   try {
-    const RunEnd end = train_on_mesh(cfg, mesh, comms, nccl, timeline, prof, copts, threads);
+    const RunEnd end = train_on_mesh(cfg, mesh, comms, nccl, timeline, prof, copts, threads, node.local_rank == 0);
     if (lock_fd >= 0) write_run_status(cfg.run.dir, end.fields);
   } catch (const SetupError& e) {
     failed(2, e.what());
