@@ -15,6 +15,10 @@
   plot.py breakdown SUMMARY.csv -o breakdown.png   per layout, a bar of the step time (mean over the measured
                                                    steps; medians for a CSV without means) stacked into compute,
                                                    exposed communication and pipeline bubble
+  plot.py predicted SUMMARY.csv -o predicted.png   a sweep run from a plan (sweep.py --from-plan): each layout's
+                                           measured median step time against the planner's prediction, with the
+                                           line of equality and a 10% band; the table and the mean and largest
+                                           errors printed
   plot.py all SWEEP_DIR [-o DIR]           loss.png, breakdown.png and (with two or more rank counts) scaling.png
                                            from SWEEP_DIR/steps.csv and summary.csv, into DIR (default SWEEP_DIR)
 A sweep's figures are titled with what it ran (SWEEP_DIR/sweep.json and its first point's config.yaml): the
@@ -304,6 +308,37 @@ def first_ok(rows):
     return next(i for i, r in enumerate(rows) if r["status"] == "ok")
 
 
+def plot_predicted(summary, out, title=None):
+    rows = [r for r in read_csv(summary, ["point", "label", "status", "step_ms_median", "predicted_step_ms"])
+            if r["status"] == "ok" and number(r["predicted_step_ms"]) and number(r["step_ms_median"])]
+    if not rows:
+        die(f"{summary}: no ok point with a predicted_step_ms (run the sweep with --from-plan)")
+    errs = []
+    print(f"{'plan rank':>9}  {'layout':<40} {'predicted':>10} {'measured':>10} {'error':>7}")
+    for r in rows:
+        p, m = number(r["predicted_step_ms"]), number(r["step_ms_median"])
+        errs.append((p - m) / m)
+        print(f"{r.get('plan_rank') or '-':>9}  {(r['label'] or r['point'])[:40]:<40} {p:>10.2f} {m:>10.2f} "
+              f"{100 * errs[-1]:>+6.1f}%")
+    mean = sum(abs(e) for e in errs) / len(errs)
+    print(f"prediction error over {len(errs)} layouts: mean {100 * mean:.1f}%, largest {100 * max(map(abs, errs)):.1f}%")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    ms = [number(r["step_ms_median"]) for r in rows]
+    ps = [number(r["predicted_step_ms"]) for r in rows]
+    hi = max(ms + ps) * 1.1
+    ax.plot([0, hi], [0, hi], color="0.4", linewidth=1, label="prediction = measurement")
+    ax.fill_between([0, hi], [0, 0.9 * hi], [0, 1.1 * hi], color="0.85", label="within 10%")
+    for i, r in enumerate(rows):
+        ax.scatter(ms[i], ps[i], color=f"C{i % 10}", zorder=3, label=(r["label"] or r["point"])[:40])
+    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured step time (ms, median)", ylabel="predicted step time (ms)")
+    set_title(ax, title or f"The planner against runs: mean error {100 * mean:.0f}%")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, out)
+    plt.close(fig)
+
+
 def sweep_caption(sweep_dir):
     """'gpt.yaml on 1, 2 ranks; link 100 us / 0.05 GB/s' from SWEEP_DIR/sweep.json and the first point's resolved
     config (run.dir/config.yaml, as the trainer wrote it), or None for a folder without sweep.json."""
@@ -476,7 +511,8 @@ def plot_flight(run_dir, out):
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="plot.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="kind", metavar="KIND", help="loss | scaling | breakdown | all | flight")
+    sub = ap.add_subparsers(dest="kind", metavar="KIND",
+                            help="loss | scaling | breakdown | predicted | all | flight")
     sub.required = True
     p = sub.add_parser("loss", help="loss curves overlaid")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="run dir, metrics.jsonl, steps.csv or sweep dir")
@@ -485,7 +521,7 @@ def parse_args(argv):
     p.add_argument("--x", choices=sorted(X_AXES), default="time", help="the horizontal axis: time (default), bytes or "
                                                                         "step")
     p.add_argument("--title")
-    for kind, default in (("scaling", "scaling.png"), ("breakdown", "breakdown.png")):
+    for kind, default in (("scaling", "scaling.png"), ("breakdown", "breakdown.png"), ("predicted", "predicted.png")):
         p = sub.add_parser(kind, help=f"{kind} figure from a sweep's summary.csv")
         p.add_argument("summary", metavar="SUMMARY.csv")
         p.add_argument("-o", "--out", default=default)
@@ -509,6 +545,8 @@ def main(argv=None):
         plot_scaling(args.summary, args.out, args.title)
     elif args.kind == "breakdown":
         plot_breakdown(args.summary, args.out, args.title)
+    elif args.kind == "predicted":
+        plot_predicted(args.summary, args.out, args.title)
     elif args.kind == "flight":
         plot_flight(args.run_dir, args.out)
     else:

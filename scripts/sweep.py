@@ -20,6 +20,9 @@ Grid and points:
   --point "K=V K=V"     one explicit bundle of settings (space-separated); repeat for a list of non-grid points
                         (e.g. meshes with different np). Points multiply with the grid.
   --set KEY=VALUE       fixed overrides for every point (before the point's own settings).
+  --from-plan PLAN.json the points are build/planner --json's rows (the first --plan-top, default 8): each row's
+                        rank count and layout, with the planner's own --set flags; summary.csv then has each
+                        point's plan_rank and predicted_step_ms beside what it measured (plot.py predicted).
 parallel.dp is set to 0 (dp = ranks / (tp*pp)) unless given, so a grid over tp and pp at a fixed np (or over np)
 gets its dp from the rank count. run.resume is none unless given: a point always starts afresh.
 Threads: when a point's ranks x OMP_NUM_THREADS (or x 1 when unset) exceed the cores, it runs with one compute
@@ -67,6 +70,7 @@ summary.csv, one row per point:
   scaling_efficiency  tokens/s per rank against the point of the same settings with the fewest ranks (1.0 there):
                strong scaling when global_batch stays fixed over np, weak scaling when it grows with np
   cost, cost_per_billion_tokens   with --price-per-device-hour P: device_hours x P, and that per 10^9 tokens
+  plan_rank, predicted_step_ms    with --from-plan: the planner's rank and predicted step time of the point
   run_dir      the point's directory
 """
 import argparse
@@ -93,7 +97,7 @@ SUMMARY_TAIL = (["dp", "tp", "pp", "threads", "status", "returncode", "error", "
                  "final_val_loss"] + [f + "_median" for f in MEDIAN_FIELDS] + [f + "_mean" for f in MEAN_FIELDS] +
                 ["measured_steps", "peak_rss_mib", "peak_tensor_mib", "peak_activations_mib", "optimizer_state_bytes",
                  "wall_s", "device_hours", "tokens", "scaling_efficiency", "cost", "cost_per_billion_tokens",
-                 "run_dir"])
+                 "plan_rank", "predicted_step_ms", "run_dir"])
 
 MESH_RE = re.compile(r"mesh dp=(\d+) x tp=(\d+) x pp=(\d+).*?(\d+) compute threads per rank")
 RSS_RE = re.compile(r"peak RSS ([\d.]+) MiB")
@@ -167,6 +171,27 @@ def parse_point(text):
     if "np" in point and not (point["np"].isdigit() and int(point["np"]) > 0):
         die(f"--point {text!r}: np must be a positive integer")
     return point
+
+
+def plan_points(path, top):
+    """The first `top` rows of build/planner --json as points (np and the layout's overrides, from each row's
+    sweep_command), their (rank, predicted step_ms), and the planner's own --set flags."""
+    try:
+        rows = json.load(open(path))
+        assert isinstance(rows, list) and rows and all("sweep_command" in r for r in rows)
+    except (OSError, ValueError, AssertionError):
+        die(f"--from-plan {path}: not build/planner --json output (a list of rows with sweep_command)")
+    points, predicted, sets = [], [], []
+    for r in rows[:top]:
+        words = shlex.split(r["sweep_command"])
+        point = {"np": words[words.index("--np") + 1]}
+        if "--point" in words:
+            point.update(parse_point(words[words.index("--point") + 1]))
+        points.append(point)
+        predicted.append((r.get("rank"), r.get("step_ms")))
+        sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+        config = words[words.index("--config") + 1]
+    return points, predicted, sets, config
 
 
 def expand(axes, points):
@@ -496,6 +521,8 @@ def parse_args(argv):
     ap.add_argument("--skip-done", action="store_true",
                     help="reuse points whose point.json says ok for the same command (failed ones run again)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when any point failed")
+    ap.add_argument("--from-plan", metavar="PLAN.json", help="run build/planner --json's rows as the points")
+    ap.add_argument("--plan-top", type=int, default=8, metavar="N", help="with --from-plan: its first N rows (8)")
     ap.add_argument("--price-per-device-hour", type=float, default=0.0, metavar="P",
                     help="a device-hour's price: summary.csv then gives each point's cost and cost per 10^9 tokens")
     ap.add_argument("--dry-run", action="store_true", help="print each point's command and run nothing")
@@ -512,6 +539,8 @@ def parse_args(argv):
         die(f"--config {args.config}: no such file")
     if not args.dry_run and not os.path.isfile(args.trainer):
         die(f"--trainer {args.trainer}: no such file (build it: cmake --build build --target trainer)")
+    if args.plan_top < 1:
+        die("--plan-top must be >= 1")
     if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:
         die("--threads, --warmup and --price-per-device-hour must be >= 0, --timeout > 0")
     return args
@@ -519,8 +548,17 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    axes = parse_grid(args.grid, args.np)
-    points = expand(axes, [parse_point(p) for p in args.point])
+    predicted = None
+    if args.from_plan:
+        if args.grid or args.point or args.np:
+            die("--from-plan gives the points: no --grid, --point or --np with it")
+        points, predicted, plan_sets, plan_config = plan_points(args.from_plan, args.plan_top)
+        args.set += [s for s in plan_sets if s not in args.set]
+        if os.path.basename(plan_config) != os.path.basename(args.config):
+            print(f"sweep: warning: the plan is of {plan_config}, the sweep runs {args.config}", file=sys.stderr)
+    else:
+        axes = parse_grid(args.grid, args.np)
+        points = expand(axes, [parse_point(p) for p in args.point])
     keys = []
     for p in points:
         keys += [k for k in p if k not in keys]
@@ -552,6 +590,8 @@ def main(argv=None):
             print(f"{prefix}: running", flush=True)
             record = run_point(args, args.set, settings, name, run_dir)
         summary, rows = summarize(record, run_dir, args.warmup)
+        if predicted:
+            summary["plan_rank"], summary["predicted_step_ms"] = predicted[i - 1]
         results.append((summary, rows))
         failed += record["status"] != "ok"
         print(f"{prefix}: {describe(summary)}", flush=True)

@@ -168,6 +168,25 @@ def main():
             check(rc == 0, f"plot.py loss --x {x} exits 0 ({rc}: {log.strip()})")
             check_png(os.path.join(figs, name))
 
+    # A sweep of a plan's rows (as build/planner --json writes them): each row's rank count and layout, the plan's
+    # --set flags for all, and its prediction beside the measurement; then the predicted-against-measured figure.
+    plan = os.path.join(work, "plan.json")
+    with open(plan, "w") as f:
+        json.dump([{"rank": 1, "step_ms": 0.5, "sweep_command": f"scripts/sweep.py --config {TINY} --np 2 --set "
+                    f"train.steps={STEPS} --point 'parallel.tp=2 train.micro_batch=4'"},
+                   {"rank": 2, "step_ms": 0.7, "sweep_command": f"scripts/sweep.py --config {TINY} --np 1 --set "
+                    f"train.steps={STEPS}"}], f)
+    planned = os.path.join(work, "planned")
+    rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out", planned,
+                           "--from-plan", plan, "--warmup", str(WARMUP)])
+    _, prow = read_csv(os.path.join(planned, "summary.csv")) if rc == 0 else (None, [])
+    got = [(r["point"], r["plan_rank"], r["predicted_step_ms"], r["tp"], r["steps"]) for r in prow]
+    check(got == [("np2_tp2_micro_batch4", "1", "0.5", "2", str(STEPS)), ("np1", "2", "0.7", "1", str(STEPS))],
+          f"--from-plan runs the plan's rows with its --set flags, each with its prediction: {got} (exit {rc})")
+    rc, log = run(PLOT + ["predicted", os.path.join(planned, "summary.csv"), "-o", os.path.join(figs, "pred.png")])
+    check(rc == 0 and "prediction error over 2 layouts" in log, f"plot.py predicted: the table and errors ({rc})")
+    check_png(os.path.join(figs, "pred.png"))
+
     for args, words in ((["histogram", out], "invalid choice"), (["scaling", os.path.join(work, "none.csv")],
                                                                   "no such file"),
                         (["breakdown", os.path.join(out, "steps.csv")], "missing column")):
