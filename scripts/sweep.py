@@ -71,6 +71,9 @@ summary.csv, one row per point:
                strong scaling when global_batch stays fixed over np, weak scaling when it grows with np
   cost, cost_per_billion_tokens   with --price-per-device-hour P: device_hours x P, and that per 10^9 tokens
   plan_rank, predicted_step_ms    with --from-plan: the planner's rank and predicted step time of the point
+  stopped_by_budget   whether --time-budget stopped the point (SIGTERM: it finished its step and checkpointed)
+  time_to_target_s, tokens_to_target   with --target-loss L: the elapsed time and tokens at the first row whose
+               val_loss (where the point evaluates, else its training loss) is at most L; empty if none was
   run_dir      the point's directory
 """
 import argparse
@@ -97,7 +100,8 @@ SUMMARY_TAIL = (["dp", "tp", "pp", "threads", "status", "returncode", "error", "
                  "final_val_loss"] + [f + "_median" for f in MEDIAN_FIELDS] + [f + "_mean" for f in MEAN_FIELDS] +
                 ["measured_steps", "peak_rss_mib", "peak_tensor_mib", "peak_activations_mib", "optimizer_state_bytes",
                  "wall_s", "device_hours", "tokens", "scaling_efficiency", "cost", "cost_per_billion_tokens",
-                 "plan_rank", "predicted_step_ms", "run_dir"])
+                 "plan_rank", "predicted_step_ms", "stopped_by_budget", "time_to_target_s", "tokens_to_target",
+                 "run_dir"])
 
 MESH_RE = re.compile(r"mesh dp=(\d+) x tp=(\d+) x pp=(\d+).*?(\d+) compute threads per rank")
 RSS_RE = re.compile(r"peak RSS ([\d.]+) MiB")
@@ -287,20 +291,29 @@ def first_error(log):
     return lines[-1] if lines else "no output"
 
 
-def run_process(cmd, env, log_path, timeout):
-    """Runs cmd with its output in log_path; returns (returncode or None on timeout, seconds)."""
+def run_process(cmd, env, log_path, timeout, budget=0.0):
+    """Runs cmd with its output in log_path; returns (returncode or None on timeout, seconds, whether the budget
+    stopped it). With a budget (seconds), SIGTERM then: the trainer's run.stop_signals has every rank finish its
+    step, write a checkpoint and exit 0 (mpiexec passes the signal on to the ranks)."""
     t0 = time.monotonic()
+    stopped = False
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            rc = proc.wait(timeout=timeout)
+            if budget > 0:
+                try:
+                    proc.wait(timeout=budget)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGTERM)
+                    stopped = True
+            rc = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the point's own process group: mpiexec and its ranks
             proc.wait()
             rc = None
-    return rc, time.monotonic() - t0
+    return rc, time.monotonic() - t0, stopped
 
 
 def clear_outputs(run_dir):
@@ -316,7 +329,7 @@ def run_point(args, sets, settings, name, run_dir):
     os.makedirs(run_dir, exist_ok=True)
     clear_outputs(run_dir)
     log_path = os.path.join(run_dir, "train.log")
-    rc, secs = run_process(cmd, dict(os.environ, **env_changes), log_path, args.timeout)
+    rc, secs, stopped = run_process(cmd, dict(os.environ, **env_changes), log_path, args.timeout, args.time_budget)
     with open(log_path) as f:
         log = f.read()
     has_metrics = os.path.isfile(os.path.join(run_dir, "metrics.jsonl"))
@@ -329,7 +342,7 @@ def run_point(args, sets, settings, name, run_dir):
     else:
         status, error = "ok", ""
     record = {"point": name, "settings": settings, "command": cmd, "env": env_changes, "status": status,
-              "returncode": rc, "error": error, "wall_s": round(secs, 3)}
+              "returncode": rc, "error": error, "wall_s": round(secs, 3), "stopped_by_budget": stopped}
     with open(os.path.join(run_dir, "point.json"), "w") as f:
         json.dump(record, f, indent=1)
     return record
@@ -425,7 +438,7 @@ def mesh_label(settings, info):
     return " ".join([mesh] + rest)
 
 
-def summarize(record, run_dir, warmup):
+def summarize(record, run_dir, warmup, target=None):
     settings = record["settings"]
     rows = read_metrics(run_dir)
     info = parse_log(run_dir)
@@ -442,6 +455,13 @@ def summarize(record, run_dir, warmup):
                tokens=rows[-1].get("tokens") if rows else None)
     if out["wall_s"] is not None:
         out["device_hours"] = int(out["np"]) * out["wall_s"] / 3600
+    out["stopped_by_budget"] = record.get("stopped_by_budget", False)
+    if target is not None:  # the first row at or below the target: its val_loss where evaluated, else its loss
+        field = "val_loss" if vals else "loss"
+        hit = next((r for r in rows if isinstance(r.get(field), (int, float)) and r[field] <= target), None)
+        if hit:
+            out["time_to_target_s"] = hit["elapsed_ms"] / 1000
+            out["tokens_to_target"] = hit.get("tokens")
     for f in MEDIAN_FIELDS:
         out[f + "_median"] = median_of(measured, f)
     for f in MEAN_FIELDS:
@@ -522,6 +542,10 @@ def parse_args(argv):
                     help="reuse points whose point.json says ok for the same command (failed ones run again)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when any point failed")
     ap.add_argument("--from-plan", metavar="PLAN.json", help="run build/planner --json's rows as the points")
+    ap.add_argument("--time-budget", type=float, default=0.0, metavar="S",
+                    help="stop each point after S seconds (SIGTERM: it finishes its step): the same wall time each")
+    ap.add_argument("--target-loss", type=float, default=None, metavar="L",
+                    help="summary.csv's time_to_target_s and tokens_to_target: when each point first reached L")
     ap.add_argument("--plan-top", type=int, default=8, metavar="N", help="with --from-plan: its first N rows (8)")
     ap.add_argument("--price-per-device-hour", type=float, default=0.0, metavar="P",
                     help="a device-hour's price: summary.csv then gives each point's cost and cost per 10^9 tokens")
@@ -541,6 +565,8 @@ def parse_args(argv):
         die(f"--trainer {args.trainer}: no such file (build it: cmake --build build --target trainer)")
     if args.plan_top < 1:
         die("--plan-top must be >= 1")
+    if not args.time_budget >= 0 or (args.time_budget > 0 and args.time_budget >= args.timeout):
+        die("--time-budget must be >= 0 and below --timeout")
     if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:
         die("--threads, --warmup and --price-per-device-hour must be >= 0, --timeout > 0")
     return args
@@ -589,7 +615,7 @@ def main(argv=None):
         else:
             print(f"{prefix}: running", flush=True)
             record = run_point(args, args.set, settings, name, run_dir)
-        summary, rows = summarize(record, run_dir, args.warmup)
+        summary, rows = summarize(record, run_dir, args.warmup, args.target_loss)
         if predicted:
             summary["plan_rank"], summary["predicted_step_ms"] = predicted[i - 1]
         results.append((summary, rows))

@@ -187,6 +187,21 @@ def main():
     check(rc == 0 and "prediction error over 2 layouts" in log, f"plot.py predicted: the table and errors ({rc})")
     check_png(os.path.join(figs, "pred.png"))
 
+    # A time budget: the point is stopped by SIGTERM after 1.5 s (it finishes its step, checkpoints, exits 0), and
+    # the time and tokens to a target loss come from its rows.
+    budget = os.path.join(work, "budget")
+    rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out", budget, "--np", "2",
+                           "--set", "train.steps=1000000", "--time-budget", "1.5", "--target-loss", "4.0"])
+    _, brow = read_csv(os.path.join(budget, "summary.csv")) if rc == 0 else (None, [{}])
+    b = brow[0]
+    m = metrics(b["run_dir"]) if b.get("run_dir") else []
+    hit = next((x for x in m if x["loss"] <= 4.0), None)
+    check(rc == 0 and b.get("status") == "ok" and b.get("stopped_by_budget") == "True" and 0 < len(m) < 1000000 and
+          hit is not None and same(b.get("time_to_target_s"), hit["elapsed_ms"] / 1000) and
+          b.get("tokens_to_target") == str(hit["tokens"]),
+          f"--time-budget 1.5 stops the point ({len(m)} steps, exit {rc}); --target-loss 4.0 reached at "
+          f"{b.get('time_to_target_s')} s, {b.get('tokens_to_target')} tokens")
+
     for args, words in ((["histogram", out], "invalid choice"), (["scaling", os.path.join(work, "none.csv")],
                                                                   "no such file"),
                         (["breakdown", os.path.join(out, "steps.csv")], "missing column")):
