@@ -15,6 +15,8 @@
   plot.py breakdown SUMMARY.csv -o breakdown.png   per layout, a bar of the step time (mean over the measured
                                                    steps; medians for a CSV without means) stacked into compute,
                                                    exposed communication and pipeline bubble
+A sweep run with --repeat N has each point's runs merged (their mean) with error bars from the fastest to the
+slowest run, in the scaling and breakdown figures.
   plot.py predicted SUMMARY.csv -o predicted.png   a sweep run from a plan (sweep.py --from-plan): each layout's
                                            measured median step time against the planner's prediction, with the
                                            line of equality and a 10% band; the table and the mean and largest
@@ -142,8 +144,34 @@ def load_curves(sources):
 
 
 def ok_rows(path):
-    rows = read_csv(path, ["point", "status", "np", "tokens_per_s_median", "step_ms_median"])
+    rows = merge_repeats(read_csv(path, ["point", "status", "np", "tokens_per_s_median", "step_ms_median"]))
     return rows, [r for r in rows if r["status"] == "ok"]
+
+
+def merge_repeats(rows):
+    """sweep.py --repeat's runs of one point (NAME_r1..rN) as one row: each number the mean over its ok runs, and
+    for every such column COL also COL_lo and COL_hi, the smallest and largest (the run-to-run spread). Rows of a
+    sweep without repeats stay as they are."""
+    groups = {}
+    for r in rows:
+        base, _, k = r["point"].rpartition("_r")
+        key = base if r.get("repeat") and base and k.isdigit() else r["point"]
+        groups.setdefault(key, []).append(r)
+    out = []
+    for key, grp in groups.items():
+        if len(grp) == 1:
+            out.append(grp[0])
+            continue
+        ok = [r for r in grp if r["status"] == "ok"]
+        merged = dict((ok or grp)[0], point=key, repeats=str(len(ok)))
+        merged["status"] = "ok" if ok else grp[0]["status"]
+        for col in list(merged):
+            vals = [number(r.get(col)) for r in ok]
+            if ok and all(v is not None for v in vals) and col not in ("np", "repeat", "returncode"):
+                merged[col] = repr(sum(vals) / len(vals))
+                merged[col + "_lo"], merged[col + "_hi"] = repr(min(vals)), repr(max(vals))
+        out.append(merged)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -151,7 +179,8 @@ def ok_rows(path):
 
 
 def set_title(ax, title):
-    ax.set_title("\n".join(textwrap.wrap(title, int(ax.figure.get_figwidth() * 11))), fontsize=11)
+    # About 8 characters per inch of figure: the axes are narrower than the figure (labels, an outside legend).
+    ax.set_title("\n".join(textwrap.wrap(title, int(ax.figure.get_figwidth() * 8))), fontsize=11)
 
 
 def short_settings(settings):
@@ -235,6 +264,11 @@ def plot_scaling(summary, out, title=None):
         color = f"C{i % 10}"
         name = short_settings(name)
         ax.plot(x, y, marker="o", color=color, label=name or "tokens/s")
+        spread = [(number(r.get("tokens_per_s_median_lo")), number(r.get("tokens_per_s_median_hi"))) for r in grp]
+        if all(lo is not None for lo, _ in spread):  # repeats: the smallest and largest run
+            below = [v - lo for v, (lo, _) in zip(y, spread)]
+            above = [hi - v for v, (_, hi) in zip(y, spread)]
+            ax.errorbar(x, y, yerr=[below, above], fmt="none", ecolor=color, capsize=3)
         if len(x) > 1:
             ax.plot(x, [y[0] * n / x[0] for n in x], linestyle="--", color=color, alpha=0.5, linewidth=1,
                     label=(f"{name}: linear from np={x[0]:g}" if name else f"linear from np={x[0]:g}"))
@@ -262,7 +296,7 @@ def breakdown_columns(summary):
 
 
 def plot_breakdown(summary, out, title=None):
-    rows, ok = ok_rows(summary)
+    rows, ok = ok_rows(summary)  # repeats merged
     stat, cols = breakdown_columns(summary)
     read_csv(summary, cols)
     if not ok:
@@ -286,6 +320,11 @@ def plot_breakdown(summary, out, title=None):
         if step is not None:
             ax.plot([i - 0.35, i + 0.35], [step, step], color="black", linewidth=1.5,
                     label=f"step time ({stat})" if i == first else None)
+            lo, hi = number(r.get(cols[3] + "_lo")), number(r.get(cols[3] + "_hi"))
+            if lo is not None and hi is not None:  # repeats: the fastest and slowest run
+                ax.errorbar(i, step, yerr=[[step - lo], [hi - step]], fmt="none", ecolor="black", capsize=4,
+                            label=f"spread over {r['repeats']} runs" if i == first else None)
+                top = max(top, hi)
             ax.annotate(f"{step:.3g} ms", (i, max(step, bottom)), textcoords="offset points", xytext=(0, 3),
                         ha="center", fontsize=8)
         top = max(top, bottom, step or 0.0)
@@ -321,7 +360,8 @@ def plot_predicted(summary, out, title=None):
         print(f"{r.get('plan_rank') or '-':>9}  {(r['label'] or r['point'])[:40]:<40} {p:>10.2f} {m:>10.2f} "
               f"{100 * errs[-1]:>+6.1f}%")
     mean = sum(abs(e) for e in errs) / len(errs)
-    print(f"prediction error over {len(errs)} layouts: mean {100 * mean:.1f}%, largest {100 * max(map(abs, errs)):.1f}%")
+    largest = max(map(abs, errs))
+    print(f"prediction error over {len(errs)} layouts: mean {100 * mean:.1f}%, largest {100 * largest:.1f}%")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 5.5))
     ms = [number(r["step_ms_median"]) for r in rows]

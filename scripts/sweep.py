@@ -72,6 +72,7 @@ summary.csv, one row per point:
   cost, cost_per_billion_tokens   with --price-per-device-hour P: device_hours x P, and that per 10^9 tokens
   plan_rank, predicted_step_ms    with --from-plan: the planner's rank and predicted step time of the point
   stopped_by_budget   whether --time-budget stopped the point (SIGTERM: it finished its step and checkpointed)
+  repeat       1 .. --repeat N: the point's run (each in its own folder, NAME_rK); plot.py draws their spread
   time_to_target_s, tokens_to_target   with --target-loss L: the elapsed time and tokens at the first row whose
                val_loss (where the point evaluates, else its training loss) is at most L; empty if none was
   run_dir      the point's directory
@@ -101,7 +102,7 @@ SUMMARY_TAIL = (["dp", "tp", "pp", "threads", "status", "returncode", "error", "
                 ["measured_steps", "peak_rss_mib", "peak_tensor_mib", "peak_activations_mib", "optimizer_state_bytes",
                  "wall_s", "device_hours", "tokens", "scaling_efficiency", "cost", "cost_per_billion_tokens",
                  "plan_rank", "predicted_step_ms", "stopped_by_budget", "time_to_target_s", "tokens_to_target",
-                 "run_dir"])
+                 "repeat", "run_dir"])
 
 MESH_RE = re.compile(r"mesh dp=(\d+) x tp=(\d+) x pp=(\d+).*?(\d+) compute threads per rank")
 RSS_RE = re.compile(r"peak RSS ([\d.]+) MiB")
@@ -542,6 +543,8 @@ def parse_args(argv):
                     help="reuse points whose point.json says ok for the same command (failed ones run again)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when any point failed")
     ap.add_argument("--from-plan", metavar="PLAN.json", help="run build/planner --json's rows as the points")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="run every point N times (folders NAME_r1..rN): plot.py shows the run-to-run spread")
     ap.add_argument("--time-budget", type=float, default=0.0, metavar="S",
                     help="stop each point after S seconds (SIGTERM: it finishes its step): the same wall time each")
     ap.add_argument("--target-loss", type=float, default=None, metavar="L",
@@ -563,8 +566,8 @@ def parse_args(argv):
         die(f"--config {args.config}: no such file")
     if not args.dry_run and not os.path.isfile(args.trainer):
         die(f"--trainer {args.trainer}: no such file (build it: cmake --build build --target trainer)")
-    if args.plan_top < 1:
-        die("--plan-top must be >= 1")
+    if args.plan_top < 1 or args.repeat < 1:
+        die("--plan-top and --repeat must be >= 1")
     if not args.time_budget >= 0 or (args.time_budget > 0 and args.time_budget >= args.timeout):
         die("--time-budget must be >= 0 and below --timeout")
     if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:
@@ -593,6 +596,13 @@ def main(argv=None):
     for p in points:
         name = point_name(p, shorts)
         names.append(name if name not in names else f"{name}_{len(names)}")
+    repeats = [1] * len(points)
+    if args.repeat > 1:  # each point again, in a run dir of its own: the run-to-run spread (plot.py's error bars)
+        n = args.repeat
+        names = [f"{name}_r{k}" for name in names for k in range(1, n + 1)]
+        points = [p for p in points for _ in range(n)]
+        repeats = [k for _ in range(len(points) // n) for k in range(1, n + 1)]
+        predicted = [x for x in predicted for _ in range(n)] if predicted else predicted
     args.config = os.path.abspath(args.config)
     out_dir = os.path.abspath(args.out)
     os.makedirs(out_dir, exist_ok=True)
@@ -616,6 +626,7 @@ def main(argv=None):
             print(f"{prefix}: running", flush=True)
             record = run_point(args, args.set, settings, name, run_dir)
         summary, rows = summarize(record, run_dir, args.warmup, args.target_loss)
+        summary["repeat"] = repeats[i - 1]
         if predicted:
             summary["plan_rank"], summary["predicted_step_ms"] = predicted[i - 1]
         results.append((summary, rows))

@@ -202,6 +202,17 @@ def main():
           f"--time-budget 1.5 stops the point ({len(m)} steps, exit {rc}); --target-loss 4.0 reached at "
           f"{b.get('time_to_target_s')} s, {b.get('tokens_to_target')} tokens")
 
+    # Repeats: each point run twice in folders of their own; the breakdown merges them with their spread.
+    rep = os.path.join(work, "repeat")
+    rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--out", rep, "--set", f"train.steps={STEPS}",
+                           "--repeat", "2"])
+    _, rrows = read_csv(os.path.join(rep, "summary.csv")) if rc == 0 else (None, [])
+    check([(r["point"], r["repeat"], r["status"]) for r in rrows] == [("base_r1", "1", "ok"), ("base_r2", "2", "ok")],
+          f"--repeat 2: two runs of the point ({[(r['point'], r['repeat']) for r in rrows]}, exit {rc})")
+    rc, log = run(PLOT + ["breakdown", os.path.join(rep, "summary.csv"), "-o", os.path.join(figs, "rep.png")])
+    check(rc == 0, f"plot.py breakdown of repeats: exit {rc}")
+    check_png(os.path.join(figs, "rep.png"))
+
     for args, words in ((["histogram", out], "invalid choice"), (["scaling", os.path.join(work, "none.csv")],
                                                                   "no such file"),
                         (["breakdown", os.path.join(out, "steps.csv")], "missing column")):
