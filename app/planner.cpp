@@ -51,7 +51,7 @@ const char* kUsage =
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
     "  The communication runtime's costs beyond the network (defaults fit on the 2-core development machine):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
-    "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.65)\n"
+    "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
     "                       exceed the cores (default 150)\n"
     "  --step-sync-us US    the same for the step's collectives between its phases (default 2000)\n"

@@ -22,8 +22,8 @@ struct NetOptions {
   // it (it polls outstanding receives every 25-200 us) and waking the compute thread, each needing a core.
   double p2p_latency_us = 2000;
   // The core share each pipeline rank's communication thread takes from the rank's compute while it polls the
-  // step's receives.
-  double poll_share = 0.65;
+  // step's receives (refit 2026-11-27 from 0.65: docs/planner.md, "Refit of the poll share").
+  double poll_share = 0.15;
   // A collective's or a message's extra wait inside the pipeline phase when the ranks' threads outnumber the
   // cores: its peers are not running at the same moment (the scheduler time-slices them).
   double oversubscribed_sync_us = 150;
