@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
     }
     if (run.empty()) mt::input_error("missing --run DIR (a run folder with config.yaml and model.safetensors)\n{}",
                                      kUsage);
-    if (have_prompt == have_ids) mt::input_error("give the prompt as --prompt TEXT or as --prompt-ids IDS (one of them)");
+    if (have_prompt == have_ids)
+      mt::input_error("give the prompt as --prompt TEXT or as --prompt-ids IDS (one of them)");
     const mt::Config cfg = mt::load_config(run + "/config.yaml", sets);
     const bool bytes = cfg.data.source == mt::DataSource::Text;
     if (have_prompt && !bytes)
