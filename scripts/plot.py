@@ -11,7 +11,8 @@
                                            curve per ok point) or a sweep dir; --x bytes: against the MB sent so
                                            far (cumulative comm_bytes), --x step: against the step
   plot.py scaling SUMMARY.csv -o scaling.png    median tokens/s against ranks (np), one line per setting
-                                                other than np, with linear scaling from each line's first point
+                                                other than np, with linear scaling from each line's first point,
+                                                and beside it (sweep.py's scaling_efficiency) the efficiency
   plot.py breakdown SUMMARY.csv -o breakdown.png   per layout, a bar of the step time (mean over the measured
                                                    steps; medians for a CSV without means) stacked into compute,
                                                    exposed communication and pipeline bubble
@@ -179,8 +180,10 @@ def merge_repeats(rows):
 
 
 def set_title(ax, title):
-    # About 8 characters per inch of figure: the axes are narrower than the figure (labels, an outside legend).
-    ax.set_title("\n".join(textwrap.wrap(title, int(ax.figure.get_figwidth() * 8))), fontsize=11)
+    # About 11 characters per inch of the axes' own width (a panel of two is half the figure), less for the
+    # labels and an outside legend.
+    inches = ax.figure.get_figwidth() * ax.get_position().width
+    ax.set_title("\n".join(textwrap.wrap(title, max(30, int(inches * 10)))), fontsize=11)
 
 
 def short_settings(settings):
@@ -256,9 +259,15 @@ def plot_scaling(summary, out, title=None):
     for r in pts:
         groups.setdefault(series_of(r), []).append(r)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # sweep.py's scaling_efficiency (tokens/s per rank against the fewest ranks): a second panel where present.
+    with_eff = all(number(r.get("scaling_efficiency")) is not None for r in pts)
+    fig, axes = plt.subplots(1, 2 if with_eff else 1, figsize=(12 if with_eff else 7, 4.5), squeeze=False)
+    ax = axes[0][0]
     for i, (name, grp) in enumerate(sorted(groups.items())):
         grp.sort(key=lambda r: number(r["np"]))
+        if with_eff:
+            axes[0][1].plot([number(r["np"]) for r in grp], [number(r["scaling_efficiency"]) for r in grp],
+                            marker="o", color=f"C{i % 10}", label=short_settings(name) or "efficiency")
         x = [number(r["np"]) for r in grp]
         y = [number(r["tokens_per_s_median"]) for r in grp]
         color = f"C{i % 10}"
@@ -277,6 +286,16 @@ def plot_scaling(summary, out, title=None):
     ax.set_xticklabels([str(n) for n in nps])
     ax.set(xlabel="ranks (np)", ylabel="tokens/s (median over measured steps)")
     set_title(ax, title or "Throughput against ranks")
+    if with_eff:
+        eff = axes[0][1]
+        eff.axhline(1.0, color="0.5", linestyle="--", linewidth=1, label="linear scaling")
+        eff.set_xscale("log", base=2)
+        eff.set_xticks(nps)
+        eff.set_xticklabels([str(n) for n in nps])
+        eff.set(xlabel="ranks (np)", ylabel="tokens/s per rank / at the fewest ranks", ylim=(0, None))
+        set_title(eff, "Scaling efficiency (strong with a fixed global batch, weak with one growing with np)")
+        eff.grid(alpha=0.3)
+        eff.legend(fontsize=8)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -67,7 +67,8 @@ summary.csv, one row per point:
   wall_s       wall-clock seconds of the whole point (start-up included): its time to solution
   device_hours np x wall_s / 3600: what the point used of the machine
   tokens       tokens trained (the last metrics row's)
-  scaling_efficiency  tokens/s per rank against the point of the same settings with the fewest ranks (1.0 there):
+  scaling_efficiency  tokens/s per rank against the point of the same settings with the fewest ranks (its runs'
+               mean with --repeat; 1.0 there on average):
                strong scaling when global_batch stays fixed over np, weak scaling when it grows with np
   cost, cost_per_billion_tokens   with --price-per-device-hour P: device_hours x P, and that per 10^9 tokens
   plan_rank, predicted_step_ms    with --from-plan: the planner's rank and predicted step time of the point
@@ -494,9 +495,9 @@ def scale_and_cost(results, price):
     ok = [s for s, _ in results if s["status"] == "ok" and s.get("tokens_per_s_median")]
     for s in ok:
         same = [o for o in ok if o["settings"] == s["settings"]]
-        base = min(same, key=lambda o: int(o["np"]))
-        s["scaling_efficiency"] = (s["tokens_per_s_median"] / int(s["np"])) / (base["tokens_per_s_median"] /
-                                                                                int(base["np"]))
+        fewest = min(int(o["np"]) for o in same)
+        base = [o["tokens_per_s_median"] for o in same if int(o["np"]) == fewest]  # its repeats' mean
+        s["scaling_efficiency"] = (s["tokens_per_s_median"] / int(s["np"])) / (sum(base) / len(base) / fewest)
     for s, _ in results:
         if price and s.get("device_hours") is not None:
             s["cost"] = s["device_hours"] * price
