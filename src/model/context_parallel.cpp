@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/arena.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/gqa.h"
@@ -81,9 +82,11 @@ int64_t attention_temp_bytes(const ContextParallel& cp, bool packed, int64_t B, 
   if (!cp.on()) return 0;
   int64_t most = 0;
   for (const bool backward : {false, true}) {
-    const int copies = packed ? (backward ? kPackedBackwardCopies : kPackedForwardCopies) : 0;
-    const int64_t copy = (B * T_local * q_width * int64_t(dtype_size(S)) + 63) / 64 * 64;  // Tensor::empty's rounding
-    most = std::max(most, copies * copy +
+    // The copies counted as an arena counts them (rounded as Tensor::empty rounds a non-empty tensor).
+    Arena copies{Arena::CountOnly{}};
+    for (int i = 0; packed && i < (backward ? kPackedBackwardCopies : kPackedForwardCopies); ++i)
+      copies.alloc(Shape{B, T_local, q_width}, S);
+    most = std::max(most, int64_t(copies.high_water_bytes()) +
                               ring_attention_temp_bytes(B, T_local, q_width, kv_width, n_head, S, cp.size(), backward));
   }
   return most;
