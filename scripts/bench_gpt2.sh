@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# GPT-2 124M on one GPU, three contenders, the same model (L12 NH12 C768, vocabulary 50257, T 1024), bf16
+# GPT-2 on one GPU, three contenders, the same model (124M: L12 NH12 C768; --model 774m: L36 NH20 C1280; --model
+# 1558m: L48 NH25 C1600; vocabulary 50257, T 1024), bf16
 # compute over fp32 master weights, random init, AdamW with clipping, the same tokens per optimizer step
 # (global_batch x 1024, accumulated over global_batch / micro_batch micro-batches) and the same token file:
-#   meshtrain  build/trainer --config configs/gpt2-124m.yaml, tokens/s from its run's metrics.jsonl
+#   meshtrain  build/trainer --config configs/gpt2-MODEL.yaml, tokens/s from its run's metrics.jsonl, its GPU peak
+#              from memory.json beside the planner's prediction for the same micro-batch (build/planner
+#              --memory-only)
 #   llm.c      train_gpt2cu built from .gpu-deps/llm.c (scripts/gpu_deps.sh), with cuDNN attention when cuDNN
 #              and its frontend headers are found, tokens/s from its per-step "ms" lines
 #   PyTorch    bench/gpt2_pytorch.py, eager and torch.compile, tokens/s from CUDA events
 # Each number is the median over the steps after the warm-up. Usage:
-#   scripts/bench_gpt2.sh [--build-dir DIR] [--out DIR] [--micro-batches "8 16 32"] [--global-batch 32]
+#   scripts/bench_gpt2.sh [--model 124m|774m|1558m] [--build-dir DIR] [--out DIR] [--micro-batches "8 16 32"]
+#                         [--global-batch 32]
 #                         [--steps 40] [--warmup 10] [--contenders meshtrain,llmc,pytorch] [--prepare-only]
 # --prepare-only builds llm.c and writes the token file, then stops (scripts/gpu_check.sh runs it during the
 # meshtrain build). Environment: MT_BENCH_BUDGET_S (total seconds, default 400), MT_BENCH_COMPILE_MBS (the
@@ -36,8 +40,10 @@ STEPS=40
 WARMUP=10
 CONTENDERS=meshtrain,llmc,pytorch
 PREPARE_ONLY=0
+MODEL=124m
 while (($#)); do
   case "$1" in
+    --model) MODEL="$2"; shift 2 ;;
     --build-dir) BUILD="$2"; shift 2 ;;
     --out) OUTDIR="$2"; shift 2 ;;
     --micro-batches) MBS="${2//,/ }"; shift 2 ;;
@@ -52,6 +58,14 @@ while (($#)); do
 done
 [[ "$BUILD" = /* ]] || BUILD=$ROOT/$BUILD
 [[ -n "$OUTDIR" ]] || OUTDIR=$BUILD/gpu-report
+# The model's shape, llm.c's random-init depth (-e dL gives GPT-2's width for that depth) and peak learning rate.
+case $MODEL in
+  124m) L=12 NH=12 C=768 LR=6e-4 ;;
+  774m) L=36 NH=20 C=1280 LR=2.5e-4 ;;
+  1558m) L=48 NH=25 C=1600 LR=2.5e-4 ;;
+  *) echo "bench_gpt2: --model is 124m, 774m or 1558m, got $MODEL" >&2; exit 2 ;;
+esac
+CONFIG=configs/gpt2-$MODEL.yaml
 [[ "$OUTDIR" = /* ]] || OUTDIR=$ROOT/$OUTDIR
 T=1024
 PY=${MT_PYTHON:-python3}   # the interpreter with PyTorch and numpy
@@ -161,6 +175,8 @@ c, mb, status = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 r = {"contender": c, "micro_batch": mb, "status": status}
 if len(sys.argv) > 4:
     r.update(tokens_per_s=float(sys.argv[4]), step_ms=float(sys.argv[5]), loss=float(sys.argv[6]))
+if len(sys.argv) > 8:  # meshtrain: its GPU peak (memory.json) and the planner's prediction, MiB
+    r.update(peak_mib=float(sys.argv[7]), planner_mib=float(sys.argv[8]))
 print(json.dumps(r))
 EOF
 }
@@ -179,10 +195,10 @@ if has llmc; then
     if ((GB % mb)); then result llmc "$mb" "skipped: $GB does not divide by $mb"; continue; fi
     if [[ ! -x "$LLMC/train_gpt2cu" ]]; then result llmc "$mb" "not built"; continue; fi
     say "llm.c, micro-batch $mb"
-    # -e d12: GPT-2 124M from random init; no validation after step 0 (-v), one validation batch (-m), no
-    # sampling (-s 0); AdamW lr 6e-4 with 10 warm-up steps and weight decay 0.1, as the other two.
-    (cd "$LLMC" && timeout -k 5 "$(cap 120)" ./train_gpt2cu -i "$TOKENS" -j "$TOKENS" -e d12 -b "$mb" -t $T \
-      -d $((GB * T)) -x "$STEPS" -v 1000000 -m 1 -s 0 -l 6e-4 -u 10 -c 0.1) >"$log" 2>&1
+    # -e dL: GPT-2 of depth L from random init; no validation after step 0 (-v), one validation batch (-m), no
+    # sampling (-s 0); AdamW at the config's peak lr with 10 warm-up steps and weight decay 0.1, as the other two.
+    (cd "$LLMC" && timeout -k 5 "$(cap 120)" ./train_gpt2cu -i "$TOKENS" -j "$TOKENS" -e "d$L" -b "$mb" -t $T \
+      -d $((GB * T)) -x "$STEPS" -v 1000000 -m 1 -s 0 -l "$LR" -u 10 -c 0.1) >"$log" 2>&1
     rc=$?
     # "step    N/M | loss L (...)| norm ... | lr ... | MS ms | ... tok/s"
     read -r tps ms loss < <(python3 - "$log" "$WARMUP" "$GB" "$T" <<'EOF'
@@ -214,14 +230,23 @@ if has meshtrain; then
     if [[ ! -x "$BUILD/trainer" ]]; then result meshtrain "$mb" "not built"; continue; fi
     say "meshtrain, micro-batch $mb"
     rm -rf "$rd"
-    timeout -k 5 "$(cap 150)" "$BUILD/trainer" --config configs/gpt2-124m.yaml --set device=cuda \
+    timeout -k 5 "$(cap 150)" "$BUILD/trainer" --config "$CONFIG" --set device=cuda \
       --set train.micro_batch="$mb" --set train.global_batch="$GB" --set train.steps="$STEPS" \
       --set data.source=tokens --set data.path="$TOKENS" --set run.dir="$rd" --set run.resume=none \
       >"$log" 2>&1
     rc=$?
-    read -r tps ms loss < <(python3 - "$rd/metrics.jsonl" "$WARMUP" <<'EOF'
+    # The planner's predicted peak for this micro-batch (one rank, no ZeRO), for the measured one beside it.
+    predicted=$("$BUILD/planner" --config "$CONFIG" --world 1 --memory-only --json --set device=cuda 2>/dev/null |
+      python3 -c 'import json, sys
+rows = [r for r in json.load(sys.stdin) if r["micro_batch"] == int(sys.argv[1]) and r["zero"] == 0]
+print(rows[0]["memory_mb"] if rows else "")' "$mb" 2>/dev/null)
+    read -r tps ms loss peak < <(python3 - "$rd/metrics.jsonl" "$WARMUP" "$rd/memory.json" <<'EOF'
 import json, statistics, sys
 path, warmup = sys.argv[1], int(sys.argv[2])
+try:
+    peak = max(r["peak_tensor_bytes"] for r in json.load(open(sys.argv[3]))["ranks"]) / 2**20
+except (OSError, ValueError, KeyError):
+    peak = float("nan")
 try:
     rows = [json.loads(l) for l in open(path) if l.strip()]
 except OSError:
@@ -230,11 +255,11 @@ rows = [r for r in rows if "tokens_per_s" in r and r.get("tokens_per_s")]
 kept = [r for r in rows if r["step"] > warmup] or rows
 if kept:
     print(statistics.median(r["tokens_per_s"] for r in kept), statistics.median(r["step_ms"] for r in kept),
-          rows[-1]["loss"] if rows[-1]["loss"] is not None else float("nan"))
+          rows[-1]["loss"] if rows[-1]["loss"] is not None else float("nan"), peak)
 EOF
     )
     if [[ -n "${tps:-}" ]] && ((rc == 0)); then
-      result meshtrain "$mb" ok "$tps" "$ms" "$loss"
+      result meshtrain "$mb" ok "$tps" "$ms" "$loss" "$peak" "${predicted:-nan}"
     else
       result meshtrain "$mb" "$(run_status "$rc" "$log")"
     fi
@@ -251,7 +276,8 @@ if has pytorch; then
   rm -f "$pt_json"
   PYTHONUNBUFFERED=1 timeout -k 5 "$(cap 300)" "$PY" bench/gpt2_pytorch.py --micro-batches "${MBS// /,}" \
     --global-batch "$GB" --steps "$STEPS" --warmup "$WARMUP" --data "$TOKENS" --json "$pt_json" \
-    --compile-micro-batches "${compile_mbs// /,}" >"$WORK/pytorch.log" 2>&1
+    --compile-micro-batches "${compile_mbs// /,}" --n-layer "$L" --n-head "$NH" --d-model "$C" \
+    >"$WORK/pytorch.log" 2>&1
   rc=$?
   if [[ -s "$pt_json" ]]; then
     cat "$pt_json" >>"$RESULTS"
@@ -266,11 +292,11 @@ fi
 
 # ---- the table ---------------------------------------------------------------------------------------------
 python3 - "$RESULTS" "$GPU_NAME" "$GB" "$T" "$STEPS" "$WARMUP" "${LLMC_VARIANT:-llm.c}" "${MT_PEAK_TFLOPS:-}" \
-  >"$OUTDIR/bench.md" <<'EOF'
-import json, sys
-path, gpu, gb, t, steps, warmup, llmc_name, peak_env = sys.argv[1:9]
+  "$MODEL" "$L" "$C" >"$OUTDIR/bench.md" <<'EOF'
+import json, math, sys
+path, gpu, gb, t, steps, warmup, llmc_name, peak_env, model = sys.argv[1:10]
 gb, t = int(gb), int(t)
-L, C, V = 12, 768, 50257
+L, C, V = int(sys.argv[10]), int(sys.argv[11]), 50257
 N = 12 * L * C * C + V * C                      # weights in matrix products (tied LM head included)
 flops_per_token = 6 * N + 6 * L * t * C         # + causal attention (QK^T, AV), forward and backward
 def peak_tflops(name):
@@ -291,24 +317,30 @@ names = {"meshtrain": "meshtrain", "llmc": llmc_name, "pytorch-eager": "PyTorch 
 base = {r["micro_batch"]: r["tokens_per_s"] for r in rows if r["contender"] == "llmc" and r["status"] == "ok"}
 order = ["meshtrain", "llmc", "pytorch-eager", "pytorch-compile"]
 rows.sort(key=lambda r: (order.index(r["contender"]) if r["contender"] in order else 9, r["micro_batch"]))
-print(f"GPT-2 124M (L{L} C{C} V{V}, T {t}), bf16, {gb} x {t} = {gb * t} tokens per optimizer step, on {gpu}; "
+print(f"GPT-2 {model.upper()} (L{L} C{C} V{V}, T {t}), bf16, {gb} x {t} = {gb * t} tokens per optimizer step, on {gpu}; "
       f"median over steps {int(warmup) + 1}-{steps}. Ratio: tokens/s over llm.c's at the same micro-batch. "
       f"MFU: tokens/s x {flops_per_token / 1e6:.1f} MFLOP/token (6N + 6LTC, N = 12LC^2 + VC) over "
-      + (f"{peak:g} TFLOP/s (dense bf16 peak)." if peak else "an unknown peak (set MT_PEAK_TFLOPS)."))
+      + (f"{peak:g} TFLOP/s (dense bf16 peak)." if peak else "an unknown peak (set MT_PEAK_TFLOPS).")
+      + " GPU peak: meshtrain's memory.json (peak tensor bytes), and in brackets build/planner's prediction.")
 print()
-print("| contender | micro-batch | tokens/s | ratio to llm.c | MFU | ms/step | loss (last step) |")
-print("|-----------|------------:|---------:|---------------:|----:|--------:|-----------------:|")
+print("| contender | micro-batch | tokens/s | ratio to llm.c | MFU | ms/step | loss (last step) | GPU peak MiB (planner) |")
+print("|-----------|------------:|---------:|---------------:|----:|--------:|-----------------:|-----------------------:|")
 for r in rows:
     name, mb = names.get(r["contender"], r["contender"]), r["micro_batch"]
     if r["status"] != "ok":
-        print(f"| {name} | {mb} | {r['status'].replace('|', '/')} | | | | |")
+        print(f"| {name} | {mb} | {r['status'].replace('|', '/')} | | | | | |")
         continue
     tps = r["tokens_per_s"]
     ratio = f"{tps / base[mb]:.2f}" if mb in base else "n/a"
     mfu = f"{100 * tps * flops_per_token / (peak * 1e12):.1f}%" if peak else "n/a"
     loss = r.get("loss")
     loss = f"{loss:.3f}" if isinstance(loss, (int, float)) else ""
-    print(f"| {name} | {mb} | {tps:,.0f} | {ratio} | {mfu} | {r['step_ms']:.1f} | {loss} |")
+    mem = ""
+    if not math.isnan(r.get("peak_mib", math.nan)):
+        mem = f"{r['peak_mib']:,.0f}"
+        if not math.isnan(r.get("planner_mib", math.nan)):
+            mem += f" ({r['planner_mib']:,.0f}, {100 * (r['planner_mib'] / r['peak_mib'] - 1):+.1f}%)"
+    print(f"| {name} | {mb} | {tps:,.0f} | {ratio} | {mfu} | {r['step_ms']:.1f} | {loss} | {mem} |")
 best = {}
 for r in rows:
     if r["status"] == "ok":

@@ -290,7 +290,8 @@ export LD_LIBRARY_PATH
 export MT_NVCC="$NVCC" MT_CUDNN_INCLUDE_DIR="$CUDNN_INC" MT_CUDNN_LIBRARY="$CUDNN_LIB"
 [[ -n "$NVCC" ]] && PATH="$(dirname "$NVCC"):$PATH" && export PATH
 # The same environment for commands run by hand after this script (the trainer, a benchmark): `. PREFIX/env.sh`.
-[[ -d "$PREFIX" ]] && declare -p PATH LD_LIBRARY_PATH UCX_MODULE_DIR HYDRA_LAUNCHER 2>/dev/null |
+[[ -d "$PREFIX" ]] && declare -p PATH LD_LIBRARY_PATH UCX_MODULE_DIR HYDRA_LAUNCHER MT_NVCC MT_CUDNN_INCLUDE_DIR \
+  MT_CUDNN_LIBRARY 2>/dev/null |
   sed 's/^declare -x /export /' >"$PREFIX/env.sh"
 
 # ---- configure and build -----------------------------------------------------------------------------------
@@ -431,8 +432,9 @@ if ((HAVE_GPU)) && want bench; then
   want all-tests && ((left > 330)) && cap=$((left - 90))
   contenders=meshtrain,llmc,pytorch
   ((BUILD_OK)) || contenders=llmc,pytorch
+  # shellcheck disable=SC2086  # MT_BENCH_ARGS: more arguments for bench_gpt2.sh (--model 774m, say), split
   run_step bench "$cap" env MT_BENCH_BUDGET_S="$((cap - 10))" scripts/bench_gpt2.sh --build-dir "$BUILD" \
-    --out "$REPORT" --contenders "$contenders"
+    --out "$REPORT" --contenders "$contenders" ${MT_BENCH_ARGS:-}
 fi
 if ((HAVE_GPU)) && want profile; then
   if ((BUILD_OK)); then

@@ -2,8 +2,8 @@
 # NVIDIA's compute sanitizers over meshtrain's GPU code (docs/cuda.md): memcheck (out-of-bounds and misaligned
 # accesses, errors returned by CUDA calls), racecheck (shared-memory hazards inside a block) and initcheck
 # (device memory read before anything wrote it), each over the GPU unit tests and a few steps of the trainer:
-# GPT-2 in bf16 and fp32 and Llama in bf16 on one rank, and 2 ranks with ZeRO-2 sharing the GPU over the MPI
-# transport.
+# GPT-2 in bf16 and fp32 and Llama in bf16 on one rank, and 2 ranks with ZeRO-2 or with context parallelism sharing
+# the GPU over the MPI transport.
 # Every run of every tool starts at once; each prints its line as it ends. gpu_check.sh's sanitize step runs it.
 #
 #   scripts/gpu_sanitize.sh BUILD_DIR LOG_DIR [TOOLS]     (TOOLS: comma-separated, default memcheck,racecheck,initcheck)
@@ -36,6 +36,7 @@ CAP=${MT_SANITIZE_CAP_S:-200}   # seconds for one run under one tool: a slow one
 TRAIN=(--set device=cuda --set train.steps=2 --set run.log_every=1)
 BF16="--set precision.compute=bf16"
 DP2_ZERO2="--set comm.backend=mpi --set parallel.dp=2 --set optim.zero=2"
+CP2="--set comm.backend=mpi --set parallel.cp=2"
 # name|ranks|extra tool options|command. The unit tests' embedding, gelu and adamw cases are left out: their
 # GPT-2-sized inputs take minutes under the tools, and the trainer steps below run those kernels.
 # The communicator test's NCCL probes, while it initialises, for kernel images this GPU lacks and handles the
@@ -48,7 +49,13 @@ TARGETS=(
   "gpt2_fp32|1||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} --set precision.compute=fp32"
   "llama_bf16|1||$BUILD/trainer --config configs/llama-tiny.yaml ${TRAIN[*]} $BF16 --set train.recompute=selective"
   "dp2_zero2|2||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} $BF16 $DP2_ZERO2"
+  "cp2|2||$BUILD/trainer --config configs/tiny.yaml ${TRAIN[*]} $BF16 $CP2"
+  "matmul_fresh|1||$BUILD/tests/test_cuda_matmul_attention [fresh]"
 )
+# MT_SANITIZE_TARGETS: a regex of the target names to run (default all); MT_SANITIZE_OPTIONS: more options for
+# every run (say --kernel-name-exclude kns=cudnn, to see what racecheck reports outside cuDNN's kernels).
+TARGETS_RE=${MT_SANITIZE_TARGETS:-.}
+EXTRA_OPTS=${MT_SANITIZE_OPTIONS:-}
 
 one_run() {  # one_run TOOL TARGET: prints one line
   local tool=$1 name ranks opts cmd rc errs summaries kernels
@@ -56,7 +63,8 @@ one_run() {  # one_run TOOL TARGET: prints one line
   local log=$LOGS/sanitize_${tool}_$name.log dir=$RUN/$tool/$name
   rm -rf "$dir" && mkdir -p "$dir"
   # shellcheck disable=SC2206  # word lists by design
-  local san=(timeout -k 5 "$CAP" "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 200 $opts) args=($cmd)
+  local san=(timeout -k 5 "$CAP" "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 200 $opts $EXTRA_OPTS)
+  local args=($cmd)
   [[ $tool == racecheck ]] && san+=(--racecheck-report hazard)
   [[ ${args[0]} == */trainer ]] && args+=(--set "run.dir=$dir")
   if ((ranks > 1)); then
@@ -88,6 +96,7 @@ one_run() {  # one_run TOOL TARGET: prints one line
 pids=()
 for tool in ${TOOLS//,/ }; do
   for t in "${TARGETS[@]}"; do
+    [[ ${t%%|*} =~ $TARGETS_RE ]] || continue
     one_run "$tool" "$t" &
     pids+=($!)
   done

@@ -29,6 +29,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "kernels/adamw.h"
+#include "kernels/attention_block.h"
 #include "kernels/crossentropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -381,6 +382,69 @@ TEST_CASE("cuda gqa expansion and reduction match the CPU exactly", "[cuda][gqa]
         require_equal(gdk, dk, "dk");            // the same sums in the same order, rounded once
         require_equal(gdv, dv, "dv");
       }
+    }
+  }
+}
+
+// Ring attention's block kernels: outputs in the accumulation dtype computed from S inputs. fp32 and fp64 as the
+// file's bounds (summation order only); 16-bit S: both devices round each probability to S, but from fp32 values
+// that differ in their last bits (the GPU's exp(s - lse), the CPU's exp(s - max) / sum), so a probability near a
+// rounding boundary lands one 16-bit ulp apart: the 16-bit bounds on the aggregate.
+double block_bound(DType s) {
+  return s == DType::F64 ? 1e-12 : s == DType::F32 ? 1e-5 : s == DType::BF16 ? 1e-2 : 5e-3;
+}
+
+TEST_CASE("cuda attention_block forward, merge and backward match the CPU", "[cuda][attention_block]") {
+  struct Case {
+    int64_t B, Tq, Tk;
+    int NH, KV, HS;
+    BlockMask mask;
+  };
+  // The diagonal block (Tq == Tk) and a full one; grouped-query heads (4 on 2); head sizes 16, 64 and 40 (not a
+  // multiple of 32: idle lanes).
+  const Case cases[] = {{2, 37, 37, 4, 2, 16, BlockMask::Causal}, {2, 24, 40, 4, 2, 16, BlockMask::Full},
+                        {1, 33, 33, 2, 2, 64, BlockMask::Causal}, {1, 17, 29, 3, 1, 40, BlockMask::Full}};
+  for (DType dt : kActivationDtypes) {
+    const DType A = acc_dtype(dt);
+    const double bound = block_bound(dt);
+    for (const Case& c : cases) {
+      INFO(dtype_name(dt) << " B " << c.B << " Tq " << c.Tq << " Tk " << c.Tk << " NH " << c.NH << " KV " << c.KV
+                          << " HS " << c.HS << (c.mask == BlockMask::Causal ? " causal" : " full"));
+      const int64_t C = c.NH * c.HS, KW = c.KV * c.HS;
+      const Tensor q = random_host({c.B, c.Tq, C}, dt, 11), k = random_host({c.B, c.Tk, KW}, dt, 12);
+      const Tensor v = random_host({c.B, c.Tk, KW}, dt, 13), dout = random_host({c.B, c.Tq, C}, dt, 14);
+      Tensor out = Tensor::empty({c.B, c.Tq, C}, A), lse = Tensor::empty({c.B, c.NH, c.Tq}, A);
+      attention_block_forward(out, lse, q, k, v, c.NH, c.KV, c.mask);
+      Tensor gout = poisoned({c.B, c.Tq, C}, A), glse = poisoned({c.B, c.NH, c.Tq}, A);
+      const Tensor gq = upload(q), gk = upload(k), gv = upload(v);
+      attention_block_forward(gout, glse, gq, gk, gv, c.NH, c.KV, c.mask);
+      CHECK(rel_l2(gout, out) <= bound);
+      CHECK(rel_l2(glse, lse) <= (dt == DType::F64 ? 1e-12 : 1e-5));  // fp32 sums of the same widened scores
+
+      // Merge another block's partial result into this one (both devices from the CPU's values).
+      const Tensor ob = random_host({c.B, c.Tq, C}, A, 15), lb = random_host({c.B, c.NH, c.Tq}, A, 16, 1.0, 2.0);
+      const Tensor mout = clone_host(out), mlse = clone_host(lse);
+      attention_block_merge(mout, mlse, ob, lb, c.NH);
+      const Tensor gmout = upload(out), gmlse = upload(lse);
+      attention_block_merge(gmout, gmlse, upload(ob), upload(lb), c.NH);
+      CHECK(rel_l2(gmout, mout) <= (dt == DType::F64 ? 1e-12 : 1e-5));
+      CHECK(rel_l2(gmlse, mlse) <= (dt == DType::F64 ? 1e-12 : 1e-5));
+
+      // Backward from the block's own output and lse (out rounded to S, as the ring passes the merged output);
+      // the gradients accumulate onto the same small random values on both devices (small, so that the sums the
+      // kernels add dominate the comparison).
+      Tensor outs = Tensor::empty({c.B, c.Tq, C}, dt);
+      copy_convert(outs, out);
+      const Tensor dq0 = random_host({c.B, c.Tq, C}, A, 17, 1e-3), dk0 = random_host({c.B, c.Tk, KW}, A, 18, 1e-3);
+      const Tensor dv0 = random_host({c.B, c.Tk, KW}, A, 19, 1e-3);
+      const Tensor dq = clone_host(dq0), dk = clone_host(dk0), dv = clone_host(dv0);
+      attention_block_backward(dq, dk, dv, dout, outs, lse, q, k, v, c.NH, c.KV, c.mask);
+      const Tensor gdq = upload(dq0), gdk = upload(dk0), gdv = upload(dv0);
+      attention_block_backward(gdq, gdk, gdv, upload(dout), upload(outs), upload(lse), gq, gk, gv, c.NH, c.KV,
+                               c.mask);
+      CHECK(rel_l2(gdq, dq) <= bound);
+      CHECK(rel_l2(gdk, dk) <= bound);
+      CHECK(rel_l2(gdv, dv) <= bound);
     }
   }
 }

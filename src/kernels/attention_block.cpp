@@ -1,7 +1,7 @@
-// Block attention for ring attention (kernels/attention_block.h): argument checks, device dispatch and the CPU
-// kernels. One OpenMP task per (batch, query head) in the forward pass and per (batch, kv head) in the backward
-// pass (the query heads of one kv head add into the same dk, dv rows, so they run in one task, in head order). The
-// products are Eigen GEMMs on strided views of the tensors (fp32, fp64) or on widened fp32 copies of one head
+// Block attention for ring attention (kernels/attention_block.h): argument checks, device dispatch (the GPU kernels
+// are kernels/cuda/attention_block_cuda.cu) and the CPU kernels. One OpenMP task per (batch, query head) in the
+// forward pass and per (batch, kv head) in the backward pass (the query heads of one kv head add into the same dk,
+// dv rows, so they run in one task, in head order). The products are Eigen GEMMs on strided views of the tensors (fp32, fp64) or on widened fp32 copies of one head
 // (bf16, fp16), in the calling thread's scratch. A diagonal block computes its whole Tq x Tk score matrix and zeroes
 // the masked half: diagonal blocks are 2 of the 2*cp + 1 blocks a rank computes per layer (model/ring_attention.h),
 // so skipping half of their products is left for later.
@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/storage.h"
+#include "kernels/cuda/attention_block_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace mt::kernels {
@@ -187,12 +188,6 @@ using namespace detail;
 
 namespace {
 
-[[noreturn]] void not_on_gpu(const char* op) {
-  MT_CHECK(false, "{}: not yet on the GPU (the block attention of context parallelism has only a CPU kernel so far)",
-           op);
-  __builtin_unreachable();
-}
-
 // q [B, Tq, NH*HS], k and v [B, Tk, KV*HS]: one activation dtype and device. Returns the dimensions.
 cpu::Dims check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head,
                        BlockMask mask) {
@@ -225,7 +220,8 @@ void attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor&
   const cpu::Dims d = check_inputs(op, q, k, v, n_head, n_kv_head, mask);
   check_acc(op, out, "out", q, q.shape());
   check_acc(op, lse, "lse", q, Shape{d.B, d.NH, d.Tq});
-  if (q.device() == Device::CUDA) not_on_gpu(op);
+  if (q.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::attention_block_forward(out, lse, q, k, v, n_head, n_kv_head, mask == BlockMask::Causal));
   dispatch_storage(q.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;
@@ -247,7 +243,7 @@ void attention_block_merge(const Tensor& out, const Tensor& lse, const Tensor& o
     check_defined(*t, op, name), check_same_dtype(*t, out, op, name, "out");
     check_same_device(*t, out, op, name, "out"), check_shape(*t, s, op, name);
   }
-  if (out.device() == Device::CUDA) not_on_gpu(op);
+  if (out.device() == Device::CUDA) MT_ON_CUDA(op, gpu::attention_block_merge(out, lse, out_b, lse_b, n_head));
   if (out.dtype() == DType::F64)
     cpu::block_merge(out.data_as<double>(), lse.data_as<double>(), out_b.data_as<double>(), lse_b.data_as<double>(),
                      B, Tq, n_head, HS);
@@ -269,7 +265,9 @@ void attention_block_backward(const Tensor& dq, const Tensor& dk, const Tensor& 
   check_acc(op, dq, "dq", q, q.shape());
   check_acc(op, dk, "dk", q, k.shape());
   check_acc(op, dv, "dv", q, v.shape());
-  if (q.device() == Device::CUDA) not_on_gpu(op);
+  if (q.device() == Device::CUDA)
+    MT_ON_CUDA(op, gpu::attention_block_backward(dq, dk, dv, dout, out, lse, q, k, v, n_head, n_kv_head,
+                                                 mask == BlockMask::Causal));
   dispatch_storage(q.dtype(), [&](auto s) {
     using S = decltype(s);
     using A = cpu::acc_t<S>;

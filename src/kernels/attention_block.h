@@ -15,7 +15,7 @@
 // blocks in A and the caller rounds once to S at the end. With 16-bit S the probabilities are rounded to S before
 // the products that use them (forward P V; backward P^T dout and P (dP - D)), as the CPU attention kernel rounds its
 // stored probabilities.
-// CPU only for now: CUDA tensors fail with a "not yet on the GPU" message (the file compiles in CUDA builds).
+// On the CPU and the GPU (kernels/cuda/attention_block_cuda.cu: the same arithmetic, not on the tensor cores).
 #pragma once
 #include "core/tensor.h"
 

@@ -47,8 +47,8 @@ void copy_rows(const Tensor& dst, int64_t dt0, const Tensor& src, int64_t st0, i
 int64_t check_zigzag(const char* op, const Tensor& full, const Tensor& local, int cp, int rank) {
   zigzag_chunks(cp, rank);
   MT_CHECK(full.defined() && local.defined(), "{}: undefined tensor", op);
-  MT_CHECK(full.device() == Device::CPU && local.device() == Device::CPU, "{}: not yet on the GPU (cpu tensors only)",
-           op);
+  MT_CHECK(full.device() == local.device(), "{}: full is on {} but local on {}", op, device_name(full.device()),
+           device_name(local.device()));
   MT_CHECK(full.dtype() == local.dtype(), "{}: full is {} but local is {}", op, dtype_name(full.dtype()),
            dtype_name(local.dtype()));
   MT_CHECK(full.ndim() >= 2 && local.ndim() == full.ndim(), "{}: full {} and local {} must be [B, T, ...]", op,
@@ -113,7 +113,6 @@ void check_like(const char* op, const Tensor& t, const char* name, const Tensor&
 RingDims check_ring(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& lse, int n_head, int n_kv_head, int tag_base) {
   MT_CHECK(q.defined(), "{}: q is undefined", op);
-  MT_CHECK(q.device() == Device::CPU, "{}: not yet on the GPU (ring attention has only a CPU path so far)", op);
   MT_CHECK(q.dtype() == DType::F32 || q.dtype() == DType::F64 || q.dtype() == DType::BF16 || q.dtype() == DType::F16,
            "{}: q must be fp32, fp64, bf16 or fp16, is {}", op, dtype_name(q.dtype()));
   MT_CHECK(q.ndim() == 3 && q.dim(1) % 2 == 0, "{}: q must be [B, 2Tc, NH*HS] (two chunks), has shape {}", op,

@@ -68,8 +68,6 @@ void check_stage_split(const Config& c) {
 void check_context_parallel(const Config& c) {
   const int cp = c.parallel.cp;
   if (cp == 1) return;
-  require(c.device == Device::CPU, "parallel.cp={} with device={}: ring attention runs on the CPU only so far "
-          "(docs/context_parallel.md)", cp, name_of(c.device));
   // The cp ranks of a replica each compute a share of one gradient: they must sum it every step.
   require(c.optim.sync_every == 0, "parallel.cp={} and optim.sync_every={} (local SGD): the cp ranks of a replica "
           "each hold a share of its gradient and must combine it every step", cp, c.optim.sync_every);
