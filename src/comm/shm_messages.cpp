@@ -110,7 +110,7 @@ bool ShmMessages::pull_messages(int s) {
     if (in.got == in.bytes) {
       if (in.to_recv) {
         complete(in.recv.op, std::max(in.recv.posted_us, in.send_start_us));
-        in.recv = Recv();  // lets go of the receive's tensor: the caller may free it (e.g. a ring's k|v buffer)
+        in.recv = Recv();
       } else {
         unexpected_[s].back().complete = true;
         deliver_unexpected(s);

@@ -72,7 +72,7 @@ namespace {
 constexpr int kPackedForwardCopies = 3, kPackedBackwardCopies = 6;
 std::vector<Tensor> packed_copies(int n, const Tensor& out) {
   std::vector<Tensor> t(n);
-  for (Tensor& x : t) x = Tensor::empty(out.shape(), out.dtype());
+  for (Tensor& x : t) x = Tensor::empty(out.shape(), out.dtype(), out.device());
   return t;
 }
 }  // namespace

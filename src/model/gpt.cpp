@@ -182,9 +182,12 @@ void GPT::init_param(uint64_t seed, double std, int p, const Tensor& out) const 
     const uint64_t stream = fnv1a64(s.name);
     // Walk this rank's shard run by run; global indices past the full tensor are vocabulary padding (stay 0).
     const int64_t len = s.run_length(), full = s.full_numel();
+    // Counter-based draws: any split over threads gives the same values (GPT-2 1.5B's init took minutes on one
+    // thread).
     for (int64_t q = 0; q < s.num_runs(); ++q) {
-      const int64_t g0 = s.run_global_begin(q), l0 = q * len;
-      for (int64_t i = 0; i < len && g0 + i < full; ++i)
+      const int64_t g0 = s.run_global_begin(q), l0 = q * len, n = std::min(len, full - g0);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i)
         vals[l0 + i] = is_ln_weight ? 1.0 : sd * philox_normal(seed, stream, static_cast<uint64_t>(g0 + i));
     }
   }

@@ -131,10 +131,11 @@ RingDims check_ring(const char* op, const Tensor& q, const Tensor& k, const Tens
   return d;
 }
 
-// Temporaries: from the caller's arena, else owned by the returned tensor.
+// Temporaries: from the caller's arena, else owned by the returned tensor, on the device of the op's tensors.
 struct Alloc {
   Arena* arena;
-  Tensor operator()(Shape s, DType t) const { return arena ? arena->alloc(s, t) : Tensor::empty(s, t); }
+  Device device;
+  Tensor operator()(Shape s, DType t) const { return arena ? arena->alloc(s, t) : Tensor::empty(s, t, device); }
 };
 
 // Part i of a [4, B, Tc, KW] k|v (or dk|dv) buffer: k0, k1, v0, v1.
@@ -192,7 +193,7 @@ void ring_attention_forward(Communicator& cp, const Tensor& out, const Tensor& l
   check_like(op, out, "out", q, q.shape());
   const DType S = q.dtype();
   const int P = cp.size(), r = cp.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
-  const ForwardBuffers buf(Alloc{scratch}, d, S, P);
+  const ForwardBuffers buf(Alloc{scratch, q.device()}, d, S, P);
   const Tensor(&qc)[2] = buf.qc, (&acc)[2] = buf.acc, (&kv)[2] = buf.kv, &part_out = buf.part_out,
                &part_lse = buf.part_lse;
   for (int c = 0; c < 2; ++c) copy_rows(qc[c], 0, q, c * d.Tc, d.Tc);
@@ -236,7 +237,7 @@ void ring_attention_backward(Communicator& cp, const Tensor& dq, const Tensor& d
   const DType S = q.dtype();
   const int P = cp.size(), r = cp.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
   const int kv_tag = tag_base + 1, grad_tag = tag_base + 2;
-  const BackwardBuffers buf(Alloc{scratch}, d, S, P);
+  const BackwardBuffers buf(Alloc{scratch, q.device()}, d, S, P);
   const Tensor(&qc)[2] = buf.qc, (&gc)[2] = buf.gc, (&oc)[2] = buf.oc, (&dqc)[2] = buf.dqc, (&kv)[2] = buf.kv;
   for (int c = 0; c < 2; ++c) {
     copy_rows(qc[c], 0, q, c * d.Tc, d.Tc);
@@ -296,9 +297,9 @@ int64_t ring_attention_temp_bytes(int64_t B, int64_t T_local, int64_t q_width, i
   const RingDims d{B, T_local / 2, q_width, kv_width, n_head, n_head};
   Arena counter{Arena::CountOnly{}};
   if (backward)
-    BackwardBuffers(Alloc{&counter}, d, S, cp);
+    BackwardBuffers(Alloc{&counter, Device::CPU}, d, S, cp);
   else
-    ForwardBuffers(Alloc{&counter}, d, S, cp);
+    ForwardBuffers(Alloc{&counter, Device::CPU}, d, S, cp);
   return int64_t(counter.high_water_bytes());
 }
 
