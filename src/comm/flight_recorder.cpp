@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 
 #include "comm/make_communicator.h"
 #include "core/check.h"
@@ -233,8 +235,27 @@ std::string FlightRecorder::dump_all(const std::string& reason, double grace_s) 
                      std::filesystem::path(dir_).parent_path().string());
 }
 
+namespace {
+
+// A failed CHECK (core/check.h) dumps every rank's last operations, as a fatal exception does. The dump runs on a
+// thread of its own and is waited for at most 10 s, so that a check failing where the recorder's lock is held still
+// ends in the abort that follows.
+void dump_on_check_failure(const std::string& failure) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> line = done->get_future();
+  std::thread([done, failure] { done->set_value(FlightRecorder::get().dump_all("fatal error: " + failure, 1.0)); })
+      .detach();
+  const bool ready = line.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  const std::string text = ready ? line.get() : "flight recorder: no dump within 10 s of the failed check";
+  if (!text.empty()) std::fprintf(stderr, "[rank %d] %s\n", world_rank_or_zero(), text.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 void FlightRecorder::start_listener(MPI_Comm world, int dump_signal) {
   if (!on()) return;
+  set_check_failure_hook(dump_on_check_failure);
   MPI_Comm_dup(world, &comm_);
   // The recorder talks to peers that may be dead (the dumps are for when something went wrong): an error on this
   // communicator is returned, not fatal, so that a survivor still reports the others and ends the job itself.
@@ -271,6 +292,7 @@ void FlightRecorder::listen() {
 }
 
 void FlightRecorder::stop_listener() {
+  set_check_failure_hook(nullptr);
   if (!listener_.joinable()) return;
   stop_ = true;
   listener_.join();

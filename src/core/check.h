@@ -7,6 +7,10 @@
 namespace mt {
 [[noreturn]] void check_failed(const char* cond, const char* file, int line, const std::string& msg);
 int world_rank_or_zero();  // the MPI world rank when MPI is initialised, else 0 (for messages only)
+// Called once, with the failure's line, by the first failed check of the process, before it aborts (the flight
+// recorder's dump: comm/flight_recorder.cpp). nullptr: none.
+using CheckFailureHook = void (*)(const std::string& failure);
+void set_check_failure_hook(CheckFailureHook hook);
 }  // namespace mt
 
 #define MT_CHECK(cond, ...)                                                                 \

@@ -29,6 +29,7 @@ TestHooks TestHooks::from_env() {
   h.late_gather_step = step_of("MESHTRAIN_INJECT", "late-gather");
   h.kill_step = step_of("MESHTRAIN_FAULT", "kill");
   h.stop_step = step_of("MESHTRAIN_FAULT", "stop");
+  h.check_step = step_of("MESHTRAIN_FAULT", "check");
   h.skip_step = step_of("MESHTRAIN_FAULT", "skip");
   h.size_step = step_of("MESHTRAIN_FAULT", "size");
   for (const char* env : {"MESHTRAIN_INJECT", "MESHTRAIN_FAULT"})
@@ -52,6 +53,7 @@ void inject_grad_inf(const PipelineChunks& model) {
 }
 
 void maybe_fault(const TestHooks& h, int step) {
+  CHECK(step != h.check_step, "MESHTRAIN_FAULT: a failed check at step {}", step);
   if (step != h.kill_step && step != h.stop_step) return;
   spdlog::warn("MESHTRAIN_FAULT: this rank receives {} at step {}", step == h.kill_step ? "SIGKILL" : "SIGSTOP", step);
   std::raise(step == h.kill_step ? SIGKILL : SIGSTOP);

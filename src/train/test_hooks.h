@@ -9,6 +9,7 @@
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
 //   MESHTRAIN_FAULT=skip@STEP | size@STEP   the last rank skips that step's loss all-reduce over the world, or
 //                                    reduces two elements there instead of one (a desync, for the flight recorder)
+//   MESHTRAIN_FAULT=check@STEP       the last rank fails a CHECK in the middle of that step
 //   MESHTRAIN_CRASH_IN_CHECKPOINT=STEP  (checkpoint.cpp) the last rank dies while writing that step's checkpoint
 #pragma once
 #include "model/pipeline_chunks.h"
@@ -17,7 +18,7 @@ namespace mt {
 
 struct TestHooks {
   int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
-  int skip_step = -1, size_step = -1;
+  int skip_step = -1, size_step = -1, check_step = -1;
   static TestHooks from_env();  // logs a warning for every hook that is set
 };
 
@@ -26,7 +27,7 @@ struct TestHooks {
 // into it, so it survives the step.
 void inject_grad_inf(const PipelineChunks& model);
 
-// SIGKILL or SIGSTOP to this process when the hooks say so for `step`.
+// SIGKILL or SIGSTOP to this process, or a failed CHECK, when the hooks say so for `step`.
 void maybe_fault(const TestHooks& h, int step);
 
 }  // namespace mt

@@ -3,7 +3,8 @@ and the MPI transports, and a dp2 x tp2 x pp2 mesh of 8 ranks on shared memory, 
 last rank at step 3 (MESHTRAIN_FAULT, src/train/test_hooks.h):
   stop  SIGSTOP in the middle of the step: the others' watchdogs fire; the stopped rank leaves no dump;
   skip  it skips the step's loss all-reduce over the world and goes on: the others wait in it;
-  size  it reduces 2 elements there instead of 1: the shared-memory transport sees the ranks disagree (a desync).
+  size  it reduces 2 elements there instead of 1: the shared-memory transport sees the ranks disagree (a desync);
+  check it fails a CHECK (an internal invariant, core/check.h): it dumps before it aborts, and asks the others to.
 Each time: the job ends non-zero; every rank that can dump (all but a stopped one) has written
 run.dir/flight/rank_N.json within comm.timeout_s + 5 s of the collective it hung in (the dump's time against that
 collective's issue time, on the machine's one monotonic clock); the watchdog's message names the folder and the command; and the first line of
@@ -84,6 +85,7 @@ for backend in ("auto", "mpi"):
     case(f"skip_{backend}", 4, DP2_TP2, "skip@3", backend, [0, 1, 2, 3], ["rank 3", "never joined", "world", "#"])
 for backend in ("auto", "mpi"):  # shared memory at the collective itself, MPI at the step's end
     case(f"size_{backend}", 4, DP2_TP2, "size@3", backend, [0, 1, 2, 3], ["desync", "world", "rank 3", "#"])
+case("check", 4, DP2_TP2, "check@3", "auto", [0, 1, 2, 3], ["rank 3", "fatal error", "CHECK failed"])
 case("stop_dp2_tp2_pp2", 8, ["parallel.tp=2", "parallel.pp=2", "train.global_batch=8", "train.micro_batch=2"],
      "stop@3", "auto", [0, 1, 2, 3, 4, 5, 6], ["rank 7", "#"])
 
