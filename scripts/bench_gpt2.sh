@@ -26,7 +26,8 @@
 # token / the card's dense bf16 peak: H100 SXM and H200 989.4 TFLOP/s, H100 NVL 835, H100 PCIe 756.
 #
 # Output in --out (default $OUT if set, else <build dir>/gpu-report): bench.md (the Markdown table, also
-# printed last) and bench.jsonl (one JSON object per contender and micro-batch); the runs themselves (logs,
+# printed last) and bench.jsonl (one JSON object per contender and micro-batch), bench_MODEL.md and
+# bench_MODEL.jsonl for --model 774m and 1558m; the runs themselves (logs, named after the model likewise,
 # meshtrain's run dirs, llm.c's build) in <build dir>/bench-gpt2/.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -66,6 +67,8 @@ case $MODEL in
   *) echo "bench_gpt2: --model is 124m, 774m or 1558m, got $MODEL" >&2; exit 2 ;;
 esac
 CONFIG=configs/gpt2-$MODEL.yaml
+TAG=""  # the larger models' files carry their name: one report folder holds every model's table
+[[ $MODEL == 124m ]] || TAG=_$MODEL
 [[ "$OUTDIR" = /* ]] || OUTDIR=$ROOT/$OUTDIR
 T=1024
 PY=${MT_PYTHON:-python3}   # the interpreter with PyTorch and numpy
@@ -165,7 +168,7 @@ if [[ -n "${MT_CUDNN_LIBRARY:-}" ]]; then
   LD_LIBRARY_PATH="$(dirname "$MT_CUDNN_LIBRARY")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export LD_LIBRARY_PATH
 fi
-RESULTS=$OUTDIR/bench.jsonl
+RESULTS=$OUTDIR/bench$TAG.jsonl
 : >"$RESULTS"
 # result CONTENDER MB STATUS [TOKENS_PER_S STEP_MS LOSS]: one JSON line.
 result() {
@@ -191,7 +194,7 @@ run_status() {  # run_status EXIT_CODE LOG
 # ---- llm.c -------------------------------------------------------------------------------------------------
 if has llmc; then
   for mb in $MBS; do
-    log=$WORK/llmc_mb$mb.log
+    log=$WORK/llmc${TAG}_mb$mb.log
     if ((GB % mb)); then result llmc "$mb" "skipped: $GB does not divide by $mb"; continue; fi
     if [[ ! -x "$LLMC/train_gpt2cu" ]]; then result llmc "$mb" "not built"; continue; fi
     say "llm.c, micro-batch $mb"
@@ -224,8 +227,8 @@ fi
 # ---- meshtrain ---------------------------------------------------------------------------------------------
 if has meshtrain; then
   for mb in $MBS; do
-    rd=$WORK/meshtrain_mb$mb
-    log=$WORK/meshtrain_mb$mb.log
+    rd=$WORK/meshtrain${TAG}_mb$mb
+    log=$WORK/meshtrain${TAG}_mb$mb.log
     if ((GB % mb)); then result meshtrain "$mb" "skipped: $GB does not divide by $mb"; continue; fi
     if [[ ! -x "$BUILD/trainer" ]]; then result meshtrain "$mb" "not built"; continue; fi
     say "meshtrain, micro-batch $mb"
@@ -292,7 +295,7 @@ fi
 
 # ---- the table ---------------------------------------------------------------------------------------------
 python3 - "$RESULTS" "$GPU_NAME" "$GB" "$T" "$STEPS" "$WARMUP" "${LLMC_VARIANT:-llm.c}" "${MT_PEAK_TFLOPS:-}" \
-  "$MODEL" "$L" "$C" >"$OUTDIR/bench.md" <<'EOF'
+  "$MODEL" "$L" "$C" >"$OUTDIR/bench$TAG.md" <<'EOF'
 import json, math, sys
 path, gpu, gb, t, steps, warmup, llmc_name, peak_env, model = sys.argv[1:10]
 gb, t = int(gb), int(t)
@@ -353,4 +356,4 @@ if best:
         for c, v in sorted(best.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9)) + ".")
 EOF
 echo
-cat "$OUTDIR/bench.md"
+cat "$OUTDIR/bench$TAG.md"

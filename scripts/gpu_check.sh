@@ -24,7 +24,8 @@
 #               beside the steps after it
 #   bench       bench/bench_optimizer --device cuda (the optimizer step's calls merged against one per parameter,
 #               into bench_optimizer.txt), then scripts/bench_gpt2.sh: meshtrain, llm.c and PyTorch on GPT-2 124M
-#               (tokens/s, MFU)
+#               (tokens/s, MFU); MT_BENCH_MODELS="124m 774m 1558m" runs the larger models too, each in its share
+#               of the time, into bench_774m.md and bench_1558m.md
 #   profile     scripts/gpu_profile.sh: GPU time by kernel of meshtrain's GPT-2 124M step (3 steps, micro-batch
 #               16 of 16), and of llm.c's (its second step), into kernels_meshtrain.md and kernels_llmc.md
 #   all-tests   the whole ctest suite, with the time that is left (ctest --stop-time); the tests whose names hold
@@ -84,7 +85,7 @@ DEPS=$ROOT/.gpu-deps
 [[ "$REPORT" = /* ]] || REPORT=$ROOT/$REPORT
 LOGS=$REPORT/logs
 mkdir -p "$LOGS"
-rm -f "$REPORT/report.md" "$REPORT/bench.md" "$REPORT/bench.jsonl" "$REPORT/logs.tar.gz"
+rm -f "$REPORT/report.md" "$REPORT"/bench*.md "$REPORT"/bench*.jsonl "$REPORT/logs.tar.gz"
 exec > >(tee "$REPORT/check.log") 2>&1
 TEE_PID=$!
 
@@ -432,9 +433,15 @@ if ((HAVE_GPU)) && want bench; then
   want all-tests && ((left > 330)) && cap=$((left - 90))
   contenders=meshtrain,llmc,pytorch
   ((BUILD_OK)) || contenders=llmc,pytorch
-  # shellcheck disable=SC2086  # MT_BENCH_ARGS: more arguments for bench_gpt2.sh (--model 774m, say), split
-  run_step bench "$cap" env MT_BENCH_BUDGET_S="$((cap - 10))" scripts/bench_gpt2.sh --build-dir "$BUILD" \
-    --out "$REPORT" --contenders "$contenders" ${MT_BENCH_ARGS:-}
+  # MT_BENCH_MODELS: the models to benchmark, one bench_gpt2.sh run each with an equal share of the time
+  # (default 124m; "124m 774m 1558m" for all three); MT_BENCH_ARGS: more arguments for each run.
+  read -r -a models <<<"${MT_BENCH_MODELS:-124m}"
+  share=$((cap / ${#models[@]}))
+  for m in "${models[@]}"; do
+    # shellcheck disable=SC2086  # MT_BENCH_ARGS is split into words on purpose
+    run_step "bench-$m" "$share" env MT_BENCH_BUDGET_S="$((share - 10))" scripts/bench_gpt2.sh --build-dir "$BUILD" \
+      --out "$REPORT" --model "$m" --contenders "$contenders" ${MT_BENCH_ARGS:-}
+  done
 fi
 if ((HAVE_GPU)) && want profile; then
   if ((BUILD_OK)); then
@@ -535,16 +542,17 @@ SYS_TORCH=$(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)
     echo "No tests ran."
   fi
   echo
-  echo "## Benchmark: GPT-2 124M"
+  echo "## Benchmark: GPT-2"
   echo
-  if [[ -f "$REPORT/bench.md" ]]; then cat "$REPORT/bench.md"; else echo "Not run."; fi
+  tables=("$REPORT"/bench*.md)
+  if [[ -f "${tables[0]}" ]]; then for t in "${tables[@]}"; do cat "$t"; echo; done; else echo "Not run."; fi
   echo
   echo "Logs: check.log (this run's output) and logs.tar.gz (each step's log, the benchmark's runs)."
 } >"$REPORT/report.md"
 if [[ -d "$BUILD/bench-gpt2" ]]; then  # the benchmark's own logs and meshtrain's metrics
   mkdir -p "$LOGS/bench"
   cp "$BUILD"/bench-gpt2/*.log "$BUILD"/bench-gpt2/*.jsonl "$LOGS/bench/" 2>/dev/null
-  for m in "$BUILD"/bench-gpt2/meshtrain_mb*/metrics.jsonl; do
+  for m in "$BUILD"/bench-gpt2/meshtrain*_mb*/metrics.jsonl; do
     [[ -f "$m" ]] && cp "$m" "$LOGS/bench/$(basename "$(dirname "$m")")_metrics.jsonl"
   done
 fi
@@ -554,7 +562,7 @@ echo
 say "report: $REPORT/report.md"
 if ((HAVE_GPU)); then
   for l in "${TEST_LINES[@]}"; do say "$l"; done
-  if [[ -f "$REPORT/bench.md" ]]; then echo; cat "$REPORT/bench.md"; fi
+  for t in "$REPORT"/bench*.md; do [[ -f "$t" ]] && echo && cat "$t"; done
   status=$FAILED
 else
   say "no GPU on this machine: the dependencies and the CMake configuration were checked" \
