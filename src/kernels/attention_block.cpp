@@ -1,10 +1,10 @@
 // Block attention for ring attention (kernels/attention_block.h): argument checks, device dispatch (the GPU kernels
 // are kernels/cuda/attention_block_cuda.cu) and the CPU kernels. One OpenMP task per (batch, query head) in the
 // forward pass and per (batch, kv head) in the backward pass (the query heads of one kv head add into the same dk,
-// dv rows, so they run in one task, in head order). The products are Eigen GEMMs on strided views of the tensors (fp32, fp64) or on widened fp32 copies of one head
-// (bf16, fp16), in the calling thread's scratch. A diagonal block computes its whole Tq x Tk score matrix and zeroes
-// the masked half: diagonal blocks are 2 of the 2*cp + 1 blocks a rank computes per layer (model/ring_attention.h),
-// so skipping half of their products is left for later.
+// dv rows, so they run in one task, in head order). The products are Eigen GEMMs on strided views of the tensors
+// (fp32, fp64) or on widened fp32 copies of one head (bf16, fp16), in the calling thread's scratch. A diagonal
+// block computes its whole Tq x Tk score matrix and zeroes the masked half: diagonal blocks are 2 of the 2*cp + 1
+// blocks a rank computes per layer (model/ring_attention.h), so skipping half of their products is left for later.
 #include "kernels/attention_block.h"
 
 #include <algorithm>

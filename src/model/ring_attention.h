@@ -36,7 +36,7 @@ ZigzagChunks zigzag_chunks(int cp, int rank);
 std::vector<int64_t> zigzag_positions(int64_t T, int cp, int rank);
 
 // local [B, T/cp, ...] (overwritten) = the rank's two chunks of full [B, T, ...], in local order. Any dtype (a
-// plain copy; token ids too); both tensors on the CPU, of one dtype, with equal trailing dimensions.
+// plain copy; token ids too); both tensors on one device, of one dtype, with equal trailing dimensions.
 void zigzag_shard(const Tensor& local, const Tensor& full, int cp, int rank);
 // The inverse: the rank's rows of full [B, T, ...] are overwritten with local [B, T/cp, ...]; the other rows are
 // left alone (the cp ranks' unshards together rebuild full).
@@ -64,12 +64,12 @@ struct RingStep {
 RingStep ring_attention_step(int cp, int rank, int step);
 
 // ---- The op
-// Local tensors (S: fp32, fp64, bf16 or fp16, on the CPU): q, out, dq, dout [B, 2Tc, NH*HS]; k, v, dk, dv
-// [B, 2Tc, KV*HS] with NH = n_head a multiple of KV = n_kv_head (grouped-query attention; query head h uses kv head
-// h / (NH / KV)); lse [2, B, NH, Tc] in A = acc_dtype(S): each local chunk's log-sum-exp of its queries' scaled
-// scores over every key they see (ring_attention_lse_shape). cp is the context-parallel group; with size 1 this
-// is plain causal attention (three blocks, no messages). Every rank of cp must call with the same shapes and
-// tag_base. Partial outputs merge and gradients accumulate in A; out, dq, dk, dv are each rounded to S once.
+// Local tensors (S: fp32, fp64, bf16 or fp16, all on one device, the CPU or the GPU): q, out, dq, dout [B, 2Tc, NH*HS];
+// k, v, dk, dv [B, 2Tc, KV*HS] with NH = n_head a multiple of KV = n_kv_head (grouped-query attention; query head h
+// uses kv head h / (NH / KV)); lse [2, B, NH, Tc] in A = acc_dtype(S): each local chunk's log-sum-exp of its queries'
+// scaled scores over every key they see (ring_attention_lse_shape). cp is the context-parallel group; with size 1 this
+// is plain causal attention (three blocks, no messages). Every rank of cp must call with the same shapes and tag_base.
+// Partial outputs merge and gradients accumulate in A; out, dq, dk, dv are each rounded to S once.
 // scratch: where the op's temporaries come from (an Arena the caller resets), or nullptr: allocated per call.
 
 Shape ring_attention_lse_shape(int64_t B, int n_head, int64_t T_local);
