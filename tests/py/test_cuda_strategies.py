@@ -12,7 +12,9 @@ tensors staged through host memory), as cuda_parity runs dp, tp and pp:
 2. The flight recorder with device tensors: dp2 x tp2 on one GPU, the last rank skipping the step's loss all-reduce
    at step 3 (MESHTRAIN_FAULT=skip@3): the job ends non-zero, every rank dumps, and scripts/flight.py names rank 3
    and the world communicator; and reducing 2 elements instead of 1 (size@3), which the step's digest check names
-   as a desync on 'world' (test_flight_recorder's cases on the MPI transport, with the GPU's tensors).
+   as a desync on 'world', and failing a CHECK (check@3), which dumps every rank before it aborts
+   (test_flight_recorder's cases on the MPI transport, with the GPU's tensors). These run first: a trainer run of
+   part 1 that fails ends the script.
 
 Exits 77 (skipped) when the trainer has no CUDA backend or sees no GPU.
 Usage: test_cuda_strategies.py BUILD_DIR [WORK_DIR]"""
@@ -32,27 +34,8 @@ BASE = SMALL_GPT + ["--set", "train.steps=10", "--set", "device=cuda", "--set", 
 LLAMA = ["--set", "model.arch=llama", "--set", "model.n_head=4", "--set", "model.n_kv_head=2", "--set",
          "model.multiple_of=32", "--set", "train.recompute=selective"]
 
-for model_name, model in (("gpt2", []), ("llama", LLAMA)):
-    for precision in ("fp32", "bf16"):
-        args = BASE + model + ["--set", f"precision.compute={precision}"]
-        one, _ = run_trainer(mpiexec, trainer, 1, args, os.path.join(work, f"{model_name}_{precision}_1rank"))
-        layouts = [("cp2", 2, ["--set", "parallel.cp=2"])]
-        if model_name == "gpt2" and precision == "fp32":
-            layouts.append(("dp2_cp2_zero3", 4, ["--set", "parallel.cp=2", "--set", "parallel.dp=2", "--set",
-                                                 "optim.zero=3"]))
-        for name, ranks, extra in layouts:
-            losses, log = run_trainer(mpiexec, trainer, ranks, args + extra,
-                                      os.path.join(work, f"{model_name}_{precision}_{name}"))
-            d = max_relative_loss_difference(losses, one)
-            if precision == "fp32":
-                ok, bound = d <= 1e-5, "1e-5"
-            else:
-                d1 = max_relative_loss_difference(losses[:1], one[:1])
-                ok, bound = d1 <= 1e-3 and d <= 1e-2, f"1e-2, the first {d1:.2e} against 1e-3"
-            report(ok and len(losses) == len(one), f"{model_name} {precision} {name} on one GPU: {len(losses)} "
-                                                   f"losses within {d:.2e} of one rank (bound {bound})")
 
-
+# The flight recorder first: a failing trainer run below ends the script (run_trainer's convention).
 def flight_case(name, fault, words):
     run_dir = os.path.join(work, "flight_" + name)
     cmd = [mpiexec, "-n", "4", trainer] + SMALL_GPT + [
@@ -73,4 +56,25 @@ def flight_case(name, fault, words):
 
 flight_case("skip", "skip@3", ["rank 3", "never joined", "world"])
 flight_case("size", "size@3", ["desync", "world", "rank 3"])
+flight_case("check", "check@3", ["rank 3", "fatal error", "CHECK failed"])
+
+for model_name, model in (("gpt2", []), ("llama", LLAMA)):
+    for precision in ("fp32", "bf16"):
+        args = BASE + model + ["--set", f"precision.compute={precision}"]
+        one, _ = run_trainer(mpiexec, trainer, 1, args, os.path.join(work, f"{model_name}_{precision}_1rank"))
+        layouts = [("cp2", 2, ["--set", "parallel.cp=2"])]
+        if model_name == "gpt2" and precision == "fp32":
+            layouts.append(("dp2_cp2_zero3", 4, ["--set", "parallel.cp=2", "--set", "parallel.dp=2", "--set",
+                                                 "optim.zero=3"]))
+        for name, ranks, extra in layouts:
+            losses, log = run_trainer(mpiexec, trainer, ranks, args + extra,
+                                      os.path.join(work, f"{model_name}_{precision}_{name}"))
+            d = max_relative_loss_difference(losses, one)
+            if precision == "fp32":
+                ok, bound = d <= 1e-5, "1e-5"
+            else:
+                d1 = max_relative_loss_difference(losses[:1], one[:1])
+                ok, bound = d1 <= 1e-3 and d <= 1e-2, f"1e-2, the first {d1:.2e} against 1e-3"
+            report(ok and len(losses) == len(one), f"{model_name} {precision} {name} on one GPU: {len(losses)} "
+                                                   f"losses within {d:.2e} of one rank (bound {bound})")
 t.finish()
