@@ -7,7 +7,9 @@ the host's name).
   2. preemption: `scontrol requeue` while it trains: Slurm sends SIGTERM, every rank finishes its step and
      writes a checkpoint ("stopped by SIGTERM"); the requeued job (same id, restart 1) resumes from that
      checkpoint and finishes, every step once in metrics.jsonl, with the losses of an uninterrupted job;
-  3. a killed rank: the last rank SIGKILLs itself in step 3 (MESHTRAIN_FAULT=kill@3) of a job launched with
+  3. a killed rank, on dp 4 (4 ranks) and on dp2 x tp2 x pp2 (8 ranks, 4 per node, the nodes declared with 4
+     CPUs whatever the machine has): the
+     last rank SIGKILLs itself in step 3 (MESHTRAIN_FAULT=kill@3) of a job launched with
      LAUNCHER="srun --kill-on-bad-exit=0", so that Slurm leaves the other ranks running (mpiexec ends them at once;
      with --kill-on-bad-exit=1 Slurm sends them SIGTERM, which they take as a stop request, then SIGKILL after its
      KillWait, 30 s by default: before a watchdog of the default comm.timeout_s fires). Their all-reduce with the
@@ -59,7 +61,9 @@ def write_config():
     cgroup = "cgroup/v1" if os.path.isdir("/sys/fs/cgroup/cpu") else "cgroup/v2"
     with open(f"{work}/cgroup.conf", "w") as f:
         f.write(f"CgroupPlugin={cgroup}\nIgnoreSystemd=yes\n")
-    ncpu = os.cpu_count()
+    # At least 4 CPUs per node, whatever the machine has (config_overrides below): the 8-rank case runs 4 ranks
+    # on each node.
+    ncpu = max(4, os.cpu_count())
     with open(conf, "w") as f:
         f.write(f"""ClusterName=meshtrain-test
 SlurmctldHost={socket.gethostname()}(10.99.0.254)
@@ -73,6 +77,7 @@ JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
 MpiDefault=pmi2
 ReturnToService=2
 StateSaveLocation={work}/state
@@ -108,16 +113,18 @@ def start_daemons():
     return False
 
 
-def sbatch(*sets, **environment):
+def sbatch(*sets, options=(), **environment):
     e = dict(env, CONFIG=os.path.join(src, "configs", "tiny.yaml"), TRAINER=trainer, RUN_ROOT=f"{work}/runs",
              UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0", OMP_NUM_THREADS="1", **environment)
     args = []
     for s in ("train.global_batch=8", "comm.wait=poll", "run.log_every=100") + sets:
         args += ["--set", s]
-    out = subprocess.run(["sbatch", "--parsable", f"--output={work}/%j.out",
-                          os.path.join(src, "scripts", "slurm", "train.sbatch")] + args,
-                         capture_output=True, text=True, env=e, cwd=src, check=True).stdout
-    return out.strip().split(";")[0]
+    r = subprocess.run(["sbatch", "--parsable", f"--output={work}/%j.out"] + list(options) +
+                       [os.path.join(src, "scripts", "slurm", "train.sbatch")] + args,
+                       capture_output=True, text=True, env=e, cwd=src)
+    if r.returncode != 0:
+        raise SystemExit(f"FAIL: sbatch {' '.join(options)} exited with {r.returncode}: {r.stderr.strip()}")
+    return r.stdout.strip().split(";")[0]
 
 
 def state(job):
@@ -165,6 +172,56 @@ def rows(job):
     return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
 
 
+def killed_rank(ranks, sets, options):
+    """The last rank SIGKILLs itself in step 3 of a job whose launcher leaves the others running (the docstring's
+    case 3)."""
+    # Its kill time is taken here, on the machine's monotonic clock, which every rank's dumped_us also reads
+    # (network namespaces share it): the last moment the test saw the last rank running.
+    timeout_s, last = 3, ranks - 1
+    job = sbatch("train.steps=20", f"comm.timeout_s={timeout_s}", *sets, options=options,
+                 LAUNCHER="srun --kill-on-bad-exit=0", MESHTRAIN_FAULT="kill@3")
+    try:
+        t0 = time.monotonic()
+        pid = killed = None
+        while pid is None and state(job) in ("PENDING", "CONFIGURING", "RUNNING") and time.monotonic() - t0 < 60:
+            pid = trainer_pids(job).get(last)
+            time.sleep(0.02)
+        while pid and running(pid) and time.monotonic() - t0 < 60:
+            killed = time.monotonic()
+            time.sleep(0.02)
+        st = wait_done(job, timeout=timeout_s + 30)
+        ended = time.monotonic()
+    finally:
+        if state(job) not in ENDED:
+            # Hung: a cancel would wait Slurm's KillWait (30 s) after the SIGTERM the ranks take as a stop request.
+            for q in trainer_pids(job).values():
+                try:
+                    os.kill(q, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            subprocess.run(["scancel", job], env=env)
+    run_dir = f"{work}/runs/{job}"
+    flight = f"{run_dir}/flight"
+    got = {f: json.load(open(f"{flight}/{f}")) for f in sorted(os.listdir(flight) if os.path.isdir(flight) else [])
+           if f.startswith("rank_") and f.endswith(".json")}
+    after = {f: round(d["dumped_us"] / 1e6 - killed, 2) for f, d in got.items()} if killed else {}
+    a = subprocess.run([sys.executable, os.path.join(src, "scripts", "flight.py"), run_dir], capture_output=True,
+                       text=True)
+    first = (a.stdout or a.stderr).split("\n")[0]
+    out = open(f"{work}/{job}.out").read()
+    # The survivors' watchdog message names the silent rank: asking the dead rank to dump fails without ending them.
+    check(killed is not None and f"task {last}: Killed" in out and st == "FAILED" and ended - killed < timeout_s + 15
+          and sorted(got) == sorted(f"rank_{r}.json" for r in range(last)) and
+          all(t <= timeout_s + 5 for t in after.values()) and f"rank {last} never joined" in first and
+          f"rank {last} left no dump" in first and f"no answer from rank {last}" in out,
+          f"a rank of {ranks} killed under srun --kill-on-bad-exit=0 ({' '.join(sets) or 'dp 4'}): the job {st} "
+          f"{ended - killed if killed else float('nan'):.1f} s after the kill; dumps {after or 'none'} s after it "
+          f"(comm.timeout_s = {timeout_s}), reasons "
+          f"{sorted(set(d['reason'].split(':')[0] for d in got.values())) or 'none'}; first line: {first}")
+    if killed is None or st != "FAILED" or len(got) != last:
+        print(out[-3000:])
+
+
 subprocess.run([cluster, "up", "2"], check=True)
 try:
     write_config()
@@ -204,51 +261,9 @@ try:
           f"the requeued job resumes and finishes ({st}): every step once, the losses of an uninterrupted job "
           f"({ref_st})")
 
-    # A killed rank. Its kill time is taken here, on the machine's monotonic clock, which every rank's dumped_us
-    # also reads (network namespaces share it): the last moment the test saw rank 3 running.
-    timeout_s = 3
-    job = sbatch("train.steps=20", f"comm.timeout_s={timeout_s}", LAUNCHER="srun --kill-on-bad-exit=0",
-                 MESHTRAIN_FAULT="kill@3")
-    try:
-        t0 = time.monotonic()
-        pid = killed = None
-        while pid is None and state(job) in ("PENDING", "CONFIGURING", "RUNNING") and time.monotonic() - t0 < 60:
-            pid = trainer_pids(job).get(3)
-            time.sleep(0.02)
-        while pid and running(pid) and time.monotonic() - t0 < 60:
-            killed = time.monotonic()
-            time.sleep(0.02)
-        st = wait_done(job, timeout=timeout_s + 30)
-        ended = time.monotonic()
-    finally:
-        if state(job) not in ENDED:
-            # Hung: a cancel would wait Slurm's KillWait (30 s) after the SIGTERM the ranks take as a stop request.
-            for q in trainer_pids(job).values():
-                try:
-                    os.kill(q, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            subprocess.run(["scancel", job], env=env)
-    run_dir = f"{work}/runs/{job}"
-    flight = f"{run_dir}/flight"
-    got = {f: json.load(open(f"{flight}/{f}")) for f in sorted(os.listdir(flight) if os.path.isdir(flight) else [])
-           if f.startswith("rank_") and f.endswith(".json")}
-    after = {f: round(d["dumped_us"] / 1e6 - killed, 2) for f, d in got.items()} if killed else {}
-    a = subprocess.run([sys.executable, os.path.join(src, "scripts", "flight.py"), run_dir], capture_output=True,
-                       text=True)
-    first = (a.stdout or a.stderr).split("\n")[0]
-    out = open(f"{work}/{job}.out").read()
-    # The survivors' watchdog message names the silent rank: asking the dead rank to dump fails without ending them.
-    check(killed is not None and "task 3: Killed" in out and st == "FAILED" and ended - killed < timeout_s + 15 and
-          sorted(got) == ["rank_0.json", "rank_1.json", "rank_2.json"] and
-          all(t <= timeout_s + 5 for t in after.values()) and
-          "rank 3 never joined" in first and "rank 3 left no dump" in first and "no answer from rank 3" in out,
-          f"a rank killed under srun --kill-on-bad-exit=0: the job {st} "
-          f"{ended - killed if killed else float('nan'):.1f} s after the kill; dumps {after or 'none'} s after it "
-          f"(comm.timeout_s = {timeout_s}), reasons "
-          f"{sorted(set(d['reason'].split(':')[0] for d in got.values())) or 'none'}; first line: {first}")
-    if killed is None or st != "FAILED" or len(got) != 3:
-        print(out[-3000:])
+    # A killed rank: the last of dp 4 (4 ranks, 2 per node), and of dp2 x tp2 x pp2 (8 ranks, 4 per node).
+    killed_rank(4, [], [])
+    killed_rank(8, ["parallel.tp=2", "parallel.pp=2"], ["--ntasks-per-node=4"])
 finally:
     for d in reversed(daemons):
         d.terminate()
