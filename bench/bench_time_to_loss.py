@@ -8,8 +8,9 @@ powersgd). Each run evaluates every --eval-every steps; wall time is metrics.jso
 time to the end of that step, evaluations included), bytes the cumulative comm_bytes (the busiest rank's payload).
 The target: --target, or by default the synchronous run's validation loss at 3/4 of its steps.
 
-Writes runs/time_to_loss/time_to_loss.csv (one row per strategy) and, with matplotlib, runs/time_to_loss/
-time_to_loss.png (validation loss against wall-clock time and against bytes sent); --plot
+The runs are one scripts/sweep.py sweep, a --point per strategy (its steps.csv, summary.csv and run folders under
+--out, so scripts/plot.py draws them too). Writes OUT/time_to_loss.csv (one row per strategy) and, with
+matplotlib, OUT/time_to_loss.png (validation loss against wall-clock time and against bytes sent); --plot
 docs/figures/time_to_loss.png updates the documentation's figure.
 
 Usage: /usr/bin/python3 bench/bench_time_to_loss.py [--steps 120] [--target LOSS] [--only sync,stale4] [--reuse]
@@ -20,13 +21,14 @@ import csv
 import json
 import os
 import subprocess
+import sys
 
 from bench_cli import cpu_model, float_above, float_at_least, int_at_least, names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 STRATEGIES = [  # name, label, settings
-    ("sync", "synchronous", []),
+    ("sync", "synchronous", ["comm.overlap=true"]),
     ("no_overlap", "overlap off", ["comm.overlap=false"]),
     ("bf16", "bf16 compression", ["comm.compress=bf16"]),
     ("powersgd", "PowerSGD (rank 4)", ["comm.compress=powersgd"]),
@@ -38,25 +40,36 @@ STRATEGIES = [  # name, label, settings
 ]
 
 
-def run(args, name, settings):
-    d = os.path.join(args.out, name)
-    cmd = ["mpiexec", "-n", "4", os.path.join(ROOT, "build", "trainer"), "--config",
-           os.path.join(ROOT, "configs", "gpt.yaml"),
-           "--set", "data.source=text", "--set", f"data.path={os.path.join(ROOT, 'data', 'tinyshakespeare.txt')}",
-           "--set", "model.vocab_size=256", "--set", "train.global_batch=32", "--set", "train.micro_batch=8",
-           "--set", f"train.steps={args.steps}", "--set", f"train.eval_every={args.eval_every}",
-           "--set", "train.eval_batches=2", "--set", "train.threads=1", "--set", "optim.warmup_steps=10",
-           "--set", f"comm.emulate.latency_us={args.latency_us}", "--set", f"comm.emulate.bandwidth_gbps={args.gbps}",
-           "--set", "train.straggler.ranks=[3]", "--set", f"train.straggler.slowdown={args.slowdown}",
-           "--set", f"train.straggler.delay_ms={args.delay_ms}", "--set", "train.straggler.delay_sigma=1",
-           "--set", "run.log_every=1000", "--set", "run.checkpoint_every=0", "--set", "run.resume=none",
-           "--set", f"run.dir={d}"]
-    for s in settings:
-        cmd += ["--set", s.format(H=args.sync_every)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if p.returncode != 0:
-        raise SystemExit(f"trainer failed ({name}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
+def sweep(args, chosen):
+    """One scripts/sweep.py run, a --point per strategy; returns {name: its metrics rows}."""
+    fixed = ["config=" + os.path.join(ROOT, "configs", "gpt.yaml"), "data.source=text",
+             "data.path=" + os.path.join(ROOT, "data", "tinyshakespeare.txt"), "model.vocab_size=256",
+             "train.global_batch=32", "train.micro_batch=8", f"train.steps={args.steps}",
+             f"train.eval_every={args.eval_every}", "train.eval_batches=2", "optim.warmup_steps=10",
+             f"comm.emulate.latency_us={args.latency_us}", f"comm.emulate.bandwidth_gbps={args.gbps}",
+             "train.straggler.ranks=[3]", f"train.straggler.slowdown={args.slowdown}",
+             f"train.straggler.delay_ms={args.delay_ms}", "train.straggler.delay_sigma=1", "run.log_every=1000",
+             "run.checkpoint_every=0"]
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "sweep.py"), "--out", args.out, "--np", "4", "--threads", "1"]
+    for f in fixed:
+        key, value = f.split("=", 1)
+        cmd += (["--config", value] if key == "config" else ["--set", f])
+    for _, _, settings in chosen:
+        cmd += ["--point", " ".join(x.format(H=args.sync_every) for x in settings)]
+    if not args.reuse:
+        p = subprocess.run(cmd)
+        if p.returncode != 0:
+            raise SystemExit(f"sweep failed: {' '.join(cmd)}")
+    # summary.csv's settings name each strategy's point folder.
+    points = {row["settings"]: row for row in csv.DictReader(open(os.path.join(args.out, "summary.csv")))}
+    results = {}
+    for name, label, settings in chosen:
+        row = points.get(" ".join(x.format(H=args.sync_every) for x in settings))
+        if row is None or row["status"] != "ok":
+            why = row["error"] if row else "not in summary.csv"
+            raise SystemExit(f"{label}: no successful run in {args.out} ({why})")
+        results[name] = [json.loads(line) for line in open(os.path.join(args.out, row["point"], "metrics.jsonl"))]
+    return results
 
 
 def main():
@@ -83,10 +96,8 @@ def main():
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); 4 ranks, configs/gpt.yaml on tinyshakespeare, "
           f"{args.steps} steps, link {args.latency_us:g} us / {args.gbps:g} GB/s, rank 3 {args.slowdown:g}x slower "
           f"and {args.delay_ms:g} ms delays")
-    results = {}
-    for name, label, settings in chosen:
-        results[name] = ([json.loads(line) for line in open(os.path.join(args.out, name, "metrics.jsonl"))]
-                         if args.reuse else run(args, name, settings))
+    results = sweep(args, chosen)
+    for name, label, _ in chosen:
         evals = [r for r in results[name] if "val_loss" in r]
         print(f"  {label:<20} final val loss {evals[-1]['val_loss']:.4f}, {results[name][-1]['elapsed_ms'] / 1000:.1f} s")
     target = args.target
