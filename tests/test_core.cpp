@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/dtype.h"
 #include "core/energy.h"
+#include "core/gpu_energy.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "optim/lr_schedule.h"
@@ -154,4 +155,20 @@ TEST_CASE("energy counters: packages summed, sub-domains left out, one wrap, and
   CHECK_FALSE(none.available());
   CHECK(none.why_unavailable().find("does not exist") != std::string::npos);
   CHECK(none.joules() == 0);
+}
+
+TEST_CASE("GPU energy counters: every GPU NVML lists summed, and none without the library", "[energy]") {
+  GpuEnergyMeter m(MT_FAKE_NVML);  // two GPUs, +1.5 J and +2.5 J per read (tests/fake_nvml.cpp)
+  REQUIRE(m.available());
+  CHECK(m.gpus() == 2);
+  CHECK(m.joules() == Approx(4.0));  // since construction's read
+  CHECK(m.joules() == Approx(4.0));
+
+  GpuEnergyMeter missing("/nonexistent/libnvidia-ml.so.1");
+  CHECK_FALSE(missing.available());
+  CHECK(missing.why_unavailable().find("cannot be opened") != std::string::npos);
+  CHECK(missing.joules() == 0);
+  GpuEnergyMeter not_nvml("libm.so.6");  // a library, but not NVML
+  CHECK_FALSE(not_nvml.available());
+  CHECK(not_nvml.why_unavailable().find("lacks NVML's functions") != std::string::npos);
 }

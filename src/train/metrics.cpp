@@ -39,6 +39,7 @@ std::string to_json(const StepMetrics& m) {
     s += fmt::format(", \"staleness_max\": {:.0f}, \"staleness_mean\": {:.4f}", m.staleness_max, m.staleness_mean);
   if (m.val_loss >= 0) s += fmt::format(", \"val_loss\": {}", num(m.val_loss));
   if (m.energy_j >= 0) s += fmt::format(", \"energy_j\": {:.4f}", m.energy_j);
+  if (m.gpu_energy_j >= 0) s += fmt::format(", \"gpu_energy_j\": {:.4f}", m.gpu_energy_j);
   return s + "}";
 }
 

@@ -40,6 +40,9 @@ struct StepMetrics {
   // Joules the CPU packages of every node drew this step (RAPL, core/energy.h), written only where every node
   // has readable counters: nothing is estimated.
   double energy_j = -1;
+  // Joules every node's GPUs drew this step (NVML, core/gpu_energy.h; device: cuda), likewise only where every node
+  // has the counters.
+  double gpu_energy_j = -1;
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
   double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used
   int64_t skipped_steps = -1;  // fp16 or train.skip_nonfinite (written when >= 0): steps skipped so far, this one included

@@ -32,6 +32,7 @@ struct RankFigures {
   float link_ops, link_mib, link_us, link_mib2, link_mib_us;  // the gradient reductions (CommTimeline::LinkSums)
   float energy_j;          // a node's leading rank: its node's CPU energy this step (0 elsewhere)
   float node_leader, energy_read;  // 1 on a node's leading rank; 1 there when it has energy counters
+  float gpu_energy_j, gpu_energy_read;  // the same for the node's GPUs (NVML; device: cuda only)
 };
 constexpr int kFigures = sizeof(RankFigures) / sizeof(float);
 static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is reduced as a float array");
@@ -41,6 +42,7 @@ static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is r
 StepMeter::StepMeter(TrainingRun& run, CommTimeline& timeline, bool node_leader)
     : run_(run), timeline_(timeline), node_leader_(node_leader) {
   if (node_leader) energy_ = std::make_unique<EnergyMeter>();
+  if (node_leader && run.dev == Device::CUDA) gpu_energy_ = std::make_unique<GpuEnergyMeter>();
   // The same ranks, the same emulated link: the world's small all-reduces tell comm.adapt the per-operation cost.
   timeline.set_world_is_dp(run.mesh.dp() == run.mesh.world_size());
   MeshComms& c = run.comms;
@@ -100,6 +102,8 @@ std::vector<float>& StepMeter::measure(const StepResult& s) {
   f.node_leader = node_leader_ ? 1.0f : 0.0f;
   f.energy_read = energy_ && energy_->available() ? 1.0f : 0.0f;
   f.energy_j = f.energy_read > 0 ? float(energy_->joules()) : 0.0f;
+  f.gpu_energy_read = gpu_energy_ && gpu_energy_->available() ? 1.0f : 0.0f;
+  f.gpu_energy_j = f.gpu_energy_read > 0 ? float(gpu_energy_->joules()) : 0.0f;
   const size_t world = size_t(run_.mesh.world_size()), rank = size_t(run_.mesh.rank());
   const std::vector<Communicator*> groups = digest_groups();
   const size_t digests = groups.size() * kDigestFloats;
@@ -143,9 +147,13 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
   row.tokens_per_s = run_.tokens_per_step / (row.step_ms / 1000.0);
   row.comm_bytes = std::llround(double(m.mib_sent) * 1048576.0);
   int slowest = 0;
-  double waited = 0, stale_sum = 0, loss_sum = 0, energy = 0, leaders = 0, read = 0;
-  for (const RankFigures& f : all) energy += f.energy_j, leaders += f.node_leader, read += f.energy_read;
+  double waited = 0, stale_sum = 0, loss_sum = 0, energy = 0, leaders = 0, read = 0, gpu_energy = 0, gpu_read = 0;
+  for (const RankFigures& f : all) {
+    energy += f.energy_j, leaders += f.node_leader, read += f.energy_read;
+    gpu_energy += f.gpu_energy_j, gpu_read += f.gpu_energy_read;
+  }
   if (leaders > 0 && read == leaders) row.energy_j = energy;
+  if (leaders > 0 && gpu_read == leaders) row.gpu_energy_j = gpu_energy;
   for (int r = 0; r < world; ++r)
     if (all[r].own_ms > all[slowest].own_ms) slowest = r;
   for (int r = 0; r < world; ++r) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/energy.h"
+#include "core/gpu_energy.h"
 #include "train/comm_adapt.h"
 #include "train/comm_timeline.h"
 #include "train/metrics.h"
@@ -21,6 +22,7 @@ class StepMeter {
   StepMeter(TrainingRun& run, CommTimeline& timeline, bool node_leader);
   // Whether every step's row can carry energy_j on this rank's node, and if not why (for the start-up log).
   const EnergyMeter* energy() const { return energy_.get(); }
+  const GpuEnergyMeter* gpu_energy() const { return gpu_energy_.get(); }  // the same for gpu_energy_j (device: cuda)
   // At the start of a step (forgets traffic since the last step, e.g. an evaluation's).
   void begin();
   // At the end of the step's work: fills row's timings, each the maximum over ranks, comm_bytes and the slowest
@@ -48,6 +50,7 @@ class StepMeter {
   std::vector<float> table_;  // the step's figures of every rank, reduced as one
   bool node_leader_;
   std::unique_ptr<EnergyMeter> energy_;  // on a node's leading rank
+  std::unique_ptr<GpuEnergyMeter> gpu_energy_;  // there too, with device: cuda
 };
 
 // optim.staleness: rows whose figures are still being summed over the ranks in the background, so that reporting

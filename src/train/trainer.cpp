@@ -229,6 +229,11 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
   if (meter.energy() && !meter.energy()->available())
     spdlog::info("energy: unavailable on this node ({}): metrics.jsonl has no energy_j",
                  meter.energy()->why_unavailable());
+  if (const GpuEnergyMeter* g = meter.gpu_energy())
+    spdlog::info(g->available() ? fmt::format("GPU energy: NVML counters of the node's {} GPU(s), metrics.jsonl's "
+                                              "gpu_energy_j", g->gpus())
+                                : fmt::format("GPU energy: unavailable on this node ({}): metrics.jsonl has no "
+                                              "gpu_energy_j", g->why_unavailable()));
   double total_ms = 0, last_elapsed_ms = 0, last_loss = 0, last_val = -1;
   uint64_t gpu_mallocs_after_first_step = 0;  // the caching allocator's cudaMalloc count once warm
   uint64_t gpu_waits_after_first_step = 0;    // and the host's waits for the GPU by then
