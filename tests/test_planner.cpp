@@ -282,8 +282,11 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       {ModelArch::Llama, false, 1, 3, 3, true, Recompute::Light},  // untied last stage: the head in the first unit
       {ModelArch::Llama, true, 0, 2, 2, false, Recompute::Full},   // tied, one stage
   };
+  // Resharding with a ring of its own (2 slots) or shared with the gradients (3), and keeping every unit.
   for (const Case& k : cases)
-    for (const bool reshard : {true, false}) {
+    for (const int mode : {2, 3, 0}) {
+      const bool reshard = mode > 0;
+      const int slots = reshard ? mode : 2;
       GPTConfig g;
       g.arch = k.arch;
       g.tie_embeddings = k.tied;
@@ -299,17 +302,18 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
         g.n_kv_head = 1;
         g.ffn_hidden = 24;
       }
-      INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {}", name_of(k.arch), k.tied,
-                       k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard));
+      INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {} slots {}", name_of(k.arch),
+                       k.tied, k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard, slots));
       GPT model(g, DType::F32);
       const ParamTable& t = model.table();
       // chunk_param_units: the embedding pinned where it holds the tied head, every unit without resharding.
       const bool embedding = t.index_of(k.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight") >= 0;
       const std::vector<GradUnit> units = grad_units(t, g.tied() && embedding, !reshard);
       NullCommunicator dp(2, 0);
-      ShardedParams store(dp, t, units, unit_buckets(t, units, 4, 4.0 * 200), DType::F32, Device::CPU);
+      const Tensor ring = slots == 3 ? Tensor::zeros({3 * ring_slot_numel(units)}, DType::F32) : Tensor();
+      ShardedParams store(dp, t, units, unit_buckets(t, units, 4, 4.0 * 200), DType::F32, Device::CPU, {}, ring);
       model.set_param_views(store.param_views());
-      ChunkParamGathers mirror(g, t, units, std::vector<double>(units.size(), 1.0), 4);
+      ChunkParamGathers mirror(g, t, units, std::vector<double>(units.size(), 1.0), 4, slots);
       Arena rec, scratch;
       Activations a = model.alloc_activations(rec, 1, g.seq_len, k.split);
       for (int64_t i = 0; i < a.tokens.numel(); ++i) {

@@ -1,6 +1,6 @@
 // ZeRO's sharding arithmetic: the gradient units and buckets of ZeRO-2 (parallel/sharded_grads.h), the optimizer
 // segments of a rank's shards (train/zero_shards.h), and ShardedGrads' accumulation over passes with its two
-// ring buffers, on 1 rank here and on 2 and 3 through mpiexec (tests/comm_tests.cmake) with rank-valued gradients
+// ring buffers (or three shared with ZeRO-3's parameters), on 1 rank here and on 2 and 3 through mpiexec (tests/comm_tests.cmake) with rank-valued gradients
 // whose sums are exact.
 #include <catch2/catch.hpp>
 #include <mpi.h>
@@ -178,6 +178,72 @@ TEST_CASE("ShardedGrads: every pass reduce-scattered and added into this rank's 
     // The next step starts from zero.
     z.zero();
     for (int64_t i = 0; i < z.shard_numel(); ++i) REQUIRE(shards[i] == 0.0f);
+  }
+}
+
+// ZeRO-3's shared ring (sharded_grads.h): three slots hold the gathered parameters and the gradients. The
+// parameter store gathers each unit into the slot that the reduction of the unit two before it is still reading,
+// and a forward pass between backward passes gathers over the last unit's reduction too. The shards must still be
+// the averages of what the passes wrote, as in the test above: with 3 passes (reductions staged, then added) and
+// with one (reduced straight into the shards). The parameters are large, so a gradient slot not zeroed before its
+// unit writes into it, or a reduction read after a gather overwrote it, gives wrong shards.
+TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every reduction", "[zero][sharded]") {
+  CommOptions o;
+  o.timeout_s = 60;
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
+  const int P = dp->size(), r = dp->rank();
+  const ParamTable t = gpt_param_table(gpt2(3));
+  const std::vector<GradUnit> units = grad_units(t, true, false);
+  const int n = static_cast<int>(units.size());
+  for (const int passes : {3, 1}) {
+    INFO("passes " << passes);
+    ShardedGradsOptions opts;
+    opts.shared_ring = true;
+    opts.reduces_once = passes == 1;
+    const std::vector<Bucket> buckets = unit_buckets(t, units, 4, 4.0 * 900);
+    ShardedGrads z(*dp, t, units, buckets, DType::F32, DType::F32, Device::CPU, {}, opts);
+    REQUIRE(z.ring_slots().numel() == 3 * ring_slot_numel(units));
+    CHECK(z.bytes() == int64_t(4 * (sharded_grads_size(units, buckets, P, r, opts).store +
+                                    sharded_grads_size(units, buckets, P, r, opts).staging)));
+    ShardedParams params(*dp, t, units, buckets, DType::F32, Device::CPU, {}, z.ring_slots());
+    Tensor weights = Tensor::zeros({t.total_numel()}, DType::F32);
+    for (int64_t i = 0; i < weights.numel(); ++i) weights.data_as<float>()[i] = 1000.0f + float(i % 13);
+    params.load_shards(weights);
+    const std::vector<Tensor> views = z.grad_views();
+    z.zero();
+    params.begin_step();
+    for (int k = 0; k < passes; ++k) {
+      params.begin_pass(PassOrder::Forward);  // gathers every unit, over the previous pass's last reduction
+      for (int u = n - 1; u >= 0; --u) params.forward_needs(units[u].begin);
+      params.begin_pass(PassOrder::Backward);
+      REQUIRE(z.begin_pass(k == passes - 1, true));
+      for (int u = 0; u < n; ++u) {
+        params.backward_needs(units[u].begin, units[u].end);
+        for (int p = 0; p < t.size(); ++p) {
+          if (t[p].offset < units[u].begin || t[p].offset >= units[u].end) continue;
+          float* g = views[p].data_as<float>();
+          for (int64_t j = 0; j < t[p].numel(); ++j) g[j] += float(((t[p].offset + j) % 7 + r + k) / 4.0);
+        }
+        z.grads_ready(units[u].end);
+      }
+    }
+    z.finish();
+    const float* shards = z.shard_grads().data_as<float>();
+    for (int b = 0; b < static_cast<int>(z.buckets().size()); ++b)
+      for (int64_t j = 0; j < z.shard(b).size(); ++j) {
+        const int64_t i = z.buckets()[b].begin + z.shard(b).begin + j;
+        float want = 0;
+        for (int k = 0; k < passes; ++k) {
+          double sum = 0;
+          for (int q = 0; q < P; ++q) sum += (i % 7 + q + k) / 4.0;
+          want += float(sum / P);
+        }
+        REQUIRE(shards[z.shard_offset(b) + j] == want);
+      }
+    // And the parameters read through the ring are the weights, not gradients.
+    Tensor whole = Tensor::zeros({t.total_numel()}, DType::F32);
+    params.gather_into(whole);
+    CHECK(std::memcmp(whole.data(), weights.data(), whole.nbytes()) == 0);
   }
 }
 

@@ -60,31 +60,56 @@ std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<Grad
   return out;
 }
 
+namespace {
+// Whether a shared ring's reductions need a staging buffer, and its elements: the largest ring unit's shards (a
+// unit's reductions start only once the unit before it has been waited for).
+int64_t staging_numel(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp, int rank,
+                      const ShardedGradsOptions& opts, bool wire16) {
+  if (!opts.shared_ring || opts.reduces_once || wire16) return 0;
+  int64_t most = 0;
+  for (const GradUnit& u : units) {
+    if (u.pinned) continue;
+    int64_t n = 0;
+    for (const Bucket& b : buckets)
+      if (b.begin >= u.begin && b.end <= u.end) n += shard_range(b.numel(), dp, rank).size();
+    most = std::max(most, n);
+  }
+  return most;
+}
+}  // namespace
+
 ShardedGradsSize sharded_grads_size(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp,
-                                    int rank) {
+                                    int rank, const ShardedGradsOptions& opts, bool wire16) {
   ShardedGradsSize s;
-  s.store = 2 * ring_slot_numel(units);
+  s.store = grad_ring_slots(opts) * ring_slot_numel(units);
   for (const GradUnit& u : units) s.store += u.pinned ? u.end - u.begin : 0;
+  s.staging = staging_numel(units, buckets, dp, rank, opts, wire16);
   for (const Bucket& b : buckets) s.shard += shard_range(b.numel(), dp, rank).size();
   return s;
 }
 
 ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units,
                            std::vector<Bucket> buckets, DType dtype, DType wire, Device device,
-                           const Tensor& shards)
-    : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), table_(table) {
-  // Ring units alternate between slot 0 and slot 1 at the start of the store; pinned units follow.
-  const int64_t slot = ring_slot_numel(units_);
-  int64_t pinned_at = 2 * slot;
+                           const Tensor& shards, ShardedGradsOptions opts)
+    : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), opts_(opts), table_(table) {
+  // The ring slots come first in the store, the pinned units follow. Ring unit r takes slot r % 2 in a ring of
+  // its own, slot (r + 2) % 3 in a shared one (the header says why).
+  const int slots = grad_ring_slots(opts_);
+  slot_numel_ = ring_slot_numel(units_);
+  int64_t pinned_at = slots * slot_numel_;
   int ring = 0, last_ring = -1;
+  next_ring_.assign(units_.size(), -1);
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (units_[u].pinned) {
       unit_offset_.push_back(pinned_at);
       pinned_at += units_[u].end - units_[u].begin;
       prev_ring_.push_back(-1);
     } else {
-      unit_offset_.push_back((ring++ % 2) * slot);
+      unit_offset_.push_back((opts_.shared_ring ? (ring + 2) % 3 : ring % 2) * slot_numel_);
+      ++ring;
       prev_ring_.push_back(last_ring);
+      if (last_ring >= 0) next_ring_[last_ring] = u;
+      if (first_ring_ < 0) first_ring_ = u;
       last_ring = u;
     }
   }
@@ -103,6 +128,19 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
           dtype_name(wire));
     wire_ = Tensor::zeros(store_.shape(), wire, device);
   }
+  // A shared ring's staged reductions: each ring unit's buckets from the start of the staging buffer.
+  const int64_t staging = staging_numel(units_, buckets_, dp.size(), dp.rank(), opts_, wire_.defined());
+  staging_at_.assign(buckets_.size(), -1);
+  if (staging > 0) {
+    staging_ = Tensor::zeros({staging}, dtype, device);
+    std::vector<int64_t> filled(units_.size(), 0);
+    for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+      const int u = bucket_unit_[b];
+      if (units_[u].pinned) continue;
+      staging_at_[b] = filled[u];
+      filled[u] += shard(b).size();
+    }
+  }
   if (shards.defined()) {
     CHECK(shards.numel() == shard_numel() && shards.dtype() == dtype, "ZeRO-2: a shard buffer of {} {} for {} of {}",
           shards.numel(), dtype_name(shards.dtype()), shard_numel(), dtype_name(dtype));
@@ -111,6 +149,19 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
     shards_ = Tensor::zeros({std::max<int64_t>(1, shard_numel())}, dtype, device);
   }
   work_.resize(buckets_.size());
+  reduced_.assign(buckets_.size(), 0);
+}
+
+Tensor ShardedGrads::ring_slots() const {
+  return opts_.shared_ring ? store_.slice(0, {3 * slot_numel_}) : Tensor();
+}
+
+Tensor ShardedGrads::unit_slot(int u) const {
+  return store_.slice(unit_offset_[u], {units_[u].end - units_[u].begin});
+}
+
+bool ShardedGrads::staged(int b) const {
+  return opts_.shared_ring && !wire_.defined() && !units_[bucket_unit_[b]].pinned;
 }
 
 std::vector<Tensor> ShardedGrads::grad_views() const {
@@ -130,26 +181,40 @@ Tensor ShardedGrads::bucket_store(int b, const Tensor& buf) const {
 
 void ShardedGrads::zero() {
   for (const WorkPtr& w : work_) CHECK(!w, "ZeRO-2: the gradients zeroed while a reduction is in flight");
-  zero_(store_);
+  const int64_t ring = opts_.shared_ring ? 3 * slot_numel_ : 0;  // a shared ring is zeroed slot by slot
+  if (store_.numel() > ring) zero_(store_.slice(ring, {store_.numel() - ring}));
   zero_(shards_);
+  std::fill(reduced_.begin(), reduced_.end(), 0);
   next_ = 0;
 }
 
 void ShardedGrads::launch(int b) {
   const Tensor full = bucket_store(b, wire_.defined() ? wire_ : store_);
   if (wire_.defined()) copy_convert(full, bucket_store(b, store_));
-  // In place: the output is this rank's own slice of the input (the backends allow that).
   FlightSite site("gradient bucket", b);
-  work_[b] = dp_.reduce_scatter_async(full, full.slice(shard(b).begin, {shard(b).size()}), ReduceOp::Avg);
+  const int64_t n = shard(b).size();
+  if (!staged(b)) {  // in place: the output is this rank's own slice of the input (the backends allow that)
+    work_[b] = dp_.reduce_scatter_async(full, full.slice(shard(b).begin, {n}), ReduceOp::Avg);
+    return;
+  }
+  CHECK(!(opts_.reduces_once && reduced_[b]), "ZeRO-3: gradient bucket {} reduced twice in a step that reduces once", b);
+  reduced_[b] = 1;
+  const Tensor out = opts_.reduces_once ? shards_.slice(shard_offset(b), {n}) : staging_.slice(staging_at_[b], {n});
+  work_[b] = dp_.reduce_scatter_async(full, out, ReduceOp::Avg);
 }
 
 void ShardedGrads::settle(int b) {
   if (!work_[b]) return;
   work_[b]->wait();
   work_[b].reset();
+  const Tensor mine = shards_.slice(shard_offset(b), {shard(b).size()});
+  if (staged(b)) {  // the slot may hold parameters by now; it is zeroed when a unit next takes it
+    if (!opts_.reduces_once) kernels::accumulate(mine, staging_.slice(staging_at_[b], {shard(b).size()}));
+    return;
+  }
   const Tensor full = bucket_store(b, wire_.defined() ? wire_ : store_);
-  kernels::accumulate(shards_.slice(shard_offset(b), {shard(b).size()}), full.slice(shard(b).begin, {shard(b).size()}));
-  zero_(bucket_store(b, store_));
+  kernels::accumulate(mine, full.slice(shard(b).begin, {shard(b).size()}));
+  if (!opts_.shared_ring || units_[bucket_unit_[b]].pinned) zero_(bucket_store(b, store_));
 }
 
 void ShardedGrads::settle_unit(int u) {
@@ -159,6 +224,7 @@ void ShardedGrads::settle_unit(int u) {
 
 bool ShardedGrads::begin_pass(bool, bool overlap) {
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) settle(b);
+  if (opts_.shared_ring && first_ring_ >= 0) zero_(unit_slot(first_ring_));
   next_ = 0;
   overlap_ = overlap;
   return true;
@@ -168,13 +234,18 @@ void ShardedGrads::grads_ready(int64_t end) {
   int completed = 0;  // ring units whose gradients became final in this call
   while (next_ < static_cast<int>(buckets_.size()) && buckets_[next_].end <= end) {
     const int b = next_++, u = bucket_unit_[b];
+    // Staged reductions share one buffer: a unit's first waits for the unit before it (with a block in one bucket,
+    // the moment it would be waited for anyway).
+    if (staging_at_[b] == 0 && prev_ring_[u] >= 0) settle_unit(prev_ring_[u]);
     launch(b);
     if (!overlap_) settle(b);
     if (units_[u].pinned || buckets_[b].end != units_[u].end) continue;
-    // Ring unit u is final: the unit before it frees the slot that the next one writes into.
+    // Ring unit u is final: the unit before it frees the slot that the next one writes into (in a shared ring,
+    // u's own parameters' slot is the next unit's).
     CHECK(++completed == 1, "ZeRO-2: the backward pass reported two blocks' gradients final at once, so they "
           "shared a buffer (element {})", end);
     if (prev_ring_[u] >= 0) settle_unit(prev_ring_[u]);
+    if (opts_.shared_ring && next_ring_[u] >= 0) zero_(unit_slot(next_ring_[u]));
   }
 }
 
@@ -185,7 +256,7 @@ void ShardedGrads::finish() {
 }
 
 int64_t ShardedGrads::bytes() const {
-  return int64_t(store_.nbytes() + (wire_.defined() ? wire_.nbytes() : 0));
+  return int64_t(store_.nbytes() + (wire_.defined() ? wire_.nbytes() : 0) + (staging_.defined() ? staging_.nbytes() : 0));
 }
 
 }  // namespace mt

@@ -7,14 +7,15 @@
 
 namespace mt {
 
-int64_t sharded_params_store_numel(const std::vector<GradUnit>& units) {
-  int64_t n = ShardedParams::kSlots * ring_slot_numel(units);
+int64_t sharded_params_store_numel(const std::vector<GradUnit>& units, bool shared_ring) {
+  int64_t n = shared_ring ? 0 : 2 * ring_slot_numel(units);
   for (const GradUnit& u : units) n += u.pinned ? u.end - u.begin : 0;
   return n;
 }
 
 ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units,
-                             std::vector<Bucket> buckets, DType dtype, Device device, const Tensor& shards)
+                             std::vector<Bucket> buckets, DType dtype, Device device, const Tensor& shards,
+                             const Tensor& ring)
     : dp_(dp), table_(table), units_(std::move(units)), buckets_(std::move(buckets)) {
   const int n = static_cast<int>(units_.size());
   unit_buckets_.resize(n);
@@ -23,27 +24,33 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
     CHECK(u < n && buckets_[b].end <= units_[u].end, "ShardedParams: bucket {} crosses a unit", b);
     unit_buckets_[u].push_back(b);
   }
-  // The ring units take slots 0 and 1 in turn (consecutive units in either pass order never share one); the pinned
-  // units follow the slots in the store.
+  // The ring units take the slots in turn (consecutive units in either pass order never share one); the pinned
+  // units have store_, after its own ring slots.
+  const bool shared = shared_ = ring.defined();
+  const int slots = shared ? 3 : 2;
   const int64_t slot_numel = ring_slot_numel(units_);
-  int64_t at = kSlots * slot_numel;
-  for (int u = 0, ring = 0; u < n; ++u) {
+  CHECK(!shared || (ring.numel() == 3 * slot_numel && ring.dtype() == dtype),
+        "ShardedParams: a shared ring of {} {} elements for three slots of {} {}", ring.numel(),
+        dtype_name(ring.dtype()), slot_numel, dtype_name(dtype));
+  store_ = Tensor::zeros({std::max<int64_t>(1, sharded_params_store_numel(units_, shared))}, dtype, device);
+  const Tensor& slot_store = shared ? ring : store_;
+  int64_t at = shared ? 0 : 2 * slot_numel;
+  for (int u = 0, r = 0; u < n; ++u) {
+    const int64_t numel = units_[u].end - units_[u].begin;
     if (units_[u].pinned) {
       slot_.push_back(-1);
-      unit_offset_.push_back(at);
-      at += units_[u].end - units_[u].begin;
+      unit_buf_.push_back(store_.slice(at, {numel}));
+      at += numel;
     } else {
-      slot_.push_back(ring % kSlots);
-      unit_offset_.push_back((ring % kSlots) * slot_numel);
-      ++ring;
+      slot_.push_back(r % slots);
+      unit_buf_.push_back(slot_store.slice((r % slots) * slot_numel, {numel}));
+      ++r;
     }
   }
-  occupant_.assign(kSlots, -1);
+  occupant_.assign(slots, -1);
   shard_offsets_.push_back(0);
   for (const Bucket& b : buckets_)
     shard_offsets_.push_back(shard_offsets_.back() + shard_range(b.numel(), dp_.size(), dp_.rank()).size());
-  CHECK(at == sharded_params_store_numel(units_), "ShardedParams: the store's size");
-  store_ = Tensor::zeros({std::max<int64_t>(1, at)}, dtype, device);
   if (shards.defined()) {
     CHECK(shards.numel() == shard_numel() && shards.dtype() == dtype,
           "ShardedParams: the shard buffer holds {} {} elements, {} of {} needed", shards.numel(),
@@ -57,16 +64,12 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
   work_.resize(n);
 }
 
-Tensor ShardedParams::unit_buffer(int u) const {
-  return store_.slice(unit_offset_[u], {units_[u].end - units_[u].begin});
-}
-
 std::vector<Tensor> ShardedParams::param_views() const {
   std::vector<Tensor> views;
   for (const ParamSpec& p : table_.specs()) {
     int u = 0;
     while (p.offset >= units_[u].end) ++u;
-    views.push_back(store_.slice(unit_offset_[u] + (p.offset - units_[u].begin), p.shape));
+    views.push_back(unit_buf_[u].slice(p.offset - units_[u].begin, p.shape));
   }
   return views;
 }
@@ -132,9 +135,13 @@ void ShardedParams::forward_needs(int64_t begin) {
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
   ++request_;
-  int highest = -1;
+  int lowest = -1, highest = -1;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
-    if (units_[u].end > begin && units_[u].begin < end) need(u), highest = u;
+    if (units_[u].end > begin && units_[u].begin < end) need(u), highest = u, lowest = lowest < 0 ? u : lowest;
+  // A shared ring gives the slots of the units the pass has left to their gradients (zeroed there), so those
+  // units are no longer resident.
+  for (int u = 0; shared_ && u < lowest; ++u)
+    if (slot_[u] >= 0 && state_[u] == Resident) state_[u] = Absent, occupant_[slot_[u]] = -1;
   if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
 }
 
@@ -168,9 +175,7 @@ void ShardedParams::issue(int u) {
     const Bucket& k = buckets_[b];
     const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
     const Tensor whole = buf.slice(k.begin - units_[u].begin, {k.numel()});
-    const Tensor mine = whole.slice(s.begin, {s.size()});
-    copy_convert(mine, shards_.slice(shard_offsets_[b], {s.size()}));
-    work_[u].push_back(dp_.all_gather_async(mine, whole));
+    work_[u].push_back(dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}), whole));
   }
   state_[u] = InFlight;
   ++gathers_;

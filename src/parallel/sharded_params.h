@@ -3,10 +3,13 @@
 // in place). It gathers a unit's whole parameters just before a pass reads them. The units are ZeRO-2's
 // (grad_units: each block, the head's parameters, the embeddings), and buckets never cross a unit.
 //
-// Buffers: the unpinned units take turns in two ring slots, each as large as the largest such unit: the unit a
-// pass computes and the next one, gathered meanwhile. The forward pass asks for the next block's input norm only at
-// the end of a block (the norm fused into it), so two blocks suffice there too. A pinned unit keeps a buffer of its
-// own: the tied embedding, which every forward pass reads first and last.
+// Buffers: the unpinned units take turns in ring slots, each as large as the largest such unit: the unit a pass
+// computes and the next one, gathered meanwhile. The forward pass asks for the next block's input norm only at the
+// end of a block (the norm fused into it), so two blocks suffice there too. The ring is two slots of its own, or
+// three shared with the gradients (ShardedGrads' ring_slots(): unit r in slot r % 3, sharded_grads.h says why).
+// A gather reads this rank's shard from shards() and writes the whole unit into its slot, so issuing it never
+// touches the slot: a shared slot's gradients may still be waiting to be sent. A pinned unit keeps a buffer of
+// its own: the tied embedding, which every forward pass reads first and last.
 //
 // The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
 // makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. It also
@@ -31,18 +34,17 @@ namespace mt {
 // from the head's up.
 enum class PassOrder { Forward, Backward };
 
-// The elements of a ShardedParams' unit buffers (the ring slots and the pinned units'), in the compute dtype; the
-// shards are counted apart (the planner's memory model).
-int64_t sharded_params_store_numel(const std::vector<GradUnit>& units);
+// The elements of a ShardedParams' own unit buffers (its two ring slots, none when it shares the gradients', and the
+// pinned units'), in the compute dtype; the shards are counted apart (the planner's memory model).
+int64_t sharded_params_store_numel(const std::vector<GradUnit>& units, bool shared_ring = false);
 
 class ShardedParams {
  public:
-  static constexpr int kSlots = 2;
-
   // table: the chunk's parameters; dtype: the compute dtype; shards: where this rank's packed shards live
-  // (shard_numel() elements of dtype), or undefined to allocate them.
+  // (shard_numel() elements of dtype), or undefined to allocate them; ring: three slots shared with the gradients
+  // (ShardedGrads::ring_slots(), the same units), or undefined for two of its own.
   ShardedParams(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units, std::vector<Bucket> buckets,
-                DType dtype, Device device, const Tensor& shards = {});
+                DType dtype, Device device, const Tensor& shards = {}, const Tensor& ring = {});
   ~ShardedParams() { wait_all(); }
 
   // Each parameter's view (table order) in its unit's buffer, for GPT::set_param_views.
@@ -67,7 +69,7 @@ class ShardedParams {
   // GPT::backward's params_needed: the elements [begin, end) are read next.
   void backward_needs(int64_t begin, int64_t end);
 
-  // The unit buffers it allocated (the ring slots and the pinned units'); the gathers issued so far, and how many
+  // The unit buffers it allocated (its own ring slots and the pinned units'); the gathers issued so far, and how many
   // of them a request had to issue itself, not prefetched (tests: a unit gathered once per pass, and only a pass's
   // first units waited for in full).
   int64_t buffer_bytes() const { return int64_t(store_.nbytes()); }
@@ -81,14 +83,14 @@ class ShardedParams {
   void issue(int u);
   void wait(int u);
   void wait_all();
-  Tensor unit_buffer(int u) const;       // unit u's elements in store_
+  Tensor unit_buffer(int u) const { return unit_buf_[u]; }
 
   Communicator& dp_;
   ParamTable table_;
   std::vector<GradUnit> units_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> unit_buckets_;  // per unit, its buckets
-  std::vector<int64_t> unit_offset_;            // per unit: where its elements start in store_
+  std::vector<Tensor> unit_buf_;                // per unit: its elements, in its ring slot or in store_
   std::vector<int> slot_;                       // per unit: its ring slot, -1 when pinned
   std::vector<int> occupant_;                   // per slot: the unit whose elements it holds, or -1
   std::vector<int64_t> shard_offsets_;          // per bucket, and the total last
@@ -99,6 +101,7 @@ class ShardedParams {
   PassOrder order_ = PassOrder::Forward;
   int64_t forward_end_ = 0;  // the forward pass's previous request
   bool fresh_ = true;        // no pass since begin_step
+  bool shared_ = false;      // the ring's slots are shared with the gradients
   int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;
 };

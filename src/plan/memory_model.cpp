@@ -93,6 +93,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
     int64_t state = n, grad_shards = 0;
     if (zero) state = 0;
     const ScheduleUsage use = schedule_usage(cfg.parallel.schedule, pp, m, v, r);
+    const ShardedGradsOptions ring = sharded_grads_options(cfg, dp, dt, DType::F32);
     for (int c = 0; c < v; ++c) {
       const GPTConfig g = stage_config(base, layers, c * pp + r);
       const ParamTable table = gpt_param_table(g);
@@ -100,16 +101,18 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
         const std::vector<GradUnit> units = chunk_grad_units(cfg, g, table);
         const std::vector<Bucket> buckets =
             unit_buckets(table, units, dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
-        const ShardedGradsSize z = sharded_grads_size(units, buckets, replicas, 0);
+        const ShardedGradsSize z = sharded_grads_size(units, buckets, replicas, 0, ring, wire16);
         s.grads += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::F32));
+        if (z.staging) s.grads += double(tensor_bytes(z.staging, DType::F32));
         if (wire16) s.dp_state += double(tensor_bytes(std::max<int64_t>(1, z.store), DType::BF16));
         state += z.shard;
         grad_shards += z.shard;
-        // ZeRO-3: the chunk's ShardedParams unit buffers (two ring slots and the pinned units') in the compute
-        // dtype; its parameter shards are packed with the other chunks' (below).
+        // ZeRO-3: the chunk's ShardedParams unit buffers (two ring slots unless it shares the gradients', and the
+        // pinned units') in the compute dtype; its parameter shards are packed with the other chunks' (below).
         if (zero3)
           s.params += double(tensor_bytes(
-              std::max<int64_t>(1, sharded_params_store_numel(chunk_param_units(cfg, g, table))), dt));
+              std::max<int64_t>(1, sharded_params_store_numel(chunk_param_units(cfg, g, table), ring.shared_ring)),
+              dt));
       } else if (reducers) {
         const std::vector<Bucket> buckets =
             make_buckets(table, table.total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);

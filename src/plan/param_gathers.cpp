@@ -134,13 +134,13 @@ std::vector<ParamRequest> param_requests(const GPTConfig& g, const ParamTable& t
 }
 
 ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units,
-                                     std::vector<double> unit_us, int elem_bytes)
+                                     std::vector<double> unit_us, int elem_bytes, int slots)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), elem_bytes_(elem_bytes),
       forward_(param_requests(g, t, ActionKind::Forward)), backward_(param_requests(g, t, ActionKind::Backward)),
       weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false) {
   for (size_t u = 0, ring = 0; u < units_.size(); ++u)
-    slot_.push_back(units_[u].pinned ? -1 : int(ring++ % ShardedParams::kSlots));
-  occupant_.assign(ShardedParams::kSlots, -1);
+    slot_.push_back(units_[u].pinned ? -1 : int(ring++ % slots));
+  occupant_.assign(slots, -1);
 }
 
 void ChunkParamGathers::begin_step() {

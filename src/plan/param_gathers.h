@@ -53,9 +53,10 @@ struct PassGathers {
 class ChunkParamGathers {
  public:
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
-  // all-gathers one after another); elem_bytes: the compute dtype's size.
+  // all-gathers one after another); elem_bytes: the compute dtype's size; slots: the ring's (2, or 3 shared with
+  // the gradients).
   ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
-                    int elem_bytes);
+                    int elem_bytes, int slots);
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // One pass of `kind` whose compute takes work_us at full speed: its gathers and its waits for them.
   PassGathers pass(ActionKind kind, double work_us);

@@ -91,7 +91,8 @@ ChunkParamGathers chunk_param_gathers(const StepContext& x, const GPTConfig& g) 
     while (b.begin >= units[u].end) ++u;
     unit_us[u] += x.net.op_us(CommKind::AllGather, b.numel() * elem, x.replicas, x.links.dp, x.links.dp_sharers);
   }
-  return ChunkParamGathers(g, table, units, unit_us, elem);
+  const int slots = sharded_grads_options(x.cfg, x.dp, x.dt, DType::F32).shared_ring ? 3 : 2;
+  return ChunkParamGathers(g, table, units, unit_us, elem, slots);
 }
 
 // A pass's measured compute (us at full speed).

@@ -210,21 +210,22 @@ class FullySharded final : public Synchronous {
       params_[c] = std::make_unique<ShardedParams>(
           *comms.dp, chunk.table(), chunk_param_units(cfg, chunk.config(), chunk.table()),
           red_.sharded[c]->buckets(), model.dtype(), model.device(),
-          shards_.slice(at[c], {red_.sharded[c]->shard_numel()}));
+          shards_.slice(at[c], {red_.sharded[c]->shard_numel()}), red_.sharded[c]->ring_slots());
       chunk.set_param_views(params_[c]->param_views());
       hooks_[c].params = params_[c].get();
       buffers += params_[c]->buffer_bytes();
     }
     if (log)
       spdlog::info("data parallel: ZeRO-3, parameters {} ({:.2f} MiB of this rank's shards, {:.2f} MiB of gathered "
-                   "units' buffers)",
+                   "units' buffers{})",
                    reshards_after_forward(cfg)
                        ? "gathered unit by unit before each forward and backward pass, the next unit prefetched"
                        : fmt::format("gathered unit by unit in the step's first pass and kept to its end "
                                      "(parallel.reshard_after_forward={}{})",
                                      name_of(cfg.parallel.reshard_after_forward),
                                      cfg.parallel.pp > 1 ? " with pipeline parallelism" : ""),
-                   shards_.nbytes() / 1048576.0, buffers / 1048576.0);
+                   shards_.nbytes() / 1048576.0, buffers / 1048576.0,
+                   red_.sharded[0]->ring_slots().defined() ? ", and three ring slots shared with the gradients" : "");
   }
 
   std::vector<OptimSegment> optimizer_segments(const PipelineChunks& model, int64_t& state_numel,

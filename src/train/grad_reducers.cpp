@@ -29,6 +29,14 @@ std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, c
   return grad_units(table, holds_tied_embedding(g, table), !reshards_after_forward(cfg));
 }
 
+ShardedGradsOptions sharded_grads_options(const Config& cfg, int dp, DType compute, DType grads) {
+  ShardedGradsOptions o;
+  o.shared_ring = cfg.optim.zero == 3 && reshards_after_forward(cfg) &&
+                  cfg.parallel.schedule != PipelineSchedule::ZB1 && compute == grads;
+  o.reduces_once = cfg.train.global_batch == dp * cfg.train.micro_batch;
+  return o;
+}
+
 namespace {
 
 // ZeRO-2 and -3: per chunk, its gradient units and buckets within them (sharded_grads.h).
@@ -55,6 +63,7 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
     shards += count[c];
   }
   const DType acc = model.chunk(0).grad_dtype();
+  const ShardedGradsOptions opts = sharded_grads_options(cfg, dp.size() / cfg.parallel.cp, model.dtype(), acc);
   out.shard_grads = Tensor::zeros({std::max<int64_t>(1, shards)}, acc, model.device());
   for (int c = 0; c < model.size(); ++c) {
     const GPT& chunk = model.chunk(c);
@@ -62,7 +71,7 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
     for (const GradUnit& u : units[c]) held += u.pinned ? (u.end - u.begin) * int64_t(dtype_size(acc)) : 0;
     out.sharded[c] = std::make_unique<ShardedGrads>(dp, chunk.table(), std::move(units[c]), std::move(cut[c]), acc,
                                                     wire, chunk.device(),
-                                                    out.shard_grads.slice(at[c], {count[c]}));
+                                                    out.shard_grads.slice(at[c], {count[c]}), opts);
     pass_bytes += chunk.table().total_numel() * int64_t(dtype_size(out.sharded[c]->wire_dtype()));
     out.hooks[c].reducer = out.sharded[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
@@ -75,9 +84,10 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
     for (const auto& s : out.sharded) bytes += s->bytes();
     spdlog::info("data parallel: ZeRO-{}, {} gradient buckets of up to {} MiB within blocks, reduce-scatter after "
                  "every micro-batch ({:.3f} MiB from this rank per micro-batch), overlap {}; gradient buffers {:.2f} "
-                 "MiB (two blocks' in turn{}, and this rank's shards)",
+                 "MiB ({}{}, and this rank's shards)",
                  cfg.optim.zero, buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
                  bytes / 1048576.0,
+                 opts.shared_ring ? "three blocks' in turn, shared with the gathered parameters" : "two blocks' in turn",
                  held ? fmt::format(", {:.2f} MiB kept for the step ({})", held / 1048576.0,
                                     split ? "zb1: every unit" : "the tied embedding")
                       : "");

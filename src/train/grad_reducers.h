@@ -36,6 +36,10 @@ bool reshards_after_forward(const Config& cfg);
 // ZeRO-3: the parameter units of such a chunk (sharded_params.h): the gradient units' ranges; the embedding unit
 // pinned when it holds the tied head, every unit when the passes do not reshard.
 std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
+// ZeRO-2 and -3: how a chunk's ShardedGrads keeps its ring, for dp data-parallel ranks (not counting cp) and the
+// model's compute and gradient dtypes: shared with ZeRO-3's parameters where both ring over the same units (the
+// passes reshard, no zb1) in one dtype, and reducing once where a step has one micro-batch per rank.
+ShardedGradsOptions sharded_grads_options(const Config& cfg, int dp, DType compute, DType grads);
 
 // Whether any chunk reduces over dp.
 inline bool reduces(const ChunkReducers& r) { return !r.owned.empty() && (r.owned[0] || r.sharded[0]); }

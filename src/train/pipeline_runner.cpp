@@ -246,13 +246,9 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         ParamsNeeded need;
         if (reduce && !reduce->empty()) {
           const ChunkReduce cr = (*reduce)[a.chunk];
-          // A straggler's buckets go out as late as its slower compute would issue them.
-          if (cr.reducer && cr.reducer->begin_pass(plan.final_grads[i], overlap))
-            ready = [cr, this](int64_t end) {
-              stretch_.account();
-              cr.reducer->grads_ready(std::min(end, cr.ready_limit));
-            };
-          if (cr.params) {  // ZeRO-3: the units the pass reads, head first, gathered again
+          // ZeRO-3: the units the pass reads, head first, gathered again. The store begins the pass first: it
+          // waits for its gathers, and a ring it shares with the gradients then gives them their first slot.
+          if (cr.params) {
             cr.params->begin_pass(PassOrder::Backward);
             need = [z = cr.params, this](int64_t begin, int64_t end) {
               const double w0 = trace_clock_us();
@@ -260,6 +256,12 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
               if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
             };
           }
+          // A straggler's buckets go out as late as its slower compute would issue them.
+          if (cr.reducer && cr.reducer->begin_pass(plan.final_grads[i], overlap))
+            ready = [cr, this](int64_t end) {
+              stretch_.account();
+              cr.reducer->grads_ready(std::min(end, cr.ready_limit));
+            };
         }
         if (a.kind == ActionKind::BackwardWeight) {
           model.backward_weights(r.acts, ready, need);

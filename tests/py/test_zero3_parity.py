@@ -16,8 +16,9 @@
      gathers (every unit once per step), and true (2 x 4 - 1) gathers more of every unit but the pinned tied
      embedding (each unit again before each of the 8 passes), to the byte; one all-gather per unit and pass, not
      one per parameter.
-  4. Memory (memory.json): on 8 blocks and dp 2 the parameters are this rank's half of the shards, two ring
-     slots of one block and the pinned tied embedding; reshard_after_forward=false holds every unit instead.
+  4. Memory (memory.json): on 8 blocks and dp 2 the parameters and gradients are this rank's half of the shards,
+     three ring slots of one block that the two share, the pinned tied embedding's, and under accumulation one
+     unit's shard of staged reductions; reshard_after_forward=false holds every unit and two gradient slots.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
      under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. A loaded model (model.init_from)
      trains as on one rank. The export of a ZeRO-3 run holds the one-rank run's weights.
@@ -126,19 +127,30 @@ check(kept - zero2 == prefetched + whole and resharded - kept == extra,
       f"{n_params - embedding} unpinned parameters per step)")
 
 
-# 4. Memory: the parameters on 8 blocks and dp 2.
-def params_bytes(name, sets):
+# 4. Memory: the parameters and gradients on 8 blocks and dp 2 (4 micro-batches per step, or 1).
+def state_bytes(name, sets):
     run(name, 2, 1, 1, Z3 + ["model.n_layer=8", "train.steps=2", "train.eval_every=0"] + sets)
-    return max(r["params_bytes"] for r in json.load(open(os.path.join(work, name, "memory.json")))["ranks"])
+    ranks = json.load(open(os.path.join(work, name, "memory.json")))["ranks"]
+    return max(r["params_bytes"] for r in ranks), max(r["grads_bytes"] for r in ranks)
 
 
 n = 8 * block + embedding + 2 * C
-ring = params_bytes("memory_zero3", [])
-every = params_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
-low = 4 * (2 * block + embedding + n // 2)  # rank 0's shard of each bucket is half of it, rounded up
-check(low <= ring <= low + 4 * 100 and 4 * (n + n // 2) <= every <= 4 * (n + n // 2) + 4 * 100,
-      f"8 blocks, dp 2: ZeRO-3 holds {ring} parameter bytes (two blocks, the tied embedding, half the shards: "
-      f"{low} + round-ups); without resharding {every} (every unit and half the shards)")
+half = n // 2  # rank 0's shard of each bucket is half of it, rounded up
+shared = state_bytes("memory_zero3", [])
+once = state_bytes("memory_zero3_m1", ["train.micro_batch=8"])
+every = state_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
+# Parameters: the pinned tied embedding and the shards. Gradients: three ring slots (shared with the gathered
+# parameters), the pinned embedding's, the shards, and with 4 micro-batches half a block of staged reductions.
+want_shared = (4 * (embedding + half), 4 * (3 * block + embedding + half + (block + 1) // 2))
+want_once = (want_shared[0], want_shared[1] - 4 * ((block + 1) // 2))
+# Without resharding the parameters keep every unit, and the gradients two ring slots of their own.
+want_every = (4 * (n + half), 4 * (2 * block + embedding + half))
+near = lambda got, want: all(w <= g <= w + 4 * 100 for g, w in zip(got, want))  # round-ups
+check(near(shared, want_shared) and near(once, want_once) and near(every, want_every),
+      f"8 blocks, dp 2: ZeRO-3 holds {shared} parameter and gradient bytes, {want_shared} + round-ups expected "
+      f"(three block slots shared by both, the tied embedding, half the shards, half a block of staged "
+      f"reductions); {once} with one micro-batch ({want_once}: no staging); without resharding {every} "
+      f"({want_every}: every unit, two gradient slots)")
 
 # 5. Checkpoints across ZeRO-3 and other meshes, and the export.
 run("ckpt_zero3", 2, 1, 2, Z3 + ["run.checkpoint_every=10"])
