@@ -9,9 +9,9 @@
      interleaved and zb1 cases reshard. The gradients take ZeRO-2's path (a reduce-scatter per micro-batch), so
      only the summation order differs from one rank: about 1e-7 per step. A unit read before its gather (a stale
      or another unit's weights) shows as 1e-2 at the first step.
-  2. 16-bit compute: with one micro-batch and no clipping, ZeRO-3 is ZeRO-2 bit for bit in bf16 and fp16 (the
-     same fp32 gradients, masters and shards; the forward and backward passes read the same gathered 16-bit
-     weights).
+  2. With one micro-batch and no clipping, ZeRO-3 is ZeRO-2 bit for bit in bf16 and fp16 (the same fp32
+     gradients, masters and shards; the forward and backward passes read the same gathered 16-bit weights), and
+     in fp32 with and without bf16 gradient reduction (the gradients in the ring shared with the parameters).
   3. What it gathers, from traces: with 4 micro-batches on dp 2, reshard_after_forward=false gathers what ZeRO-2
      gathers (every unit once per step), and true (2 x 4 - 1) gathers more of every unit but the pinned tied
      embedding (each unit again before each of the 8 passes), to the byte; one all-gather per unit and pass, not
@@ -81,12 +81,15 @@ for name, dp, tp, pp, sets, ref in CASES:
           f"{name}: {len(losses)} losses (training and validation), max relative difference {worst:.2e}")
 check(refs["gpt2"][19] < refs["gpt2"][0] - 0.3, f"the reference trained ({refs['gpt2'][0]:.4f} -> {refs['gpt2'][19]:.4f})")
 
-# 2. One micro-batch, no clipping: ZeRO-3 is ZeRO-2 bit for bit in 16-bit compute.
-for dtype in ("bf16", "fp16"):
-    one = ["train.micro_batch=8", "train.grad_clip=0", f"precision.compute={dtype}"]
-    z2 = run(f"m1_zero2_{dtype}", 2, 1, 1, one + ["optim.zero=2"])[0]
-    z3 = run(f"m1_zero3_{dtype}", 2, 1, 1, one + Z3)[0]
-    check(z2 == z3, f"{dtype}, one micro-batch: ZeRO-3's {len(z3)} losses equal ZeRO-2's bit for bit")
+# 2. One micro-batch, no clipping: ZeRO-3 is ZeRO-2 bit for bit in 16-bit compute, and in fp32, where its
+# gradients share the parameters' ring and are reduced straight into the shards (or, sent in bf16, from their wire
+# copies).
+for name, sets in (("bf16", ["precision.compute=bf16"]), ("fp16", ["precision.compute=fp16"]), ("fp32", []),
+                   ("fp32_wire_bf16", ["precision.grad_reduce=bf16"])):
+    one = ["train.micro_batch=8", "train.grad_clip=0"] + sets
+    z2 = run(f"m1_zero2_{name}", 2, 1, 1, one + ["optim.zero=2"])[0]
+    z3 = run(f"m1_zero3_{name}", 2, 1, 1, one + Z3)[0]
+    check(z2 == z3, f"{name}, one micro-batch: ZeRO-3's {len(z3)} losses equal ZeRO-2's bit for bit")
 
 # 3. What is gathered, from traces of 3 steps of 4 micro-batches on dp 2 without evaluation (each rank's
 # collectives are all in its trace, whatever step's row their bytes land in: counted there, not from metrics.jsonl).
