@@ -1,17 +1,21 @@
 // build/sample: generates from a run's exported weights (run.dir/model.safetensors with run.dir/config.yaml): the
 // prompt, then new tokens drawn one at a time (train/sampler.h). One process; no MPI.
 //   build/sample --run DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N] [--temperature T] [--top-k K] [--seed S]
+//                [--tokenizer FILE]
+//   build/sample --tokenizer FILE --encode TEXT | --decode IDS     (no model: the tokenizer alone)
 // Exit status: 0 success; 2 a bad flag, run folder, prompt or weights file (the message says which).
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/errors.h"
 #include "core/threads.h"
+#include "data/bpe_tokenizer.h"
 #include "train/config.h"
 #include "train/sampler.h"
 
@@ -19,20 +23,27 @@ namespace {
 
 const char* kUsage =
     "usage: sample --run DIR [--prompt TEXT | --prompt-ids IDS] [--tokens N] [--temperature T] [--top-k K]\n"
-    "              [--seed S] [--ids] [--weights FILE] [--set KEY=VALUE]...\n"
+    "              [--seed S] [--ids] [--weights FILE] [--tokenizer FILE] [--set KEY=VALUE]...\n"
+    "       sample --tokenizer FILE (--encode TEXT | --decode IDS)\n"
     "\n"
     "Generates from a run's exported model: DIR/config.yaml (the run's config) and DIR/model.safetensors (the\n"
     "weights the trainer writes at the end). GPT-2 and Llama, the whole model on this one process in fp32.\n"
     "\n"
     "  --run DIR          the run folder (run.dir)\n"
     "  --weights FILE     another safetensors file with Hugging Face names (default DIR/model.safetensors)\n"
-    "  --prompt TEXT      the prompt as UTF-8 text (byte-level models: data.source text)\n"
+    "  --prompt TEXT      the prompt as UTF-8 text (byte-level models: data.source text; others with --tokenizer)\n"
     "  --prompt-ids IDS   the prompt as comma-separated token ids (any model)\n"
     "  --tokens N         new tokens to generate (default 64)\n"
     "  --temperature T    softmax temperature (default 1.0); 0 = greedy (the most likely token)\n"
     "  --top-k K          draw among the K most likely tokens only (default 0: all)\n"
     "  --seed S           the draws' seed (default 1234): the same seed gives the same text\n"
-    "  --ids              print token ids instead of text (the default for models that are not byte-level)\n"
+    "  --ids              print token ids instead of text (the default for models that are not byte-level and\n"
+    "                     have no --tokenizer)\n"
+    "  --tokenizer FILE   a GPT-2 byte-level BPE tokenizer (Hugging Face's tokenizer.json, or vocab.json with\n"
+    "                     merges.txt beside it, or their folder): encodes --prompt, decodes the output, and\n"
+    "                     draws only its ids (a model's vocabulary may be larger)\n"
+    "  --encode TEXT      print the tokenizer's ids for TEXT, and exit\n"
+    "  --decode IDS       print the tokenizer's text for comma-separated ids, and exit\n"
     "  --set KEY=VALUE    override a key of the run's config (e.g. model.seq_len is not one to change)\n"
     "  --help, -h         this text\n"
     "Exit status: 0 success, 2 a bad flag, run folder, prompt or weights file.\n";
@@ -46,20 +57,25 @@ long long number(const std::string& flag, const std::string& v, long long lo, lo
   return x;
 }
 
-std::vector<int32_t> parse_ids(const std::string& s) {
+std::vector<int32_t> parse_ids(const std::string& flag, const std::string& s) {
   std::vector<int32_t> ids;
   std::stringstream in(s);
   std::string item;
-  while (std::getline(in, item, ',')) ids.push_back(int32_t(number("--prompt-ids", item, 0, (1LL << 31) - 1)));
+  while (std::getline(in, item, ',')) ids.push_back(int32_t(number(flag, item, 0, (1LL << 31) - 1)));
   return ids;
+}
+
+void print_ids(const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? " " : "", ids[i]);
+  std::printf("\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    std::string run, weights, prompt, prompt_ids;
-    bool have_prompt = false, have_ids = false, print_ids = false;
+    std::string run, weights, prompt, prompt_ids, tokenizer_path, encode, decode;
+    bool have_prompt = false, have_ids = false, want_ids = false, have_encode = false, have_decode = false;
     std::vector<std::string> sets;
     mt::SampleOptions o;
     for (int i = 1; i < argc; ++i) {
@@ -78,7 +94,10 @@ int main(int argc, char** argv) {
       else if (f == "--tokens") o.tokens = int(number(f, next(), 0, 1 << 20));
       else if (f == "--top-k") o.top_k = int(number(f, next(), 0, 1 << 30));
       else if (f == "--seed") o.seed = uint64_t(number(f, next(), 0, (1LL << 62)));
-      else if (f == "--ids") print_ids = true;
+      else if (f == "--ids") want_ids = true;
+      else if (f == "--tokenizer") tokenizer_path = next();
+      else if (f == "--encode") encode = next(), have_encode = true;
+      else if (f == "--decode") decode = next(), have_decode = true;
       else if (f == "--set") sets.push_back(next());
       else if (f == "--temperature") {
         const std::string v = next();
@@ -88,29 +107,44 @@ int main(int argc, char** argv) {
           mt::input_error("--temperature expects a number >= 0, got '{}'", v);
       } else mt::input_error("unknown argument '{}'\n{}", f, kUsage);
     }
+    std::optional<mt::BpeTokenizer> tokenizer;
+    if (!tokenizer_path.empty()) tokenizer = mt::BpeTokenizer::load(tokenizer_path);
+    if (have_encode || have_decode) {
+      if (!tokenizer) mt::input_error("--encode and --decode need --tokenizer FILE");
+      if (have_encode && have_decode) mt::input_error("give --encode or --decode, not both");
+      if (have_encode) print_ids(tokenizer->encode(encode));
+      else std::printf("%s\n", mt::valid_utf8(tokenizer->decode(parse_ids("--decode", decode))).c_str());
+      return 0;
+    }
     if (run.empty()) mt::input_error("missing --run DIR (a run folder with config.yaml and model.safetensors)\n{}",
                                      kUsage);
     if (have_prompt == have_ids)
       mt::input_error("give the prompt as --prompt TEXT or as --prompt-ids IDS (one of them)");
     const mt::Config cfg = mt::load_config(run + "/config.yaml", sets);
-    const bool bytes = cfg.data.source == mt::DataSource::Text;
-    if (have_prompt && !bytes)
-      mt::input_error("--prompt TEXT needs a byte-level model (data.source: text); this run's is {}: use --prompt-ids",
-                      mt::name_of(cfg.data.source));
+    const bool bytes = cfg.data.source == mt::DataSource::Text && !tokenizer;
+    if (have_prompt && !bytes && !tokenizer)
+      mt::input_error("--prompt TEXT needs a byte-level model (data.source: text) or --tokenizer FILE; this run's "
+                      "data is {}: use --prompt-ids, or give its tokenizer", mt::name_of(cfg.data.source));
+    if (tokenizer && tokenizer->vocab_size() > cfg.model.vocab_size)
+      mt::input_error("the tokenizer '{}' has {} tokens, more than the model's vocabulary (model.vocab_size={})",
+                      tokenizer_path, tokenizer->vocab_size(), cfg.model.vocab_size);
+    if (tokenizer) o.vocab_limit = tokenizer->vocab_size();  // the model's padding ids have no text
     std::vector<int32_t> ids;
-    if (have_prompt)
+    if (have_prompt && tokenizer)
+      ids = tokenizer->encode(prompt);
+    else if (have_prompt)
       for (unsigned char c : prompt) ids.push_back(int32_t(c));
     else
-      ids = parse_ids(prompt_ids);
+      ids = parse_ids("--prompt-ids", prompt_ids);
     mt::set_compute_threads(mt::default_compute_threads(1));
     mt::Sampler sampler(cfg, weights.empty() ? run + "/model.safetensors" : weights);
     const std::vector<int32_t> out = sampler.generate(ids, o);
-    if (bytes && !print_ids) {
-      std::fputs(mt::decode_bytes(out).c_str(), stdout);
-      std::fputc('\n', stdout);
+    if (want_ids || (!bytes && !tokenizer)) {
+      print_ids(out);
     } else {
-      for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
-      std::printf("\n");
+      std::fputs(tokenizer ? mt::valid_utf8(tokenizer->decode(out)).c_str() : mt::decode_bytes(out).c_str(),
+                 stdout);
+      std::fputc('\n', stdout);
     }
     return 0;
   } catch (const mt::InputError& e) {

@@ -29,8 +29,15 @@ add_test(NAME hf_export
                  ${MT_WORK}/hf_export)
 set_tests_properties(hf_export PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 900 SKIP_RETURN_CODE 77)
 
+# build/sample's GPT-2 tokenizer gives Hugging Face tokenizers' ids for the same tokenizer files (tokenizers from
+# scripts/hf_venv.sh's venv; skipped, exit 77, where it cannot be installed).
+add_test(NAME tokenizer_hf
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_tokenizer_hf.py $<TARGET_FILE:sample> ${CMAKE_SOURCE_DIR}
+                 ${MT_WORK}/tokenizer_hf)
+set_tests_properties(tokenizer_hf PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+
 # build/sample: greedy decoding of a GPT-2 and a Llama export equals the PyTorch references' token for token;
-# seeded draws; bad input.
+# seeded draws; a GPT-2 tokenizer file; bad input.
 add_test(NAME sample
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_sample.py $<TARGET_FILE:sample> $<TARGET_FILE:trainer>
                  ${CMAKE_SOURCE_DIR} ${MT_WORK}/sample)

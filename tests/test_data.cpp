@@ -1,5 +1,6 @@
 // Tests of the data layer: token file formats and their refusals, the synthetic corpus (its sampled
-// log-likelihood matches the computed entropy rate), and the batcher's mesh invariance and shuffle epochs.
+// log-likelihood matches the computed entropy rate), the batcher's mesh invariance and shuffle epochs, and the
+// GPT-2 BPE tokenizer on a handmade vocabulary (tokenizer_hf checks it against Hugging Face's tokenizers).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "core/errors.h"
 #include "data/batcher.h"
+#include "data/bpe_tokenizer.h"
 #include "data/synthetic.h"
 #include "data/tokens.h"
 #include "test_support.h"
@@ -309,4 +311,76 @@ TEST_CASE("batcher: refuses streams too short to read") {
   std::vector<int32_t> ok2(33, 1);
   Batcher s(&ok2, 16, 4, DataOrder::Shuffle, 1);
   CHECK(s.window_offset(7, 1) == 0);
+}
+
+namespace {
+// GPT-2's bytes_to_unicode, written again here: byte b's character as UTF-8.
+std::string byte_char(int b) {
+  static std::vector<std::string> chars = [] {
+    std::vector<std::string> out(256);
+    int next = 0;
+    for (int c = 0; c < 256; ++c) {
+      const bool printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
+      const int cp = printable ? c : 256 + next++;
+      out[c] = cp < 0x80 ? std::string(1, char(cp))
+                         : std::string{char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
+    }
+    return out;
+  }();
+  return chars[b];
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  return out + "\"";
+}
+
+// A vocabulary of the 256 bytes (id = byte; "zz" in skip_byte's place), then Gt, he, Gthe (G: the space's
+// character) and <|endoftext|>; merges G t, h e, Gt he.
+std::string write_tokenizer(const std::string& dir, int skip_byte = -1) {
+  std::filesystem::create_directories(dir);
+  const std::string sp = byte_char(' ');
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b)
+    vocab += json_string(b == skip_byte ? std::string("zz") : byte_char(b)) + ": " + std::to_string(b) + ", ";
+  vocab += json_string(sp + "t") + ": 256, \"he\": 257, " + json_string(sp + "the") + ": 258, \"<|endoftext|>\": 259}";
+  std::ofstream(dir + "/vocab.json") << vocab;
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\n" << sp << " t\nh e\n" << sp << "t he\n";
+  return dir + "/vocab.json";
+}
+}  // namespace
+
+TEST_CASE("GPT-2 tokenizer: GPT-2's pre-tokenizer pieces, merges by rank, bytes back", "[tokenizer]") {
+  const BpeTokenizer t = BpeTokenizer::load(write_tokenizer(tmp_path("bpe")));
+  CHECK(t.vocab_size() == 260);
+  using V = std::vector<int32_t>;
+  CHECK(t.encode(" the") == V{258});                      // G t -> Gt, h e -> he, Gt he -> Gthe
+  CHECK(t.encode("the") == V{'t', 257});                  // no space: t stays alone
+  CHECK(t.encode("he's") == V{257, '\'', 's'});          // a contraction is a piece of its own
+  CHECK(t.encode("a  b") == V{'a', ' ', ' ', 'b'});       // the second space joins b, the first stays alone
+  CHECK(t.encode("x\n\ny") == V{'x', '\n', '\n', 'y'});  // \s+(?!\S), then \s+
+  CHECK(t.encode("7up!?") == V{'7', 'u', 'p', '!', '?'});
+  CHECK(t.encode("\xC3\xA9") == V{0xC3, 0xA9});             // a letter's two bytes
+  CHECK(t.encode("a<|endoftext|> the") == V{'a', 259, 258});
+  CHECK(t.decode({258, '\'', 's', 259}) == " the's<|endoftext|>");
+  CHECK(t.decode(t.encode("ROMEO: I'll go -- \xC3\xA9t\xC3\xA9!\n")) == "ROMEO: I'll go -- \xC3\xA9t\xC3\xA9!\n");
+  require_input_error([&] { t.decode({260}); }, {"token id 260", "260 tokens"});
+  // A folder holding vocab.json and merges.txt reads the same.
+  CHECK(BpeTokenizer::load(tmp_path("bpe")).encode(" the the") == V{258, 258});
+}
+
+TEST_CASE("GPT-2 tokenizer: malformed files are refused naming the file", "[tokenizer]") {
+  require_input_error([&] { BpeTokenizer::load(write_tokenizer(tmp_path("bpe_no_byte"), 'q')); },
+                      {"bpe_no_byte", "not byte-level", "byte 113"});
+  const std::string dir = tmp_path("bpe_bad");
+  write_tokenizer(dir);
+  std::ofstream(dir + "/vocab.json") << "{\"a\": 0,}";
+  require_input_error([&] { BpeTokenizer::load(dir + "/vocab.json"); }, {"bpe_bad/vocab.json", "not valid JSON"});
+  write_tokenizer(dir);
+  std::filesystem::remove(dir + "/merges.txt");
+  require_input_error([&] { BpeTokenizer::load(dir + "/vocab.json"); }, {"merges.txt"});
+  std::ofstream(dir + "/tokenizer.json") << "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}";
+  require_input_error([&] { BpeTokenizer::load(dir); }, {"tokenizer.json", "BPE"});
+  require_input_error([&] { BpeTokenizer::load(tmp_path("no_such_tokenizer.json")); }, {"no_such_tokenizer.json"});
 }

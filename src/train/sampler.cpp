@@ -26,7 +26,8 @@ int32_t Sampler::next(const std::vector<int32_t>& context, const SampleOptions& 
   std::copy(context.end() - T, context.end(), a.tokens.data_as<int32_t>());
   std::fill_n(a.targets.data_as<int32_t>(), T, 0);  // dloss = 0: the loss is computed and the logits kept
   model_->forward(a, 0.0, Tensor());
-  const int V = cfg_.model.vocab_size;
+  const int V = int(opts.vocab_limit > 0 ? std::min<int64_t>(opts.vocab_limit, cfg_.model.vocab_size)
+                                         : cfg_.model.vocab_size);
   const float* row = a.logits.data_as<float>() + int64_t(T - 1) * a.logits.dim(1);  // the padded row's first V
   if (opts.temperature <= 0) return int32_t(std::max_element(row, row + V) - row);
   // The k most likely ids (all with top_k 0), then a draw from their softmax at the temperature.
@@ -55,6 +56,10 @@ std::vector<int32_t> Sampler::generate(const std::vector<int32_t>& prompt, const
 std::string decode_bytes(const std::vector<int32_t>& ids) {
   std::string bytes;
   for (int32_t t : ids) bytes.push_back(char(t & 0xff));
+  return valid_utf8(bytes);
+}
+
+std::string valid_utf8(const std::string& bytes) {
   std::string out;
   const std::string replacement = "\xEF\xBF\xBD";
   for (size_t i = 0; i < bytes.size();) {

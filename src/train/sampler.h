@@ -20,6 +20,7 @@ struct SampleOptions {
   double temperature = 1.0;  // 0: greedy (the most likely token, ties to the lowest id)
   int top_k = 0;             // > 0: draw among the k most likely tokens only
   uint64_t seed = 1234;
+  int64_t vocab_limit = 0;   // > 0: draw only ids below it (a tokenizer's tokens, fewer than the model's vocabulary)
 };
 
 class Sampler {
@@ -44,5 +45,7 @@ class Sampler {
 // Token ids as text for a byte-level model (data.source: text): the bytes as UTF-8, each invalid sequence replaced
 // by U+FFFD.
 std::string decode_bytes(const std::vector<int32_t>& ids);
+// The bytes as UTF-8, each invalid sequence replaced by U+FFFD (a tokenizer's decoded text).
+std::string valid_utf8(const std::string& bytes);
 
 }  // namespace mt

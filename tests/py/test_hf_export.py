@@ -23,9 +23,9 @@ import subprocess
 import sys
 import time
 
-SKIP = 77
+from hf_support import rerun_in_hf_venv_or_skip
+
 LOSS_RTOL = 1e-5
-CHILD = "MESHTRAIN_HF_EXPORT_VENV"  # set when this script runs again under the venv's interpreter
 
 CASES = [
     ("gpt2", "GPT2LMHeadModel",
@@ -56,27 +56,7 @@ def transformers_or_skip(src):
             raise ImportError(f"transformers {transformers.__version__} disabled PyTorch {torch.__version__}")
         return transformers
     except Exception as e:  # ImportError, or a torch / numpy mismatch raised while importing
-        why = f"{sys.executable} cannot import torch and transformers ({type(e).__name__}: {e})"
-    if os.environ.get(CHILD):
-        print(f"SKIP: {why}; remove the venv to have scripts/hf_venv.sh build it again")
-        sys.exit(SKIP)
-    t0 = time.time()
-    try:
-        r = subprocess.run(["bash", os.path.join(src, "scripts", "hf_venv.sh")], capture_output=True, text=True,
-                           timeout=1200)
-    except subprocess.TimeoutExpired:
-        print(f"SKIP: {why}, and scripts/hf_venv.sh did not finish within 1200 s")
-        sys.exit(SKIP)
-    if r.returncode != 0:
-        print(r.stderr.rstrip())
-        print(f"SKIP: {why}, and scripts/hf_venv.sh could not provide them (exit {r.returncode})")
-        sys.exit(SKIP)
-    if r.stderr.strip():
-        print(r.stderr.rstrip())
-        print(f"scripts/hf_venv.sh: {time.time() - t0:.1f} s")
-    py = r.stdout.strip().splitlines()[-1]
-    sys.stdout.flush()
-    os.execve(py, [py, os.path.abspath(__file__)] + sys.argv[1:], dict(os.environ, **{CHILD: "1"}))
+        rerun_in_hf_venv_or_skip(src, f"{sys.executable} cannot import torch and transformers ({type(e).__name__}: {e})")
 
 
 def run_trainer(trainer, src, run_dir, sets):

@@ -2,11 +2,13 @@
 """build/sample against PyTorch: a GPT-2 and a Llama (grouped-query attention, untied head) train briefly on
 tinyshakespeare as bytes, and build/sample's greedy continuation of a prompt equals, token for token, the greedy
 decoding of the same exported weights by the PyTorch references (fp64), including past seq_len (the window slides).
-Also: a seeded draw (temperature, top-k) repeats with its seed and differs with another; ids print as ids; and bad
-input (an empty prompt, text for a model that is not byte-level, a missing run folder, an id outside the
-vocabulary) exits 2 naming it.
+Also: a seeded draw (temperature, top-k) repeats with its seed and differs with another; ids print as ids; a GPT-2
+tokenizer file (--tokenizer) encodes a text prompt for a model that is not byte-level and decodes its output; and
+bad input (an empty prompt, text for a model that is not byte-level, a missing run folder, an id outside the
+vocabulary, a tokenizer larger than the vocabulary or missing) exits 2 naming it.
 
 usage: test_sample.py SAMPLE TRAINER SOURCE_DIR WORK_DIR"""
+import json
 import os
 import shutil
 import subprocess
@@ -89,7 +91,44 @@ r = sample(run_dir, "--prompt", "A", "--tokens", "3", "--ids")
 check(r.returncode == 0 and r.stdout.split()[0] == "65" and len(r.stdout.split()) == 4, f"--ids: {r.stdout.strip()}")
 
 synthetic = train("synthetic", "tiny.yaml", ["data.source=synthetic", "train.steps=1"])
+
+
+def bytes_to_unicode():  # GPT-2's printable character for each byte
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    extra = iter(range(256, 512))
+    return {b: chr(b if b in printable else next(extra)) for b in range(256)}
+
+
+# A GPT-2 tokenizer of 260 tokens (the bytes, "Gt", "he", "Gthe", <|endoftext|>; G the space's character) for a
+# model whose ids are not bytes: the prompt is encoded with it and the output decoded.
+tok = os.path.join(WORK, "tokenizer")
+os.makedirs(tok, exist_ok=True)
+chars = bytes_to_unicode()
+sp = chars[ord(" ")]
+vocab = {chars[b]: b for b in range(256)}
+vocab.update({sp + "t": 256, "he": 257, sp + "the": 258, "<|endoftext|>": 259})
+json.dump(vocab, open(os.path.join(tok, "vocab.json"), "w"))
+open(os.path.join(tok, "merges.txt"), "w").write(f"#version: 0.2\n{sp} t\nh e\n{sp}t he\n")
+wide = train("synthetic_512", "tiny.yaml", ["data.source=synthetic", "model.vocab_size=512", "train.steps=1"])
+encoded = sample(wide, "--tokenizer", tok, "--encode", "he said the")
+check(encoded.returncode == 0 and encoded.stdout.split() == ["257", "32", "115", "97", "105", "100", "258"],
+      f"--encode with a GPT-2 tokenizer: {encoded.stdout.strip()}")
+r = sample(wide, "--tokenizer", tok, "--prompt", "he said the", "--tokens", "6", "--temperature", "0", "--ids")
+ids = r.stdout.split()
+text = sample(wide, "--tokenizer", tok, "--prompt", "he said the", "--tokens", "6", "--temperature", "0")
+decoded = sample(wide, "--tokenizer", tok, "--decode", ",".join(ids))
+check(r.returncode == 0 and ids[:7] == encoded.stdout.split() and len(ids) == 13 and
+      all(int(i) < 260 for i in ids) and text.returncode == 0 and
+      text.stdout == decoded.stdout and text.stdout.startswith("he said the"),
+      f"a model that is not byte-level (512 ids) samples from a text prompt through the tokenizer (260 ids), drawing "
+      f"only the tokenizer's ids: {text.stdout.strip()!r} {ids}")
+
 for args, words, what in [
+    (["--run", run_dir, "--tokenizer", tok, "--prompt", "hi"], ["260 tokens", "model.vocab_size=256"],
+     "a tokenizer larger than the model's vocabulary"),
+    (["--encode", "hi"], ["--encode and --decode need --tokenizer"], "--encode without a tokenizer"),
+    (["--tokenizer", os.path.join(WORK, "nonexistent.json"), "--encode", "hi"], ["nonexistent.json"],
+     "a missing tokenizer file"),
     (["--run", run_dir, "--prompt", ""], ["prompt is empty"], "an empty prompt"),
     (["--run", synthetic, "--prompt", "hi"], ["--prompt TEXT needs a byte-level model", "--prompt-ids"],
      "text for a model that is not byte-level"),
