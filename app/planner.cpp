@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/errors.h"
 #include "core/threads.h"
 #include "plan/planner.h"
+#include "plan/runtime_fit.h"
 #include "train/config.h"
 
 namespace {
@@ -49,6 +51,8 @@ const char* kUsage =
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
+    "  --runtime FILE       the four constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
+    "                       --fit saved them for this machine (the flags below still override them)\n"
     "  The communication runtime's costs beyond the network (defaults fit on the 2-core development machine):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
     "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
@@ -61,12 +65,14 @@ const char* kUsage =
     "Exit status: 0 success, 2 a bad flag, config or world size, 1 a failure while running.\n";
 
 struct Args {
-  std::string config;
+  std::string config, runtime;
   int world = 0;
   std::vector<std::string> sets;
   bool json = false, memory_only = false, verbose = false, help = false, every_layout = false;
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
+  // The four runtime constants given as flags (they override --runtime's).
+  std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us;
   std::string calibration;
   int top = 20, reps = 5;
 };
@@ -119,10 +125,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--top") a.top = int(parse_int("--top", next(), 0));
     else if (f == "--reps") a.reps = int(parse_int("--reps", next(), 1));
     else if (f == "--overhead-us") a.net.op_overhead_us = parse_double("--overhead-us", next());
-    else if (f == "--p2p-latency-us") a.net.p2p_latency_us = parse_double("--p2p-latency-us", next());
-    else if (f == "--poll-share") a.net.poll_share = parse_double("--poll-share", next());
-    else if (f == "--sync-latency-us") a.net.oversubscribed_sync_us = parse_double("--sync-latency-us", next());
-    else if (f == "--step-sync-us") a.net.oversubscribed_step_sync_us = parse_double("--step-sync-us", next());
+    else if (f == "--p2p-latency-us") a.p2p_latency_us = parse_double("--p2p-latency-us", next());
+    else if (f == "--poll-share") a.poll_share = parse_double("--poll-share", next());
+    else if (f == "--sync-latency-us") a.sync_latency_us = parse_double("--sync-latency-us", next());
+    else if (f == "--step-sync-us") a.step_sync_us = parse_double("--step-sync-us", next());
+    else if (f == "--runtime") a.runtime = next();
     else if (f == "--calibration") a.calibration = next();
     else mt::input_error("unknown argument '{}'\n{}", argv[i], kUsage);
   }
@@ -148,7 +155,15 @@ int main(int argc, char** argv) {
     o.time = !a.memory_only;
     o.step.threads = base.train.threads > 0 ? base.train.threads : mt::default_compute_threads(a.world);
     o.step.cores = omp_get_num_procs();
-    o.step.net = a.net;
+    // The runtime constants: the defaults, then --runtime's, then the flags.
+    mt::plan::RuntimeFit fit;
+    if (!a.runtime.empty()) fit = mt::plan::load_runtime_fit(a.runtime);
+    o.step.net = fit.net;
+    o.step.net.op_overhead_us = a.net.op_overhead_us;
+    if (a.p2p_latency_us) o.step.net.p2p_latency_us = *a.p2p_latency_us;
+    if (a.poll_share) o.step.net.poll_share = *a.poll_share;
+    if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
+    if (a.step_sync_us) o.step.net.oversubscribed_step_sync_us = *a.step_sync_us;
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;
@@ -187,7 +202,7 @@ int main(int argc, char** argv) {
     if (!a.calibration.empty() && o.time) cal.save(a.calibration);
     const mt::plan::RunContext run{a.config, a.world, a.sets};
     if (a.json) {
-      std::fputs(mt::plan::format_json(rows, base, run).c_str(), stdout);
+      std::fputs(mt::plan::format_json(rows, base, run, fit.spread).c_str(), stdout);
     } else {
       const mt::EmulateConfig& e = base.comm.emulate;
       std::string network = "not emulated (shared memory)";
@@ -210,7 +225,18 @@ int main(int argc, char** argv) {
                                       loaded ? fmt::format(", {} more from {}", loaded, a.calibration) : "")
                               .c_str());
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
-      std::fputs(mt::plan::format_table(shown, a.top, base, run, rows.size() - shown.size()).c_str(), stdout);
+      if (o.time)
+        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, poll share {:g}, sync latency {:g} "
+                                      "us, step sync {:g} us; '=' marks rows within {:.0f}% of the first (a tie: "
+                                      "runs of one layout differ by that much{})\n",
+                                      a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
+                                      o.step.net.p2p_latency_us, o.step.net.poll_share,
+                                      o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
+                                      100 * fit.spread, a.runtime.empty() ? ", the default; --runtime gives the "
+                                                                            "measured spread" : "")
+                              .c_str());
+      std::fputs(mt::plan::format_table(shown, a.top, base, run, rows.size() - shown.size(), fit.spread).c_str(),
+                 stdout);
       if (rows.empty()) std::printf("no layout fits within %g MiB per rank\n", a.memory_limit_mb);
     }
     return 0;

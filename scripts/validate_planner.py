@@ -6,6 +6,12 @@ peak_tensor_bytes of memory.json). Prints one row per layout, the mean and max e
 targets (step time: mean <= 15%, max <= 30%; memory: <= 10%), and a Markdown table for docs/planner.md.
 
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
+                                               [--runtime FILE] [--fit FILE]
+
+--fit FILE refits the planner's four runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
+--step-sync-us) to the runs: a coordinate search that minimises the mean absolute error of the predicted step
+times (the compute timings held fixed), then saves them as JSON with the runs' measured run-to-run spread, which
+`build/planner --runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed).
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
@@ -49,9 +55,15 @@ def sets_args(sets):
     return out
 
 
-def run_planner(args, sets):
+def run_planner(args, sets, constants=None):
+    """The planner's rows (JSON), with the compute timings cached in OUT/calibration.json, and the runtime
+    constants of --runtime or, when given, `constants` (flag -> value)."""
     cmd = [os.path.join(args.build, "planner"), "--config", args.config, "--world", str(args.world), "--json",
-           "--reps", str(args.reps)] + sets_args(sets)
+           "--reps", str(args.reps), "--calibration", os.path.join(args.out, "calibration.json")] + sets_args(sets)
+    if args.runtime:
+        cmd += ["--runtime", args.runtime]
+    for flag, value in (constants or {}).items():
+        cmd += [flag, "%g" % value]
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
@@ -91,13 +103,15 @@ def run_trainer(args, sets, row, run_dir):
     cmd = [args.mpiexec, "-n", str(args.world), os.path.join(args.build, "trainer"), "--config", args.config]
     cmd += sets_args(sets + layout_sets(row) + ["train.steps=%d" % args.steps, "run.dir=%s" % run_dir,
                                                  "run.resume=none", "run.log_every=1000"])
-    after, peaks, others = [], [], []
+    after, peaks, others, medians = [], [], [], []
     for _ in range(max(1, args.repeats)):
         steps, mem, other = run_once(args, cmd, run_dir)
         after += steps
+        medians.append(statistics.median(s["step_ms"] for s in steps))
         peaks.append(max(r["peak_tensor_bytes"] for r in mem))
         others.append(other)
     return {
+        "spread": (max(medians) - min(medians)) / statistics.mean(medians),  # between the runs' own medians
         "step_ms": statistics.median(s["step_ms"] for s in after),
         "compute_ms": statistics.median(s["compute_ms"] for s in after),
         "exposed_comm_ms": statistics.median(s["exposed_comm_ms"] for s in after),
@@ -131,7 +145,11 @@ def main():
                     help="cores other processes may use during a run before it is repeated (default 0.15)")
     ap.add_argument("--retries", type=int, default=3, help="repeats of a disturbed run (default 3)")
     ap.add_argument("--pause", type=float, default=20, help="seconds to wait before repeating a disturbed run")
+    ap.add_argument("--runtime", default="", help="the planner's runtime constants from a --fit (build/planner "
+                    "--runtime)")
+    ap.add_argument("--fit", default="", help="refit the runtime constants to these runs and save them to this file")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
 
     sets = ["comm.emulate.latency_us=%g" % args.latency_us, "comm.emulate.bandwidth_gbps=%g" % args.bandwidth_gbps,
             "train.eval_every=0"] + args.set
@@ -186,8 +204,70 @@ def main():
                m["memory_bytes"] / 2**20, 100 * e2))
     print("| | **mean / max abs error** | | | **%.1f%% / %.1f%%** | | | **%.1f%% / %.1f%%** |" %
           (100 * statistics.mean(et), 100 * max(et), 100 * statistics.mean(em), 100 * max(em)))
+    if args.fit:
+        fit_constants(args, sets, results)
     if args.check and not (ok_t and ok_m):
         sys.exit(1)
+
+
+KEY = lambda row: tuple(row[k] for k in LAYOUT_KEYS)  # noqa: E731
+# The runtime constants: planner flag, key in the runtime file, default, the values the search tries.
+CONSTANTS = [
+    ("--p2p-latency-us", "p2p_latency_us", 2000, [0, 100, 250, 500, 1000, 1500, 2000, 3000, 4000]),
+    ("--poll-share", "poll_share", 0.15, [0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65]),
+    ("--sync-latency-us", "sync_latency_us", 150, [0, 25, 50, 100, 150, 250, 400, 600]),
+    ("--step-sync-us", "step_sync_us", 2000, [0, 250, 500, 1000, 2000, 3000, 4000, 6000]),
+]
+
+
+def fit_constants(args, sets, results):
+    """Coordinate search over CONSTANTS (two rounds) for the least mean absolute step-time error on the measured
+    layouts; saves the best with the measured spread to args.fit."""
+    measured = {KEY(row): m["step_ms"] for row, m, _, _ in results}
+    start = {}
+    if args.runtime:
+        start = json.load(open(args.runtime))
+    current = {flag: float(start.get(key, default)) for flag, key, default, _ in CONSTANTS}
+
+    def errors(constants):
+        rows, _ = run_planner(args, sets, constants)
+        e = [abs(r["step_ms"] - measured[KEY(r)]) / measured[KEY(r)] for r in rows if KEY(r) in measured]
+        if len(e) != len(measured):
+            sys.exit("--fit: the planner no longer lists every measured layout")
+        return statistics.mean(e), max(e)
+
+    best = errors(current)
+    print("\nfit: start %s: mean %.1f%%, max %.1f%%" % (current, 100 * best[0], 100 * best[1]), flush=True)
+    for round_ in range(2):
+        for flag, _, _, values in CONSTANTS:
+            for v in values:
+                trial = dict(current, **{flag: v})
+                e = errors(trial)
+                if e < best:
+                    best, current = e, trial
+            print("fit: round %d, %s = %g: mean %.1f%%, max %.1f%%" % (round_ + 1, flag, current[flag],
+                                                                      100 * best[0], 100 * best[1]), flush=True)
+    spread = statistics.median(m["spread"] for _, m, _, _ in results)
+    out = {key: current[flag] for flag, key, _, _ in CONSTANTS}
+    out.update({
+        "spread": round(spread, 4),
+        "fit": {"config": os.path.relpath(args.config, ROOT), "world": args.world, "latency_us": args.latency_us,
+                "bandwidth_gbps": args.bandwidth_gbps, "layouts": len(results), "seed": args.seed,
+                "mean_error": round(best[0], 4), "max_error": round(best[1], 4),
+                "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d")},
+    })
+    with open(args.fit, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print("fit: saved to %s (spread %.1f%%, the median over the layouts of their runs' difference); "
+          "build/planner --runtime %s uses them" % (args.fit, 100 * spread, args.fit))
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 if __name__ == "__main__":

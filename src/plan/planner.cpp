@@ -81,23 +81,29 @@ std::string layout_cell(const Layout& l) {
 }
 }  // namespace
 
+bool ties_first(const std::vector<PlanRow>& rows, size_t i, double spread) {
+  return i < rows.size() && rows[0].timed && rows[i].timed &&
+         rows[i].time.step_ms <= rows[0].time.step_ms * (1 + spread);
+}
+
 std::string format_table(const std::vector<PlanRow>& rows, int top, const Config& base, const RunContext& rc,
-                         size_t hidden) {
-  std::string s = fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
+                         size_t hidden, double spread) {
+  std::string s = fmt::format("{:>5}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
                               "rank", "dp x tp x pp schedule", "cp", "mb", "m", "zero", "step_ms", "tokens/s",
                               "memory_mb", "compute_ms", "exposed_ms", "bubble_ms");
   const int n = top > 0 ? std::min<int>(top, int(rows.size())) : int(rows.size());
   for (int i = 0; i < n; ++i) {
     const PlanRow& r = rows[i];
     const Layout& l = r.layout;
+    const std::string rank = fmt::format("{}{}", ties_first(rows, size_t(i), spread) && i > 0 ? "=" : "", i + 1);
     if (r.timed)
-      s += fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9.2f} {:>10.0f} {:>9.2f} {:>10.2f} {:>11.2f} "
+      s += fmt::format("{:>5}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9.2f} {:>10.0f} {:>9.2f} {:>10.2f} {:>11.2f} "
                        "{:>9.2f}\n",
-                       i + 1, layout_cell(l), l.cp, l.micro_batch, r.micro_batches, l.zero, r.time.step_ms,
+                       rank, layout_cell(l), l.cp, l.micro_batch, r.micro_batches, l.zero, r.time.step_ms,
                        r.time.tokens_per_s, r.memory_mb(), r.time.compute_ms, r.time.exposed_comm_ms,
                        r.time.bubble_ms);
     else
-      s += fmt::format("{:>4}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9.2f} {:>10} {:>11} {:>9}\n", i + 1,
+      s += fmt::format("{:>5}  {:<21} {:>3} {:>3} {:>4} {:>4} {:>9} {:>10} {:>9.2f} {:>10} {:>11} {:>9}\n", i + 1,
                        layout_cell(l), l.cp, l.micro_batch, r.micro_batches, l.zero, "-", "-", r.memory_mb(), "-", "-",
                        "-");
     s += "      " + trainer_command(base, l, rc) + "\n";
@@ -108,7 +114,7 @@ std::string format_table(const std::vector<PlanRow>& rows, int top, const Config
   return s;
 }
 
-std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc) {
+std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc, double spread) {
   std::string s = "[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const PlanRow& r = rows[i];
@@ -142,14 +148,15 @@ std::string format_json(const std::vector<PlanRow>& rows, const Config& base, co
         "\"params_bytes\": {:.0f}, \"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"dp_state_bytes\": {:.0f}, "
         "\"activation_bytes\": {:.0f}, \"activation_records\": {}, \"buffer_bytes\": {:.0f}, "
         "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}{}, \"stages\": [{}], "
-        "\"command\": {}, \"sweep_command\": {}}}",
+        "\"ties_first\": {}, \"command\": {}, \"sweep_command\": {}}}",
         i ? "," : "", i + 1, l.dp, l.cp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch,
         l.zero, r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
         r.timed ? num(r.time.compute_ms) : "null", r.timed ? num(r.time.exposed_comm_ms) : "null",
         r.timed ? num(r.time.bubble_ms) : "null", r.timed ? num(r.time.pipeline_ms) : "null",
         r.timed ? num(r.time.optimizer_ms) : "null", r.timed ? num(r.time.dp_comm_ms) : "null", r.memory_mb(),
         r.memory.peak, w.pp_rank, w.params, w.grads, w.optimizer, w.dp_state, w.activations, w.records, w.buffers,
-        w.scratch, w.small, w.setup, gathers, stages, json_quote(trainer_command(base, l, rc)),
+        w.scratch, w.small, w.setup, gathers, stages, ties_first(rows, i, spread) ? "true" : "false",
+        json_quote(trainer_command(base, l, rc)),
         json_quote(sweep_command(base, l, rc)));
   }
   s += rows.empty() ? "]\n" : "\n]\n";

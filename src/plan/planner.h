@@ -46,11 +46,16 @@ std::string sweep_command(const Config& base, const Layout& l, const RunContext&
 // ZeRO) is the finer choice.
 std::vector<PlanRow> best_per_mesh(const std::vector<PlanRow>& rows);
 
+// Whether a row's predicted step is within `spread` (relative) of the first row's: the two tie, since runs of one
+// layout differ by that much.
+bool ties_first(const std::vector<PlanRow>& rows, size_t i, double spread);
 // The readable table: the first `top` rows (0 = all) with layout, step_ms, tokens/s, memory_mb and the breakdown,
-// each followed by its trainer command; `hidden`: rows left out before (best_per_mesh), said in the last line.
+// each followed by its trainer command, and '=' by the rank of each row that ties the first; `hidden`: rows left
+// out before (best_per_mesh), said in the last line.
 std::string format_table(const std::vector<PlanRow>& rows, int top, const Config& base, const RunContext& rc,
-                         size_t hidden = 0);
-// A JSON list of objects, one per row, in rank order, each with its trainer and sweep commands.
-std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc);
+                         size_t hidden = 0, double spread = 0.10);
+// A JSON list of objects, one per row, in rank order, each with its trainer and sweep commands and ties_first.
+std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc,
+                        double spread = 0.10);
 
 }  // namespace mt::plan

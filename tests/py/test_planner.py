@@ -225,7 +225,7 @@ def json_fields(rows):
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2"] + table, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=120)
     lines = p.stdout.splitlines()
-    meshes = [tuple(l.split()[1:2] + l.split()[3:4]) for l in lines if l[:4].strip().isdigit()]
+    meshes = [tuple(l.split()[1:2] + l.split()[3:4]) for l in lines if l[:5].strip().lstrip("=").isdigit()]
     commands = [l.strip() for l in lines if l.strip().startswith("mpirun -np 2 build/trainer --config " + TINY)]
     check(p.returncode == 0 and len(meshes) == 4 == len(set(meshes)) == len(commands) and
           any("136 more with another schedule" in l for l in lines),
@@ -258,6 +258,40 @@ def llama_step_model():
         check(len(rows) > 0 and len(pp2) > 0 and all(r["step_ms"] > 0 for r in rows),
               "Llama (tie_embeddings=%s) on 2 ranks: %d layouts timed, %d of them pipelined, every step time positive"
               % (tie, len(rows), len(pp2)))
+
+
+def runtime_file(rows):
+    # --runtime FILE (scripts/validate_planner.py --fit's constants): they change the predictions, a flag overrides
+    # the file's value, and the file's spread decides which rows tie the first.
+    path = os.path.join(WORK, "runtime.json")
+    keyed = lambda rs: {tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch",
+                                             "zero")): r for r in rs}  # noqa: E731
+    defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000}
+    json.dump(dict(defaults, p2p_latency_us=0, spread=0.5), open(path, "w"))
+    table = ["--calibration", CALIBRATION, "--reps", "1", "--runtime", path]
+    fitted = keyed(planner(2, [], table))
+    back = keyed(planner(2, [], table + ["--p2p-latency-us", "2000"]))
+    plain = keyed(rows)
+    pp = [k for k in plain if k[3] > 1]
+    check(pp and all(fitted[k]["step_ms"] < plain[k]["step_ms"] for k in pp) and
+          all(abs(back[k]["step_ms"] - plain[k]["step_ms"]) < 1e-6 for k in plain),
+          "--runtime: p2p latency 0 from the file shortens every pipelined row; --p2p-latency-us overrides it")
+    ordered = sorted(fitted.values(), key=lambda r: r["rank"])
+    best = ordered[0]["step_ms"]
+    check(all(r["ties_first"] == (r["step_ms"] <= 1.5 * best) for r in ordered) and
+          any(r["ties_first"] for r in ordered[1:]) and not all(r["ties_first"] for r in ordered),
+          "ties: the rows within the file's spread (50%%) of the first are marked, %d of %d" %
+          (sum(r["ties_first"] for r in ordered), len(ordered)))
+    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "3"] + table, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0 and "from " + path in p.stdout and "within 50% of the first" in p.stdout and
+          ("   =2  " in p.stdout) == ordered[1]["ties_first"],
+          "the table names the runtime file and the spread, and marks ties with '='")
+    json.dump(dict(defaults, spread=2), open(path, "w"))
+    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 2 and '"spread" must be a number in [0, 1]' in p.stderr and path in p.stderr,
+          "a runtime file with a spread of 2: exit 2 naming the file and the key: %s" % p.stderr.strip())
 
 
 def bad_inputs():
@@ -295,6 +329,7 @@ zero3_memory_cases()
 tiny2 = planner(2, [], ["--calibration", CALIBRATION])
 json_fields(tiny2)
 zero3_gather_traffic(tiny2)
+runtime_file(tiny2)
 llama_step_model()
 bad_inputs()
 if failures:

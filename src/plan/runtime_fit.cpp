@@ -1,0 +1,43 @@
+// Reading scripts/validate_planner.py --fit's constants (see runtime_fit.h).
+#include "plan/runtime_fit.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/input_file.h"
+#include "core/json.h"
+
+namespace mt::plan {
+
+RuntimeFit load_runtime_fit(const std::string& path) {
+  require_regular_file(path, "planner runtime file");
+  std::ifstream in(path);
+  if (!in) input_error("cannot open the planner runtime file '{}'", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  Json j;
+  try {
+    j = parse_json(text.str());
+  } catch (const JsonError& e) {
+    input_error("planner runtime file '{}' is not valid JSON: {}", path, e.what());
+  }
+  if (!j.is_object()) input_error("planner runtime file '{}' is not a JSON object", path);
+  RuntimeFit fit;
+  auto read = [&](const char* key, double& into, double hi) {
+    const Json* v = j.get(key);
+    if (!v) input_error("planner runtime file '{}' has no \"{}\"", path, key);
+    if (!v->is_number() || !std::isfinite(v->number) || v->number < 0 || v->number > hi)
+      input_error("planner runtime file '{}': \"{}\" must be a number in [0, {}]", path, key, hi);
+    into = v->number;
+  };
+  read("p2p_latency_us", fit.net.p2p_latency_us, 1e6);
+  read("poll_share", fit.net.poll_share, 1.0);
+  read("sync_latency_us", fit.net.oversubscribed_sync_us, 1e6);
+  read("step_sync_us", fit.net.oversubscribed_step_sync_us, 1e6);
+  read("spread", fit.spread, 1.0);
+  return fit;
+}
+
+}  // namespace mt::plan

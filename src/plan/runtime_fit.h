@@ -1,0 +1,20 @@
+// The planner's runtime constants as scripts/validate_planner.py --fit saves them for a machine (JSON): the four
+// NetOptions constants fitted to timed runs, and the run-to-run spread measured meanwhile, within which the planner
+// marks rows as ties. build/planner reads the file with --runtime FILE (docs/planner.md, "Calibration").
+#pragma once
+#include <string>
+
+#include "plan/net_model.h"
+
+namespace mt::plan {
+
+struct RuntimeFit {
+  NetOptions net;        // the defaults, with the file's constants over them
+  double spread = 0.10;  // relative run-to-run spread of a layout's step time
+};
+
+// Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "spread"}, other keys ignored);
+// a missing, malformed or out-of-range file is an InputError naming it and the key.
+RuntimeFit load_runtime_fit(const std::string& path);
+
+}  // namespace mt::plan
