@@ -9,9 +9,11 @@ targets (step time: mean <= 15%, max <= 30%; memory: <= 10%), and a Markdown tab
                                                [--runtime FILE] [--fit FILE]
 
 --fit FILE refits the planner's four runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
---step-sync-us) to the runs: a coordinate search that minimises the mean absolute error of the predicted step
-times (the compute timings held fixed), then saves them as JSON with the runs' measured run-to-run spread, which
-`build/planner --runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed).
+--step-sync-us) to the runs: a coordinate search that minimises the larger of mean error / 10% and max error / 20%
+(the targets of issue 38) over the predicted step times (the compute timings held fixed), then saves them as JSON
+with the runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with
+--runtime FILE, validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
+--from-results refits from them without running anything.
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
@@ -148,6 +150,8 @@ def main():
     ap.add_argument("--runtime", default="", help="the planner's runtime constants from a --fit (build/planner "
                     "--runtime)")
     ap.add_argument("--fit", default="", help="refit the runtime constants to these runs and save them to this file")
+    ap.add_argument("--from-results", action="store_true",
+                    help="take the layouts and measurements from OUT/results.json (an earlier run) instead of running")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -170,8 +174,15 @@ def main():
                                                             "compute/exposed/bubble ms: measured (predicted)")
     print(hdr)
     results = []
-    for row in chosen:
-        m = run_trainer(args, sets, row, os.path.join(args.out, "run"))
+    saved = os.path.join(args.out, "results.json")
+    if args.from_results:  # the same layouts, measured before; the predictions are this planner call's
+        by_key = {KEY(r): r for r in rows}
+        chosen, measured = [], []
+        for old, m in json.load(open(saved)):
+            chosen.append(by_key[KEY(old)])
+            measured.append(m)
+    for i, row in enumerate(chosen):
+        m = measured[i] if args.from_results else run_trainer(args, sets, row, os.path.join(args.out, "run"))
         et = (row["step_ms"] - m["step_ms"]) / m["step_ms"]
         em = (row["memory_bytes"] - m["memory_bytes"]) / m["memory_bytes"]
         results.append((row, m, et, em))
@@ -179,6 +190,9 @@ def main():
               (row["rank"], describe(row), row["step_ms"], m["step_ms"], 100 * et, row["memory_bytes"] / 2**20,
                m["memory_bytes"] / 2**20, 100 * em, m["other"], m["compute_ms"], m["exposed_comm_ms"],
                m["bubble_ms"], row["compute_ms"], row["exposed_comm_ms"], row["bubble_ms"]), flush=True)
+    if not args.from_results:
+        with open(saved, "w") as f:
+            json.dump([[row, m] for row, m, _, _ in results], f)
     et = [abs(r[2]) for r in results]
     em = [abs(r[3]) for r in results]
     ok_t = statistics.mean(et) <= 0.15 and max(et) <= 0.30
@@ -230,14 +244,15 @@ def fit_constants(args, sets, results):
     current = {flag: float(start.get(key, default)) for flag, key, default, _ in CONSTANTS}
 
     def errors(constants):
+        """(the score: the larger of mean / 10% and max / 20%, mean, max)"""
         rows, _ = run_planner(args, sets, constants)
         e = [abs(r["step_ms"] - measured[KEY(r)]) / measured[KEY(r)] for r in rows if KEY(r) in measured]
         if len(e) != len(measured):
             sys.exit("--fit: the planner no longer lists every measured layout")
-        return statistics.mean(e), max(e)
+        return max(statistics.mean(e) / 0.10, max(e) / 0.20), statistics.mean(e), max(e)
 
     best = errors(current)
-    print("\nfit: start %s: mean %.1f%%, max %.1f%%" % (current, 100 * best[0], 100 * best[1]), flush=True)
+    print("\nfit: start %s: mean %.1f%%, max %.1f%%" % (current, 100 * best[1], 100 * best[2]), flush=True)
     for round_ in range(2):
         for flag, _, _, values in CONSTANTS:
             for v in values:
@@ -246,14 +261,14 @@ def fit_constants(args, sets, results):
                 if e < best:
                     best, current = e, trial
             print("fit: round %d, %s = %g: mean %.1f%%, max %.1f%%" % (round_ + 1, flag, current[flag],
-                                                                      100 * best[0], 100 * best[1]), flush=True)
+                                                                      100 * best[1], 100 * best[2]), flush=True)
     spread = statistics.median(m["spread"] for _, m, _, _ in results)
     out = {key: current[flag] for flag, key, _, _ in CONSTANTS}
     out.update({
         "spread": round(spread, 4),
         "fit": {"config": os.path.relpath(args.config, ROOT), "world": args.world, "latency_us": args.latency_us,
                 "bandwidth_gbps": args.bandwidth_gbps, "layouts": len(results), "seed": args.seed,
-                "mean_error": round(best[0], 4), "max_error": round(best[1], 4),
+                "mean_error": round(best[1], 4), "max_error": round(best[2], 4),
                 "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d")},
     })
     with open(args.fit, "w") as f:
