@@ -51,7 +51,7 @@ const char* kUsage =
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
-    "  --runtime FILE       the four constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
+    "  --runtime FILE       the five constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
     "  The communication runtime's costs beyond the network (defaults fit on the 2-core development machine):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
@@ -59,6 +59,7 @@ const char* kUsage =
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
     "                       exceed the cores (default 150)\n"
     "  --step-sync-us US    the same for the step's collectives between its phases (default 2000)\n"
+    "  --ring-sync-us US    the same for each message of the context-parallel ring (default 700)\n"
 
     "  --verbose            print every timing measurement to stderr\n"
     "  --help, -h           this text\n"
@@ -72,7 +73,7 @@ struct Args {
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
   // The four runtime constants given as flags (they override --runtime's).
-  std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us;
+  std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
   std::string calibration;
   int top = 20, reps = 5;
 };
@@ -129,6 +130,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--poll-share") a.poll_share = parse_double("--poll-share", next());
     else if (f == "--sync-latency-us") a.sync_latency_us = parse_double("--sync-latency-us", next());
     else if (f == "--step-sync-us") a.step_sync_us = parse_double("--step-sync-us", next());
+    else if (f == "--ring-sync-us") a.ring_sync_us = parse_double("--ring-sync-us", next());
     else if (f == "--runtime") a.runtime = next();
     else if (f == "--calibration") a.calibration = next();
     else mt::input_error("unknown argument '{}'\n{}", argv[i], kUsage);
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
     if (a.poll_share) o.step.net.poll_share = *a.poll_share;
     if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
     if (a.step_sync_us) o.step.net.oversubscribed_step_sync_us = *a.step_sync_us;
+    if (a.ring_sync_us) o.step.net.oversubscribed_ring_us = *a.ring_sync_us;
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;
@@ -227,11 +230,12 @@ int main(int argc, char** argv) {
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
         std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, poll share {:g}, sync latency {:g} "
-                                      "us, step sync {:g} us; '=' marks rows within {:.0f}% of the first (a tie: "
+                                      "us, step sync {:g} us, ring sync {:g} us; '=' marks rows within {:.0f}% of the first (a tie: "
                                       "runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
+                                      o.step.net.oversubscribed_ring_us,
                                       100 * fit.spread, a.runtime.empty() ? ", the default; --runtime gives the "
                                                                             "measured spread" : "")
                               .c_str());

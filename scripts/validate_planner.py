@@ -8,8 +8,8 @@ targets (step time: mean <= 15%, max <= 30%; memory: <= 10%), and a Markdown tab
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
                                                [--runtime FILE] [--fit FILE]
 
---fit FILE refits the planner's four runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
---step-sync-us) to the runs: a coordinate search that minimises the larger of mean error / 10% and max error / 20%
+--fit FILE refits the planner's five runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
+--step-sync-us, --ring-sync-us) to the runs: a coordinate search that minimises the larger of mean error / 10% and max error / 20%
 (the targets of issue 38) over the predicted step times (the compute timings held fixed), then saves them as JSON
 with the runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with
 --runtime FILE, validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
@@ -231,6 +231,7 @@ CONSTANTS = [
     ("--poll-share", "poll_share", 0.15, [0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65]),
     ("--sync-latency-us", "sync_latency_us", 150, [0, 25, 50, 100, 150, 250, 400, 600]),
     ("--step-sync-us", "step_sync_us", 2000, [0, 250, 500, 1000, 2000, 3000, 4000, 6000]),
+    ("--ring-sync-us", "ring_sync_us", 700, [0, 150, 300, 500, 700, 1000, 1400, 2000]),
 ]
 
 

@@ -36,6 +36,7 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   read("poll_share", fit.net.poll_share, 1.0);
   read("sync_latency_us", fit.net.oversubscribed_sync_us, 1e6);
   read("step_sync_us", fit.net.oversubscribed_step_sync_us, 1e6);
+  read("ring_sync_us", fit.net.oversubscribed_ring_us, 1e6);
   read("spread", fit.spread, 1.0);
   return fit;
 }

@@ -1,4 +1,4 @@
-// The planner's runtime constants as scripts/validate_planner.py --fit saves them for a machine (JSON): the four
+// The planner's runtime constants as scripts/validate_planner.py --fit saves them for a machine (JSON): the five
 // NetOptions constants fitted to timed runs, and the run-to-run spread measured meanwhile, within which the planner
 // marks rows as ties. build/planner reads the file with --runtime FILE (docs/planner.md, "Calibration").
 #pragma once
@@ -13,7 +13,8 @@ struct RuntimeFit {
   double spread = 0.10;  // relative run-to-run spread of a layout's step time
 };
 
-// Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "spread"}, other keys ignored);
+// Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "ring_sync_us", "spread"}, other
+// keys ignored);
 // a missing, malformed or out-of-range file is an InputError naming it and the key.
 RuntimeFit load_runtime_fit(const std::string& path);
 

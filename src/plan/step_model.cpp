@@ -60,6 +60,7 @@ struct StepContext {
   const NetModel& net;
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
+  double ring_sync;        // and per context-parallel ring message
   std::vector<std::vector<GPTConfig>> stage_cfg;  // [rank][chunk]
   std::vector<std::vector<PassGathers>> gathers;  // ZeRO-3: [rank][action of its list], each pass's gathers
   std::vector<TimelineRank> tl;
@@ -200,8 +201,8 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
         pc.work_us = work_us;
         double ring_us = 0;
         for (const TpOp& op : ops)
-          if (op.kind == CommKind::Send)
-            ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers);
+          if (op.kind == CommKind::Send)  // its transfer may hide behind the blocks; its rendezvous does not
+            ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers), pc.wall_us += x.ring_sync;
           else
             pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + x.sync;
         pc.wall_us += ring_wait_us(g, x.cp, ring_us, work_us, weight_pass);
@@ -394,7 +395,8 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
-                oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0, {}, {}, {}, std::vector<double>(p, 0),
+                oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0,
+                oversubscribed ? o.net.oversubscribed_ring_us : 0.0, {}, {}, {}, std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
   out.ranks.assign(p, {});

@@ -266,7 +266,8 @@ def runtime_file(rows):
     path = os.path.join(WORK, "runtime.json")
     keyed = lambda rs: {tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch",
                                              "zero")): r for r in rs}  # noqa: E731
-    defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000}
+    defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000,
+                "ring_sync_us": 700}
     json.dump(dict(defaults, p2p_latency_us=0, spread=0.5), open(path, "w"))
     table = ["--calibration", CALIBRATION, "--reps", "1", "--runtime", path]
     fitted = keyed(planner(2, [], table))
