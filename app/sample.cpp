@@ -1,9 +1,12 @@
 // build/sample: generates from a run's exported weights (run.dir/model.safetensors with run.dir/config.yaml): the
-// prompt, then new tokens drawn one at a time (train/sampler.h). One process; no MPI.
+// prompt, then new tokens drawn one at a time (train/sampler.h). One process, or tp x pp ranks under mpirun.
 //   build/sample --run DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N] [--temperature T] [--top-k K] [--seed S]
-//                [--tokenizer FILE]
+//                [--tokenizer FILE] [--tp N] [--pp N]
 //   build/sample --tokenizer FILE --encode TEXT | --decode IDS     (no model: the tokenizer alone)
 // Exit status: 0 success; 2 a bad flag, run folder, prompt or weights file (the message says which).
+#include <mpi.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "comm/mpi_init.h"
 #include "core/threads.h"
 #include "data/bpe_tokenizer.h"
 #include "train/config.h"
@@ -23,11 +27,12 @@ namespace {
 
 const char* kUsage =
     "usage: sample --run DIR [--prompt TEXT | --prompt-ids IDS] [--tokens N] [--temperature T] [--top-k K]\n"
-    "              [--seed S] [--ids] [--weights FILE] [--tokenizer FILE] [--set KEY=VALUE]...\n"
+    "              [--seed S] [--ids] [--weights FILE] [--tokenizer FILE] [--tp N] [--pp N] [--set KEY=VALUE]...\n"
     "       sample --tokenizer FILE (--encode TEXT | --decode IDS)\n"
     "\n"
     "Generates from a run's exported model: DIR/config.yaml (the run's config) and DIR/model.safetensors (the\n"
-    "weights the trainer writes at the end). GPT-2 and Llama, the whole model on this one process in fp32.\n"
+    "weights the trainer writes at the end). GPT-2 and Llama in fp32, the whole model on this one process, or split\n"
+    "over tp x pp ranks: mpirun -np N build/sample --tp T --pp P ... with T x P = N.\n"
     "\n"
     "  --run DIR          the run folder (run.dir)\n"
     "  --weights FILE     another safetensors file with Hugging Face names (default DIR/model.safetensors)\n"
@@ -44,6 +49,7 @@ const char* kUsage =
     "                     draws only its ids (a model's vocabulary may be larger)\n"
     "  --encode TEXT      print the tokenizer's ids for TEXT, and exit\n"
     "  --decode IDS       print the tokenizer's text for comma-separated ids, and exit\n"
+    "  --tp N, --pp N     split the model over N tensor-parallel ranks and N pipeline stages (default 1 and 1)\n"
     "  --set KEY=VALUE    override a key of the run's config (e.g. model.seq_len is not one to change)\n"
     "  --help, -h         this text\n"
     "Exit status: 0 success, 2 a bad flag, run folder, prompt or weights file.\n";
@@ -65,6 +71,19 @@ std::vector<int32_t> parse_ids(const std::string& flag, const std::string& s) {
   return ids;
 }
 
+// How many ranks mpirun started (MPICH's and Open MPI's environment), without initialising MPI.
+int launched_ranks() {
+  for (const char* v : {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"})
+    if (const char* n = std::getenv(v)) return std::max(1, std::atoi(n));
+  return 1;
+}
+
+bool mpi_started() {
+  int started = 0;
+  MPI_Initialized(&started);
+  return started;
+}
+
 void print_ids(const std::vector<int32_t>& ids) {
   for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? " " : "", ids[i]);
   std::printf("\n");
@@ -78,6 +97,7 @@ int main(int argc, char** argv) {
     bool have_prompt = false, have_ids = false, want_ids = false, have_encode = false, have_decode = false;
     std::vector<std::string> sets;
     mt::SampleOptions o;
+    int tp = 1, pp = 1;
     for (int i = 1; i < argc; ++i) {
       const std::string f = argv[i];
       auto next = [&]() -> std::string {
@@ -95,6 +115,8 @@ int main(int argc, char** argv) {
       else if (f == "--top-k") o.top_k = int(number(f, next(), 0, 1 << 30));
       else if (f == "--seed") o.seed = uint64_t(number(f, next(), 0, (1LL << 62)));
       else if (f == "--ids") want_ids = true;
+      else if (f == "--tp") tp = int(number(f, next(), 1, 4096));
+      else if (f == "--pp") pp = int(number(f, next(), 1, 4096));
       else if (f == "--tokenizer") tokenizer_path = next();
       else if (f == "--encode") encode = next(), have_encode = true;
       else if (f == "--decode") decode = next(), have_decode = true;
@@ -116,6 +138,11 @@ int main(int argc, char** argv) {
       else std::printf("%s\n", mt::valid_utf8(tokenizer->decode(parse_ids("--decode", decode))).c_str());
       return 0;
     }
+    const int launched = launched_ranks();
+    if (tp * pp == 1 && launched > 1)
+      mt::input_error("started on {} ranks: give --tp and --pp with tp x pp = {} to split the model over them",
+                      launched, launched);
+    if (tp * pp > 1) mt::init_mpi(&argc, &argv);
     if (run.empty()) mt::input_error("missing --run DIR (a run folder with config.yaml and model.safetensors)\n{}",
                                      kUsage);
     if (have_prompt == have_ids)
@@ -137,21 +164,26 @@ int main(int argc, char** argv) {
     else
       ids = parse_ids("--prompt-ids", prompt_ids);
     mt::set_compute_threads(mt::default_compute_threads(1));
-    mt::Sampler sampler(cfg, weights.empty() ? run + "/model.safetensors" : weights);
+    mt::Sampler sampler(cfg, weights.empty() ? run + "/model.safetensors" : weights, tp, pp);
     const std::vector<int32_t> out = sampler.generate(ids, o);
-    if (want_ids || (!bytes && !tokenizer)) {
+    int rank = 0;
+    if (mpi_started()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0 && (want_ids || (!bytes && !tokenizer))) {
       print_ids(out);
-    } else {
+    } else if (rank == 0) {
       std::fputs(tokenizer ? mt::valid_utf8(tokenizer->decode(out)).c_str() : mt::decode_bytes(out).c_str(),
                  stdout);
       std::fputc('\n', stdout);
     }
-    return 0;
+    std::fflush(stdout);
+    return mpi_started() ? mt::finalize_mpi(0) : 0;
   } catch (const mt::InputError& e) {
     std::fprintf(stderr, "sample: %s\n", e.what());
+    if (mpi_started()) MPI_Abort(MPI_COMM_WORLD, 2);  // every rank fails alike; the first ends the job
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sample: failed: %s\n", e.what());
+    if (mpi_started()) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
 }

@@ -5,15 +5,50 @@
 #include <cmath>
 #include <numeric>
 
+#include "comm/make_communicator.h"
 #include "core/arena.h"
 #include "core/errors.h"
 #include "model/gpt.h"
+#include "model/pipeline_chunks.h"
 #include "train/model_config.h"
 
 namespace mt {
 
-Sampler::Sampler(const Config& cfg, const std::string& weights)
-    : cfg_(cfg), model_(std::make_unique<GPT>(gpt_config(cfg.model), DType::F32)) {
+namespace {
+// The run's config on a mesh of tp x pp ranks and nothing else: what the trainer would check of it, so a model
+// that does not split (heads, layers) is refused with its message.
+Config on_mesh(Config c, int tp, int pp) {
+  ParallelConfig& p = c.parallel;
+  p.dp = 1, p.tp = tp, p.pp = pp, p.cp = 1, p.virtual_stages = 1, p.sequence_parallel = false;
+  p.schedule = PipelineSchedule::OneFOneB;
+  p.stage_layers.clear();
+  c.optim.zero = 0, c.optim.sync_every = 0, c.optim.staleness = 0;
+  c.comm.compress = CompressMethod::None;
+  c.train.micro_batch = 1, c.train.global_batch = pp;
+  validate(c, tp * pp);
+  return c;
+}
+}  // namespace
+
+Sampler::Sampler(const Config& cfg, const std::string& weights, int tp, int pp) : cfg_(cfg) {
+  GPTConfig g = gpt_config(cfg.model);
+  if (tp * pp > 1) {
+    cfg_ = on_mesh(cfg, tp, pp);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world != tp * pp) input_error("--tp {} x --pp {} needs {} ranks (mpirun -np {}), not {}", tp, pp, tp * pp, tp * pp, world);
+    mesh_ = std::make_unique<DeviceMesh>(1, tp, pp, "tp-dp-pp", world, rank);
+    CommOptions o;
+    o.timeout_s = 600;
+    comms_ = make_mesh_comms(*mesh_, MPI_COMM_WORLD,
+                             [&](MPI_Comm c, const std::string& name) { return make_communicator(c, name, o); });
+    g.tp = tp;
+    g.tp_rank = mesh_->tp_rank();
+    g = stage_config(g, layers_per_stage(cfg_), mesh_->pp_rank());
+  }
+  model_ = std::make_unique<GPT>(g, DType::F32);
+  if (comms_.tp) model_->set_tp_comm(comms_.tp.get());
   model_->load_safetensors(weights);
 }
 
@@ -25,10 +60,30 @@ int32_t Sampler::next(const std::vector<int32_t>& context, const SampleOptions& 
   Activations a = model_->alloc_activations(arena, 1, T);
   std::copy(context.end() - T, context.end(), a.tokens.data_as<int32_t>());
   std::fill_n(a.targets.data_as<int32_t>(), T, 0);  // dloss = 0: the loss is computed and the logits kept
+  const int pp = mesh_ ? mesh_->pp() : 1, stage = mesh_ ? mesh_->pp_rank() : 0;
+  if (stage > 0) comms_.pp->recv(a.input(), stage - 1, 0);
   model_->forward(a, 0.0, Tensor());
+  if (stage + 1 < pp) comms_.pp->send(a.output(), stage + 1, 0);
+  // The last stage draws; with pp > 1 every rank then learns the token (ids are exact in fp32: < 2^24).
+  Tensor token = Tensor::zeros({1}, DType::F32);
+  token.data_as<float>()[0] = stage + 1 < pp ? -1.0f : float(draw(last_row(a), opts, rng));
+  if (pp > 1) comms_.world->all_reduce(token, ReduceOp::Max);
+  return int32_t(token.data_as<float>()[0]);
+}
+
+Tensor Sampler::last_row(const Activations& a) const {
+  const int64_t shard = a.logits.dim(1);  // Vp / tp columns of this rank's vocabulary shard
+  const Tensor mine = a.logits.slice((a.logits.dim(0) - 1) * shard, {shard});
+  if (!comms_.tp || comms_.tp->size() == 1) return mine;
+  Tensor row = Tensor::zeros({shard * comms_.tp->size()}, DType::F32);  // the shards in tp rank order
+  comms_.tp->all_gather(mine, row);
+  return row;
+}
+
+int32_t Sampler::draw(const Tensor& logits, const SampleOptions& opts, std::mt19937_64& rng) const {
   const int V = int(opts.vocab_limit > 0 ? std::min<int64_t>(opts.vocab_limit, cfg_.model.vocab_size)
                                          : cfg_.model.vocab_size);
-  const float* row = a.logits.data_as<float>() + int64_t(T - 1) * a.logits.dim(1);  // the padded row's first V
+  const float* row = logits.data_as<float>();  // the padded row's first V
   if (opts.temperature <= 0) return int32_t(std::max_element(row, row + V) - row);
   // The k most likely ids (all with top_k 0), then a draw from their softmax at the temperature.
   std::vector<int32_t> ids(V);

@@ -3,9 +3,10 @@
 tinyshakespeare as bytes, and build/sample's greedy continuation of a prompt equals, token for token, the greedy
 decoding of the same exported weights by the PyTorch references (fp64), including past seq_len (the window slides).
 Also: a seeded draw (temperature, top-k) repeats with its seed and differs with another; ids print as ids; a GPT-2
-tokenizer file (--tokenizer) encodes a text prompt for a model that is not byte-level and decodes its output; and
-bad input (an empty prompt, text for a model that is not byte-level, a missing run folder, an id outside the
-vocabulary, a tokenizer larger than the vocabulary or missing) exits 2 naming it.
+tokenizer file (--tokenizer) encodes a text prompt for a model that is not byte-level and decodes its output; the
+model split over ranks (--tp 2, --pp 2 under mpiexec) decodes the same tokens and draws; and bad input (an empty
+prompt, text for a model that is not byte-level, a missing run folder, an id outside the vocabulary, a tokenizer
+larger than the vocabulary or missing, a mesh that does not match the ranks or the model) exits 2 naming it.
 
 usage: test_sample.py SAMPLE TRAINER SOURCE_DIR WORK_DIR"""
 import json
@@ -21,6 +22,7 @@ from gpt2_reference import GPT2, read_safetensors  # noqa: E402
 from llama_reference import Llama  # noqa: E402
 
 SAMPLE, TRAINER, SRC, WORK = sys.argv[1:5]
+MPIEXEC = shutil.which("mpiexec") or "mpiexec"
 TEXT = os.path.join(SRC, "data", "tinyshakespeare.txt")
 TOKENS = 40  # past seq_len 32: the last tokens are predicted from a sliding window
 failures = 0
@@ -81,12 +83,25 @@ for name, run_dir in models.items():
     first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
     check(got == want, f"{name}: greedy decoding equals PyTorch's token for token ({len(got)} tokens; first "
                        f"difference at {first}): {bytes(want[len(prompt):]).decode(errors='replace')!r}")
+    # The same model split over ranks (tensor parallelism over the heads and the vocabulary, pipeline stages)
+    # decodes the same tokens.
+    for tp, pp in ((2, 1), (1, 2)) if name == "gpt2" else ((2, 1),):
+        r = subprocess.run([MPIEXEC, "-n", str(tp * pp), SAMPLE, "--run", run_dir, "--tp", str(tp), "--pp", str(pp),
+                            "--prompt-ids", ",".join(map(str, prompt)), "--tokens", str(TOKENS), "--temperature", "0",
+                            "--ids"], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        split = [int(x) for x in r.stdout.split()] if r.returncode == 0 else []
+        check(split == want, f"{name} on tp {tp} x pp {pp} ranks: the same {len(split)} tokens "
+                             f"(exit {r.returncode}{': ' + r.stderr.strip() if r.returncode else ''})")
 
 run_dir = models["gpt2"]
 draws = [sample(run_dir, "--prompt", "KING", "--tokens", "30", "--top-k", "10", "--seed", s).stdout for s in
          ("7", "7", "8")]
 check(draws[0] == draws[1] != draws[2] and draws[0].startswith("KING"),
       f"a seeded draw repeats with its seed and differs with another: {draws[0].strip()!r} / {draws[2].strip()!r}")
+r = subprocess.run([MPIEXEC, "-n", "2", SAMPLE, "--run", run_dir, "--tp", "2", "--prompt", "KING", "--tokens", "30",
+                    "--top-k", "10", "--seed", "7"], capture_output=True, text=True, timeout=120)
+check(r.returncode == 0 and r.stdout == draws[0], f"the seeded draw on tp 2: {r.stdout.strip()!r}")
 r = sample(run_dir, "--prompt", "A", "--tokens", "3", "--ids")
 check(r.returncode == 0 and r.stdout.split()[0] == "65" and len(r.stdout.split()) == 4, f"--ids: {r.stdout.strip()}")
 
@@ -123,7 +138,13 @@ check(r.returncode == 0 and ids[:7] == encoded.stdout.split() and len(ids) == 13
       f"a model that is not byte-level (512 ids) samples from a text prompt through the tokenizer (260 ids), drawing "
       f"only the tokenizer's ids: {text.stdout.strip()!r} {ids}")
 
-for args, words, what in [
+for launch, args, words, what in [
+    ([MPIEXEC, "-n", "2"], ["--run", run_dir, "--prompt", "hi"], ["started on 2 ranks", "--tp and --pp"],
+     "two ranks without --tp or --pp"),
+    ([MPIEXEC, "-n", "3"], ["--run", run_dir, "--prompt", "hi", "--tp", "3"], ["not divisible by parallel.tp=3"],
+     "a model that does not split over tp 3"),
+    ([], ["--run", run_dir, "--prompt", "hi", "--tp", "2"], ["needs 2 ranks"], "--tp 2 on one process"),
+] + [([],) + case for case in [
     (["--run", run_dir, "--tokenizer", tok, "--prompt", "hi"], ["260 tokens", "model.vocab_size=256"],
      "a tokenizer larger than the model's vocabulary"),
     (["--encode", "hi"], ["--encode and --decode need --tokenizer"], "--encode without a tokenizer"),
@@ -135,8 +156,8 @@ for args, words, what in [
     (["--run", os.path.join(WORK, "nonexistent"), "--prompt", "hi"], ["nonexistent"], "a missing run folder"),
     (["--run", run_dir, "--prompt-ids", "1,300"], ["300", "outside the vocabulary"], "an id outside the vocabulary"),
     (["--run", run_dir, "--prompt", "x", "--temperature", "-1"], ["--temperature"], "a negative temperature"),
-]:
-    r = subprocess.run([SAMPLE] + args, capture_output=True, text=True, timeout=60)
+]]:
+    r = subprocess.run(launch + [SAMPLE] + args, capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and all(w in r.stderr for w in words), f"{what}: exit {r.returncode}: {r.stderr.strip()}")
 
 sys.exit(1 if failures else 0)
