@@ -72,7 +72,7 @@ struct Args {
   bool json = false, memory_only = false, verbose = false, help = false, every_layout = false;
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
-  // The four runtime constants given as flags (they override --runtime's).
+  // The five runtime constants given as flags (they override --runtime's).
   std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
   std::string calibration;
   int top = 20, reps = 5;

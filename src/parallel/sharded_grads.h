@@ -103,7 +103,7 @@ class ShardedGrads : public ChunkGradSync {
  private:
   Tensor bucket_store(int b, const Tensor& buf) const;  // bucket b's elements in `buf` (store_ or wire_)
   void launch(int b);
-  void settle(int b);          // wait for b's reduction, add its shard, zero its elements
+  void settle(int b);          // wait for b's reduction, add its shard, zero its elements (unless in a shared slot)
   void settle_unit(int u);     // every bucket of unit u that is in flight
   bool staged(int b) const;    // a shared ring's bucket, reduced outside its slot
   Tensor unit_slot(int u) const;

@@ -14,8 +14,7 @@ struct RuntimeFit {
 };
 
 // Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "ring_sync_us", "spread"}, other
-// keys ignored);
-// a missing, malformed or out-of-range file is an InputError naming it and the key.
+// keys ignored); a missing, malformed or out-of-range file is an InputError naming it and the key.
 RuntimeFit load_runtime_fit(const std::string& path);
 
 }  // namespace mt::plan
