@@ -30,6 +30,32 @@ GPTConfig gpt2(int n_layer) {
   return c;
 }
 
+// Rank r's gradient of element i in pass k is (i % 7 + r + k) / 4: added to the unit's parameters' views.
+void add_pass_grads(const ParamTable& t, const GradUnit& unit, const std::vector<Tensor>& views, int r, int k) {
+  for (int p = 0; p < t.size(); ++p) {
+    if (t[p].offset < unit.begin || t[p].offset >= unit.end) continue;
+    float* g = views[p].data_as<float>();
+    for (int64_t j = 0; j < t[p].numel(); ++j) g[j] += float(((t[p].offset + j) % 7 + r + k) / 4.0);
+  }
+}
+
+// This rank's shards hold each pass's average over the P ranks (exact for P = 2, rounded once for P = 3), added
+// in fp32.
+void check_pass_averages(const ShardedGrads& z, int passes, int P) {
+  const float* shards = z.shard_grads().data_as<float>();
+  for (int b = 0; b < static_cast<int>(z.buckets().size()); ++b)
+    for (int64_t j = 0; j < z.shard(b).size(); ++j) {
+      const int64_t i = z.buckets()[b].begin + z.shard(b).begin + j;
+      float want = 0;
+      for (int k = 0; k < passes; ++k) {
+        double sum = 0;
+        for (int q = 0; q < P; ++q) sum += (i % 7 + q + k) / 4.0;
+        want += float(sum / P);
+      }
+      REQUIRE(shards[z.shard_offset(b) + j] == want);
+    }
+}
+
 // Units tile [0, total) in order.
 void check_tiling(const std::vector<GradUnit>& units, int64_t total) {
   REQUIRE(!units.empty());
@@ -153,31 +179,15 @@ TEST_CASE("ShardedGrads: every pass reduce-scattered and added into this rank's 
     for (int k = 0; k < passes; ++k) {
       REQUIRE(z.begin_pass(k == passes - 1, overlap));
       for (size_t u = 0; u < units.size(); ++u) {
-        // The unit's gradients, written through the parameters' views (+= as the backward pass does).
-        for (int p = 0; p < t.size(); ++p) {
-          if (t[p].offset < units[u].begin || t[p].offset >= units[u].end) continue;
-          float* g = views[p].data_as<float>();
-          for (int64_t j = 0; j < t[p].numel(); ++j) g[j] += float(((t[p].offset + j) % 7 + r + k) / 4.0);
-        }
+        add_pass_grads(t, units[u], views, r, k);  // += through the parameters' views, as the backward pass does
         z.grads_ready(units[u].end);
       }
     }
     z.finish();
-    const float* shards = z.shard_grads().data_as<float>();
-    for (int b = 0; b < static_cast<int>(z.buckets().size()); ++b)
-      for (int64_t j = 0; j < z.shard(b).size(); ++j) {
-        const int64_t i = z.buckets()[b].begin + z.shard(b).begin + j;
-        float want = 0;  // each pass's average (exact for P = 2, rounded once for P = 3) added in fp32
-        for (int k = 0; k < passes; ++k) {
-          double sum = 0;
-          for (int q = 0; q < P; ++q) sum += (i % 7 + q + k) / 4.0;
-          want += float(sum / P);
-        }
-        REQUIRE(shards[z.shard_offset(b) + j] == want);
-      }
+    check_pass_averages(z, passes, P);
     // The next step starts from zero.
     z.zero();
-    for (int64_t i = 0; i < z.shard_numel(); ++i) REQUIRE(shards[i] == 0.0f);
+    for (int64_t i = 0; i < z.shard_numel(); ++i) REQUIRE(z.shard_grads().data_as<float>()[i] == 0.0f);
   }
 }
 
@@ -219,27 +229,12 @@ TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every 
       REQUIRE(z.begin_pass(k == passes - 1, true));
       for (int u = 0; u < n; ++u) {
         params.backward_needs(units[u].begin, units[u].end);
-        for (int p = 0; p < t.size(); ++p) {
-          if (t[p].offset < units[u].begin || t[p].offset >= units[u].end) continue;
-          float* g = views[p].data_as<float>();
-          for (int64_t j = 0; j < t[p].numel(); ++j) g[j] += float(((t[p].offset + j) % 7 + r + k) / 4.0);
-        }
+        add_pass_grads(t, units[u], views, r, k);
         z.grads_ready(units[u].end);
       }
     }
     z.finish();
-    const float* shards = z.shard_grads().data_as<float>();
-    for (int b = 0; b < static_cast<int>(z.buckets().size()); ++b)
-      for (int64_t j = 0; j < z.shard(b).size(); ++j) {
-        const int64_t i = z.buckets()[b].begin + z.shard(b).begin + j;
-        float want = 0;
-        for (int k = 0; k < passes; ++k) {
-          double sum = 0;
-          for (int q = 0; q < P; ++q) sum += (i % 7 + q + k) / 4.0;
-          want += float(sum / P);
-        }
-        REQUIRE(shards[z.shard_offset(b) + j] == want);
-      }
+    check_pass_averages(z, passes, P);
     // And the parameters read through the ring are the weights, not gradients.
     Tensor whole = Tensor::zeros({t.total_numel()}, DType::F32);
     params.gather_into(whole);
