@@ -146,6 +146,18 @@ ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, st
 void ChunkParamGathers::begin_step() {
   std::fill(resident_.begin(), resident_.end(), false);
   std::fill(occupant_.begin(), occupant_.end(), -1);
+  early_in_flight_.assign(units_.size(), false);
+}
+
+void ChunkParamGathers::prefetch_forward_start(double head_start_us) {
+  early_.assign(units_.size(), 0.0);
+  early_in_flight_.assign(units_.size(), false);
+  double done = -head_start_us;  // one after another on the communicator
+  for (int u = int(units_.size()) - 1; u >= 0 && u >= int(units_.size()) - 2; --u) {
+    done += unit_us_[u];
+    early_[u] = done;
+    early_in_flight_[u] = true;
+  }
 }
 
 const std::vector<ParamRequest>& ChunkParamGathers::requests(ActionKind kind) const {
@@ -160,14 +172,21 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   std::fill(occupant_.begin(), occupant_.end(), -1);
   const bool down = kind == ActionKind::Forward;  // the forward pass walks down the layout, the backward up
   PassGathers out;
-  std::vector<double> ready(n, -1);  // a gather in flight: when it completes (one after another on the communicator)
-  std::vector<bool> touched(n, false);  // by the current request
+  std::vector<double> ready(n, 0.0);  // a gather in flight: when it completes (one after another on the communicator)
+  std::vector<bool> flying(n, false), touched(n, false);  // in flight; touched by the current request
   double t = 0, comm_free = 0;
+  // The step's first units, gathered since before this pass (prefetch_forward_start).
+  for (int u = 0; u < n && u < int(early_in_flight_.size()); ++u)
+    if (early_in_flight_[u]) {
+      flying[u] = true, ready[u] = early_[u], comm_free = std::max(comm_free, early_[u]);
+      if (slot_[u] >= 0) occupant_[slot_[u]] = u;
+    }
+  early_in_flight_.assign(n, false);
   auto wait = [&](int u) {
-    if (ready[u] < 0) return;
+    if (!flying[u]) return;
     out.wait_us += std::max(0.0, ready[u] - t);
     t = std::max(t, ready[u]);
-    ready[u] = -1;
+    flying[u] = false;
   };
   auto issue = [&](int u) {
     if (slot_[u] >= 0) {  // the slot's previous unit is waited for and leaves (ShardedParams::issue)
@@ -176,6 +195,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       occupant_[slot_[u]] = u;
     }
     ready[u] = comm_free = std::max(t, comm_free) + unit_us_[u];
+    flying[u] = true;
     out.units.push_back(u);
     out.issued.push_back(t);
     out.busy_us.push_back(unit_us_[u]);
@@ -188,7 +208,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       const int u = down ? n - 1 - i : i;
       if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
       touched[u] = true;
-      if (!resident_[u] && ready[u] < 0) issue(u), ++out.not_prefetched;  // gathered now, waited for in full
+      if (!resident_[u] && !flying[u]) issue(u), ++out.not_prefetched;  // gathered now, waited for in full
       wait(u);
       resident_[u] = true;
       edge = u;
@@ -196,13 +216,13 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     // The prefetch, unless its slot holds a unit this request touched (ShardedParams::prefetch).
     const int next = edge < 0 ? -1 : down ? edge - 1 : edge + 1;
     const int holder = next >= 0 && next < n && slot_[next] >= 0 ? occupant_[slot_[next]] : -1;
-    if (next >= 0 && next < n && !resident_[next] && ready[next] < 0 && !(holder >= 0 && touched[holder]))
+    if (next >= 0 && next < n && !resident_[next] && !flying[next] && !(holder >= 0 && touched[holder]))
       issue(next);
     t += q.work_after * work_us;
   }
   // A prefetch the pass never asked for (the backward pass's past its last block) completes before the next pass.
   for (int u = 0; u < n; ++u)
-    if (ready[u] >= 0) resident_[u] = true;
+    if (flying[u]) resident_[u] = true;
   for (double& at : out.issued) at = t > 0 ? at / t : 0.0;
   return out;
 }

@@ -58,6 +58,11 @@ class ChunkParamGathers {
   ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
                     int elem_bytes, int slots);
   void begin_step();  // the optimizer changed the shards: no unit is resident
+  // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
+  // block) gathered in the background since head_start_us before that pass starts, as the trainer issues them
+  // after the optimizer (ShardedParams::prefetch_forward_start). Those gathers belong to the step before, so no
+  // pass lists them.
+  void prefetch_forward_start(double head_start_us);
   // One pass of `kind` whose compute takes work_us at full speed: its gathers and its waits for them.
   PassGathers pass(ActionKind kind, double work_us);
 
@@ -68,6 +73,8 @@ class ChunkParamGathers {
   int elem_bytes_;
   std::vector<ParamRequest> forward_, backward_, weight_;
   std::vector<bool> resident_;
+  std::vector<double> early_;  // per unit: when prefetch_forward_start's gather completes, from the next pass's start
+  std::vector<bool> early_in_flight_;
   std::vector<int> slot_;      // per unit: its ring slot, -1 when pinned
   std::vector<int> occupant_;  // per ring slot: the unit in it, or -1
 };

@@ -112,7 +112,8 @@ bool is_pass(ActionKind k) {
 }
 
 // ZeRO-3: every pass's parameter gathers, each rank's action list walked as its chunks' stores see it over one step
-// (no unit resident at its start: the optimizer changed the shards). A pass's wait for its gathers goes into the
+// (no unit resident at its start: the optimizer changed the shards; chunk 0's first two units in flight since the
+// step began, as the trainer gathers them after the optimizer). A pass's wait for its gathers goes into the
 // timeline's pass; each gather occupies the dp communicator (dp_reduction_phase). That a gather can queue there
 // behind the reduce-scatters launched before it is not modeled in the pass's wait.
 void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassTimes>>& times, TimelineInput& in) {
@@ -120,9 +121,15 @@ void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassT
   const int m = cfg.train.global_batch / (x.dp * cfg.train.micro_batch);
   x.gathers.assign(x.p, {});
   in.action_wait_us.assign(x.p, {});
+  double head_start = 0;  // before rank r's first forward pass: the earlier stages' first forward passes
   for (int r = 0; r < x.p; ++r) {
     std::vector<ChunkParamGathers> chunks;
     for (int c = 0; c < x.v; ++c) chunks.push_back(chunk_param_gathers(x, x.stage_cfg[r][c]));
+    // The trainer gathers each rank's first units after the optimizer, for the next step's first forward pass,
+    // which on a later stage starts only when its input arrives.
+    chunks[0].begin_step();
+    chunks[0].prefetch_forward_start(head_start);
+    head_start += pass_work_us(times[r][0], ActionKind::Forward);
     for (const Action& a : schedule_fn(cfg.parallel.schedule)(x.p, m, x.v, r)) {
       PassGathers g;
       if (is_pass(a.kind)) g = chunks[a.chunk].pass(a.kind, pass_work_us(times[r][a.chunk], a.kind));
