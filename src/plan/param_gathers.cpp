@@ -180,6 +180,11 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     if (early_in_flight_[u]) {
       flying[u] = true, ready[u] = early_[u], comm_free = std::max(comm_free, early_[u]);
       if (slot_[u] >= 0) occupant_[slot_[u]] = u;
+      // Counted among the step's gathers, on the communicator from the pass's start.
+      out.units.push_back(u);
+      out.issued.push_back(0.0);
+      out.busy_us.push_back(unit_us_[u]);
+      out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
     }
   early_in_flight_.assign(n, false);
   auto wait = [&](int u) {
