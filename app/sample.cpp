@@ -3,7 +3,8 @@
 //   build/sample --run DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                [--tokenizer FILE] [--tp N] [--pp N]
 //   build/sample --tokenizer FILE --encode TEXT | --decode IDS     (no model: the tokenizer alone)
-// Exit status: 0 success; 2 a bad flag, run folder, prompt or weights file (the message says which).
+// Exit status: 0 success; 2 a bad flag, run folder, prompt, weights or tokenizer file, or a mesh that does not fit
+// the ranks or the model (the message says which).
 #include <mpi.h>
 
 #include <algorithm>
@@ -16,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/errors.h"
 #include "comm/mpi_init.h"
+#include "core/errors.h"
 #include "core/threads.h"
 #include "data/bpe_tokenizer.h"
 #include "train/config.h"
@@ -52,7 +53,8 @@ const char* kUsage =
     "  --tp N, --pp N     split the model over N tensor-parallel ranks and N pipeline stages (default 1 and 1)\n"
     "  --set KEY=VALUE    override a key of the run's config (e.g. model.seq_len is not one to change)\n"
     "  --help, -h         this text\n"
-    "Exit status: 0 success, 2 a bad flag, run folder, prompt or weights file.\n";
+    "Exit status: 0 success, 2 a bad flag, run folder, prompt, weights or tokenizer file, or a mesh that does not\n"
+    "fit the ranks or the model.\n";
 
 long long number(const std::string& flag, const std::string& v, long long lo, long long hi) {
   char* end = nullptr;

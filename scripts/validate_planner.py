@@ -12,8 +12,8 @@ targets (step time: mean <= 15%, max <= 30%; memory: <= 10%), and a Markdown tab
 --step-sync-us, --ring-sync-us) to the runs: a coordinate search (the compute timings held fixed) that minimises
 the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the
 targets of issue 38), then saves them as JSON with the runs' measured run-to-run spread, which `build/planner
---runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
---from-results refits from them without running anything.
+--runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed). The
+measurements are kept in OUT/results.json, and --from-results refits from them without running anything.
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
@@ -179,6 +179,8 @@ def main():
         by_key = {KEY(r): r for r in rows}
         chosen, measured = [], []
         for old, m in json.load(open(saved)):
+            if KEY(old) not in by_key:
+                sys.exit("--from-results: %s is not among the planner's layouts now" % describe(old))
             chosen.append(by_key[KEY(old)])
             measured.append(m)
     for i, row in enumerate(chosen):
@@ -236,8 +238,8 @@ CONSTANTS = [
 
 
 def fit_constants(args, sets, results):
-    """Coordinate search over CONSTANTS (two rounds) for the least mean absolute step-time error on the measured
-    layouts; saves the best with the measured spread to args.fit."""
+    """Coordinate search over CONSTANTS (two rounds) for the least score (errors()) on the measured layouts; saves
+    the best with the measured spread to args.fit."""
     measured = {KEY(row): m["step_ms"] for row, m, _, _ in results}
     start = {}
     if args.runtime:

@@ -31,7 +31,8 @@ struct NetOptions {
   // gradient norm, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks drift further.
   double oversubscribed_step_sync_us = 2000;
   // The same for each message of the context-parallel ring: the receiving rank blocks until its peer, which
-  // shares the cores with the others, has run to its send (fit 2026-11-28 on 4 and 8 ranks: docs/planner.md).
+  // shares the cores with the others, has run to its send (2026-11-28, from cp runs on 4 and 8 ranks, where the
+  // fit kept it: docs/planner.md).
   double oversubscribed_ring_us = 700;
 };
 
