@@ -382,5 +382,16 @@ TEST_CASE("GPT-2 tokenizer: malformed files are refused naming the file", "[toke
   require_input_error([&] { BpeTokenizer::load(dir + "/vocab.json"); }, {"merges.txt"});
   std::ofstream(dir + "/tokenizer.json") << "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}";
   require_input_error([&] { BpeTokenizer::load(dir); }, {"tokenizer.json", "BPE"});
+  // Another text pipeline would give other ids without a word: Llama 3's split pattern, a prefix space.
+  const std::string model = "\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}";
+  std::ofstream(dir + "/tokenizer.json") << "{" << model << ", \"pre_tokenizer\": {\"type\": \"Sequence\", "
+                                            "\"pretokenizers\": []}}";
+  require_input_error([&] { BpeTokenizer::load(dir); }, {"tokenizer.json", "pre_tokenizer is not GPT-2's"});
+  std::ofstream(dir + "/tokenizer.json") << "{" << model << ", \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+                                            "\"add_prefix_space\": true}}";
+  require_input_error([&] { BpeTokenizer::load(dir); }, {"pre_tokenizer is not GPT-2's"});
+  std::ofstream(dir + "/tokenizer.json") << "{" << model << ", \"normalizer\": {\"type\": \"Lowercase\"}, "
+                                            "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+  require_input_error([&] { BpeTokenizer::load(dir); }, {"normalizer"});
   require_input_error([&] { BpeTokenizer::load(tmp_path("no_such_tokenizer.json")); }, {"no_such_tokenizer.json"});
 }

@@ -151,6 +151,25 @@ Json parse_file(const std::string& path, const std::string& text) {
   }
 }
 
+// Only GPT-2's own text pipeline is implemented: no normalizer, and the ByteLevel pre-tokenizer with GPT-2's
+// pattern and no prefix space. Another one (Llama 3's split pattern, RoBERTa's prefix space, a lowercasing
+// normalizer) would give other ids without a word, so it is refused.
+void check_gpt2_pipeline(const Json& j, const std::string& file) {
+  const Json* norm = j.get("normalizer");
+  if (norm && norm->type != Json::Type::Null)
+    input_error("tokenizer file '{}' has a normalizer; only GPT-2's pipeline (none) is implemented", file);
+  const Json* pre = j.get("pre_tokenizer");
+  const Json* type = pre && pre->is_object() ? pre->get("type") : nullptr;
+  auto flag = [&](const char* key, bool fallback) {
+    const Json* v = pre->get(key);
+    return v && v->type == Json::Type::Bool ? v->boolean : fallback;
+  };
+  if (!type || !type->is_string() || type->string != "ByteLevel" || flag("add_prefix_space", false) ||
+      !flag("use_regex", true))
+    input_error("tokenizer file '{}': its pre_tokenizer is not GPT-2's (ByteLevel, GPT-2's pattern, no prefix "
+                "space); only that one is implemented", file);
+}
+
 }  // namespace
 
 void BpeTokenizer::add_token(const std::string& token, int64_t id, const std::string& file) {
@@ -183,6 +202,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       input_error("tokenizer file '{}': model.type is not \"BPE\" (only GPT-2's byte-level BPE is read)", file);
     vocab = model->get("vocab");
     if (!vocab || !vocab->is_object()) input_error("tokenizer file '{}' has no model.vocab object", file);
+    check_gpt2_pipeline(j, file);
   }
   for (const auto& [token, id] : vocab->object) {
     if (!id.is_uint()) input_error("tokenizer file '{}': the id of '{}' is not a non-negative integer", file, token);

@@ -15,7 +15,8 @@ namespace mt {
 class BpeTokenizer {
  public:
   // path: a tokenizer.json, a vocab.json (merges.txt in the same folder), or a folder holding either. A missing or
-  // malformed file is an InputError naming it.
+  // malformed file is an InputError naming it, and so is a tokenizer.json whose text pipeline is not GPT-2's (a
+  // normalizer, another pre-tokenizer pattern, a prefix space), which would give other ids.
   static BpeTokenizer load(const std::string& path);
 
   std::vector<int32_t> encode(const std::string& text) const;
