@@ -230,8 +230,8 @@ int main(int argc, char** argv) {
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
         std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, poll share {:g}, sync latency {:g} "
-                                      "us, step sync {:g} us, ring sync {:g} us; '=' marks rows within {:.0f}% of the first (a tie: "
-                                      "runs of one layout differ by that much{})\n",
+                                      "us, step sync {:g} us, ring sync {:g} us; '=' marks rows within {:.0f}% of "
+                                      "the first (a tie: runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,

@@ -99,10 +99,6 @@ std::vector<std::string> pre_tokenize(const std::string& text) {
     while (k < n && cps[k].cls == c) ++k;
     return k;
   };
-  auto other_run = [&](size_t k) {
-    while (k < n && cps[k].cls == Class::Other) ++k;
-    return k;
-  };
   std::vector<std::string> pieces;
   for (size_t k = 0; k < n;) {
     size_t end = k;
@@ -116,16 +112,11 @@ std::vector<std::string> pre_tokenize(const std::string& text) {
     if (end == k) {
       // ' ?' then a run of letters, numbers or others: the space joins the run after it.
       const size_t s = c == ' ' && k + 1 < n && cps[k + 1].cls != Class::Space ? k + 1 : k;
-      switch (cps[s].cls) {
-        case Class::Letter: end = run(s, Class::Letter); break;
-        case Class::Number: end = run(s, Class::Number); break;
-        case Class::Other: end = other_run(s); break;
-        case Class::Space: {
-          // \s+(?!\S): the whitespace run, less its last character when a non-space follows; else \s+.
-          const size_t e = run(k, Class::Space);
-          end = e == n || e - k == 1 ? e : e - 1;
-          break;
-        }
+      if (cps[s].cls != Class::Space) {
+        end = run(s, cps[s].cls);
+      } else {  // \s+(?!\S): the whitespace run, less its last character when a non-space follows; else \s+.
+        const size_t e = run(k, Class::Space);
+        end = e == n || e - k == 1 ? e : e - 1;
       }
     }
     pieces.push_back(text.substr(byte_at(k), byte_at(end) - byte_at(k)));
@@ -252,7 +243,8 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       input_error("tokenizer file '{}' is not byte-level: no token for the byte {} ('{}')", file, b,
                   byte_map().to_char[b]);
   // Longer added tokens first, so that one containing another wins.
-  std::sort(t.added_.begin(), t.added_.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  std::sort(t.added_.begin(), t.added_.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   return t;
 }
 

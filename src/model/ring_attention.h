@@ -64,12 +64,13 @@ struct RingStep {
 RingStep ring_attention_step(int cp, int rank, int step);
 
 // ---- The op
-// Local tensors (S: fp32, fp64, bf16 or fp16, all on one device, the CPU or the GPU): q, out, dq, dout [B, 2Tc, NH*HS];
-// k, v, dk, dv [B, 2Tc, KV*HS] with NH = n_head a multiple of KV = n_kv_head (grouped-query attention; query head h
-// uses kv head h / (NH / KV)); lse [2, B, NH, Tc] in A = acc_dtype(S): each local chunk's log-sum-exp of its queries'
-// scaled scores over every key they see (ring_attention_lse_shape). cp is the context-parallel group; with size 1 this
-// is plain causal attention (three blocks, no messages). Every rank of cp must call with the same shapes and tag_base.
-// Partial outputs merge and gradients accumulate in A; out, dq, dk, dv are each rounded to S once.
+// Local tensors (S: fp32, fp64, bf16 or fp16, all on one device, the CPU or the GPU): q, out, dq, dout
+// [B, 2Tc, NH*HS]; k, v, dk, dv [B, 2Tc, KV*HS] with NH = n_head a multiple of KV = n_kv_head (grouped-query
+// attention; query head h uses kv head h / (NH / KV)); lse [2, B, NH, Tc] in A = acc_dtype(S): each local chunk's
+// log-sum-exp of its queries' scaled scores over every key they see (ring_attention_lse_shape). cp is the
+// context-parallel group; with size 1 this is plain causal attention (three blocks, no messages). Every rank of cp
+// must call with the same shapes and tag_base. Partial outputs merge and gradients accumulate in A; out, dq, dk, dv
+// are each rounded to S once.
 // scratch: where the op's temporaries come from (an Arena the caller resets), or nullptr: allocated per call.
 
 Shape ring_attention_lse_shape(int64_t B, int n_head, int64_t T_local);

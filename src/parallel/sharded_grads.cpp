@@ -197,7 +197,8 @@ void ShardedGrads::launch(int b) {
     work_[b] = dp_.reduce_scatter_async(full, full.slice(shard(b).begin, {n}), ReduceOp::Avg);
     return;
   }
-  CHECK(!(opts_.reduces_once && reduced_[b]), "ZeRO-3: gradient bucket {} reduced twice in a step that reduces once", b);
+  CHECK(!(opts_.reduces_once && reduced_[b]), "ZeRO-3: gradient bucket {} reduced twice in a step that reduces once",
+        b);
   reduced_[b] = 1;
   const Tensor out = opts_.reduces_once ? shards_.slice(shard_offset(b), {n}) : staging_.slice(staging_at_[b], {n});
   work_[b] = dp_.reduce_scatter_async(full, out, ReduceOp::Avg);
@@ -256,7 +257,8 @@ void ShardedGrads::finish() {
 }
 
 int64_t ShardedGrads::bytes() const {
-  return int64_t(store_.nbytes() + (wire_.defined() ? wire_.nbytes() : 0) + (staging_.defined() ? staging_.nbytes() : 0));
+  return int64_t(store_.nbytes() + (wire_.defined() ? wire_.nbytes() : 0) +
+                 (staging_.defined() ? staging_.nbytes() : 0));
 }
 
 }  // namespace mt

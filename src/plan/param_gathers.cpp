@@ -137,7 +137,8 @@ ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, st
                                      std::vector<double> unit_us, int elem_bytes, int slots)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), elem_bytes_(elem_bytes),
       forward_(param_requests(g, t, ActionKind::Forward)), backward_(param_requests(g, t, ActionKind::Backward)),
-      weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false) {
+      weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
+      early_(units_.size(), 0.0), early_in_flight_(units_.size(), false) {
   for (size_t u = 0, ring = 0; u < units_.size(); ++u)
     slot_.push_back(units_[u].pinned ? -1 : int(ring++ % slots));
   occupant_.assign(slots, -1);
@@ -146,12 +147,10 @@ ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, st
 void ChunkParamGathers::begin_step() {
   std::fill(resident_.begin(), resident_.end(), false);
   std::fill(occupant_.begin(), occupant_.end(), -1);
-  early_in_flight_.assign(units_.size(), false);
+  std::fill(early_in_flight_.begin(), early_in_flight_.end(), false);
 }
 
 void ChunkParamGathers::prefetch_forward_start(double head_start_us) {
-  early_.assign(units_.size(), 0.0);
-  early_in_flight_.assign(units_.size(), false);
   double done = -head_start_us;  // one after another on the communicator
   for (int u = int(units_.size()) - 1; u >= 0 && u >= int(units_.size()) - 2; --u) {
     done += unit_us_[u];
@@ -176,7 +175,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   std::vector<bool> flying(n, false), touched(n, false);  // in flight; touched by the current request
   double t = 0, comm_free = 0;
   // The step's first units, gathered since before this pass (prefetch_forward_start).
-  for (int u = 0; u < n && u < int(early_in_flight_.size()); ++u)
+  for (int u = 0; u < n; ++u)
     if (early_in_flight_[u]) {
       flying[u] = true, ready[u] = early_[u], comm_free = std::max(comm_free, early_[u]);
       if (slot_[u] >= 0) occupant_[slot_[u]] = u;
@@ -186,7 +185,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       out.busy_us.push_back(unit_us_[u]);
       out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
     }
-  early_in_flight_.assign(n, false);
+  std::fill(early_in_flight_.begin(), early_in_flight_.end(), false);
   auto wait = [&](int u) {
     if (!flying[u]) return;
     out.wait_us += std::max(0.0, ready[u] - t);

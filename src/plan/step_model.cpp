@@ -127,7 +127,6 @@ void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassT
     for (int c = 0; c < x.v; ++c) chunks.push_back(chunk_param_gathers(x, x.stage_cfg[r][c]));
     // The trainer gathers each rank's first units after the optimizer, for the next step's first forward pass,
     // which on a later stage starts only when its input arrives.
-    chunks[0].begin_step();
     chunks[0].prefetch_forward_start(head_start);
     head_start += pass_work_us(times[r][0], ActionKind::Forward);
     for (const Action& a : schedule_fn(cfg.parallel.schedule)(x.p, m, x.v, r)) {

@@ -37,7 +37,8 @@ Sampler::Sampler(const Config& cfg, const std::string& weights, int tp, int pp) 
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world != tp * pp) input_error("--tp {} x --pp {} needs {} ranks (mpirun -np {}), not {}", tp, pp, tp * pp, tp * pp, world);
+    if (world != tp * pp)
+      input_error("--tp {} x --pp {} needs {} ranks (mpirun -np {}), not {}", tp, pp, tp * pp, tp * pp, world);
     mesh_ = std::make_unique<DeviceMesh>(1, tp, pp, "tp-dp-pp", world, rank);
     CommOptions o;
     o.timeout_s = 600;
