@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build mpich libmpich-dev libeigen3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
-          libopenblas-dev python3-torch python3-numpy python3-matplotlib python3-venv)
+          libopenblas-dev libdnnl-dev python3-torch python3-numpy python3-matplotlib python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,6 +22,8 @@
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/cpu/matmul_backend.h"
+#include "kernels/cpu/onednn_gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "test_support.h"
@@ -162,6 +164,105 @@ TEST_CASE("matmul: large shapes agree with a naive product (multithreaded GEMM p
       worst = std::max(worst, std::abs(s - out.data_as<double>()[n * OC + o]));
     }
   REQUIRE(worst < 1e-11);  // 129-term sums of O(1) products in fp64
+}
+
+// Every CPU matmul library against fp64, with the bound any fp32-accumulating product meets whatever its summation
+// order (Higham's gamma_k = k u / (1 - k u) times the sum of the terms' magnitudes, u = 2^-24), plus one rounding to
+// the output's dtype. The operands are rounded to the tested dtype first and the reference reads those values, so
+// the bound is exact, not a tolerance: a lost or doubled term, a wrong transpose or a missed accumulation breaks it.
+TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shapes", "[matmul]") {
+  using kernels::cpu::MatmulLibrary;
+  namespace onednn = kernels::cpu::onednn;
+  struct Lib {
+    MatmulLibrary lib;
+    DType dtype;
+    const char* name;
+  };
+  std::vector<Lib> libs{{MatmulLibrary::Eigen, DType::F32, "Eigen fp32"}};
+  if (onednn::available()) libs.push_back({MatmulLibrary::OneDNN, DType::F32, "oneDNN fp32"});
+  else WARN("oneDNN not checked: built without it");
+  if (onednn::has_avx512()) libs.push_back({MatmulLibrary::OneDNN, DType::BF16, "oneDNN bf16"});
+  else WARN("oneDNN bf16 not checked: it needs AVX-512");
+  const double u = std::ldexp(1.0, -24);
+  auto gamma = [&](int64_t k) { return k * u / (1 - k * u); };
+  auto rounded_to = [](const Tensor& t64, DType d) {  // t64's values rounded to d, and those values in fp64
+    Tensor r = Tensor::empty(t64.shape(), d);
+    copy_convert(r, t64);
+    return std::make_pair(r, to64(r));
+  };
+  const int64_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {37, 72, 200}, {300, 200, 520}};
+  for (const Lib& lib : libs) {
+    kernels::cpu::UsingMatmulBackends use({lib.lib, lib.lib});
+    const double u_out = lib.dtype == DType::BF16 ? std::ldexp(1.0, -8) : 0.0;  // fp32 outputs: inside gamma
+    for (const auto& sh : shapes)
+      for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn})
+        for (bool with_bias : {true, false}) {
+          const int64_t N = sh[0], C = sh[1], OC = sh[2];
+          const bool inout = layout == WeightLayout::InOut;
+          INFO(lib.name << " N " << N << " C " << C << " OC " << OC << (inout ? " InOut" : " OutIn")
+                        << (with_bias ? " bias" : ""));
+          const Shape ws = inout ? Shape{C, OC} : Shape{OC, C};
+          Tensor a0 = f64({N, C}), w0 = f64(ws), b0 = f64({OC}), g0 = f64({N, OC});
+          fill_normal(a0, 1), fill_normal(w0, 2), fill_normal(b0, 3), fill_normal(g0, 4);
+          auto [a, a64] = rounded_to(a0, lib.dtype);
+          auto [w, w64] = rounded_to(w0, lib.dtype);
+          auto [b, b64] = rounded_to(b0, lib.dtype);
+          auto [g, g64] = rounded_to(g0, lib.dtype);  // dout
+          const double *A = a64.data_as<double>(), *W = w64.data_as<double>(), *B = b64.data_as<double>(),
+                       *G = g64.data_as<double>();
+          auto wt = [&](int64_t c, int64_t o) { return inout ? W[c * OC + o] : W[o * C + c]; };
+          // Largest |got - ref| / bound over the elements: <= 1 means within it.
+          auto worst = [](const Tensor& got, const std::vector<double>& ref, const std::vector<double>& bound) {
+            Tensor g = to64(got);
+            double r = 0;
+            for (size_t i = 0; i < ref.size(); ++i)
+              r = std::max(r, std::abs(g.data_as<double>()[i] - ref[i]) / (bound[i] + 1e-300));
+            return r;
+          };
+
+          Tensor out = Tensor::empty({N, OC}, lib.dtype);
+          matmul_forward(out, a, w, with_bias ? b : Tensor(), layout);
+          std::vector<double> ref(N * OC), bound(N * OC);
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t o = 0; o < OC; ++o) {
+              double s = with_bias ? B[o] : 0, m = with_bias ? std::abs(B[o]) : 0;
+              for (int64_t c = 0; c < C; ++c) s += A[n * C + c] * wt(c, o), m += std::abs(A[n * C + c] * wt(c, o));
+              ref[n * OC + o] = s, bound[n * OC + o] = gamma(C + 1) * m + u_out * (std::abs(s) + gamma(C + 1) * m);
+            }
+          CHECK(worst(out, ref, bound) <= 1);
+
+          // dinp (=, over preset garbage), dweight and dbias (+= onto preset fp32 values).
+          Tensor dinp = Tensor::empty({N, C}, lib.dtype), dw = to32(w0), db = to32(b0);
+          copy_convert(dinp, a0);
+          Tensor dw_before = to64(dw), db_before = to64(db);
+          matmul_backward(dinp, dw, with_bias ? db : Tensor(), g, a, w, layout);
+          std::vector<double> ri(N * C), bi(N * C);
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t c = 0; c < C; ++c) {
+              double s = 0, m = 0;
+              for (int64_t o = 0; o < OC; ++o) s += G[n * OC + o] * wt(c, o), m += std::abs(G[n * OC + o] * wt(c, o));
+              ri[n * C + c] = s, bi[n * C + c] = gamma(OC) * m + u_out * (std::abs(s) + gamma(OC) * m);
+            }
+          CHECK(worst(dinp, ri, bi) <= 1);
+          std::vector<double> rw(C * OC), bw(C * OC);
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t o = 0; o < OC; ++o) {
+              const int64_t i = inout ? c * OC + o : o * C + c;
+              double s = dw_before.data_as<double>()[i], m = std::abs(s);
+              for (int64_t n = 0; n < N; ++n) s += A[n * C + c] * G[n * OC + o], m += std::abs(A[n * C + c] * G[n * OC + o]);
+              rw[i] = s, bw[i] = gamma(N + 1) * m;
+            }
+          CHECK(worst(dw, rw, bw) <= 1);
+          std::vector<double> rb(OC), bb(OC);
+          for (int64_t o = 0; o < OC; ++o) {
+            double s = db_before.data_as<double>()[o], m = std::abs(s);
+            if (with_bias)
+              for (int64_t n = 0; n < N; ++n) s += G[n * OC + o], m += std::abs(G[n * OC + o]);
+            rb[o] = s, bb[o] = with_bias ? gamma(N + 1) * m : 0.0;  // none: untouched, bit for bit
+          }
+          CHECK(worst(db, rb, bb) <= 1);
+        }
+  }
 }
 
 TEST_CASE("layernorm: gradients, accumulation, fp32", "[layernorm]") {

@@ -29,6 +29,8 @@
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/cpu/matmul_backend.h"
+#include "kernels/cpu/onednn_gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "test_support.h"
@@ -116,34 +118,51 @@ const char* name(DType d) { return dtype_name(d); }
 
 }  // namespace
 
+// Eigen widens bf16 and fp16 operands and runs its fp32 GEMM: the result is that GEMM's, rounded once, bit for bit.
+// oneDNN's bf16 kernels read bf16 directly and sum in another order: the result meets the bound of one rounding
+// of an fp32-accumulated product. Both are checked wherever they run (oneDNN's bf16 from AVX-512 on).
 TEST_CASE("matmul in bf16/fp16: one rounding of the fp32 GEMM, fp32 parameter gradients", "[precision][matmul]") {
+  using kernels::cpu::MatmulLibrary;
   // N * OC = 20480 > the parallel grain: the widening, the GEMM and the rounding all run multithreaded.
   const int64_t N = 64, C = 96, OC = 320;
-  for (DType d : kHalf)
-    for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
-      INFO(name(d) << (layout == WeightLayout::InOut ? " InOut" : " OutIn"));
-      const Shape ws = layout == WeightLayout::InOut ? Shape{C, OC} : Shape{OC, C};
-      Tensor inp = random({N, C}, d, 1), w = random(ws, d, 2, 0.2), b = random({OC}, d, 3);
-      Tensor out = Tensor::empty({N, OC}, d), out32 = Tensor::empty({N, OC}, DType::F32);
-      matmul_forward(out, inp, w, b, layout);
-      matmul_forward(out32, to32(inp), to32(w), to32(b), layout);
-      // The same fp32 GEMM on the same values, bias added in fp32, then one rounding: bit for bit.
-      CHECK(is_rounded_once(out, out32));
-      // The bound any fp32-accumulating kernel meets: |y| ~ 2, terms ~ 0.2; fp32 summation-order noise of
-      // C = 96 such products is ~ sqrt(96) * 0.2 * 6e-8 ~ 1e-7, covered 10x by 1e-6 absolute.
-      CHECK(rounded_once_err(out, out32, 1e-6) <= 1);
-
-      // Backward: dinp (=) rounded once; dweight, dbias fp32 (+=) equal to the fp32 kernel's on the same values.
-      Tensor dout = random({N, OC}, d, 4), dinp = random({N, C}, d, 5, 100.0);  // dinp's preset is overwritten
-      Tensor dw = random(ws, DType::F32, 6), db = random({OC}, DType::F32, 7);
-      Tensor dw32 = to32(dw), db32 = to32(db), dinp32 = Tensor::empty({N, C}, DType::F32);
-      matmul_backward(dinp, dw, db, dout, inp, w, layout);
-      matmul_backward(dinp32, dw32, db32, to32(dout), to32(inp), to32(w), layout);
-      CHECK(is_rounded_once(dinp, dinp32));
-      CHECK(rounded_once_err(dinp, dinp32, 1e-5) <= 1);  // OC = 320 products of ~0.2: noise ~3e-7, 30x margin
-      CHECK(same_bits(dw, dw32));
-      CHECK(same_bits(db, db32));
+  for (MatmulLibrary lib : {MatmulLibrary::Eigen, MatmulLibrary::OneDNN}) {
+    const bool eigen = lib == MatmulLibrary::Eigen;
+    if (!eigen && !kernels::cpu::onednn::has_avx512()) {
+      WARN("oneDNN's bf16 matmul not checked: " << (kernels::cpu::onednn::available() ? "no AVX-512 on this CPU"
+                                                                                     : "built without oneDNN"));
+      continue;
     }
+    kernels::cpu::UsingMatmulBackends use({lib, lib});
+    for (DType d : kHalf)
+      for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
+        if (!eigen && d != DType::BF16) continue;  // fp16 always widens on Eigen
+        INFO(name(d) << (layout == WeightLayout::InOut ? " InOut" : " OutIn") << (eigen ? " Eigen" : " oneDNN"));
+        const Shape ws = layout == WeightLayout::InOut ? Shape{C, OC} : Shape{OC, C};
+        Tensor inp = random({N, C}, d, 1), w = random(ws, d, 2, 0.2), b = random({OC}, d, 3);
+        Tensor out = Tensor::empty({N, OC}, d), out32 = Tensor::empty({N, OC}, DType::F32);
+        matmul_forward(out, inp, w, b, layout);
+        matmul_forward(out32, to32(inp), to32(w), to32(b), layout);
+        // The same fp32 GEMM on the same values, bias added in fp32, then one rounding: bit for bit.
+        if (eigen) CHECK(is_rounded_once(out, out32));
+        // The bound any fp32-accumulating kernel meets: |y| ~ 2, terms ~ 0.2; fp32 summation-order noise of
+        // C = 96 such products is ~ sqrt(96) * 0.2 * 6e-8 ~ 1e-7, covered 10x by 1e-6 absolute.
+        CHECK(rounded_once_err(out, out32, 1e-6) <= 1);
+
+        // Backward: dinp (=) rounded once; dweight, dbias fp32 (+=) equal to the fp32 kernel's on the same values.
+        Tensor dout = random({N, OC}, d, 4), dinp = random({N, C}, d, 5, 100.0);  // dinp's preset is overwritten
+        Tensor dw = random(ws, DType::F32, 6), db = random({OC}, DType::F32, 7);
+        Tensor dw32 = to32(dw), db32 = to32(db), dinp32 = Tensor::empty({N, C}, DType::F32);
+        matmul_backward(dinp, dw, db, dout, inp, w, layout);
+        matmul_backward(dinp32, dw32, db32, to32(dout), to32(inp), to32(w), layout);
+        if (eigen) CHECK(is_rounded_once(dinp, dinp32));
+        CHECK(rounded_once_err(dinp, dinp32, 1e-5) <= 1);  // OC = 320 products of ~0.2: noise ~3e-7, 30x margin
+        if (eigen) CHECK(same_bits(dw, dw32));
+        // N = 64 products of two N(0, 1) values onto a preset N(0, 1): |dw| ~ 8, fp32 summation-order noise
+        // ~ sqrt(64) * 1 * 6e-8 ~ 5e-7; 1e-5 absolute leaves a 20x margin (a lost product is ~1).
+        CHECK(err_ratio(dw, dw32, 1e-6, 1e-5) <= 1);
+        CHECK(same_bits(db, db32));  // the same loop over the same values on both libraries
+      }
+  }
 }
 
 TEST_CASE("matmul in bf16/fp16 accumulates in fp32", "[precision][matmul]") {

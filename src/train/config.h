@@ -9,6 +9,7 @@
 #include "core/enum_names.h"
 #include "core/tensor.h"
 #include "data/batcher.h"
+#include "kernels/cpu/matmul_backend.h"
 #include "model/model_arch.h"
 #include "model/recompute.h"
 #include "optim/lr_schedule.h"
@@ -116,6 +117,7 @@ struct TrainConfig {
   int eval_every = 0, eval_batches = 4;
   int threads = 0;  // compute threads per rank; 0 = OMP_NUM_THREADS if set, else cores / ranks on the node
   bool pin_threads = true;  // each rank's threads on cores of its own when its compute threads fill the node
+  kernels::cpu::CpuMatmul cpu_matmul = kernels::cpu::CpuMatmul::Auto;  // the CPU's fp32/bf16 matmul library
   bool skip_nonfinite = false;  // skip a step whose loss or gradient norm is inf/NaN instead of stopping
   Recompute recompute = Recompute::None;  // activation recomputation (model/recompute.h, docs/recompute.md)
   StragglerSettings straggler;  // emulated slow ranks (train/straggler.h)

@@ -310,6 +310,13 @@ void validate_values(const Config& c) {
           "optim.sync_every={} (local SGD) with run.checkpoint_every={}: checkpoints do not hold the replicas' "
           "separate states yet; set run.checkpoint_every=0", o.sync_every, c.run.checkpoint_every);
 
+  {
+    kernels::cpu::MatmulBackends backends;
+    std::string why;
+    require(kernels::cpu::resolve_matmul_backends(c.train.cpu_matmul, backends, why), "train.cpu_matmul=onednn: {}",
+            why);
+  }
+
   const PrecisionConfig& pr = c.precision;
   require_dtype_in("precision.compute", pr.compute, compute_dtype_names());
   require_dtype_in("precision.grad_reduce", pr.grad_reduce, grad_reduce_dtype_names());

@@ -390,6 +390,14 @@ void run_training(const Config& cfg) {
                 "host memory), or comm.hierarchical=false");
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
+  {
+    kernels::cpu::MatmulBackends backends;
+    std::string unused;  // validate() refused a choice this build cannot run
+    kernels::cpu::resolve_matmul_backends(cfg.train.cpu_matmul, backends, unused);
+    kernels::cpu::set_matmul_backends(backends);
+    if (rank == 0 && cfg.device == Device::CPU)
+      spdlog::info("train.cpu_matmul={}: {}", name_of(cfg.train.cpu_matmul), kernels::cpu::describe(backends));
+  }
   CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads), gpu);
   copts.realtime_threads = realtime_comm_threads(cfg.comm.thread_priority, node.local_rank);
   // Declared before the communicators: their threads report into these until they are destroyed.

@@ -1,12 +1,16 @@
-// CPU matmul: Eigen's GEMM (parallelised over the same OpenMP threads as every other kernel), chosen over
-// OpenBLAS by bench/bench_matmul (see docs/performance.md, "Matmul backend"). Bias broadcast and the bias
-// gradient are OpenMP loops. The 16-bit kernels widen their operands into fp32 scratch and run the fp32 kernel
-// (fp32 accumulation, as cuBLASLt's), rounding each output element once; fp32 and fp64 run in place.
+// CPU matmul on Eigen's GEMM or oneDNN's (both on the same OpenMP threads as every other kernel); fp32 and bf16
+// take the library of matmul_backends() (kernels/cpu/matmul_backend.h), fp64 and fp16 always Eigen. On Eigen, bias
+// broadcast and the bias gradient are OpenMP loops, and the 16-bit kernels widen their operands into fp32 scratch
+// and run the fp32 kernel (fp32 accumulation, as cuBLASLt's), rounding each output element once. oneDNN reads
+// bf16 directly, accumulates in fp32, adds the bias and rounds each output element once.
 #include "kernels/cpu/matmul_cpu.h"
 
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/matmul_backend.h"
+#include "kernels/cpu/onednn_gemm.h"
 #include "kernels/cpu/parallel.h"
 
 namespace mt::kernels::cpu {
@@ -47,6 +51,25 @@ void forward_in_place(T* out, const T* inp, const T* weight, const T* bias, int6
   }
 }
 
+// dbias[OC] += sum over the N rows of dout. Each thread owns a block of columns and walks all rows: race-free,
+// deterministic, and the inner loop is a unit-stride vector add.
+template <typename S>
+void bias_backward(acc_t<S>* dbias, const S* dout, int64_t N, int64_t OC) {
+  constexpr int64_t kBlock = 64;
+  const int64_t nblocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (N * OC > kParallelGrain)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kBlock, c1 = std::min(OC, c0 + kBlock);
+    acc_t<S> acc[kBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const S* row = dout + n * OC + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < c1 - c0; ++c) acc[c] += load(row[c]);
+    }
+    for (int64_t c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
+  }
+}
+
 template <typename T>
 void backward_in_place(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
                        int64_t C, int64_t OC, WeightLayout layout) {
@@ -65,30 +88,58 @@ void backward_in_place(T* dinp, T* dweight, T* dbias, const T* dout, const T* in
     else  // dW[OC, C] += dout^T @ inp
       mat(dweight, OC, C, C).noalias() += DO.transpose() * A;
   }
-  if (dbias) {
-    // Each thread owns a block of columns and walks all rows: race-free, deterministic, and the inner loop is
-    // a unit-stride vector add.
-    constexpr int64_t kBlock = 64;
-    const int64_t nblocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (N * OC > kParallelGrain)
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const int64_t c0 = blk * kBlock, c1 = std::min(OC, c0 + kBlock);
-      T acc[kBlock] = {};
-      for (int64_t n = 0; n < N; ++n) {
-        const T* row = dout + n * OC + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < c1 - c0; ++c) acc[c] += row[c];
-      }
-      for (int64_t c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
-    }
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+// oneDNN's type for S, which must be float or bf16.
+template <typename S>
+constexpr onednn::Type onednn_type() {
+  return std::is_same_v<S, bf16> ? onednn::Type::BF16 : onednn::Type::F32;
+}
+
+// S is float or bf16 and its matmuls run on oneDNN.
+template <typename S>
+bool on_onednn() {
+  if constexpr (std::is_same_v<S, float>) return matmul_backends().fp32 == MatmulLibrary::OneDNN;
+  if constexpr (std::is_same_v<S, bf16>) return matmul_backends().bf16 == MatmulLibrary::OneDNN;
+  return false;
+}
+
+template <typename S>
+void forward_onednn(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int64_t C, int64_t OC,
+                    WeightLayout layout) {
+  constexpr onednn::Type t = onednn_type<S>();
+  const bool outin = layout == WeightLayout::OutIn;  // W stored [OC, C]: the product reads it transposed
+  onednn::gemm({N, OC, C, false, outin, C, outin ? C : OC, OC, t, t, false, bias != nullptr}, inp, weight, bias,
+               out);
+}
+
+template <typename S>
+void backward_onednn(S* dinp, float* dweight, float* dbias, const S* dout, const S* inp, const S* weight,
+                     int64_t N, int64_t C, int64_t OC, WeightLayout layout) {
+  constexpr onednn::Type t = onednn_type<S>();
+  const bool inout = layout == WeightLayout::InOut;
+  if (dinp)  // dinp[N, C] = dout[N, OC] @ W^T: InOut W [C, OC] read transposed, OutIn W [OC, C] as it is
+    onednn::gemm({N, C, OC, false, inout, OC, inout ? OC : C, C, t, t, false, false}, dout, weight, nullptr, dinp);
+  if (dweight) {  // accumulated in fp32
+    if (inout)  // dW[C, OC] += inp^T @ dout
+      onednn::gemm({C, OC, N, true, false, C, OC, OC, t, onednn::Type::F32, true, false}, inp, dout, nullptr,
+                   dweight);
+    else  // dW[OC, C] += dout^T @ inp
+      onednn::gemm({OC, C, N, true, false, OC, C, C, t, onednn::Type::F32, true, false}, dout, inp, nullptr,
+                   dweight);
   }
+  if (dbias) bias_backward(dbias, dout, N, OC);
 }
 }  // namespace
 
 template <typename S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int64_t C, int64_t OC,
                     WeightLayout layout) {
-  if constexpr (!is_16bit<S>) {
+  if (on_onednn<S>()) {
+    if constexpr (std::is_same_v<S, float> || std::is_same_v<S, bf16>)
+      forward_onednn(out, inp, weight, bias, N, C, OC, layout);
+  } else if constexpr (!is_16bit<S>) {
     forward_in_place(out, inp, weight, bias, N, C, OC, layout);
   } else {
     float* in32 = thread_scratch(int64_t(N * C + C * OC + OC + N * OC));
@@ -103,7 +154,10 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_
 template <typename S>
 void matmul_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout, const S* inp, const S* weight,
                      int64_t N, int64_t C, int64_t OC, WeightLayout layout) {
-  if constexpr (!is_16bit<S>) {
+  if (on_onednn<S>()) {
+    if constexpr (std::is_same_v<S, float> || std::is_same_v<S, bf16>)
+      backward_onednn(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+  } else if constexpr (!is_16bit<S>) {
     backward_in_place(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
   } else {
     // Only the operands a requested gradient reads are widened (null maps are never read). dweight and dbias

@@ -1,0 +1,49 @@
+// The CPU matmul library choice (see matmul_backend.h).
+#include "kernels/cpu/matmul_backend.h"
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/onednn_gemm.h"
+
+namespace mt::kernels::cpu {
+namespace {
+MatmulBackends auto_backends() {
+  MatmulBackends b;
+  if (onednn::has_avx512()) b.fp32 = MatmulLibrary::OneDNN;
+  if (onednn::has_bf16_dot()) b.bf16 = MatmulLibrary::OneDNN;
+  return b;
+}
+
+MatmulBackends& current() {
+  static MatmulBackends b = auto_backends();
+  return b;
+}
+
+const char* name(MatmulLibrary l) { return l == MatmulLibrary::OneDNN ? "oneDNN" : "Eigen"; }
+}  // namespace
+
+bool resolve_matmul_backends(CpuMatmul choice, MatmulBackends& out, std::string& error) {
+  if (choice == CpuMatmul::Auto) {
+    out = auto_backends();
+  } else if (choice == CpuMatmul::Eigen) {
+    out = MatmulBackends{};
+  } else {
+    if (!onednn::available()) {
+      error = "this build has no oneDNN (install libdnnl-dev, e.g. with scripts/setup.sh, and rebuild)";
+      return false;
+    }
+    // oneDNN 2.6 has bf16 kernels from AVX-512 on (emulating the dot product where the CPU lacks it).
+    out = MatmulBackends{MatmulLibrary::OneDNN, onednn::has_avx512() ? MatmulLibrary::OneDNN : MatmulLibrary::Eigen};
+  }
+  return true;
+}
+
+const MatmulBackends& matmul_backends() { return current(); }
+void set_matmul_backends(const MatmulBackends& b) { current() = b; }
+
+std::string describe(const MatmulBackends& b) {
+  return fmt::format("fp32 {}, bf16 {}{} (oneDNN ISA: {})", name(b.fp32), name(b.bf16),
+                     b.bf16 == MatmulLibrary::Eigen ? " widened to fp32" : "", onednn::isa_name());
+}
+
+}  // namespace mt::kernels::cpu

@@ -1,0 +1,52 @@
+// Which library runs the CPU's fp32 and bf16 matmuls: Eigen (fp32; bf16 widened to fp32 first) or oneDNN
+// (fp32, and bf16 on the CPU's bf16 dot products with fp32 accumulation). One choice per process, made at start
+// (train.cpu_matmul) like the compute thread count; fp64 and fp16 always run on Eigen (oneDNN 2.6 has no fp16
+// CPU kernels). docs/performance.md ("CPU matmul backend") has the measurements behind "auto".
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/enum_names.h"
+
+namespace mt::kernels::cpu {
+
+// train.cpu_matmul
+enum class CpuMatmul : uint8_t { Auto, Eigen, OneDNN };
+inline const auto& enum_names(CpuMatmul) {
+  static constexpr EnumName<CpuMatmul> names[] = {
+      {CpuMatmul::Auto, "auto"}, {CpuMatmul::Eigen, "eigen"}, {CpuMatmul::OneDNN, "onednn"}};
+  return names;
+}
+
+enum class MatmulLibrary { Eigen, OneDNN };
+
+struct MatmulBackends {
+  MatmulLibrary fp32 = MatmulLibrary::Eigen;
+  MatmulLibrary bf16 = MatmulLibrary::Eigen;
+};
+
+// auto: oneDNN for bf16 where the CPU has bf16 dot products and for fp32 where it has AVX-512, Eigen otherwise;
+// eigen: Eigen for both; onednn: oneDNN for both (bf16 only from AVX-512 on: Eigen below). Returns false and says
+// why in `error` for onednn in a build without oneDNN.
+bool resolve_matmul_backends(CpuMatmul choice, MatmulBackends& out, std::string& error);
+
+// The process's backends; "auto"'s until set.
+const MatmulBackends& matmul_backends();
+void set_matmul_backends(const MatmulBackends& b);
+
+// Sets the process's backends for its lifetime (tests and benchmarks that compare the libraries).
+class UsingMatmulBackends {
+ public:
+  explicit UsingMatmulBackends(const MatmulBackends& b) : saved_(matmul_backends()) { set_matmul_backends(b); }
+  ~UsingMatmulBackends() { set_matmul_backends(saved_); }
+  UsingMatmulBackends(const UsingMatmulBackends&) = delete;
+  UsingMatmulBackends& operator=(const UsingMatmulBackends&) = delete;
+
+ private:
+  MatmulBackends saved_;
+};
+
+// One line for the log: each dtype's library and the ISA oneDNN runs on.
+std::string describe(const MatmulBackends& b);
+
+}  // namespace mt::kernels::cpu

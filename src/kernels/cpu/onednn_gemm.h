@@ -1,0 +1,33 @@
+// oneDNN's matmul as a GEMM for the CPU kernels: C[M, N] (= or +=) op(A)[M, K] op(B)[K, N] (+ bias[N]) on
+// row-major operands with leading dimensions, A and B in fp32 or bf16, C in fp32 or A's type, accumulating in fp32.
+// Primitives are created once per distinct call and cached. Where meshtrain is built without oneDNN, available()
+// is false and gemm() must not be called (kernels/cpu/matmul_backend.h never chooses it then).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mt::kernels::cpu::onednn {
+
+enum class Type { F32, BF16 };
+
+struct GemmShape {
+  int64_t M, N, K;
+  bool trans_a, trans_b;  // A is stored [K, M] (ld lda) / B is stored [N, K] (ld ldb)
+  int64_t lda, ldb, ldc;
+  Type ab, c;          // the operands' type and the result's (F32, or ab's)
+  bool accumulate;     // C += ... instead of C = ...
+  bool bias;           // + bias[N], of type c
+};
+
+// Built with oneDNN.
+bool available();
+// oneDNN's name for the instruction set it runs on ("avx512_core_amx", "avx2", ...); "none" without oneDNN.
+std::string isa_name();
+// The CPU has bf16 dot products (AVX512-BF16 or AMX) that oneDNN uses: bf16 matmuls there beat widening to fp32.
+bool has_bf16_dot();
+// The CPU has AVX-512 (oneDNN's fp32 kernels measured faster than Eigen's there: docs/performance.md).
+bool has_avx512();
+
+void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, void* c);
+
+}  // namespace mt::kernels::cpu::onednn
