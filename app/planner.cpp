@@ -16,6 +16,7 @@
 
 #include "core/errors.h"
 #include "core/threads.h"
+#include "kernels/cpu/matmul_backend.h"
 #include "plan/planner.h"
 #include "plan/runtime_fit.h"
 #include "train/config.h"
@@ -167,6 +168,11 @@ int main(int argc, char** argv) {
     if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
     if (a.step_sync_us) o.step.net.oversubscribed_step_sync_us = *a.step_sync_us;
     if (a.ring_sync_us) o.step.net.oversubscribed_ring_us = *a.ring_sync_us;
+    // The passes are timed on the matmul libraries the trainer would use (train.cpu_matmul).
+    mt::kernels::cpu::MatmulBackends libs;
+    std::string unused;  // load_config refused a choice this build cannot run
+    mt::kernels::cpu::resolve_matmul_backends(base.train.cpu_matmul, libs, unused);
+    mt::kernels::cpu::set_matmul_backends(libs);
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;

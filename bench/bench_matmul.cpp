@@ -1,11 +1,13 @@
 // bench_matmul: chooses the CPU matmul backend by measurement. For every matmul shape of the three reference
 // configs (A, B, default) it times the forward product and the two backward products, in both weight layouts,
-// with Eigen 3.4 (OpenMP-parallel GEMM) and with OpenBLAS (cblas_sgemm), and prints GFLOP/s and the ratio
-// OpenBLAS/Eigen. It then measures the peak sgemm throughput at 2048^3 and checks whether an OpenMP kernel
+// with Eigen 3.4 (OpenMP-parallel GEMM), OpenBLAS (cblas_sgemm), oneDNN in fp32 and oneDNN in bf16 (fp32
+// accumulation), and prints GFLOP/s and the ratios to Eigen. It then measures the peak throughput at 2048^3 of
+// each (the machine's best sgemm rate is the best of the three fp32 libraries) and checks whether an OpenMP kernel
 // followed by an OpenBLAS GEMM (the trainer's pattern) costs more than the two run separately (thread pools
-// fighting). Finally it times the trainer's own kernels::matmul_forward/backward at the same shapes.
+// fighting). Finally it times the trainer's own kernels::matmul_forward/backward at config B's shapes, in fp32
+// and bf16 with the libraries train.cpu_matmul=auto picks on this CPU.
 //
-//   build-kernels/bench/bench_matmul [threads=2] [seconds_per_case=0.15]
+//   build/bench/bench_matmul [threads=2] [seconds_per_case=0.15] [--peak-only]
 #include <cblas.h>
 #include <omp.h>
 
@@ -22,6 +24,9 @@
 #include "bench_timing.h"
 #include "core/tensor.h"
 #include "core/threads.h"
+#include "core/dtype.h"
+#include "kernels/cpu/matmul_backend.h"
+#include "kernels/cpu/onednn_gemm.h"
 #include "kernels/matmul.h"
 
 namespace {
@@ -79,22 +84,56 @@ void blas_op(Op op, bool outin, int n, int c, int oc, float* inp, float* w, floa
   }
 }
 
+namespace onednn = mt::kernels::cpu::onednn;
+
+// The same product on oneDNN, as kernels/cpu/matmul_cpu.cpp maps it; bf16 operands live in the *16 buffers.
+void onednn_op(Op op, bool outin, int n, int c, int oc, onednn::Type t, const void* inp, const void* w,
+               void* out, void* dinp, float* dw) {
+  if (op == Op::Fwd) onednn::gemm({n, oc, c, false, outin, c, outin ? c : oc, oc, t, t, false, false}, inp, w, nullptr, out);
+  if (op == Op::BwdInp)
+    onednn::gemm({n, c, oc, false, !outin, oc, outin ? c : oc, c, t, t, false, false}, out, w, nullptr, dinp);
+  if (op == Op::BwdW) {
+    if (!outin) onednn::gemm({c, oc, n, true, false, c, oc, oc, t, onednn::Type::F32, true, false}, inp, out, nullptr, dw);
+    else onednn::gemm({oc, c, n, true, false, oc, c, c, t, onednn::Type::F32, true, false}, out, inp, nullptr, dw);
+  }
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = mt::float_to_bf16(v[i]);
+  return r;
+}
+
 // An OpenMP elementwise kernel of the size of an MLP activation, like GELU or a residual add in the trainer.
 void omp_elementwise(float* a, const float* b, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] * 0.999f + b[i];
 }
 
-// Peak sgemm throughput (GFLOP/s) at 2048^3 with backend 0 = Eigen, 1 = OpenBLAS.
-double peak(int backend) {
+// The libraries measured; OpenBLAS runs last in every comparison (its spinning pool slows what follows).
+enum Lib { kEigen, kOneDNN32, kOneDNN16, kOpenBLAS, kLibs };
+const char* lib_name(int l) {
+  static const char* names[] = {"Eigen", "oneDNN fp32", "oneDNN bf16", "OpenBLAS"};
+  return names[l];
+}
+bool lib_runs(int l) { return (l != kOneDNN32 || onednn::available()) && (l != kOneDNN16 || onednn::has_avx512()); }
+
+// Peak throughput (GFLOP/s) at 2048^3 of a library.
+double peak(int lib) {
   const int S = 2048;
   std::vector<float> a(size_t(S) * S), b(size_t(S) * S), c(size_t(S) * S);
   fill(a, 4), fill(b, 5);
+  const std::vector<uint16_t> a16 = to_bf16(a), b16 = to_bf16(b);
+  std::vector<uint16_t> c16(c.size());
   double saved = g_seconds;
   g_seconds = 1.5;
   double t = time_call([&] {
-    if (backend == 1)
+    if (lib == kOpenBLAS)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.f, a.data(), S, b.data(), S, 0.f, c.data(), S);
+    else if (lib == kOneDNN32)
+      onednn_op(Op::Fwd, false, S, S, S, onednn::Type::F32, a.data(), b.data(), c.data(), nullptr, nullptr);
+    else if (lib == kOneDNN16)
+      onednn_op(Op::Fwd, false, S, S, S, onednn::Type::BF16, a16.data(), b16.data(), c16.data(), nullptr, nullptr);
     else
       Map(c.data(), S, S).noalias() = Map(a.data(), S, S) * Map(b.data(), S, S);
   });
@@ -102,24 +141,27 @@ double peak(int backend) {
   return 2.0 * S * S * S / t * 1e-9;
 }
 
-// The trainer's kernels::matmul_forward/backward (bias included) at config B's shapes, both layouts.
+// The trainer's kernels::matmul_forward/backward (bias included) at config B's shapes, both layouts, in fp32 and
+// bf16 on the libraries train.cpu_matmul=auto picks here.
 void trainer_kernels(const std::vector<Case>& cases) {
-  std::printf("\nmt::kernels::matmul (bias included), config B shapes:\n");
+  std::printf("\nmt::kernels::matmul (bias included), config B shapes, %s:\n",
+              mt::kernels::cpu::describe(mt::kernels::cpu::matmul_backends()).c_str());
+  for (mt::DType dt : {mt::DType::F32, mt::DType::BF16})
   for (int k = 5; k < 10; ++k) {
     const Case& cs = cases[k];
     for (int outin = 0; outin < 2; ++outin) {
       auto layout = outin ? mt::kernels::WeightLayout::OutIn : mt::kernels::WeightLayout::InOut;
       using mt::Tensor;
       using mt::DType;
-      Tensor inp = Tensor::empty({cs.n, cs.c}, DType::F32), out = Tensor::empty({cs.n, cs.oc}, DType::F32);
-      Tensor w = outin ? Tensor::empty({cs.oc, cs.c}, DType::F32) : Tensor::empty({cs.c, cs.oc}, DType::F32);
-      Tensor dw = Tensor::empty(w.shape(), DType::F32), bias = Tensor::empty({cs.oc}, DType::F32);
-      Tensor dbias = Tensor::empty({cs.oc}, DType::F32), dinp = Tensor::empty({cs.n, cs.c}, DType::F32);
+      Tensor inp = Tensor::zeros({cs.n, cs.c}, dt), out = Tensor::zeros({cs.n, cs.oc}, dt);
+      Tensor w = Tensor::zeros(outin ? mt::Shape{cs.oc, cs.c} : mt::Shape{cs.c, cs.oc}, dt);
+      Tensor dw = Tensor::zeros(w.shape(), DType::F32), bias = Tensor::zeros({cs.oc}, dt);
+      Tensor dbias = Tensor::zeros({cs.oc}, DType::F32), dinp = Tensor::zeros({cs.n, cs.c}, dt);
       double flops = 2.0 * cs.n * cs.c * cs.oc;
       double tf = time_call([&] { mt::kernels::matmul_forward(out, inp, w, bias, layout); });
       double tbw = time_call([&] { mt::kernels::matmul_backward(dinp, dw, dbias, out, inp, w, layout); });
-      std::printf("  N=%d C=%d OC=%d %-5s forward %.1f GFLOP/s, backward %.1f GFLOP/s\n", cs.n, cs.c, cs.oc,
-                  outin ? "OutIn" : "InOut", flops / tf * 1e-9, 2 * flops / tbw * 1e-9);
+      std::printf("  %s N=%d C=%d OC=%d %-5s forward %.1f GFLOP/s, backward %.1f GFLOP/s\n", mt::dtype_name(dt), cs.n,
+                  cs.c, cs.oc, outin ? "OutIn" : "InOut", flops / tf * 1e-9, 2 * flops / tbw * 1e-9);
     }
   }
 }
@@ -159,12 +201,22 @@ int main(int argc, char** argv) {
   }
   mt::set_compute_threads(threads);
   openblas_set_num_threads(threads);
-  if (peak_only) {  // the machine's sgemm throughput with the trainer's backend, for other benchmarks to quote
-    std::printf("peak sgemm (Eigen, 2048^3, %d threads): %.1f GFLOP/s\n", threads, peak(0));
+  if (peak_only) {  // the machine's best sgemm rate among the fp32 libraries, for other benchmarks to quote
+    double best = 0;
+    int best_lib = kEigen;
+    for (int l : {kEigen, kOneDNN32, kOpenBLAS}) {
+      if (!lib_runs(l)) continue;
+      const double p = peak(l);
+      std::printf("sgemm 2048^3 %s: %.1f GFLOP/s\n", lib_name(l), p);
+      if (p > best) best = p, best_lib = l;
+    }
+    std::printf("peak sgemm (best of Eigen, oneDNN, OpenBLAS: %s, 2048^3, %d threads): %.1f GFLOP/s\n",
+                lib_name(best_lib), threads, best);
     return 0;
   }
-  std::printf("bench_matmul: threads=%d (omp %d, openblas %d, eigen %d), %s\n", threads, omp_get_max_threads(),
-              openblas_get_num_threads(), Eigen::nbThreads(), openblas_get_config());
+  std::printf("bench_matmul: threads=%d (omp %d, openblas %d, eigen %d), %s, oneDNN ISA %s\n", threads,
+              omp_get_max_threads(), openblas_get_num_threads(), Eigen::nbThreads(), openblas_get_config(),
+              onednn::isa_name().c_str());
 
   std::vector<Case> cases;
   const int shapesA[5][2] = {{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 512}};
@@ -180,52 +232,68 @@ int main(int argc, char** argv) {
     const Case* cs;
     int outin;
     Op op;
-    double t[2];
+    double t[kLibs];
   };
   std::vector<Row> rows;
   for (const Case& cs : cases)
     for (int outin = 0; outin < 2; ++outin)
-      for (Op op : {Op::Fwd, Op::BwdInp, Op::BwdW}) rows.push_back({&cs, outin, op, {0, 0}});
-  auto run_pass = [&](int backend) {
+      for (Op op : {Op::Fwd, Op::BwdInp, Op::BwdW}) rows.push_back({&cs, outin, op, {0, 0, 0, 0}});
+  auto run_pass = [&](int lib) {
+    if (!lib_runs(lib)) return;
     for (Row& r : rows) {
       const Case& cs = *r.cs;
       std::vector<float> inp(size_t(cs.n) * cs.c), w(size_t(cs.c) * cs.oc), out(size_t(cs.n) * cs.oc),
           dinp(size_t(cs.n) * cs.c), dw(size_t(cs.c) * cs.oc);
       fill(inp, 1), fill(w, 2), fill(out, 3);
-      r.t[backend] = time_call([&] {
-        (backend == 0 ? eigen_op : blas_op)(r.op, r.outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
-                                            dinp.data(), dw.data());
+      std::vector<uint16_t> inp16 = to_bf16(inp), w16 = to_bf16(w), out16 = to_bf16(out), dinp16(dinp.size());
+      r.t[lib] = time_call([&] {
+        if (lib == kEigen || lib == kOpenBLAS)
+          (lib == kEigen ? eigen_op : blas_op)(r.op, r.outin, cs.n, cs.c, cs.oc, inp.data(), w.data(), out.data(),
+                                               dinp.data(), dw.data());
+        else if (lib == kOneDNN32)
+          onednn_op(r.op, r.outin, cs.n, cs.c, cs.oc, onednn::Type::F32, inp.data(), w.data(), out.data(),
+                    dinp.data(), dw.data());
+        else
+          onednn_op(r.op, r.outin, cs.n, cs.c, cs.oc, onednn::Type::BF16, inp16.data(), w16.data(), out16.data(),
+                    dinp16.data(), dw.data());
       });
     }
   };
-  run_pass(0);
+  run_pass(kEigen);
+  run_pass(kOneDNN32);
+  run_pass(kOneDNN16);
   trainer_kernels(cases);
   interference(0);
-  double peak_eigen = peak(0);
-  run_pass(1);
-  double peak_blas = peak(1);
+  double peaks[kLibs] = {};
+  for (int l : {kEigen, kOneDNN32, kOneDNN16})
+    if (lib_runs(l)) peaks[l] = peak(l);
+  run_pass(kOpenBLAS);
+  peaks[kOpenBLAS] = peak(kOpenBLAS);
 
-  std::printf("\n%-8s %5s %5s %5s %-6s %-5s %10s %10s %8s\n", "config", "N", "C", "OC", "layout", "op",
-              "Eigen", "OpenBLAS", "OB/Eigen");
-  double log_sum = 0;
+  std::printf("\nGFLOP/s per library, and speed ratios to Eigen (time_Eigen / time_library; 0 = not run here)\n");
+  std::printf("%-8s %5s %5s %5s %-6s %-5s %8s %8s %8s %8s %7s %7s %7s\n", "config", "N", "C", "OC", "layout", "op",
+              "Eigen", "OpenBLAS", "dnn32", "dnn16", "OB/E", "dnn32/E", "dnn16/E");
+  auto ratio = [](const Row& r, int l) { return r.t[l] > 0 ? r.t[kEigen] / r.t[l] : 0.0; };
   for (const Row& r : rows) {
     const double flops = 2.0 * r.cs->n * r.cs->c * r.cs->oc;
-    std::printf("%-8s %5d %5d %5d %-6s %-5s %10.1f %10.1f %8.2f\n", r.cs->config, r.cs->n, r.cs->c, r.cs->oc,
-                r.outin ? "OutIn" : "InOut", op_name(r.op), flops / r.t[0] * 1e-9, flops / r.t[1] * 1e-9,
-                r.t[0] / r.t[1]);
-    log_sum += std::log(r.t[0] / r.t[1]);
+    auto rate = [&](int l) { return r.t[l] > 0 ? flops / r.t[l] * 1e-9 : 0.0; };
+    std::printf("%-8s %5d %5d %5d %-6s %-5s %8.1f %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f\n", r.cs->config, r.cs->n,
+                r.cs->c, r.cs->oc, r.outin ? "OutIn" : "InOut", op_name(r.op), rate(kEigen), rate(kOpenBLAS),
+                rate(kOneDNN32), rate(kOneDNN16), ratio(r, kOpenBLAS), ratio(r, kOneDNN32), ratio(r, kOneDNN16));
   }
-  for (const char* c : {"A", "B", "default"}) {
-    double ls = 0;
-    int n = 0;
-    for (const Row& r : rows)
-      if (std::string(r.cs->config) == c) ls += std::log(r.t[0] / r.t[1]), ++n;
-    std::printf("geometric mean OpenBLAS/Eigen speed ratio, config %s: %.2f\n", c, std::exp(ls / n));
-  }
-  std::printf("geometric mean OpenBLAS/Eigen speed ratio over all %zu cases: %.2f\n", rows.size(),
-              std::exp(log_sum / rows.size()));
-  std::printf("\nmeasured sgemm throughput (2048^3, %d threads): Eigen %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s\n",
-              threads, peak_eigen, peak_blas);
+  for (const char* c : {"A", "B", "default", "all"})
+    for (int l : {kOpenBLAS, kOneDNN32, kOneDNN16}) {
+      if (!lib_runs(l)) continue;
+      double ls = 0;
+      int n = 0;
+      for (const Row& r : rows)
+        if (std::string(c) == "all" || std::string(r.cs->config) == c) ls += std::log(ratio(r, l)), ++n;
+      std::printf("geometric mean %s/Eigen speed ratio, config %s: %.2f\n", lib_name(l), c, std::exp(ls / n));
+    }
+  std::printf("\nthroughput at 2048^3 (%d threads):", threads);
+  for (int l = 0; l < kLibs; ++l)
+    if (peaks[l] > 0) std::printf(" %s %.1f GFLOP/s;", lib_name(l), peaks[l]);
+  std::printf("\n");
 
   interference(1);
   return 0;

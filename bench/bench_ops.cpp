@@ -1,11 +1,13 @@
 // bench_ops: where a training step's time goes. For configs A and B (bench_vs_pytorch.py's) it times every
-// kernel the GPT calls, forward and backward, at the shapes and call counts of one step (one micro-batch),
-// and a whole step (zero grads, GPT forward + backward, Optimizer::step) through mt::GPT and mt::Optimizer.
+// kernel the GPT calls, forward and backward, at the shapes, dtypes and call counts of one step (one micro-batch),
+// and a whole step (zero grads, GPT forward + backward, Optimizer::step) through mt::GPT and mt::Optimizer, in fp32
+// or in bf16 (activations and compute weights in bf16, gradients and fp32 masters as precision.compute=bf16 keeps
+// them). The matmuls run on the libraries train.cpu_matmul=auto picks on this CPU (printed).
 // It prints ms/step per op, its share of the measured step, and the share outside the GEMMs; for the GEMMs the
 // GFLOP/s, for every other op the bytes it must move (each input read once, each output written once) and the
 // implied GB/s, so the ops far from memory bandwidth stand out.
 //
-//   build-perf/bench/bench_ops [threads=2] [seconds_per_case=0.2] [configs=AB]
+//   build/bench/bench_ops [threads=2] [seconds_per_case=0.2] [configs=AB] [fp32|bf16]
 //
 // Each time is the best of ~10 ms batches (after a warm-up call) within seconds_per_case: the machine is
 // shared, and the best batch is the least disturbed one. Run it on an otherwise idle machine.
@@ -26,6 +28,7 @@
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "kernels/adamw.h"
+#include "kernels/cpu/matmul_backend.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/elementwise.h"
@@ -65,7 +68,7 @@ double time_call(const std::function<void()>& f) {
   return mt::bench::time_best(f, g_seconds);
 }
 
-// Random values in [-0.5, 0.5) * scale (an LCG: reproducible, no denormals).
+// Random values in [-0.5, 0.5) * scale (an LCG: reproducible, no denormals), fp32.
 Tensor randt(mt::Shape s, unsigned seed, float scale = 1.0f) {
   Tensor t = Tensor::empty(s, DType::F32);
   float* p = t.data_as<float>();
@@ -73,6 +76,14 @@ Tensor randt(mt::Shape s, unsigned seed, float scale = 1.0f) {
     seed = seed * 1664525u + 1013904223u;
     p[i] = scale * (static_cast<float>((seed >> 8) & 0xffff) / 65536.0f - 0.5f);
   }
+  return t;
+}
+// The same values rounded to the dtype `d` of the activations and compute weights.
+Tensor randd(DType d, mt::Shape s, unsigned seed, float scale = 1.0f) {
+  Tensor f = randt(s, seed, scale);
+  if (d == DType::F32) return f;
+  Tensor t = Tensor::empty(s, d);
+  mt::copy_convert(t, f);
   return t;
 }
 
@@ -90,7 +101,7 @@ struct Row {
   double bytes;      // per step, minimum traffic
 };
 
-void run_config(const Config& cfg) {
+void run_config(const Config& cfg, DType dt) {
   const int64_t L = cfg.L, NH = cfg.NH, C = cfg.C, T = cfg.T, B = cfg.B, N = B * T;
   const int64_t Vp = mt::padded_vocab(cfg.V), HS = C / NH;
   std::vector<Row> rows;
@@ -100,7 +111,7 @@ void run_config(const Config& cfg) {
     const double s = step_only ? 1.0 : time_call(f);
     rows.push_back({op, calls, 1e3 * s * calls, gemm, flops_per_call * calls, bytes_per_call * calls});
   };
-  const double f4 = 4.0;  // bytes per fp32
+  const double f4 = double(mt::dtype_size(dt));  // bytes per activation element
 
   // ---- GEMMs (bias included), per layer and the LM head ----
   struct MM {
@@ -116,10 +127,10 @@ void run_config(const Config& cfg) {
                     {"fc_proj", 4 * C, C, int(L), WeightLayout::InOut, true},
                     {"lm_head", C, Vp, 1, WeightLayout::OutIn, false}};
   for (const MM& m : mms) {
-    Tensor inp = randt({N, m.c}, 1), out = randt({N, m.oc}, 2), dout = randt({N, m.oc}, 3, 1e-2f);
-    Tensor w = m.layout == WeightLayout::InOut ? randt({m.c, m.oc}, 4, 0.04f) : randt({m.oc, m.c}, 4, 0.04f);
-    Tensor bias = m.bias ? randt({m.oc}, 5) : Tensor();
-    Tensor dinp = randt({N, m.c}, 6), dw = randt(w.shape(), 7), db = m.bias ? randt({m.oc}, 8) : Tensor();
+    Tensor inp = randd(dt, {N, m.c}, 1), out = randd(dt, {N, m.oc}, 2), dout = randd(dt, {N, m.oc}, 3, 1e-2f);
+    Tensor w = randd(dt, m.layout == WeightLayout::InOut ? mt::Shape{m.c, m.oc} : mt::Shape{m.oc, m.c}, 4, 0.04f);
+    Tensor bias = m.bias ? randd(dt, {m.oc}, 5) : Tensor();
+    Tensor dinp = randd(dt, {N, m.c}, 6), dw = randt(w.shape(), 7), db = m.bias ? randt({m.oc}, 8) : Tensor();
     const double fl = 2.0 * N * m.c * m.oc;
     add(std::string("matmul_fwd ") + m.name, m.calls, true, fl, 0,
         [&] { mt::kernels::matmul_forward(out, inp, w, bias, m.layout); });
@@ -129,8 +140,9 @@ void run_config(const Config& cfg) {
 
   // ---- attention ----
   {
-    Tensor qkv = randt({B, T, 3 * C}, 11), out = randt({B, T, C}, 12), att = randt({B, NH, T, T}, 13);
-    Tensor dout = randt({B, T, C}, 14, 1e-2f), dqkv = randt({B, T, 3 * C}, 15), datt = randt({B, NH, T, T}, 16);
+    Tensor qkv = randd(dt, {B, T, 3 * C}, 11), out = randd(dt, {B, T, C}, 12), att = randd(dt, {B, NH, T, T}, 13);
+    Tensor dout = randd(dt, {B, T, C}, 14, 1e-2f), dqkv = randd(dt, {B, T, 3 * C}, 15);
+    Tensor datt = randt({B, NH, T, T}, 16);
     // Causal useful FLOPs: QK^T and PV over the lower triangle, 2 * T(T+1)/2 * HS each, per (b, h).
     const double tri = double(T) * (T + 1) / 2, fl = 2.0 * 2 * tri * HS * B * NH;
     const double att_bytes = f4 * B * NH * tri;
@@ -143,20 +155,20 @@ void run_config(const Config& cfg) {
 
   // ---- layernorm, gelu, residual adds ----
   {
-    Tensor x = randt({N, C}, 21), y = randt({N, C}, 22), mean = randt({N}, 23), rstd = randt({N}, 24);
-    Tensor w = randt({C}, 25), b = randt({C}, 26), dy = randt({N, C}, 27, 1e-2f), dx = randt({N, C}, 28);
-    Tensor dw = randt({C}, 29), db = randt({C}, 30);
+    Tensor x = randd(dt, {N, C}, 21), y = randd(dt, {N, C}, 22), mean = randt({N}, 23), rstd = randt({N}, 24);
+    Tensor w = randd(dt, {C}, 25), b = randd(dt, {C}, 26), dy = randd(dt, {N, C}, 27, 1e-2f);
+    Tensor dx = randd(dt, {N, C}, 28), dw = randt({C}, 29), db = randt({C}, 30);
     add("layernorm_fwd", int(2 * L + 1), false, 0, f4 * 2 * N * C,
         [&] { mt::kernels::layernorm_forward(y, mean, rstd, x, w, b); });
     mt::kernels::layernorm_forward(y, mean, rstd, x, w, b);
     add("layernorm_bwd", int(2 * L + 1), false, 0, f4 * 4 * N * C,
         [&] { mt::kernels::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd); });
-    Tensor r = randt({N, C}, 31);
+    Tensor r = randd(dt, {N, C}, 31);
     add("accumulate (residual)", int(2 * L), false, 0, f4 * 3 * N * C, [&] { mt::kernels::accumulate(y, r); });
   }
   {
-    Tensor h = randt({N, 4 * C}, 41, 6.0f), g = randt({N, 4 * C}, 42), dg = randt({N, 4 * C}, 43, 1e-2f);
-    Tensor dh = randt({N, 4 * C}, 44);
+    Tensor h = randd(dt, {N, 4 * C}, 41, 6.0f), g = randd(dt, {N, 4 * C}, 42), dg = randd(dt, {N, 4 * C}, 43, 1e-2f);
+    Tensor dh = randd(dt, {N, 4 * C}, 44);
     add("gelu_fwd", int(L), false, 0, f4 * 2 * N * 4 * C, [&] { mt::kernels::gelu_forward(g, h); });
     add("gelu_bwd", int(L), false, 0, f4 * 3 * N * 4 * C, [&] { mt::kernels::gelu_backward(dh, h, dg); });
   }
@@ -165,13 +177,13 @@ void run_config(const Config& cfg) {
   {
     Tensor tok = Tensor::empty({B, T}, DType::I32);
     for (int64_t i = 0; i < N; ++i) tok.data_as<int32_t>()[i] = int32_t((i * 2654435761u) % cfg.V);
-    Tensor wte = randt({Vp, C}, 51), wpe = randt({T, C}, 52), out = randt({B, T, C}, 53);
-    Tensor dwte = randt({Vp, C}, 54), dwpe = randt({T, C}, 55), dout = randt({B, T, C}, 56, 1e-2f);
+    Tensor wte = randd(dt, {Vp, C}, 51), wpe = randd(dt, {T, C}, 52), out = randd(dt, {B, T, C}, 53);
+    Tensor dwte = randt({Vp, C}, 54), dwpe = randt({T, C}, 55), dout = randd(dt, {B, T, C}, 56, 1e-2f);
     add("embedding_fwd", 1, false, 0, f4 * 2 * N * C + f4 * T * C,
         [&] { mt::kernels::embedding_forward(out, tok, wte, wpe); });
     add("embedding_bwd", 1, false, 0, f4 * N * C + f4 * 2 * N * C + f4 * 2 * T * C,
         [&] { mt::kernels::embedding_backward(dwte, dwpe, dout, tok); });
-    Tensor logits = randt({N, Vp}, 57, 4.0f), dl = randt({N, Vp}, 58), losses = randt({N}, 59);
+    Tensor logits = randd(dt, {N, Vp}, 57, 4.0f), dl = randd(dt, {N, Vp}, 58), losses = randt({N}, 59);
     add("softmax_xent", 1, false, 0, f4 * 2 * N * Vp, [&] {
       mt::kernels::softmax_xent_forward_backward(losses, dl, logits, tok.view({N}), cfg.V, 1.0 / N);
     });
@@ -180,12 +192,20 @@ void run_config(const Config& cfg) {
   // ---- the whole model and optimizer (their buffers give the parameter count) ----
   mt::GPTConfig gc;
   gc.n_layer = cfg.L, gc.n_head = cfg.NH, gc.d_model = cfg.C, gc.seq_len = cfg.T, gc.vocab_size = cfg.V;
-  mt::GPT model(gc, DType::F32);
+  mt::GPT model(gc, dt);
   model.init(1234, 0.02);
   mt::OptimizerSettings os;
-  mt::Optimizer opt(mt::param_segments(model.table()), model.table().total_numel(), DType::F32, mt::Device::CPU, os);
+  const bool mixed = dt != DType::F32;  // the optimizer keeps fp32 masters and rounds them into the bf16 weights
+  mt::Optimizer opt(mt::param_segments(model.table()), model.table().total_numel(), DType::F32, mt::Device::CPU, os,
+                    nullptr, nullptr, nullptr, mixed);
   const int64_t P = model.params().numel();
+  if (mixed) {
+    Tensor masters = Tensor::empty({P}, DType::F32);
+    mt::copy_convert(masters, model.params());
+    opt.load_masters(masters);
+  }
   {
+    const double f4 = 4.0;  // gradients, moments and masters are fp32 in both modes
     Tensor acc = Tensor::zeros({1}, DType::F32), gscale = randt({1}, 61);
     gscale.data_as<float>()[0] = 1.0f;
     Tensor g = randt({P}, 62, 1e-3f), m = randt({P}, 63, 1e-3f), v = Tensor::zeros({P}, DType::F32);
@@ -201,6 +221,9 @@ void run_config(const Config& cfg) {
                                   v.slice(p.offset, flat), gscale, h);
       }
     });
+    if (mixed)
+      add("round masters to bf16", 1, false, 0, (4.0 + mt::dtype_size(dt)) * P,
+          [&] { mt::copy_convert(model.params(), params); });
   }
 
   mt::Arena act_arena, scratch_arena;
@@ -235,8 +258,9 @@ void run_config(const Config& cfg) {
     sum_ms += r.ms;
     if (r.gemm) gemm_ms += r.ms, gemm_flops += r.flops;
   }
-  std::printf("\n=== config %s: L%d NH%d C%d T%d V%d (Vp %lld) B%d, N=%lld, %lld params ===\n", cfg.name, cfg.L,
-              cfg.NH, cfg.C, cfg.T, cfg.V, (long long)Vp, cfg.B, (long long)N, (long long)P);
+  std::printf("\n=== config %s, %s: L%d NH%d C%d T%d V%d (Vp %lld) B%d, N=%lld, %lld params ===\n", cfg.name,
+              mt::dtype_name(dt), cfg.L, cfg.NH, cfg.C, cfg.T, cfg.V, (long long)Vp, cfg.B, (long long)N,
+              (long long)P);
   std::printf("%-24s %5s %9s %7s %9s %9s %8s\n", "op", "calls", "ms/step", "share", "GFLOP/s", "MB/step", "GB/s");
   for (const Row& r : rows) {
     const double s = r.ms * 1e-3;
@@ -264,18 +288,20 @@ void run_config(const Config& cfg) {
 
 int main(int argc, char** argv) {
   int threads = 2;
-  const std::string which = argc > 3 ? argv[3] : "AB";
-  if (argc > 4 || (argc > 1 && !mt::bench::arg_int(argv[1], 1, 4096, &threads)) ||
+  const std::string which = argc > 3 ? argv[3] : "AB", precision = argc > 4 ? argv[4] : "fp32";
+  if (argc > 5 || (precision != "fp32" && precision != "bf16") || (argc > 1 && !mt::bench::arg_int(argv[1], 1, 4096, &threads)) ||
       (argc > 2 && !mt::bench::arg_number(argv[2], 1e-3, 3600, &g_seconds)) || which.empty() ||
       which.find_first_not_of("AB") != std::string::npos) {
     mt::bench::usage_exit("bench_ops", "bad arguments",
-                          "bench_ops [THREADS >= 1 [SECONDS_PER_CASE > 0 [CONFIGS: A, B or AB]]]");
+                          "bench_ops [THREADS >= 1 [SECONDS_PER_CASE > 0 [CONFIGS: A, B or AB [fp32|bf16]]]]");
   }
   mt::set_compute_threads(threads);
   g_cold = std::getenv("BENCH_COLD") != nullptr;
-  std::printf("bench_ops: %d threads, best ~10 ms batch within %.2f s per case\n", threads, g_seconds);
+  std::printf("bench_ops: %d threads, best ~10 ms batch within %.2f s per case; matmuls: %s\n", threads, g_seconds,
+              mt::kernels::cpu::describe(mt::kernels::cpu::matmul_backends()).c_str());
+  const DType dt = precision == "bf16" ? DType::BF16 : DType::F32;
   const Config configs[] = {{"A", 4, 4, 256, 64, 512, 4}, {"B", 4, 8, 384, 128, 2048, 8}};
   for (const Config& c : configs)
-    if (which.find(c.name) != std::string::npos) run_config(c);
+    if (which.find(c.name) != std::string::npos) run_config(c, dt);
   return 0;
 }

@@ -1,17 +1,21 @@
-"""Training-step throughput of meshtrain against Debian's PyTorch (CPU) on the same GPT-2, the same thread
-count and the same machine, measured in one run (issue #2's benchmark).
+"""Training-step throughput of meshtrain against PyTorch (CPU) on the same GPT-2, the same thread count and the
+same machine, measured in one run.
 
-For each config it runs build/trainer on the synthetic corpus and the same model in PyTorch (nn.Linear-free
-fused formulation: F.layer_norm, F.gelu(tanh), one matmul per projection, torch.optim.AdamW, clip_grad_norm_),
-and prints tokens/s (median over the timed steps), the ratio, peak resident memory of each process, and the
-share of this machine's measured sgemm throughput that a meshtrain training step achieves.
+For each config it runs build/trainer on the synthetic corpus in fp32 and in bf16 (precision.compute; the matmul
+libraries are train.cpu_matmul=auto's, printed), and the same model in PyTorch (nn.Linear-free fused
+formulation: F.layer_norm, F.gelu(tanh), one matmul per projection, torch.optim.AdamW, clip_grad_norm_) in fp32:
+Debian's 1.13 (the parity reference) eagerly, and a current PyTorch from the Python package registry
+(scripts/torch_venv.sh) eagerly and under torch.compile. It prints tokens/s (median over the timed steps), each
+PyTorch's time over meshtrain's fp32 time, peak resident memory, and the share of this machine's best sgemm rate
+(2048^3, the best of Eigen, oneDNN and OpenBLAS, from build/bench/bench_matmul --peak-only in the same run) that a
+meshtrain training step achieves.
 
-Model FLOPs per token (the usual 6N rule plus causal attention):
-  6 * (12 L C^2 + C Vp) + 6 * L * T * C
-(forward 2 flops per weight per token, backward 4; attention's QK^T and AV cost 2*T*C per token per layer
-forward with the causal half skipped, times 3 for training).
+Model FLOPs per token, 6N + 12LTC: N = 12 L C^2 + C Vp, the weights of the matmuls (the tied LM head included),
+each costing 2 flops per token forward and 4 backward; 12 L T C for attention's QK^T and PV (2 T C each per token
+per layer forward, times 3 for training, the causal half counted as computed, as PaLM's MFU counts it).
 
 Usage: /usr/bin/python3 bench/bench_vs_pytorch.py [--threads 2] [--steps 30] [--configs A,B]
+       [--precisions fp32,bf16] [--no-current-torch]
 """
 import argparse
 import json
@@ -24,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from bench_cli import int_at_least, names
+from bench_cli import cpu_model, int_at_least, names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {
@@ -34,17 +38,19 @@ CONFIGS = {
 
 
 def flops_per_token(c):
+    """6N + 12LTC (see the module docstring)."""
     vp = (c["vocab_size"] + 63) // 64 * 64
     L, C, T = c["n_layer"], c["d_model"], c["seq_len"]
-    return 6 * (12 * L * C * C + C * vp) + 6 * L * T * C
+    return 6 * (12 * L * C * C + C * vp) + 12 * L * T * C
 
 
-def run_meshtrain(c, threads, steps, work):
+def run_meshtrain(c, threads, steps, work, precision):
     run_dir = os.path.join(work, "run")
     sets = {"model.n_layer": c["n_layer"], "model.n_head": c["n_head"], "model.d_model": c["d_model"],
             "model.seq_len": c["seq_len"], "model.vocab_size": c["vocab_size"], "train.global_batch": c["batch"],
             "train.micro_batch": c["batch"], "train.steps": steps, "train.threads": threads,
-            "data.source": "synthetic", "data.synthetic_tokens": 200000, "run.dir": run_dir, "run.log_every": 1000}
+            "data.source": "synthetic", "data.synthetic_tokens": 200000, "run.dir": run_dir, "run.log_every": 1000,
+            "precision.compute": precision}
     cmd = [os.path.join(ROOT, "build", "trainer"), "--config", os.path.join(ROOT, "configs", "gpt.yaml")]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
@@ -52,13 +58,14 @@ def run_meshtrain(c, threads, steps, work):
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
     ms = [row["step_ms"] for row in rows[5:]]
     rss = float(re.search(r"peak RSS ([0-9.]+) MiB", r.stdout + r.stderr).group(1))
-    return statistics.median(ms), rss
+    libs = re.search(r"train.cpu_matmul=\S+: (.*)", r.stdout + r.stderr)
+    return statistics.median(ms), rss, libs.group(1).strip() if libs else "?"
 
 
 TORCH_CHILD = r'''
 import math, resource, statistics, sys, time, json
 import torch, torch.nn.functional as F
-c = json.loads(sys.argv[1]); threads = int(sys.argv[2]); steps = int(sys.argv[3])
+c = json.loads(sys.argv[1]); threads = int(sys.argv[2]); steps = int(sys.argv[3]); compiled = sys.argv[4] == "1"
 torch.set_num_threads(threads); torch.manual_seed(0)
 L, NH, C, T, V, B = c["n_layer"], c["n_head"], c["d_model"], c["seq_len"], c["vocab_size"], c["batch"]
 P = lambda *s: torch.nn.Parameter(torch.randn(*s) * 0.02)
@@ -85,6 +92,8 @@ def forward(idx, tgt):
         x = x + m @ l["f2w"] + l["f2b"]
     x = F.layer_norm(x, (C,), lfw, lfb, 1e-5)
     return F.cross_entropy((x @ wte.t()).view(-1, V), tgt.view(-1))
+if compiled:
+    forward = torch.compile(forward)
 times = []
 for s in range(steps):
     idx = torch.randint(0, V, (B, T)); tgt = torch.randint(0, V, (B, T))
@@ -93,62 +102,91 @@ for s in range(steps):
     loss = forward(idx, tgt); loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0); opt.step()
     times.append((time.perf_counter() - t0) * 1000)
-print(json.dumps({"ms": statistics.median(times[5:]), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"ms": statistics.median(times[5:]), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "version": torch.__version__}))
 '''
 
 
 OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 
 
-def run_torch(c, threads, steps, openmp_blas=False):
+def run_torch(c, threads, steps, python="/usr/bin/python3", openmp_blas=False, compiled=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if openmp_blas:  # PyTorch's BLAS calls on the OpenMP build of OpenBLAS: no fight with PyTorch's OpenMP pool
         env["LD_LIBRARY_PATH"] = OPENMP_OPENBLAS
-    r = subprocess.run(["/usr/bin/python3", "-c", TORCH_CHILD, json.dumps(c), str(threads), str(steps)],
+    r = subprocess.run([python, "-c", TORCH_CHILD, json.dumps(c), str(threads), str(steps), "1" if compiled else "0"],
                        capture_output=True, text=True, check=True, env=env)
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    return out["ms"], out["rss"]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def current_torch():
+    """The python of scripts/torch_venv.sh's venv, or None (and why) where it cannot be installed."""
+    r = subprocess.run([os.path.join(ROOT, "scripts", "torch_venv.sh")], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "scripts/torch_venv.sh failed"
+    return r.stdout.strip(), ""
 
 
 def peak_sgemm(threads):
+    """The best 2048^3 sgemm rate among Eigen, oneDNN and OpenBLAS (GFLOP/s), and bench_matmul's lines."""
     exe = os.path.join(ROOT, "build", "bench", "bench_matmul")
     if not os.path.exists(exe):
-        return None
+        return None, ""
     r = subprocess.run([exe, str(threads), "--peak-only"], capture_output=True, text=True)
     m = re.search(r"peak sgemm.*: ([0-9.]+) GFLOP/s", r.stdout)
-    return float(m.group(1)) if m else None
+    return (float(m.group(1)) if m else None), r.stdout.strip()
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int_at_least(1), default=2)
-    ap.add_argument("--steps", type=int_at_least(1), default=30)
+    ap.add_argument("--steps", type=int_at_least(6), default=30)
     ap.add_argument("--configs", type=names(list(CONFIGS)), default="A,B")
+    ap.add_argument("--precisions", type=names(["fp32", "bf16"]), default="fp32,bf16")
+    ap.add_argument("--no-current-torch", action="store_true",
+                    help="skip the registry's PyTorch (scripts/torch_venv.sh installs ~5 GiB once)")
     args = ap.parse_args()
-    peak = peak_sgemm(args.threads)
-    print(f"machine: {os.cpu_count()} cores; threads per process {args.threads}; "
-          f"peak sgemm {peak if peak else 'n/a'} GFLOP/s (build/bench/bench_matmul)")
+    precisions = args.precisions.split(",")
+    peak, peak_lines = peak_sgemm(args.threads)
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; threads per process {args.threads}")
+    print(peak_lines or "build/bench/bench_matmul not built: no sgemm peak")
     have_omp = os.path.exists(os.path.join(OPENMP_OPENBLAS, "libblas.so.3"))
-    print("PyTorch: Debian's python3-torch as installed (its BLAS is the system libblas.so.3, OpenBLAS's pthread "
-          "build by default)" + ("; 'omp' = the same with OpenBLAS's OpenMP build (libopenblas0-openmp), the "
-                                  "faster PyTorch on this machine" if have_omp else ""))
-    print(f"{'config':6} {'meshtrain tok/s':>16} {'PyTorch tok/s':>14} {'ratio':>6} "
-          + (f"{'PyTorch omp':>12} {'ratio':>6} " if have_omp else "")
-          + f"{'meshtrain MiB':>14} {'PyTorch MiB':>12} {'GFLOP/s':>8} {'of sgemm':>8}")
+    new_python, why = (None, "--no-current-torch") if args.no_current_torch else current_torch()
+
+    print(f"\nmeshtrain (FLOPs per token 6N + 12LTC; 'of sgemm' = its GFLOP/s over the best 2048^3 sgemm above)")
+    print(f"{'config':6} {'precision':9} {'tok/s':>8} {'vs fp32':>7} {'GFLOP/s':>8} {'of sgemm':>8} {'MiB':>7}  matmuls")
+    mt_ms = {}
     for name in args.configs.split(","):
         c = CONFIGS[name]
         tokens = c["batch"] * c["seq_len"]
-        with tempfile.TemporaryDirectory() as work:
-            mt_ms, mt_rss = run_meshtrain(c, args.threads, args.steps, work)
-        pt_ms, pt_rss = run_torch(c, args.threads, args.steps)
-        omp = ""
+        for prec in precisions:
+            with tempfile.TemporaryDirectory() as work:
+                ms, rss, libs = run_meshtrain(c, args.threads, args.steps, work, prec)
+            mt_ms[name, prec] = ms
+            gflops = flops_per_token(c) * tokens / (ms / 1000) / 1e9
+            vs = f"{mt_ms[name, 'fp32'] / ms:7.2f}" if (name, "fp32") in mt_ms else f"{'':7}"
+            share = f"{100 * gflops / peak:.0f}%" if peak else "n/a"
+            print(f"{name:6} {prec:9} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {share:>8} {rss:7.1f}  {libs}")
+
+    print(f"\nPyTorch, fp32 (ratio = PyTorch's step time / meshtrain's fp32 step time)")
+    if new_python is None:
+        print(f"  the registry's PyTorch: skipped ({why})")
+    print(f"{'config':6} {'PyTorch':34} {'tok/s':>8} {'ratio':>6} {'MiB':>7}")
+    for name in args.configs.split(","):
+        c = CONFIGS[name]
+        tokens = c["batch"] * c["seq_len"]
+        runs = [("Debian eager", dict())]
         if have_omp:
-            po_ms, _ = run_torch(c, args.threads, args.steps, openmp_blas=True)
-            omp = f"{tokens / po_ms * 1000:12.0f} {po_ms / mt_ms:6.2f} "
-        gflops = flops_per_token(c) * tokens / (mt_ms / 1000) / 1e9
-        share = f"{100 * gflops / peak:.0f}%" if peak else "n/a"
-        print(f"{name:6} {tokens / mt_ms * 1000:16.0f} {tokens / pt_ms * 1000:14.0f} {pt_ms / mt_ms:6.2f} " + omp
-              + f"{mt_rss:14.1f} {pt_rss:12.1f} {gflops:8.1f} {share:>8}")
+            runs.append(("Debian eager, OpenMP OpenBLAS", dict(openmp_blas=True)))
+        if new_python:
+            runs += [("registry eager", dict(python=new_python)),
+                     ("registry torch.compile", dict(python=new_python, compiled=True))]
+        for label, kw in runs:
+            out = run_torch(c, args.threads, args.steps, **kw)
+            ratio = f"{out['ms'] / mt_ms[name, 'fp32']:6.2f}" if (name, "fp32") in mt_ms else f"{'n/a':>6}"
+            print(f"{name:6} {label + ' ' + out['version']:34} {tokens / out['ms'] * 1000:8.0f} {ratio} "
+                  f"{out['rss']:7.1f}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include "core/arena.h"
 #include "core/errors.h"
 #include "core/threads.h"
+#include "kernels/cpu/matmul_backend.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "plan/null_communicator.h"
@@ -266,11 +267,12 @@ double Calibration::zero_grads_us(int64_t numel) {
 }
 
 std::string Calibration::header() const {
+  // The matmul libraries too: a file timed with another library (train.cpu_matmul) holds other times.
   return fmt::format("meshtrain planner calibration v4: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
-                     "vocab {} threads {} timed_blocks {}",
+                     "vocab {} threads {} timed_blocks {} matmul {}",
                      name_of(model_.arch), model_.n_head, model_.n_kv_head, model_.d_model,
                      gpt_config(model_).mlp_hidden(), model_.seq_len, model_.vocab_size, opts_.threads,
-                     opts_.max_timed_blocks);
+                     opts_.max_timed_blocks, kernels::cpu::describe(kernels::cpu::matmul_backends()));
 }
 
 int Calibration::load(const std::string& path) {
