@@ -15,7 +15,7 @@ each costing 2 flops per token forward and 4 backward; 12 L T C for attention's 
 per layer forward, times 3 for training, the causal half counted as computed, as PaLM's MFU counts it).
 
 Usage: /usr/bin/python3 bench/bench_vs_pytorch.py [--threads 2] [--steps 30] [--configs A,B]
-       [--precisions fp32,bf16] [--no-current-torch]
+       [--precisions fp32,bf16] [--cpu-matmul auto,eigen] [--no-current-torch]
 """
 import argparse
 import json
@@ -44,13 +44,13 @@ def flops_per_token(c):
     return 6 * (12 * L * C * C + C * vp) + 12 * L * T * C
 
 
-def run_meshtrain(c, threads, steps, work, precision):
+def run_meshtrain(c, threads, steps, work, precision, cpu_matmul):
     run_dir = os.path.join(work, "run")
     sets = {"model.n_layer": c["n_layer"], "model.n_head": c["n_head"], "model.d_model": c["d_model"],
             "model.seq_len": c["seq_len"], "model.vocab_size": c["vocab_size"], "train.global_batch": c["batch"],
             "train.micro_batch": c["batch"], "train.steps": steps, "train.threads": threads,
             "data.source": "synthetic", "data.synthetic_tokens": 200000, "run.dir": run_dir, "run.log_every": 1000,
-            "precision.compute": precision}
+            "precision.compute": precision, "train.cpu_matmul": cpu_matmul}
     cmd = [os.path.join(ROOT, "build", "trainer"), "--config", os.path.join(ROOT, "configs", "gpt.yaml")]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
@@ -144,6 +144,8 @@ def main():
     ap.add_argument("--steps", type=int_at_least(6), default=30)
     ap.add_argument("--configs", type=names(list(CONFIGS)), default="A,B")
     ap.add_argument("--precisions", type=names(["fp32", "bf16"]), default="fp32,bf16")
+    ap.add_argument("--cpu-matmul", type=names(["auto", "eigen", "onednn"]), default="auto",
+                    help="train.cpu_matmul values to run meshtrain with (PyTorch's ratios use the first)")
     ap.add_argument("--no-current-torch", action="store_true",
                     help="skip the registry's PyTorch (scripts/torch_venv.sh installs ~5 GiB once)")
     args = ap.parse_args()
@@ -155,24 +157,30 @@ def main():
     new_python, why = (None, "--no-current-torch") if args.no_current_torch else current_torch()
 
     print(f"\nmeshtrain (FLOPs per token 6N + 12LTC; 'of sgemm' = its GFLOP/s over the best 2048^3 sgemm above)")
-    print(f"{'config':6} {'precision':9} {'tok/s':>8} {'vs fp32':>7} {'GFLOP/s':>8} {'of sgemm':>8} {'MiB':>7}  matmuls")
+    print(f"{'config':6} {'precision':9} {'cpu_matmul':10} {'tok/s':>8} {'vs fp32':>7} {'GFLOP/s':>8} {'of sgemm':>8} "
+          f"{'MiB':>7}  matmuls")
     mt_ms = {}
+    matmul_choices = args.cpu_matmul.split(",")
     for name in args.configs.split(","):
         c = CONFIGS[name]
         tokens = c["batch"] * c["seq_len"]
-        for prec in precisions:
-            with tempfile.TemporaryDirectory() as work:
-                ms, rss, libs = run_meshtrain(c, args.threads, args.steps, work, prec)
-            mt_ms[name, prec] = ms
-            gflops = flops_per_token(c) * tokens / (ms / 1000) / 1e9
-            vs = f"{mt_ms[name, 'fp32'] / ms:7.2f}" if (name, "fp32") in mt_ms else f"{'':7}"
-            share = f"{100 * gflops / peak:.0f}%" if peak else "n/a"
-            print(f"{name:6} {prec:9} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {share:>8} {rss:7.1f}  {libs}")
+        for choice in matmul_choices:
+            for prec in precisions:
+                with tempfile.TemporaryDirectory() as work:
+                    ms, rss, libs = run_meshtrain(c, args.threads, args.steps, work, prec, choice)
+                mt_ms[name, prec, choice] = ms
+                gflops = flops_per_token(c) * tokens / (ms / 1000) / 1e9
+                fp32 = mt_ms.get((name, "fp32", choice))
+                vs = f"{fp32 / ms:7.2f}" if fp32 else f"{'':7}"
+                share = f"{100 * gflops / peak:.0f}%" if peak else "n/a"
+                print(f"{name:6} {prec:9} {choice:10} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {share:>8} "
+                      f"{rss:7.1f}  {libs}")
 
-    print(f"\nPyTorch, fp32 (ratio = PyTorch's step time / meshtrain's fp32 step time)")
+    print(f"\nPyTorch, fp32 (ratio = PyTorch's step time / meshtrain's fp32 step time, cpu_matmul "
+          f"{matmul_choices[0]})")
     if new_python is None:
         print(f"  the registry's PyTorch: skipped ({why})")
-    print(f"{'config':6} {'PyTorch':34} {'tok/s':>8} {'ratio':>6} {'MiB':>7}")
+    print(f"{'config':6} {'PyTorch':38} {'tok/s':>8} {'ratio':>6} {'MiB':>7}")
     for name in args.configs.split(","):
         c = CONFIGS[name]
         tokens = c["batch"] * c["seq_len"]
@@ -184,8 +192,9 @@ def main():
                      ("registry torch.compile", dict(python=new_python, compiled=True))]
         for label, kw in runs:
             out = run_torch(c, args.threads, args.steps, **kw)
-            ratio = f"{out['ms'] / mt_ms[name, 'fp32']:6.2f}" if (name, "fp32") in mt_ms else f"{'n/a':>6}"
-            print(f"{name:6} {label + ' ' + out['version']:34} {tokens / out['ms'] * 1000:8.0f} {ratio} "
+            base = mt_ms.get((name, "fp32", matmul_choices[0]))
+            ratio = f"{out['ms'] / base:6.2f}" if base else f"{'n/a':>6}"
+            print(f"{name:6} {label + ' ' + out['version']:38} {tokens / out['ms'] * 1000:8.0f} {ratio} "
                   f"{out['rss']:7.1f}")
 
 

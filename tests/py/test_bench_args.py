@@ -20,6 +20,7 @@ CASES = [
     (0, "bench_matmul", ["1", "2", "3"], "usage"),
     (0, "bench_ops", ["0"], "usage"),
     (0, "bench_ops", ["2", "0.1", "C"], "usage"),
+    (0, "bench_ops", ["2", "0.1", "A", "fp16"], "usage"),
     (1, "bench_allreduce", ["--max-mib", "0"], "bad value for --max-mib"),
     (1, "bench_allreduce", ["--transport", "x"], "--transport must be"),
     (1, "bench_allreduce", ["--bogus", "1"], "unknown option --bogus"),
@@ -45,6 +46,7 @@ CASES = [
     (-1, "bench_zero.py", ["--micro-batches", "x"], "argument --micro-batches: not an integer"),
     (-1, "bench_cp.py", ["--cp", "1,0"], "argument --cp: must be >= 1"),
     (-1, "bench_cp.py", ["--cp", "4", "--seq-len", "12"], "must be divisible by 2 x cp = 8"),
+    (-1, "bench_vs_pytorch.py", ["--cpu-matmul", "blas"], "argument --cpu-matmul: unknown blas"),
     (1, "bench_flight_recorder", ["--ops", "0"], "bad value for --ops"),
     (1, "bench_flight_recorder", ["--bogus", "1"], "unknown option --bogus"),
 ]

@@ -1,5 +1,5 @@
 // Which library runs the CPU's fp32 and bf16 matmuls: Eigen (fp32; bf16 widened to fp32 first) or oneDNN
-// (fp32, and bf16 on the CPU's bf16 dot products with fp32 accumulation). One choice per process, made at start
+// (fp32, and bf16 on the CPU's bf16 instructions, AMX or AVX512-BF16, with fp32 accumulation). One choice per process, made at start
 // (train.cpu_matmul) like the compute thread count; fp64 and fp16 always run on Eigen (oneDNN 2.6 has no fp16
 // CPU kernels). docs/performance.md ("CPU matmul backend") has the measurements behind "auto".
 #pragma once
@@ -25,7 +25,8 @@ struct MatmulBackends {
   MatmulLibrary bf16 = MatmulLibrary::Eigen;
 };
 
-// auto: oneDNN for bf16 where the CPU has bf16 dot products and for fp32 where it has AVX-512, Eigen otherwise;
+// auto: oneDNN for bf16 on AMX and on AMD's AVX512-BF16, for fp32 on AVX-512; Eigen otherwise (the reasons:
+// matmul_backend.cpp);
 // eigen: Eigen for both; onednn: oneDNN for both (bf16 only from AVX-512 on: Eigen below). Returns false and says
 // why in `error` for onednn in a build without oneDNN.
 bool resolve_matmul_backends(CpuMatmul choice, MatmulBackends& out, std::string& error);

@@ -89,7 +89,9 @@ std::string isa_name() {
   }
 }
 
-bool has_bf16_dot() { return isa() == dnnl::cpu_isa::avx512_core_amx || isa() == dnnl::cpu_isa::avx512_core_bf16; }
+bool has_amx() { return isa() == dnnl::cpu_isa::avx512_core_amx; }
+
+bool has_bf16_dot() { return has_amx() || isa() == dnnl::cpu_isa::avx512_core_bf16; }
 
 bool has_avx512() {
   const dnnl::cpu_isa i = isa();
@@ -116,6 +118,7 @@ void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, vo
 #else
 bool available() { return false; }
 std::string isa_name() { return "none"; }
+bool has_amx() { return false; }
 bool has_bf16_dot() { return false; }
 bool has_avx512() { return false; }
 void gemm(const GemmShape&, const void*, const void*, const void*, void*) {

@@ -23,9 +23,9 @@ struct GemmShape {
 bool available();
 // oneDNN's name for the instruction set it runs on ("avx512_core_amx", "avx2", ...); "none" without oneDNN.
 std::string isa_name();
-// The CPU has bf16 dot products (AVX512-BF16 or AMX) that oneDNN uses: bf16 matmuls there beat widening to fp32.
+// What oneDNN runs on here: AMX tiles with bf16; AVX512-BF16 dot products (or AMX); AVX-512.
+bool has_amx();
 bool has_bf16_dot();
-// The CPU has AVX-512 (oneDNN's fp32 kernels measured faster than Eigen's there: docs/performance.md).
 bool has_avx512();
 
 void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, void* c);
