@@ -1,6 +1,6 @@
 // GPU AdamW: the CPU kernel's arithmetic (kernels/cpu/adamw_cpu.cpp, PyTorch's single-tensor order) element by
-// element, with the same scalars rounded to the parameter type on the host, and grad_scale[0] read by each thread
-// from device memory (it is written by clip_scale on the device). fp32 params and grads go through float4
+// element, with the same scalars rounded to the parameter type on the host (kernels/adamw_consts.h), and
+// grad_scale[0] read by each thread from device memory (it is written by clip_scale on the device). fp32 params and grads go through float4
 // loads/stores when all four buffers are 16-byte aligned (then a scalar tail); other combinations element by
 // element. IEEE sqrt and division (no fast math); results differ from the CPU only where either compiler
 // contracts a multiply-add into an FMA.
@@ -10,18 +10,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/adamw_consts.h"
 #include "kernels/cuda/common.cuh"
 
 namespace mt::kernels::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-
-// The update's scalars, each rounded to the parameter type once (as the CPU's AdamWConsts).
-template <typename P>
-struct AdamWConsts {
-  P decay, b1, one_minus_b1, b2, one_minus_b2, bc2_sqrt, neg_step, eps;
-};
 
 __device__ __forceinline__ float sqrt_p(float x) { return sqrtf(x); }
 __device__ __forceinline__ double sqrt_p(double x) { return sqrt(x); }
@@ -71,14 +66,7 @@ void launch(const Tensor& params, const Tensor& grads, const Tensor& m, const Te
             const AdamWHyper& h) {
   const int64_t n = params.numel();
   if (n == 0) return;
-  const double t = double(h.step);
-  AdamWConsts<P> k;
-  k.decay = P(1.0 - h.lr * h.weight_decay);
-  k.b1 = P(h.beta1), k.one_minus_b1 = P(1.0 - h.beta1);
-  k.b2 = P(h.beta2), k.one_minus_b2 = P(1.0 - h.beta2);
-  k.bc2_sqrt = P(std::sqrt(1.0 - std::pow(h.beta2, t)));
-  k.neg_step = P(-(h.lr / (1.0 - std::pow(h.beta1, t))));
-  k.eps = P(h.eps);
+  const AdamWConsts<P> k = adamw_consts<P>(h);  // the CPU's scalars, bit for bit
   const bool scale_f64 = grad_scale.dtype() == DType::F64;
   if constexpr (std::is_same_v<P, float> && std::is_same_v<G, float>) {
     bool vec = true;
