@@ -67,13 +67,37 @@ struct OpCase {
   std::string shape;             // what makes this case (shapes, flags), for messages
   std::vector<DType> half;       // the 16-bit dtypes it runs in besides fp32 and fp64 (none: fp32/fp64 only)
   bool fp64 = true;              // runs in fp64 (the reference of the fp32 check)
-  bool gpu = true;               // has CUDA kernels
   const ToleranceClass* tol;
-  std::function<OpOutputs(const OpRun&)> run;
+  // Makes the inputs (OpRun's tensors) and returns the call of the ops on them, which returns the outputs: a test
+  // calls it once, bench_ops times it.
+  std::function<std::function<OpOutputs()>(const OpRun&)> prepare;
+  OpOutputs run(const OpRun& r) const { return prepare(r)(); }
 };
 
-// Every case, in a fixed order.
+// Every case, in a fixed order: the makers below at odd and tiny sizes.
 const std::vector<OpCase>& op_cases();
+
+// The cases' makers, at any size (bench_ops builds them at a model's). N = rows (B * T), C = width.
+OpCase matmul_case(int64_t N, int64_t C, int64_t OC, bool out_in, bool bias);
+OpCase matmul_gelu_case(int64_t N, int64_t C, int64_t OC);
+OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS);
+OpCase attention_block_case(int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t HS);
+OpCase gqa_expand_case(int64_t N, int64_t NH, int64_t KV, int64_t HS);
+OpCase gqa_reduce_case(int64_t N, int64_t NH, int64_t KV, int64_t HS);
+OpCase layernorm_case(int64_t N, int64_t C);
+OpCase rmsnorm_case(int64_t N, int64_t C);
+OpCase gelu_case(int64_t N, int64_t C);
+OpCase swiglu_case(int64_t N, int64_t C);
+OpCase rope_case(int64_t B, int64_t T, int64_t NH, int64_t HS);
+OpCase residual_case(int64_t N, int64_t C);  // add_forward, accumulate, bias_add
+OpCase divide_case(int64_t N, int64_t C);
+OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int64_t vocab);
+OpCase xent_case(int64_t N, int64_t Vp, int64_t vocab);
+OpCase vocab_parallel_xent_case(int64_t N, int64_t Vl, int64_t v0, int64_t vocab);
+OpCase reduce_case(int64_t n);
+OpCase adamw_case(int64_t n, int steps);
+OpCase sgd_case(int64_t n, int steps);
+OpCase outer_nesterov_case(int64_t n, int steps);
 
 // Entry points of src/kernels/*.h that are settings, not ops: they need no case.
 const std::vector<std::string>& not_ops();
