@@ -1,5 +1,6 @@
 // bench_ops: where a training step's time goes. For configs A and B (bench_vs_pytorch.py's) it times every
-// kernel the GPT calls, forward and backward, at the shapes, dtypes and call counts of one step (one micro-batch),
+// kernel the GPT calls, forward and backward together, as the op registry's cases (tests/op_cases.cpp, the ones the
+// tests check) made at the shapes and dtypes of one step (one micro-batch), times the calls per step,
 // and a whole step (zero grads, GPT forward + backward, Optimizer::step) through mt::GPT and mt::Optimizer, in fp32
 // or in bf16 (activations and compute weights in bf16, gradients and fp32 masters as precision.compute=bf16 keeps
 // them). The matmuls run on the libraries train.cpu_matmul=auto picks on this CPU (printed).
@@ -27,17 +28,9 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "core/threads.h"
-#include "kernels/adamw.h"
 #include "kernels/cpu/matmul_backend.h"
-#include "kernels/attention.h"
-#include "kernels/crossentropy.h"
-#include "kernels/elementwise.h"
-#include "kernels/embedding.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
-#include "kernels/reduce.h"
 #include "model/gpt.h"
+#include "op_registry.h"
 #include "optim/optimizer.h"
 
 namespace {
@@ -45,7 +38,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using mt::DType;
 using mt::Tensor;
-using mt::kernels::WeightLayout;
 
 double g_seconds = 0.2;
 
@@ -113,81 +105,47 @@ void run_config(const Config& cfg, DType dt) {
   };
   const double f4 = double(mt::dtype_size(dt));  // bytes per activation element
 
+  // Every op as the op registry's case at this config's shapes (tests/op_cases.cpp: the cases the tests check),
+  // forward and backward together, inputs made once: `calls` is how often one step runs it.
+  const mt::test::OpRun run(dt, dt, mt::Device::CPU);
+  auto add_case = [&](const std::string& op, int calls, bool gemm, double flops_per_call, double bytes_per_call,
+                      const mt::test::OpCase& c, const mt::test::OpRun& r) {
+    const auto call = c.prepare(r);
+    add(op, calls, gemm, flops_per_call, bytes_per_call, [&] { call(); });
+  };
+
   // ---- GEMMs (bias included), per layer and the LM head ----
   struct MM {
     const char* name;
     int64_t c, oc;
     int calls;
-    WeightLayout layout;
-    bool bias;
+    bool out_in, bias;
   };
-  const MM mms[] = {{"qkv", C, 3 * C, int(L), WeightLayout::InOut, true},
-                    {"attn_proj", C, C, int(L), WeightLayout::InOut, true},
-                    {"fc", C, 4 * C, int(L), WeightLayout::InOut, true},
-                    {"fc_proj", 4 * C, C, int(L), WeightLayout::InOut, true},
-                    {"lm_head", C, Vp, 1, WeightLayout::OutIn, false}};
-  for (const MM& m : mms) {
-    Tensor inp = randd(dt, {N, m.c}, 1), out = randd(dt, {N, m.oc}, 2), dout = randd(dt, {N, m.oc}, 3, 1e-2f);
-    Tensor w = randd(dt, m.layout == WeightLayout::InOut ? mt::Shape{m.c, m.oc} : mt::Shape{m.oc, m.c}, 4, 0.04f);
-    Tensor bias = m.bias ? randd(dt, {m.oc}, 5) : Tensor();
-    Tensor dinp = randd(dt, {N, m.c}, 6), dw = randt(w.shape(), 7), db = m.bias ? randt({m.oc}, 8) : Tensor();
-    const double fl = 2.0 * N * m.c * m.oc;
-    add(std::string("matmul_fwd ") + m.name, m.calls, true, fl, 0,
-        [&] { mt::kernels::matmul_forward(out, inp, w, bias, m.layout); });
-    add(std::string("matmul_bwd ") + m.name, m.calls, true, 2 * fl, 0,
-        [&] { mt::kernels::matmul_backward(dinp, dw, db, dout, inp, w, m.layout); });
-  }
+  const MM mms[] = {{"qkv", C, 3 * C, int(L), false, true},
+                    {"attn_proj", C, C, int(L), false, true},
+                    {"fc", C, 4 * C, int(L), false, true},
+                    {"fc_proj", 4 * C, C, int(L), false, true},
+                    {"lm_head", C, Vp, 1, true, false}};
+  for (const MM& m : mms)
+    add_case(std::string("matmul ") + m.name, m.calls, true, 3 * 2.0 * N * m.c * m.oc, 0,
+             mt::test::matmul_case(N, m.c, m.oc, m.out_in, m.bias), run);
 
-  // ---- attention ----
-  {
-    Tensor qkv = randd(dt, {B, T, 3 * C}, 11), out = randd(dt, {B, T, C}, 12), att = randd(dt, {B, NH, T, T}, 13);
-    Tensor dout = randd(dt, {B, T, C}, 14, 1e-2f), dqkv = randd(dt, {B, T, 3 * C}, 15);
-    Tensor datt = randt({B, NH, T, T}, 16);
-    // Causal useful FLOPs: QK^T and PV over the lower triangle, 2 * T(T+1)/2 * HS each, per (b, h).
-    const double tri = double(T) * (T + 1) / 2, fl = 2.0 * 2 * tri * HS * B * NH;
-    const double att_bytes = f4 * B * NH * tri;
-    add("attention_fwd", int(L), false, fl, f4 * 3 * N * C + f4 * N * C + att_bytes,
-        [&] { mt::kernels::attention_forward(out, att, qkv, int(NH)); });
-    mt::kernels::attention_forward(out, att, qkv, int(NH));
-    add("attention_bwd", int(L), false, 2 * fl, f4 * N * C + f4 * 3 * N * C + att_bytes + f4 * 3 * N * C,
-        [&] { mt::kernels::attention_backward(dqkv, datt, dout, qkv, out, att, int(NH)); });
-  }
+  // ---- attention: causal useful FLOPs, QK^T and PV over the lower triangle, 2 * T(T+1)/2 * HS each per (b, h),
+  //      twice that backward ----
+  const double tri = double(T) * (T + 1) / 2, att_bytes = f4 * B * NH * tri;
+  add_case("attention", int(L), false, 3 * 2.0 * 2 * tri * HS * B * NH,
+           f4 * 4 * N * C + att_bytes + f4 * 7 * N * C + att_bytes, mt::test::attention_case(B, T, NH, HS), run);
 
-  // ---- layernorm, gelu, residual adds ----
-  {
-    Tensor x = randd(dt, {N, C}, 21), y = randd(dt, {N, C}, 22), mean = randt({N}, 23), rstd = randt({N}, 24);
-    Tensor w = randd(dt, {C}, 25), b = randd(dt, {C}, 26), dy = randd(dt, {N, C}, 27, 1e-2f);
-    Tensor dx = randd(dt, {N, C}, 28), dw = randt({C}, 29), db = randt({C}, 30);
-    add("layernorm_fwd", int(2 * L + 1), false, 0, f4 * 2 * N * C,
-        [&] { mt::kernels::layernorm_forward(y, mean, rstd, x, w, b); });
-    mt::kernels::layernorm_forward(y, mean, rstd, x, w, b);
-    add("layernorm_bwd", int(2 * L + 1), false, 0, f4 * 4 * N * C,
-        [&] { mt::kernels::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd); });
-    Tensor r = randd(dt, {N, C}, 31);
-    add("accumulate (residual)", int(2 * L), false, 0, f4 * 3 * N * C, [&] { mt::kernels::accumulate(y, r); });
-  }
-  {
-    Tensor h = randd(dt, {N, 4 * C}, 41, 6.0f), g = randd(dt, {N, 4 * C}, 42), dg = randd(dt, {N, 4 * C}, 43, 1e-2f);
-    Tensor dh = randd(dt, {N, 4 * C}, 44);
-    add("gelu_fwd", int(L), false, 0, f4 * 2 * N * 4 * C, [&] { mt::kernels::gelu_forward(g, h); });
-    add("gelu_bwd", int(L), false, 0, f4 * 3 * N * 4 * C, [&] { mt::kernels::gelu_backward(dh, h, dg); });
-  }
+  // ---- layernorm (2L + 1 per step; 2L of the forwards are fused with the residual add), residual adds, GELU ----
+  add_case("layernorm", int(2 * L + 1), false, 0, f4 * 6 * N * C, mt::test::layernorm_case(N, C), run);
+  add_case("accumulate (residual)", int(2 * L), false, 0, f4 * 3 * N * C, mt::test::accumulate_case(N, C, false),
+           run);
+  add_case("gelu", int(L), false, 0, f4 * 5 * N * 4 * C, mt::test::gelu_case(N, 4 * C), run);
 
   // ---- embedding, loss ----
-  {
-    Tensor tok = Tensor::empty({B, T}, DType::I32);
-    for (int64_t i = 0; i < N; ++i) tok.data_as<int32_t>()[i] = int32_t((i * 2654435761u) % cfg.V);
-    Tensor wte = randd(dt, {Vp, C}, 51), wpe = randd(dt, {T, C}, 52), out = randd(dt, {B, T, C}, 53);
-    Tensor dwte = randt({Vp, C}, 54), dwpe = randt({T, C}, 55), dout = randd(dt, {B, T, C}, 56, 1e-2f);
-    add("embedding_fwd", 1, false, 0, f4 * 2 * N * C + f4 * T * C,
-        [&] { mt::kernels::embedding_forward(out, tok, wte, wpe); });
-    add("embedding_bwd", 1, false, 0, f4 * N * C + f4 * 2 * N * C + f4 * 2 * T * C,
-        [&] { mt::kernels::embedding_backward(dwte, dwpe, dout, tok); });
-    Tensor logits = randd(dt, {N, Vp}, 57, 4.0f), dl = randd(dt, {N, Vp}, 58), losses = randt({N}, 59);
-    add("softmax_xent", 1, false, 0, f4 * 2 * N * Vp, [&] {
-      mt::kernels::softmax_xent_forward_backward(losses, dl, logits, tok.view({N}), cfg.V, 1.0 / N);
-    });
-  }
+  add_case("embedding", 1, false, 0, f4 * 5 * N * C + f4 * 3 * T * C,
+           mt::test::embedding_case(B, T, C, Vp, cfg.V, false), run);
+  add_case("softmax_xent", 1, false, 0, f4 * 2 * N * Vp, mt::test::xent_case(N, Vp, cfg.V), run);
 
   // ---- the whole model and optimizer (their buffers give the parameter count) ----
   mt::GPTConfig gc;
@@ -205,25 +163,16 @@ void run_config(const Config& cfg, DType dt) {
     opt.load_masters(masters);
   }
   {
-    const double f4 = 4.0;  // gradients, moments and masters are fp32 in both modes
-    Tensor acc = Tensor::zeros({1}, DType::F32), gscale = randt({1}, 61);
-    gscale.data_as<float>()[0] = 1.0f;
-    Tensor g = randt({P}, 62, 1e-3f), m = randt({P}, 63, 1e-3f), v = Tensor::zeros({P}, DType::F32);
-    Tensor params = randt({P}, 65, 0.04f);
-    add("zero_ grads", 1, false, 0, f4 * P, [&] { mt::zero_(model.grads()); });
-    add("sum_squares grads", 1, false, 0, f4 * P, [&] { mt::kernels::sum_squares_accumulate(acc, g); });
-    mt::kernels::AdamWHyper h;
-    h.weight_decay = 0.1;
-    add("adamw (per param)", 1, false, 0, f4 * 7 * P, [&] {
-      for (const mt::ParamSpec& p : model.table().specs()) {
-        const mt::Shape flat{p.numel()};
-        mt::kernels::adamw_update(params.slice(p.offset, flat), g.slice(p.offset, flat), m.slice(p.offset, flat),
-                                  v.slice(p.offset, flat), gscale, h);
-      }
-    });
-    if (mixed)
+    // Gradients, moments and masters are fp32 in both modes.
+    const mt::test::OpRun run32(DType::F32, DType::F32, mt::Device::CPU);
+    add("zero_ grads", 1, false, 0, 4.0 * P, [&] { mt::zero_(model.grads()); });
+    add_case("sum_squares grads", 1, false, 0, 4.0 * P, mt::test::sum_case(P, true), run32);
+    add_case("adamw", 1, false, 0, 4.0 * 7 * P, mt::test::adamw_case(P, 1), run32);
+    if (mixed) {
+      Tensor masters = randt({P}, 65, 0.04f);
       add("round masters to bf16", 1, false, 0, (4.0 + mt::dtype_size(dt)) * P,
-          [&] { mt::copy_convert(model.params(), params); });
+          [&] { mt::copy_convert(model.params(), masters); });
+    }
   }
 
   mt::Arena act_arena, scratch_arena;

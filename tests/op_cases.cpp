@@ -136,20 +136,31 @@ OpCase gqa_reduce_case(int64_t N, int64_t NH, int64_t KV, int64_t HS) {
 }
 
 OpCase layernorm_case(int64_t N, int64_t C) {
-  return {{"layernorm_forward", "residual_layernorm_forward", "layernorm_backward"}, dims({{"N", N}, {"C", C}}),
-          kHalf, true, &kReduction, [=](const OpRun& r) {
+  return {{"layernorm_forward", "layernorm_backward"}, dims({{"N", N}, {"C", C}}), kHalf, true, &kReduction,
+          [=](const OpRun& r) {
             Tensor inp = r.act_random({N, C}, 1, 1.0, 2.0), w = r.act_random({C}, 2, 0.2, 1.0), b = r.act_random({C}, 3);
             Tensor out = r.act_out({N, C}), mean = r.acc_out({N}), rstd = r.acc_out({N});
-            Tensor skip = r.act_random({N, C}, 4), res = r.act_out({N, C}), out2 = r.act_out({N, C});
-            Tensor mean2 = r.acc_out({N}), rstd2 = r.acc_out({N});
             Tensor dout = r.act_random({N, C}, 5), dinp = r.act_random({N, C}, 6);
             Tensor dw = r.acc_random({C}, 7), db = r.acc_random({C}, 8);
             return [=] {
               layernorm_forward(out, mean, rstd, inp, w, b);
-              residual_layernorm_forward(res, out2, mean2, rstd2, inp, skip, w, b);
               layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
-              return OpOutputs{{"out", out},   {"mean", mean},   {"rstd", rstd}, {"residual", res}, {"out2", out2},
-                               {"rstd2", rstd2}, {"dinp", dinp}, {"dweight", dw}, {"dbias", db}};
+              return OpOutputs{{"out", out}, {"mean", mean}, {"rstd", rstd}, {"dinp", dinp}, {"dweight", dw},
+                               {"dbias", db}};
+            };
+          }};
+}
+
+// The residual add fused with the next LayerNorm (its backward is layernorm_backward's plus the skip's identity).
+OpCase residual_layernorm_case(int64_t N, int64_t C) {
+  return {{"residual_layernorm_forward"}, dims({{"N", N}, {"C", C}}), kHalf, true, &kReduction,
+          [=](const OpRun& r) {
+            Tensor a = r.act_random({N, C}, 1, 1.0, 2.0), skip = r.act_random({N, C}, 2), b = r.act_random({C}, 3);
+            Tensor w = r.act_random({C}, 4, 0.2, 1.0), res = r.act_out({N, C}), out = r.act_out({N, C});
+            Tensor mean = r.acc_out({N}), rstd = r.acc_out({N});
+            return [=] {
+              residual_layernorm_forward(res, out, mean, rstd, a, skip, w, b);
+              return OpOutputs{{"residual", res}, {"out", out}, {"mean", mean}, {"rstd", rstd}};
             };
           }};
 }
@@ -208,18 +219,27 @@ OpCase rope_case(int64_t B, int64_t T, int64_t NH, int64_t HS) {
           }};
 }
 
-OpCase residual_case(int64_t N, int64_t C) {
-  return {{"add_forward", "accumulate", "bias_add"}, dims({{"N", N}, {"C", C}}), kHalf, true, &kElementwise,
-          [=](const OpRun& r) {
+OpCase add_case(int64_t N, int64_t C) {
+  return {{"add_forward", "bias_add"}, dims({{"N", N}, {"C", C}}), kHalf, true, &kElementwise, [=](const OpRun& r) {
             Tensor a = r.act_random({N, C}, 1), b = r.act_random({N, C}, 2), out = r.act_out({N, C});
-            Tensor dst = r.act_random({N, C}, 3), dst_acc = r.acc_random({N, C}, 4);
-            Tensor y = r.act_random({N, C}, 5), bias = r.act_random({C}, 6);
+            Tensor y = r.act_random({N, C}, 3), bias = r.act_random({C}, 4);
             return [=] {
               add_forward(out, a, b);
-              accumulate(dst, a);
-              accumulate(dst_acc, a);  // a 16-bit gradient into an fp32 one
               bias_add(y, bias);
-              return OpOutputs{{"add", out}, {"accumulate", dst}, {"accumulate_acc", dst_acc}, {"bias_add", y}};
+              return OpOutputs{{"add", out}, {"bias_add", y}};
+            };
+          }};
+}
+
+// dst += src with dst in the activation dtype (the residual stream's gradient) or, into_acc, in the accumulation
+// dtype (a 16-bit gradient into an fp32 one).
+OpCase accumulate_case(int64_t N, int64_t C, bool into_acc) {
+  return {{"accumulate"}, dims({{"N", N}, {"C", C}}) + (into_acc ? " into the accumulation dtype" : ""), kHalf, true,
+          &kElementwise, [=](const OpRun& r) {
+            Tensor src = r.act_random({N, C}, 1), dst = into_acc ? r.acc_random({N, C}, 2) : r.act_random({N, C}, 2);
+            return [=] {
+              accumulate(dst, src);
+              return OpOutputs{{"dst", dst}};
             };
           }};
 }
@@ -236,23 +256,23 @@ OpCase divide_case(int64_t N, int64_t C) {
   return c;
 }
 
-// The whole padded vocabulary, then rows [Vp/2, Vp) of it as one tensor-parallel rank holds them (no positions).
-OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int64_t vocab) {
+// The whole padded vocabulary with positions, or (slice) rows [Vp/2, Vp) of it as one tensor-parallel rank holds
+// them, without.
+OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int64_t vocab, bool slice) {
   return {{"embedding_forward", "embedding_backward"},
-          dims({{"B", B}, {"T", T}, {"C", C}, {"Vp", Vp}}) + ", plain and a vocabulary slice", kHalf, true,
+          dims({{"B", B}, {"T", T}, {"C", C}, {"Vp", Vp}}) + (slice ? ", rows [Vp/2, Vp)" : ""), kHalf, true,
           &kReduction, [=](const OpRun& r) {
-            const int64_t half = Vp / 2;
-            Tensor tok = r.ints({B, T}, 1, 0, vocab), wte = r.act_random({Vp, C}, 2), wpe = r.act_random({T, C}, 3);
-            Tensor out = r.act_out({B, T, C}), dout = r.act_random({B, T, C}, 4);
-            Tensor dwte = r.acc_random({Vp, C}, 5), dwpe = r.acc_random({T, C}, 6);
-            Tensor slice = r.act_random({Vp - half, C}, 7), out2 = r.act_out({B, T, C});
-            Tensor dslice = r.acc_random({Vp - half, C}, 8);
+            const int64_t v0 = slice ? Vp / 2 : 0, rows = Vp - v0;
+            Tensor tok = r.ints({B, T}, 1, 0, vocab), wte = r.act_random({rows, C}, 2);
+            Tensor wpe = slice ? Tensor() : r.act_random({T, C}, 3), out = r.act_out({B, T, C});
+            Tensor dout = r.act_random({B, T, C}, 4), dwte = r.acc_random({rows, C}, 5);
+            Tensor dwpe = slice ? Tensor() : r.acc_random({T, C}, 6);
             return [=] {
-              embedding_forward(out, tok, wte, wpe);
-              embedding_backward(dwte, dwpe, dout, tok);
-              embedding_forward(out2, tok, slice, Tensor(), half, Vp);
-              embedding_backward(dslice, Tensor(), dout, tok, half, Vp);
-              return OpOutputs{{"out", out}, {"dwte", dwte}, {"dwpe", dwpe}, {"out_slice", out2}, {"dslice", dslice}};
+              embedding_forward(out, tok, wte, wpe, v0, slice ? Vp : -1);
+              embedding_backward(dwte, dwpe, dout, tok, v0, slice ? Vp : -1);
+              OpOutputs o{{"out", out}, {"dwte", dwte}};
+              if (!slice) o.push_back({"dwpe", dwpe});
+              return o;
             };
           }};
 }
@@ -286,16 +306,27 @@ OpCase vocab_parallel_xent_case(int64_t N, int64_t Vl, int64_t v0, int64_t vocab
           }};
 }
 
-OpCase reduce_case(int64_t n) {
-  return {{"sum_accumulate", "sum_squares_accumulate", "clip_scale"}, dims({{"n", n}}), kHalf, true, &kReduction,
+OpCase sum_case(int64_t n, bool squares) {
+  return {{squares ? "sum_squares_accumulate" : "sum_accumulate"}, dims({{"n", n}}), kHalf, true, &kReduction,
           [=](const OpRun& r) {
-            Tensor x = r.act_random({n}, 1), sum = r.acc_random({1}, 2), sq = r.acc_random({1}, 3, 0.0, 4.0);
-            Tensor scale = r.acc_out({1}), norm = r.acc_out({1});
+            Tensor x = r.act_random({n}, 1), acc = r.acc_random({1}, 2, 0.0, 4.0);
             return [=] {
-              sum_accumulate(sum, x);
-              sum_squares_accumulate(sq, x);
-              clip_scale(scale, norm, sq, 1.0, 0.5);
-              return OpOutputs{{"sum", sum}, {"sum_squares", sq}, {"scale", scale}, {"norm", norm}};
+              if (squares) sum_squares_accumulate(acc, x);
+              else sum_accumulate(acc, x);
+              return OpOutputs{{"acc", acc}};
+            };
+          }};
+}
+
+// The gradient norm 2 = sqrt(4) over 1 (clipped) and over 4 (not), with a loss scale of 2.
+OpCase clip_scale_case() {
+  return {{"clip_scale"}, "norm 2, max 1 and 4, loss scale 2", {}, true, &kElementwise, [=](const OpRun& r) {
+            Tensor sq = r.acc_random({1}, 1, 0.0, 16.0), s1 = r.acc_out({1}), n1 = r.acc_out({1});
+            Tensor s4 = r.acc_out({1}), n4 = r.acc_out({1});
+            return [=] {
+              clip_scale(s1, n1, sq, 1.0, 0.5);
+              clip_scale(s4, n4, sq, 4.0, 0.5);
+              return OpOutputs{{"scale_clipped", s1}, {"norm", n1}, {"scale", s4}, {"norm_again", n4}};
             };
           }};
 }
@@ -350,16 +381,22 @@ const std::vector<OpCase>& op_cases() {
       gqa_expand_case(14, 4, 2, 8),
       gqa_reduce_case(14, 4, 2, 8),
       layernorm_case(37, 72),
+      residual_layernorm_case(37, 72),
       rmsnorm_case(37, 72),
       gelu_case(37, 72),
       swiglu_case(37, 72),
       rope_case(2, 9, 2, 8),
-      residual_case(37, 72),
+      add_case(37, 72),
+      accumulate_case(37, 72, false),
+      accumulate_case(37, 72, true),
       divide_case(37, 72),
-      embedding_case(2, 19, 24, 128, 101),
+      embedding_case(2, 19, 24, 128, 101, false),
+      embedding_case(2, 19, 24, 128, 101, true),
       xent_case(37, 128, 101),
       vocab_parallel_xent_case(37, 64, 64, 101),  // the slice holding vocab 101's last 37 ids and 27 padding
-      reduce_case(2664),
+      sum_case(2664, false),
+      sum_case(2664, true),
+      clip_scale_case(),
       adamw_case(1001, 3),
       sgd_case(1001, 3),
       outer_nesterov_case(1001, 3),

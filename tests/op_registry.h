@@ -85,16 +85,19 @@ OpCase attention_block_case(int64_t B, int64_t T, int64_t NH, int64_t KV, int64_
 OpCase gqa_expand_case(int64_t N, int64_t NH, int64_t KV, int64_t HS);
 OpCase gqa_reduce_case(int64_t N, int64_t NH, int64_t KV, int64_t HS);
 OpCase layernorm_case(int64_t N, int64_t C);
+OpCase residual_layernorm_case(int64_t N, int64_t C);
 OpCase rmsnorm_case(int64_t N, int64_t C);
 OpCase gelu_case(int64_t N, int64_t C);
 OpCase swiglu_case(int64_t N, int64_t C);
 OpCase rope_case(int64_t B, int64_t T, int64_t NH, int64_t HS);
-OpCase residual_case(int64_t N, int64_t C);  // add_forward, accumulate, bias_add
+OpCase add_case(int64_t N, int64_t C);  // add_forward and bias_add
+OpCase accumulate_case(int64_t N, int64_t C, bool into_acc);
 OpCase divide_case(int64_t N, int64_t C);
-OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int64_t vocab);
+OpCase embedding_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int64_t vocab, bool slice);
 OpCase xent_case(int64_t N, int64_t Vp, int64_t vocab);
 OpCase vocab_parallel_xent_case(int64_t N, int64_t Vl, int64_t v0, int64_t vocab);
-OpCase reduce_case(int64_t n);
+OpCase sum_case(int64_t n, bool squares);
+OpCase clip_scale_case();
 OpCase adamw_case(int64_t n, int steps);
 OpCase sgd_case(int64_t n, int steps);
 OpCase outer_nesterov_case(int64_t n, int steps);
