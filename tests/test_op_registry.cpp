@@ -3,11 +3,11 @@
 // of src/kernels/*.h has a case. The CUDA kernels against these: test_cuda_op_registry.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "kernels/cpu/matmul_backend.h"
 #include "kernels/cpu/onednn_gemm.h"
