@@ -86,16 +86,13 @@ void blas_op(Op op, bool outin, int n, int c, int oc, float* inp, float* w, floa
 
 namespace onednn = mt::kernels::cpu::onednn;
 
-// The same product on oneDNN, as kernels/cpu/matmul_cpu.cpp maps it; bf16 operands live in the *16 buffers.
+// The same product on oneDNN, with the shapes kernels/cpu/matmul_cpu.cpp uses; bf16 operands live in the *16 buffers.
 void onednn_op(Op op, bool outin, int n, int c, int oc, onednn::Type t, const void* inp, const void* w,
                void* out, void* dinp, float* dw) {
-  if (op == Op::Fwd) onednn::gemm({n, oc, c, false, outin, c, outin ? c : oc, oc, t, t, false, false}, inp, w, nullptr, out);
-  if (op == Op::BwdInp)
-    onednn::gemm({n, c, oc, false, !outin, oc, outin ? c : oc, c, t, t, false, false}, out, w, nullptr, dinp);
-  if (op == Op::BwdW) {
-    if (!outin) onednn::gemm({c, oc, n, true, false, c, oc, oc, t, onednn::Type::F32, true, false}, inp, out, nullptr, dw);
-    else onednn::gemm({oc, c, n, true, false, oc, c, c, t, onednn::Type::F32, true, false}, out, inp, nullptr, dw);
-  }
+  if (op == Op::Fwd) onednn::gemm(onednn::forward_shape(n, c, oc, outin, t, false), inp, w, nullptr, out);
+  if (op == Op::BwdInp) onednn::gemm(onednn::dinp_shape(n, c, oc, outin, t), out, w, nullptr, dinp);
+  if (op == Op::BwdW)
+    onednn::gemm(onednn::dweight_shape(n, c, oc, outin, t), outin ? out : inp, outin ? inp : out, nullptr, dw);
 }
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/matmul_backend.h"
@@ -108,26 +109,19 @@ bool on_onednn() {
 template <typename S>
 void forward_onednn(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int64_t C, int64_t OC,
                     WeightLayout layout) {
-  constexpr onednn::Type t = onednn_type<S>();
-  const bool outin = layout == WeightLayout::OutIn;  // W stored [OC, C]: the product reads it transposed
-  onednn::gemm({N, OC, C, false, outin, C, outin ? C : OC, OC, t, t, false, bias != nullptr}, inp, weight, bias,
-               out);
+  onednn::gemm(onednn::forward_shape(N, C, OC, layout == WeightLayout::OutIn, onednn_type<S>(), bias != nullptr), inp,
+               weight, bias, out);
 }
 
 template <typename S>
 void backward_onednn(S* dinp, float* dweight, float* dbias, const S* dout, const S* inp, const S* weight,
                      int64_t N, int64_t C, int64_t OC, WeightLayout layout) {
-  constexpr onednn::Type t = onednn_type<S>();
-  const bool inout = layout == WeightLayout::InOut;
-  if (dinp)  // dinp[N, C] = dout[N, OC] @ W^T: InOut W [C, OC] read transposed, OutIn W [OC, C] as it is
-    onednn::gemm({N, C, OC, false, inout, OC, inout ? OC : C, C, t, t, false, false}, dout, weight, nullptr, dinp);
-  if (dweight) {  // accumulated in fp32
-    if (inout)  // dW[C, OC] += inp^T @ dout
-      onednn::gemm({C, OC, N, true, false, C, OC, OC, t, onednn::Type::F32, true, false}, inp, dout, nullptr,
-                   dweight);
-    else  // dW[OC, C] += dout^T @ inp
-      onednn::gemm({OC, C, N, true, false, OC, C, C, t, onednn::Type::F32, true, false}, dout, inp, nullptr,
-                   dweight);
+  const bool out_in = layout == WeightLayout::OutIn;
+  if (dinp) onednn::gemm(onednn::dinp_shape(N, C, OC, out_in, onednn_type<S>()), dout, weight, nullptr, dinp);
+  if (dweight) {  // accumulated in fp32: inp^T dout, or dout^T inp in the OutIn layout
+    const void *a = inp, *b = dout;
+    if (out_in) std::swap(a, b);
+    onednn::gemm(onednn::dweight_shape(N, C, OC, out_in, onednn_type<S>()), a, b, nullptr, dweight);
   }
   if (dbias) bias_backward(dbias, dout, N, OC);
 }

@@ -30,4 +30,19 @@ bool has_avx512();
 
 void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, void* c);
 
+// The three products of a linear layer with inp [N, C] and W [C, OC] (or [OC, C] when out_in), all row-major:
+// out[N, OC] = inp W (+ bias), operands (inp, W);
+inline GemmShape forward_shape(int64_t N, int64_t C, int64_t OC, bool out_in, Type t, bool bias) {
+  return {N, OC, C, false, out_in, C, out_in ? C : OC, OC, t, t, false, bias};
+}
+// dinp[N, C] = dout W^T, operands (dout, W);
+inline GemmShape dinp_shape(int64_t N, int64_t C, int64_t OC, bool out_in, Type t) {
+  return {N, C, OC, false, !out_in, OC, out_in ? C : OC, C, t, t, false, false};
+}
+// dW (fp32, W's layout) += inp^T dout, operands (inp, dout); out_in: dW += dout^T inp, operands (dout, inp).
+inline GemmShape dweight_shape(int64_t N, int64_t C, int64_t OC, bool out_in, Type t) {
+  return out_in ? GemmShape{OC, C, N, true, false, OC, C, C, t, Type::F32, true, false}
+                : GemmShape{C, OC, N, true, false, C, OC, OC, t, Type::F32, true, false};
+}
+
 }  // namespace mt::kernels::cpu::onednn
