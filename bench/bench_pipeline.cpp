@@ -79,16 +79,16 @@ struct PassTimes {
 
 // Times this rank's stage alone (no communication): forward, one-pass backward, input pass + weight pass.
 PassTimes time_passes(const GPTConfig& cfg, const std::vector<int>& layers, int stage, int B, int T) {
-  GPT g(stage_config(cfg, layers, stage), DType::F32);
+  GPT g(cfg, ModelPart{stage_blocks(layers, stage), {}}, DType::F32);
   g.init(1, 0.02);
   Arena arena, scratch;
   Activations a = g.alloc_activations(arena, B, T, true);
   for (int64_t i = 0; i < a.tokens.numel(); ++i)
     a.tokens.data_as<int32_t>()[i] = a.targets.data_as<int32_t>()[i] = i % kVocab;
   zero_(a.input());
-  const bool last = g.config().last_stage();
+  const bool last = g.last_stage();
   Tensor dout = last ? Tensor() : Tensor::zeros(a.output().shape(), DType::F32);
-  Tensor din = g.config().first_stage() ? Tensor() : Tensor::zeros(a.input().shape(), DType::F32);
+  Tensor din = g.first_stage() ? Tensor() : Tensor::zeros(a.input().shape(), DType::F32);
   const Tensor none;
   PassTimes t;
   t.F = 1e3 * bench::time_best([&] { g.forward(a, last ? 1e-3 : 0.0, none); }, 0.3);
@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> base_before(ms.size()), base_after(ms.size()), gpipe_before(ms.size()),
         gpipe_after(ms.size());
     std::unique_ptr<PipelineChunks> whole;  // rank 0's
-    if (rank == 0) whole = std::make_unique<PipelineChunks>(cfg, std::vector<int>{layers_total}, 1, 0, DType::F32);
+    if (rank == 0) whole = std::make_unique<PipelineChunks>(cfg, TensorSharding{}, std::vector<int>{layers_total}, 1, 0, DType::F32);
     auto run_baseline = [&](std::vector<std::vector<double>>& times, PipelineSchedule order) {
       sleeping_barrier();
       if (rank == 0) {
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       const std::vector<int> layers(p * v, layers_total / (p * v));
       for (size_t j = 0; j < ms.size(); ++j) {
         const int m = ms[j];
-        PipelineChunks model(cfg, layers, p, rank, DType::F32);
+        PipelineChunks model(cfg, TensorSharding{}, layers, p, rank, DType::F32);
         model.init(1, 0.02);
         PipelineRunner runner(model, comms.pp.get(), schedule, m, B, T, prof);
         Tensor loss = Tensor::zeros({1}, DType::F32);

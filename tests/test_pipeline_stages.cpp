@@ -72,7 +72,7 @@ TEST_CASE("a chain of pipeline stages computes the whole model's loss and gradie
   std::vector<std::unique_ptr<GPT>> stages;
   std::vector<Activations> acts;
   for (int s = 0; s < 3; ++s) {
-    stages.push_back(std::make_unique<GPT>(stage_config(cfg, layers, s), DType::F64));
+    stages.push_back(std::make_unique<GPT>(cfg, ModelPart{stage_blocks(layers, s), {}}, DType::F64));
     perturbed_init(*stages[s]);
     acts.push_back(stages[s]->alloc_activations(arena, B, T));
     fill_batch(acts[s], cfg.vocab_size);  // the first stage reads tokens, the last targets
@@ -117,7 +117,8 @@ TEST_CASE("the split backward (input pass, then weight pass) equals the one-pass
   const int B = 2, T = 5;
   for (int s = 0; s < 3; ++s) {
     INFO("stage " << s);
-    GPT one(stage_config(cfg, layers, s), DType::F64), two(stage_config(cfg, layers, s), DType::F64);
+    const ModelPart part{stage_blocks(layers, s), {}};
+    GPT one(cfg, part, DType::F64), two(cfg, part, DType::F64);
     perturbed_init(one);
     perturbed_init(two);
     Arena arena, scratch;
@@ -158,7 +159,7 @@ TEST_CASE("a pipeline rank's chunks share flat buffers, last chunk first", "[pip
   GPTConfig cfg = small();
   const std::vector<int> layers{1, 1, 1, 1};  // p = 2, v = 2: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3
   for (int rank = 0; rank < 2; ++rank) {
-    PipelineChunks m(cfg, layers, 2, rank, DType::F64);
+    PipelineChunks m(cfg, TensorSharding{}, layers, 2, rank, DType::F64);
     REQUIRE(m.size() == 2);
     CHECK(m.stage(0) == rank);
     CHECK(m.stage(1) == 2 + rank);
@@ -167,7 +168,7 @@ TEST_CASE("a pipeline rank's chunks share flat buffers, last chunk first", "[pip
     CHECK(m.chunk(0).params().data() == m.params().slice(m.base(0), {1}).data());
     CHECK(m.tied_chunk() == (rank == 0 ? 0 : 1));
     CHECK(m.tied_copy_is_head() == (rank == 1));
-    const ParamTable t = PipelineChunks::rank_table(cfg, layers, 2, rank);
+    const ParamTable t = PipelineChunks::rank_table(cfg, TensorSharding{}, layers, 2, rank);
     REQUIRE(t.size() == m.table().size());
     for (int i = 0; i < t.size(); ++i) {
       CHECK(t[i].name == m.table()[i].name);

@@ -148,13 +148,10 @@ TEST_CASE("activation and scratch bytes, counted, equal the model's arena alloca
       g.n_kv_head = 2;  // grouped-query attention; at tp 4 each kv head on two ranks
       g.ffn_hidden = 40;
     }
-    g.tp = k.tp;
-    g.sequence_parallel = k.sp;
-    g.layer_begin = k.begin;
-    g.layer_end = k.end;
+    const StageConfig stage{g, {BlockSlice{k.begin, k.end}, {k.tp, 0, k.sp}}};
     INFO(fmt::format("{} recompute {}: tp {} sp {} stage [{}, {}) of {} {} split {} B {} cp {}", name_of(arch),
                      name_of(rc), k.tp, k.sp, k.begin, k.end, k.n_layer, dtype_name(k.dt), k.split, k.B, cp));
-    GPT model(g, k.dt);
+    GPT model(g, stage.part, k.dt);
     NullCommunicator null(k.tp, 0), cp_null(cp, 0);
     if (k.tp > 1) model.set_tp_comm(&null);
     if (cp > 1) model.set_cp_comm(&cp_null);
@@ -162,28 +159,28 @@ TEST_CASE("activation and scratch bytes, counted, equal the model's arena alloca
     Arena rec, scratch;
     Activations a = model.alloc_activations(rec, k.B, T, k.split);
     Tensor dinput;
-    if (!g.first_stage()) dinput = rec.alloc(a.input().shape(), k.dt);  // as PipelineRunner::acquire
-    CHECK(int64_t(rec.high_water_bytes()) == record_bytes(g, k.B, T, k.dt, k.split, cp));
-    CHECK(recv_buffer_bytes(g, k.B, T, k.dt) == arena_bytes(a.input().numel(), k.dt));
+    if (!model.first_stage()) dinput = rec.alloc(a.input().shape(), k.dt);  // as PipelineRunner::acquire
+    CHECK(int64_t(rec.high_water_bytes()) == record_bytes(stage, k.B, T, k.dt, k.split, cp));
+    CHECK(recv_buffer_bytes(stage, k.B, T, k.dt) == arena_bytes(a.input().numel(), k.dt));
     // One backward pass's scratch (values are irrelevant; tokens must be in range).
     for (int64_t i = 0; i < a.tokens.numel(); ++i) {
       a.tokens.data_as<int32_t>()[i] = int32_t(i % g.vocab_size);
       a.targets.data_as<int32_t>()[i] = int32_t((i + 1) % g.vocab_size);
     }
     Tensor dout, loss = Tensor::zeros({1}, DType::F32);
-    if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), k.dt);
+    if (!model.last_stage()) dout = Tensor::zeros(a.output().shape(), k.dt);
     // What the passes allocate beyond records and scratch for their time (the ring's temporaries under cp; nothing
     // with cp 1): the planner's attention_temp_bytes, the larger of the two passes'.
     const int64_t held = int64_t(host_tensor_bytes());
     reset_peak_host_tensor_bytes();
-    model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor());
+    model.forward(a, model.last_stage() ? 1.0 : 0.0, model.last_stage() ? loss : Tensor());
     const int64_t forward_temp = int64_t(peak_host_tensor_bytes()) - held;
     reset_peak_host_tensor_bytes();
     model.backward(a, scratch, {}, k.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
     const int64_t backward_temp = int64_t(peak_host_tensor_bytes()) - held - int64_t(scratch.high_water_bytes());
-    CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(g, k.B, T, k.dt, k.split, cp));
-    CHECK(std::max(forward_temp, backward_temp) == attention_temp_bytes(g, k.B, T, k.dt, cp));
-    CHECK((cp == 1) == (attention_temp_bytes(g, k.B, T, k.dt, cp) == 0));
+    CHECK(int64_t(scratch.high_water_bytes()) == backward_scratch_bytes(stage, k.B, T, k.dt, k.split, cp));
+    CHECK(std::max(forward_temp, backward_temp) == attention_temp_bytes(stage, k.B, T, k.dt, cp));
+    CHECK((cp == 1) == (attention_temp_bytes(stage, k.B, T, k.dt, cp) == 0));
   }
 }
 
@@ -229,9 +226,7 @@ TEST_CASE("tp traffic: the calibration's count of the passes' collectives, extra
 
     GPTConfig g = gpt_config(m);
     g.recompute = rc;
-    g.tp = 2;
-    g.sequence_parallel = sp;
-    GPT model(g, DType::F32);
+    GPT model(g, ModelPart{BlockSlice{}, {2, 0, sp}}, DType::F32);
     model.init(1, 0.02);
     CountingCommunicator tp(2, 0);
     model.set_tp_comm(&tp);
@@ -296,15 +291,14 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       g.d_model = 16;
       g.seq_len = 8;
       g.vocab_size = 40;
-      g.layer_begin = k.begin;
-      g.layer_end = k.end;
       if (k.arch == ModelArch::Llama) {
         g.n_kv_head = 1;
         g.ffn_hidden = 24;
       }
       INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {} slots {}", name_of(k.arch),
                        k.tied, k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard, slots));
-      GPT model(g, DType::F32);
+      const StageConfig stage{g, {BlockSlice{k.begin, k.end}, {}}};
+      GPT model(g, stage.part, DType::F32);
       const ParamTable& t = model.table();
       // chunk_param_units: the embedding pinned where it holds the tied head, every unit without resharding.
       const bool embedding = t.index_of(k.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight") >= 0;
@@ -313,7 +307,7 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       const Tensor ring = slots == 3 ? Tensor::zeros({3 * ring_slot_numel(units)}, DType::F32) : Tensor();
       ShardedParams store(dp, t, units, unit_buckets(t, units, 4, 4.0 * 200), DType::F32, Device::CPU, {}, ring);
       model.set_param_views(store.param_views());
-      ChunkParamGathers mirror(g, t, units, std::vector<double>(units.size(), 1.0), 4, slots);
+      ChunkParamGathers mirror(stage, t, units, std::vector<double>(units.size(), 1.0), 4, slots);
       Arena rec, scratch;
       Activations a = model.alloc_activations(rec, 1, g.seq_len, k.split);
       for (int64_t i = 0; i < a.tokens.numel(); ++i) {
@@ -321,8 +315,8 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
         a.targets.data_as<int32_t>()[i] = int32_t((i + 1) % g.vocab_size);
       }
       Tensor dout, dinput, loss = Tensor::zeros({1}, DType::F32);
-      if (!g.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
-      if (!g.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
+      if (!model.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
+      if (!model.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
       const auto need = [&](int64_t lo, int64_t hi) { store.backward_needs(lo, hi); };
       int64_t step_gathers = 0;
       auto pass = [&](ActionKind kind, const std::function<void()>& run) {
@@ -341,7 +335,7 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
         step_gathers = 0;
         for (int mb = 0; mb < 2; ++mb) {
           pass(ActionKind::Forward, [&] {
-            model.forward(a, g.last_stage() ? 1.0 : 0.0, g.last_stage() ? loss : Tensor(),
+            model.forward(a, model.last_stage() ? 1.0 : 0.0, model.last_stage() ? loss : Tensor(),
                           [&](int64_t begin) { store.forward_needs(begin); });
           });
           scratch.reset();

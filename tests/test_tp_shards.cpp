@@ -21,22 +21,23 @@ using namespace mt;
 
 namespace {
 
-GPTConfig small(int vocab, int tp = 1, int tp_rank = 0) {
+GPTConfig small(int vocab) {
   GPTConfig c;
   c.n_layer = 2;
   c.n_head = 4;
   c.d_model = 16;
   c.seq_len = 8;
   c.vocab_size = vocab;
-  c.tp = tp;
-  c.tp_rank = tp_rank;
   return c;
 }
+
+// Tensor-parallel rank tp_rank's part of the whole model.
+ModelPart tp_part(int tp, int tp_rank) { return {BlockSlice{}, {tp, tp_rank, false}}; }
 
 // One GPT per tp rank.
 std::vector<std::unique_ptr<GPT>> shards(int vocab, int tp) {
   std::vector<std::unique_ptr<GPT>> m;
-  for (int r = 0; r < tp; ++r) m.push_back(std::make_unique<GPT>(small(vocab, tp, r), DType::F32));
+  for (int r = 0; r < tp; ++r) m.push_back(std::make_unique<GPT>(small(vocab), tp_part(tp, r), DType::F32));
   return m;
 }
 
@@ -65,7 +66,7 @@ TEST_CASE("padded vocabulary is a multiple of kVocabAlign * tp", "[model][tp]") 
   CHECK(padded_vocab(300, 2) == 384);
   CHECK(padded_vocab(300, 4) == 512);
   CHECK(padded_vocab(50257, 4) == 50432);
-  GPT m(small(250, 4, 3), DType::F32);
+  GPT m(small(250), tp_part(4, 3), DType::F32);
   CHECK(m.vocab_padded() == 256);
   CHECK(m.vocab_shard() == 64);
   CHECK(m.vocab_begin() == 192);
@@ -73,7 +74,7 @@ TEST_CASE("padded vocabulary is a multiple of kVocabAlign * tp", "[model][tp]") 
 
 TEST_CASE("shard shapes follow Megatron's layout", "[model][tp]") {
   const int64_t C = 16;
-  GPT m(small(250, 4, 1), DType::F32);
+  GPT m(small(250), tp_part(4, 1), DType::F32);
   auto local = [&](const std::string& name) { return m.table()[m.table().index_of(name)].shape; };
   CHECK(local("wte.weight") == Shape{64, C});
   CHECK(local("wpe.weight") == Shape{8, C});
@@ -197,21 +198,21 @@ TEST_CASE("load_safetensors of a tp=1 export gives each tp rank its initial shar
 TEST_CASE("a GPT refuses a tp degree that does not divide n_head", "[model][tp]") {
   // CHECK aborts (the config validation reports these as input errors before a model is built): run each in a
   // child process and expect SIGABRT.
-  auto aborts = [](GPTConfig c) {
+  auto aborts = [](const ModelPart& part) {
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {
       std::signal(SIGABRT, SIG_DFL);  // not Catch2's fatal-signal handler: the child must just die
       std::freopen("/dev/null", "w", stdout);
       std::freopen("/dev/null", "w", stderr);
-      GPT m(c, DType::F32);
+      GPT m(small(256), part, DType::F32);
       ::_exit(0);
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
   };
-  CHECK(aborts(small(256, 3, 0)));  // n_head 4 over tp 3
-  CHECK(aborts(small(256, 2, 2)));  // tp_rank out of range
-  CHECK_FALSE(aborts(small(256, 4, 3)));
+  CHECK(aborts(tp_part(3, 0)));  // n_head 4 over tp 3
+  CHECK(aborts(tp_part(2, 2)));  // tp_rank out of range
+  CHECK_FALSE(aborts(tp_part(4, 3)));
 }

@@ -84,11 +84,9 @@ TEST_CASE("gradient units: the head's parameters, one unit per block, the embedd
   CHECK(!grad_units(t, false, false)[4].pinned);
   for (const GradUnit& u : grad_units(t, true, true)) CHECK(u.pinned);  // zb1
 
-  GPTConfig middle = g;  // a middle pipeline stage: blocks only
-  middle.n_layer = 4;
-  middle.layer_begin = 1;
-  middle.layer_end = 3;
-  const ParamTable tm = gpt_param_table(middle);
+  GPTConfig four = g;  // a middle pipeline stage of four blocks: blocks only
+  four.n_layer = 4;
+  const ParamTable tm = gpt_param_table(four, {BlockSlice{1, 3}, {}});
   const std::vector<GradUnit> um = grad_units(tm, true, false);
   check_tiling(um, tm.total_numel());
   CHECK(um.size() == 2);

@@ -73,15 +73,16 @@ std::unique_ptr<Norm> make_norm(const GPTConfig& cfg, std::vector<int> params) {
   return std::make_unique<LayerNorm>(params.at(0), params.at(1));
 }
 
-std::vector<std::unique_ptr<Block>> make_blocks(const GPTConfig& cfg, const ParamTable& table, DType dtype,
-                                                Device device) {
+std::vector<std::unique_ptr<Block>> make_blocks(const GPTConfig& cfg, const ModelPart& part, const ParamTable& table,
+                                                DType dtype, Device device) {
   // Llama with fewer kv heads than tp ranks: one scratch, shared by the blocks, sums the k and v gradients' copies.
   Tensor kv_sum;
-  if (cfg.llama() && cfg.kv_copies() > 1)
+  if (cfg.llama() && part.sharding.kv_copies(cfg.kv_heads()) > 1)
     kv_sum = Tensor::zeros({2 * int64_t(cfg.kv_heads()) * cfg.head_size() * cfg.d_model}, acc_dtype(dtype), device);
   std::vector<std::unique_ptr<Block>> blocks;
-  for (int l = cfg.layer_begin; l < cfg.stage_end(); ++l)
-    blocks.push_back(cfg.llama() ? make_llama_block(cfg, table, l, kv_sum) : make_gpt2_block(cfg, table, l));
+  for (int l = part.blocks.begin; l < part.blocks.end_in(cfg.n_layer); ++l)
+    blocks.push_back(cfg.llama() ? make_llama_block(cfg, part.sharding, table, l, kv_sum)
+                                 : make_gpt2_block(cfg, table, l));
   return blocks;
 }
 

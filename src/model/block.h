@@ -121,13 +121,13 @@ class Block {
 
 // The family's norm over the given parameters (GPT-2: weight and bias; Llama: weight).
 std::unique_ptr<Norm> make_norm(const GPTConfig& cfg, std::vector<int> params);
-// The stage's blocks, in order, with their parameters found in `table` by name.
-std::vector<std::unique_ptr<Block>> make_blocks(const GPTConfig& cfg, const ParamTable& table, DType dtype,
-                                                Device device);
+// The part's blocks, in order, with their parameters found in `table` by name.
+std::vector<std::unique_ptr<Block>> make_blocks(const GPTConfig& cfg, const ModelPart& part, const ParamTable& table,
+                                                DType dtype, Device device);
 std::unique_ptr<Block> make_gpt2_block(const GPTConfig& cfg, const ParamTable& table, int layer);
 // kv_sum: with fewer kv heads than tp ranks, the scratch in which the k and v weight gradients' copies are summed.
-std::unique_ptr<Block> make_llama_block(const GPTConfig& cfg, const ParamTable& table, int layer,
-                                        const Tensor& kv_sum);
+std::unique_ptr<Block> make_llama_block(const GPTConfig& cfg, const TensorSharding& sharding, const ParamTable& table,
+                                        int layer, const Tensor& kv_sum);
 // A block's record of its input norm.
 inline NormRecord input_record(const LayerActivations& la) { return {la.ln1, la.ln1_mean, la.ln1_rstd}; }
 

@@ -25,42 +25,47 @@ int padded_vocab(int vocab_size, int tp) {
 
 namespace {
 
-GPTConfig checked(const GPTConfig& cfg) {
-  CHECK(cfg.tp >= 1 && cfg.tp_rank >= 0 && cfg.tp_rank < cfg.tp, "tp_rank {} out of range for tp {}", cfg.tp_rank,
-        cfg.tp);
-  CHECK(cfg.n_head % cfg.tp == 0, "n_head {} is not divisible by tp {}", cfg.n_head, cfg.tp);
-  CHECK(cfg.mlp_hidden() % cfg.tp == 0, "the MLP width {} is not divisible by tp {}", cfg.mlp_hidden(), cfg.tp);
+// `part` checked against the model, its blocks' end resolved.
+ModelPart checked(const GPTConfig& cfg, const ModelPart& part) {
+  const int tp = part.sharding.tp;
+  CHECK(tp >= 1 && part.sharding.rank >= 0 && part.sharding.rank < tp, "tp rank {} out of range for tp {}",
+        part.sharding.rank, tp);
+  CHECK(cfg.n_head % tp == 0, "n_head {} is not divisible by tp {}", cfg.n_head, tp);
+  CHECK(cfg.mlp_hidden() % tp == 0, "the MLP width {} is not divisible by tp {}", cfg.mlp_hidden(), tp);
   CHECK(cfg.d_model % cfg.n_head == 0, "d_model {} is not divisible by n_head {}", cfg.d_model, cfg.n_head);
   CHECK(!cfg.llama() || (cfg.n_head % cfg.kv_heads() == 0 &&
-                         (cfg.kv_heads() % cfg.tp == 0 || cfg.tp % cfg.kv_heads() == 0) && cfg.head_size() % 2 == 0),
+                         (cfg.kv_heads() % tp == 0 || tp % cfg.kv_heads() == 0) && cfg.head_size() % 2 == 0),
         "Llama: n_kv_head {} must divide n_head {}, divide or be divisible by tp {}, and the head size {} be even",
-        cfg.kv_heads(), cfg.n_head, cfg.tp, cfg.head_size());
-  CHECK(cfg.layer_begin >= 0 && cfg.layer_begin < cfg.stage_end() && cfg.stage_end() <= cfg.n_layer,
-        "pipeline stage [{}, {}) is not a non-empty range of the {} blocks", cfg.layer_begin, cfg.stage_end(),
-        cfg.n_layer);
-  return cfg;
+        cfg.kv_heads(), cfg.n_head, tp, cfg.head_size());
+  const int begin = part.blocks.begin, end = part.blocks.end_in(cfg.n_layer);
+  CHECK(begin >= 0 && begin < end && end <= cfg.n_layer,
+        "pipeline stage [{}, {}) is not a non-empty slice of the {} blocks", begin, end, cfg.n_layer);
+  ModelPart resolved = part;
+  resolved.blocks.end = end;
+  return resolved;
 }
 
 }  // namespace
 
-ParamTable gpt_param_table(const GPTConfig& cfg_in) {
-  const GPTConfig cfg = checked(cfg_in);
-  if (cfg.llama()) return llama_param_table(cfg);
-  const int64_t C = cfg.d_model, vp = padded_vocab(cfg.vocab_size, cfg.tp);
+ParamTable gpt_param_table(const GPTConfig& cfg, const ModelPart& part_in) {
+  const ModelPart part = checked(cfg, part_in);
+  if (cfg.llama()) return llama_param_table(cfg, part);
+  const BlockSlice& blocks = part.blocks;
+  const int64_t C = cfg.d_model, vp = padded_vocab(cfg.vocab_size, part.sharding.tp);
   // Megatron's shard layouts (table in model/param_table.h): column-parallel splits a weight's outputs (dim 1 of
   // the [in, out] weight, dim 0 of its bias), row-parallel its inputs (dim 0); c_attn's outputs are q|k|v, three
   // groups each split over the tp ranks by heads.
-  const int tp = cfg.tp, r = cfg.tp_rank;
+  const int tp = part.sharding.tp, r = part.sharding.rank;
   const Shard replicated{-1, tp, r, 1}, column{1, tp, r, 1}, column_bias{0, tp, r, 1}, row{0, tp, r, 1},
       qkv{1, tp, r, 3}, qkv_bias{0, tp, r, 3};
   ParamTable t;
   // Reverse order of use: the final LayerNorm's gradient is ready first, the token embedding's (also the
   // LM head) last.
-  if (cfg.last_stage()) {
+  if (blocks.last(cfg.n_layer)) {
     t.add("ln_f.weight", {C}, {C}, false, replicated);
     t.add("ln_f.bias", {C}, {C}, false, replicated);
   }
-  for (int l = cfg.stage_end() - 1; l >= cfg.layer_begin; --l) {
+  for (int l = blocks.end - 1; l >= blocks.begin; --l) {
     auto add = [&](int slot, Shape shape, bool decay, const Shard& shard) {
       t.add(gpt2_layer_name(l, slot), shape, shape, decay, shard);
     };
@@ -77,25 +82,26 @@ ParamTable gpt_param_table(const GPTConfig& cfg_in) {
     add(0, {C}, false, replicated);          // ln_1.weight
     add(1, {C}, false, replicated);          // ln_1.bias
   }
-  if (cfg.first_stage()) t.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true, replicated);
+  if (blocks.first()) t.add("wpe.weight", {cfg.seq_len, C}, {cfg.seq_len, C}, true, replicated);
   // The token embedding (vocab-parallel) on the first stage, and its tied copy as the head on the last.
-  if (cfg.first_stage() || cfg.last_stage()) t.add("wte.weight", {vp, C}, {cfg.vocab_size, C}, true, row);
+  if (blocks.first() || blocks.last(cfg.n_layer)) t.add("wte.weight", {vp, C}, {cfg.vocab_size, C}, true, row);
   return t;
 }
 
-GPT::GPT(const GPTConfig& cfg, DType dtype, Device device, Tensor params, Tensor grads, bool no_buffers)
-    : cfg_(checked(cfg)), vp_(padded_vocab(cfg.vocab_size, cfg.tp)), dtype_(dtype), device_(device),
-      table_(gpt_param_table(cfg)) {
+GPT::GPT(const GPTConfig& cfg, const ModelPart& part, DType dtype, Device device, Tensor params, Tensor grads,
+         bool no_buffers)
+    : cfg_(cfg), part_(checked(cfg, part)), vp_(padded_vocab(cfg.vocab_size, part.sharding.tp)), dtype_(dtype),
+      device_(device), table_(gpt_param_table(cfg, part_)) {
   if (cfg_.llama()) {
     wte_ = table_.index_of("model.embed_tokens.weight");
     head_ = cfg_.tie_embeddings ? wte_ : table_.index_of("lm_head.weight");
-    if (cfg_.last_stage()) final_norm_ = make_norm(cfg_, {table_.index_of("model.norm.weight")});
+    if (last_stage()) final_norm_ = make_norm(cfg_, {table_.index_of("model.norm.weight")});
   } else {
     wte_ = head_ = table_.index_of("wte.weight");
     wpe_ = table_.index_of("wpe.weight");
-    if (cfg_.last_stage()) final_norm_ = make_norm(cfg_, {table_.index_of("ln_f.weight"), table_.index_of("ln_f.bias")});
+    if (last_stage()) final_norm_ = make_norm(cfg_, {table_.index_of("ln_f.weight"), table_.index_of("ln_f.bias")});
   }
-  blocks_ = make_blocks(cfg_, table_, dtype, device);
+  blocks_ = make_blocks(cfg_, part_, table_, dtype, device);
   const int64_t n = table_.total_numel();
   if (no_buffers) {
     CHECK(!params.defined() && !grads.defined(), "GPT: buffers given with no_buffers");
@@ -200,10 +206,11 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
         "sequence of {} tokens (this rank's of {} cp ranks) exceeds seq_len {} or is not two chunks", T, cp.size(),
         cfg_.seq_len);
   const int64_t N = int64_t(B) * T, Cf = cfg_.d_model;
-  const bool sp = sequence_parallel(), first = cfg_.first_stage(), last = cfg_.last_stage();
-  CHECK(!sp || N % cfg_.tp == 0, "sequence parallelism: {} rows (B*T) are not divisible by tp {}", N, cfg_.tp);
-  const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream and norm regions on this rank
-  const int L = cfg_.stage_layers();
+  const bool sp = sequence_parallel(), first = first_stage(), last = last_stage();
+  CHECK(!sp || N % sharding().tp == 0, "sequence parallelism: {} rows (B*T) are not divisible by tp {}", N,
+        sharding().tp);
+  const int64_t Ns = sharding().rows(N);  // rows of the residual stream and norm regions on this rank
+  const int L = num_blocks();
   const DType acc = acc_dtype(dtype_);  // norm statistics and losses
   Activations a;
   a.B = B;
@@ -220,7 +227,7 @@ Activations GPT::alloc_activations(Arena& arena, int B, int T, bool split_backwa
     a.lnf_rstd = r.rstd;
     a.logits = arena.alloc({N, vocab_shard()}, dtype_);
     a.losses = arena.alloc({N}, acc);
-    if (cfg_.tp > 1) {
+    if (sharding().tp > 1) {
       a.xent_max = arena.alloc({N}, acc);
       a.xent_stats = arena.alloc({2, N}, acc);
     }
@@ -242,14 +249,15 @@ void GPT::alloc_block_records(Activations& a, Arena& arena) const {
 }
 
 TensorParallel GPT::tensor_parallel() const {
-  CHECK(cfg_.tp == 1 || (tp_ && tp_->size() == cfg_.tp && tp_->rank() == cfg_.tp_rank),
-        "tp = {}: set_tp_comm() needs the tp group of {} ranks (this one rank {})", cfg_.tp, cfg_.tp, cfg_.tp_rank);
-  return TensorParallel(cfg_.tp > 1 ? tp_ : nullptr, cfg_.sequence_parallel);
+  const TensorSharding& t = sharding();
+  CHECK(t.tp == 1 || (tp_ && tp_->size() == t.tp && tp_->rank() == t.rank),
+        "tp = {}: set_tp_comm() needs the tp group of {} ranks (this one rank {})", t.tp, t.tp, t.rank);
+  return TensorParallel(t.tp > 1 ? tp_ : nullptr, t.sequence_parallel);
 }
 
 void GPT::need_params(const std::function<void(int64_t)>& params_needed, int next) const {
   if (!params_needed) return;
-  if (next >= cfg_.stage_layers()) return params_needed(0);
+  if (next >= num_blocks()) return params_needed(0);
   int64_t lo = INT64_MAX;  // the block's input norm
   for (int p : blocks_[next]->input_norm().params()) lo = std::min(lo, table_[p].offset);
   params_needed(lo);
@@ -271,7 +279,7 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum,
   const BlockPass pass{*this, tp, cp, a};
   const int64_t N = int64_t(a.B) * a.T;
   const Tensor none, &full = a.sp_full;  // sequence parallelism's [N, C] scratch
-  if (cfg_.first_stage()) {  // a later pipeline stage: the caller has put the previous stage's output into a.input()
+  if (first_stage()) {  // a later pipeline stage: the caller has put the previous stage's output into a.input()
     Tensor pos = wpe_ >= 0 ? param(wpe_) : none;
     if (cp.on() && pos.defined()) {  // the rows at this rank's tokens' positions
       const Tensor rows = Tensor::empty({a.T, cfg_.d_model}, dtype_, device_);
@@ -282,8 +290,8 @@ void GPT::forward(Activations& a, double dloss, const Tensor& loss_sum,
   }
   // Each skip connection's add is fused with the norm that reads its result: the next block's input norm (the final
   // norm after the last block of the last stage). Only the first block's input norm reads the stage's input alone.
-  const int L = cfg_.stage_layers();
-  const bool last = cfg_.last_stage();
+  const int L = num_blocks();
+  const bool last = last_stage();
   blocks_[0]->input_norm().forward(pass, input_record(a.layers[0]), a.residual[0]);
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
@@ -324,7 +332,7 @@ void GPT::backward_needs_block(const ParamsNeeded& params_needed, int l) const {
 BlockScratch GPT::backward_scratch(Arena& arena, const Activations& a, bool split) const {
   const bool sp = sequence_parallel();
   const int64_t N = int64_t(a.B) * a.T, C = cfg_.d_model;
-  const int64_t Ns = sp ? N / cfg_.tp : N;  // rows of the residual stream on this rank
+  const int64_t Ns = sharding().rows(N);  // rows of the residual stream on this rank
   // dres holds d(loss)/d(residual stream), updated in place from the top block down: each norm's backward
   // accumulates into it, which adds the block's branch to the skip connection's share. With sequence parallelism it
   // holds this rank's rows only (as do dln and the norms' inputs).
@@ -362,12 +370,12 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
   const ContextParallel cp = context_parallel();
   const BlockPass pass{*this, tp, cp, a};
   const bool split = part == BackwardPart::InputOnly;
-  const bool first = cfg_.first_stage(), last = cfg_.last_stage();
-  const int L = cfg_.stage_layers();
-  CHECK(last || dout.defined(), "pipeline stage [{}, {}): backward needs the output gradient", cfg_.layer_begin,
-        cfg_.stage_end());
+  const bool first = first_stage(), last = last_stage();
+  const int L = num_blocks();
+  CHECK(last || dout.defined(), "pipeline stage [{}, {}): backward needs the output gradient", part_.blocks.begin,
+        part_.blocks.end);
   CHECK(first || dinput.defined(), "pipeline stage [{}, {}): backward needs a tensor for the input gradient",
-        cfg_.layer_begin, cfg_.stage_end());
+        part_.blocks.begin, part_.blocks.end);
   CHECK(!split || static_cast<int>(a.wgrad.size()) == L, "split backward needs alloc_activations(..., true)");
   // The split input pass leaves the matmul parameters unfinished: readiness is reported by backward_weights.
   const std::function<void(int64_t)> no_hook;
@@ -403,22 +411,22 @@ void GPT::backward(Activations& a, Arena& arena, const std::function<void(int64_
 
 void GPT::backward_weights(Activations& a, const std::function<void(int64_t)>& grads_ready,
                            const ParamsNeeded& params_needed) {
-  CHECK(static_cast<int>(a.wgrad.size()) == cfg_.stage_layers(), "backward_weights needs a split backward first");
+  CHECK(static_cast<int>(a.wgrad.size()) == num_blocks(), "backward_weights needs a split backward first");
   const TensorParallel tp = tensor_parallel();
   const ContextParallel cp = context_parallel();
   const BlockPass pass{*this, tp, cp, a};
   const ParamReady block_ready = grads_ready ? ParamReady([&](int p) { ready_through(p, grads_ready); }) : ParamReady();
   const Tensor none, &full = a.sp_full;
-  if (cfg_.last_stage()) {
+  if (last_stage()) {
     column_linear_backward(tp, none, none, grad(head_), none, a.logits, a.lnf, full, param(head_),
                            WeightLayout::OutIn);
     ready_through(final_norm_->params().back(), grads_ready);
   }
-  for (int l = cfg_.stage_layers() - 1; l >= 0; --l) {
+  for (int l = num_blocks() - 1; l >= 0; --l) {
     if (cfg_.recompute == Recompute::Light) backward_needs_block(params_needed, l);  // its norms' outputs again
     blocks_[l]->backward_weights(pass, a.layers[l], a.residual[l], a.wgrad[l], block_ready);
   }
-  if (cfg_.first_stage()) embedding_backward(tp, cp, a.demb, a.tokens);
+  if (first_stage()) embedding_backward(tp, cp, a.demb, a.tokens);
   if (grads_ready) grads_ready(table_.total_numel());
 }
 

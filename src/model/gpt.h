@@ -4,11 +4,12 @@
 // the head, with tensor parallelism in the layers of model/parallel_layers.h.
 // Shapes use one vocabulary: B batch, T sequence, C channels, NH heads, HS head size, L layers, V vocab
 // (Vp: padded to a multiple of kVocabAlign * tp), N = B*T rows.
-// Tensor parallelism: a GPT object is one tp rank's shard of the model (cfg.tp ranks, this one cfg.tp_rank); the
-// parameter table says which slice of every parameter it holds (layout table in model/param_table.h).
-// Pipeline parallelism: a GPT object may also be one pipeline stage, the contiguous blocks [layer_begin,
-// layer_end): the first stage holds the embeddings, the last the final LayerNorm and the (tied) head and loss; a
-// middle stage reads its input residual stream from Activations::input() and leaves its output in output().
+// A GPT object holds one part of the whole model (model/model_part.h), cut from outside:
+// - a pipeline stage, a slice of the block list: the first stage holds the embeddings, the last the final norm and
+//   the (tied) head and loss; a middle stage reads its input residual stream from Activations::input() and leaves
+//   its output in output();
+// - one tp rank's shard of every parameter (layout table in model/param_table.h) and activation (the sharding
+//   plan's rules), with Megatron sequence parallelism on the residual stream's rows.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -21,12 +22,14 @@
 #include "core/tensor.h"
 #include "model/context_parallel.h"
 #include "model/model_arch.h"
+#include "model/model_part.h"
 #include "model/parallel_layers.h"
 #include "model/param_table.h"
 #include "model/recompute.h"
 
 namespace mt {
 
+// The whole model, nothing of its parallelism: a GPT object holds the ModelPart (model/model_part.h) it is given.
 struct GPTConfig {
   // The block family: GPT-2 (LayerNorm with bias, learned positions, GELU MLP, biases, the head tied to the
   // embedding) or Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, an untied head
@@ -41,28 +44,12 @@ struct GPTConfig {
   bool tie_embeddings = false;
   // Activation recomputation (model/recompute.h): which of a block's forward values its backward recomputes.
   Recompute recompute = Recompute::None;
-  int tp = 1, tp_rank = 0;  // tensor-parallel degree and this rank's place in its tp group
-  // Megatron sequence parallelism (only with tp > 1): each tp rank holds a contiguous block of N/tp rows of the
-  // residual stream and the LayerNorm regions, rows [tp_rank * N/tp, (tp_rank + 1) * N/tp) of the flattened
-  // [B*T] rows (row (b, t) at b*T + t). For micro-batch 1 that is exactly a split of the sequence; in general it
-  // shards the same per-row work. Needs N % tp == 0 (seq_len % tp == 0 makes every block whole (b, t) rows).
-  bool sequence_parallel = false;
-  // Pipeline stage: the transformer blocks [layer_begin, layer_end) of the n_layer (layer_end -1: n_layer).
-  // Parameter names, initialisation and the 1/sqrt(2 n_layer) projection scale stay those of the whole model.
-  int layer_begin = 0, layer_end = -1;
 
   bool llama() const { return arch == ModelArch::Llama; }
   int kv_heads() const { return llama() && n_kv_head > 0 ? n_kv_head : n_head; }
-  // The kv heads a tp rank holds: kv_heads / tp, or one when tp exceeds them (each then held by tp / kv_heads ranks).
-  int local_kv_heads() const { return kv_heads() >= tp ? kv_heads() / tp : 1; }
-  int kv_copies() const { return kv_heads() >= tp ? 1 : tp / kv_heads(); }
   int head_size() const { return d_model / n_head; }
   int mlp_hidden() const { return llama() ? llama_mlp_hidden(d_model, ffn_hidden, multiple_of) : 4 * d_model; }
   bool tied() const { return !llama() || tie_embeddings; }
-  int stage_end() const { return layer_end < 0 ? n_layer : layer_end; }
-  int stage_layers() const { return stage_end() - layer_begin; }
-  bool first_stage() const { return layer_begin == 0; }          // holds wte (embedding) and wpe
-  bool last_stage() const { return stage_end() == n_layer; }      // holds ln_f and wte (the tied head)
 };
 
 // Vocabulary padding: the LM head and embedding use Vp rows, a multiple of kVocabAlign * tp so every tp rank's
@@ -83,7 +70,7 @@ struct LayerOutputGrads {
 };
 
 // Everything one micro-batch's backward pass needs, allocated from an Arena (one record per micro-batch in
-// flight). Stage-local layer i (global block layer_begin + i) reads residual[i] and writes residual[i+1].
+// flight). Stage-local layer i (global block blocks.begin + i) reads residual[i] and writes residual[i+1].
 // With sequence parallelism (sp) the tensors marked "Ns" hold only this tp rank's N/tp rows (Ns = N/tp), else N.
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [Ns, C], [Ns], [Ns]
@@ -122,13 +109,13 @@ using ParamsNeeded = std::function<void(int64_t begin, int64_t end)>;
 // input (and the LayerNorms' parameter gradients) and keeps what backward_weights() needs for the rest.
 enum class BackwardPart { All, InputOnly };
 
-// The parameter table of a model or pipeline stage (the GPT constructor's layout), without allocating buffers.
-ParamTable gpt_param_table(const GPTConfig& cfg);
-ParamTable llama_param_table(const GPTConfig& cfg);  // gpt_param_table for Llama (model/llama_block.cpp)
+// The parameter table of a model's part (the GPT constructor's layout), without allocating buffers.
+ParamTable gpt_param_table(const GPTConfig& cfg, const ModelPart& part = {});
+ParamTable llama_param_table(const GPTConfig& cfg, const ModelPart& part);  // gpt_param_table for Llama
 std::string gpt2_layer_name(int layer, int slot);     // a GPT-2 block parameter's name (slot: its place in the block)
 std::string llama_layer_name(int layer, int slot);    // a Llama block parameter's name
 
-// Writes a Hugging Face GPT-2 config.json describing the whole model of `cfg` (its stage and tp rank ignored).
+// Writes a Hugging Face GPT-2 config.json describing the whole model of `cfg`.
 void write_hf_config(const std::string& path, const GPTConfig& cfg);
 
 class Block;
@@ -141,24 +128,33 @@ class GPT {
   // is the compute copy of fp32 master weights the optimizer keeps), F64 for gradient checks. Gradients,
   // LayerNorm statistics and losses are in acc_dtype(dtype) (fp32, or fp64 for fp64), so gradients accumulate
   // over micro-batches in fp32. Buffers are zero until init() or load_safetensors().
-  // CHECKs that n_head and 4 * d_model divide by cfg.tp (the config validation reports these as input errors
-  // first) and 0 <= tp_rank < tp.
+  // `part`: the blocks and the tp shard this object holds (model/model_part.h). CHECKs that n_head and the MLP's
+  // width divide by its tp (the config validation reports these as input errors first), that 0 <= rank < tp
+  // and that the blocks are a non-empty slice of the model's.
   // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements of dtype and
   // acc_dtype(dtype), e.g. views into one rank-wide buffer holding several pipeline chunks) the model uses them
   // instead of allocating its own. `params` given without `grads`: the gradients live elsewhere, and
   // set_grad_views() must say where before the first backward pass (ZeRO-2's unit buffers). no_buffers: neither
   // buffer is given nor allocated; set_param_views() and set_grad_views() say where both live (ZeRO-3), and
   // init() and load_safetensors() need their `into`.
-  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU, Tensor params = {}, Tensor grads = {},
-      bool no_buffers = false);
+  GPT(const GPTConfig& cfg, const ModelPart& part, DType dtype, Device device = Device::CPU, Tensor params = {},
+      Tensor grads = {}, bool no_buffers = false);
+  // The whole model on one rank.
+  GPT(const GPTConfig& cfg, DType dtype, Device device = Device::CPU) : GPT(cfg, ModelPart{}, dtype, device) {}
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
-  const GPTConfig& config() const { return cfg_; }
-  bool sequence_parallel() const { return cfg_.tp > 1 && cfg_.sequence_parallel; }
-  // The tensor-parallel group (cfg.tp ranks, this one at cfg.tp_rank); required before forward/backward when
-  // cfg.tp > 1, unused (and never called) when cfg.tp == 1. The model communicates only through it.
+  const GPTConfig& config() const { return cfg_; }  // the whole model's
+  const ModelPart& part() const { return part_; }    // its blocks' end resolved
+  const TensorSharding& sharding() const { return part_.sharding; }
+  bool sequence_parallel() const { return part_.sharding.sp(); }
+  int block_begin() const { return part_.blocks.begin; }  // the first block's index in the whole model
+  int num_blocks() const { return part_.blocks.size(cfg_.n_layer); }
+  bool first_stage() const { return part_.blocks.first(); }             // holds the embeddings
+  bool last_stage() const { return part_.blocks.last(cfg_.n_layer); }  // holds the final norm and the head
+  // The tensor-parallel group (sharding().tp ranks, this one at sharding().rank); required before forward/backward
+  // when tp > 1, unused (and never called) when tp == 1. The model communicates only through it.
   void set_tp_comm(Communicator* tp) { tp_ = tp; }
   // The context-parallel group (model/context_parallel.h): with more than one rank, each micro-batch holds this
   // rank's two zigzag chunks of every sequence (T of alloc_activations is the local length, 2 T / cp), positions are
@@ -168,8 +164,8 @@ class GPT {
   ContextParallel context_parallel() const { return ContextParallel(cp_); }
   int embedding_param() const { return wte_; }  // the token embedding (GPT-2's wte, also its head), -1 if absent
   int vocab_padded() const { return vp_; }                        // Vp, over all tp ranks
-  int vocab_shard() const { return vp_ / cfg_.tp; }               // Vp / tp rows of wte on this rank
-  int vocab_begin() const { return cfg_.tp_rank * vocab_shard(); }  // first vocabulary row on this rank
+  int vocab_shard() const { return vp_ / sharding().tp; }             // Vp / tp rows of wte on this rank
+  int vocab_begin() const { return sharding().rank * vocab_shard(); }  // first vocabulary row on this rank
   const ParamTable& table() const { return table_; }
   Tensor params() const { return params_; }  // flat, table().total_numel() elements of the compute dtype
   DType dtype() const { return dtype_; }
@@ -275,6 +271,7 @@ class GPT {
                           const Tensor& tokens);
 
   GPTConfig cfg_;
+  ModelPart part_;
   Communicator* tp_ = nullptr;
   Communicator* cp_ = nullptr;
   int vp_;

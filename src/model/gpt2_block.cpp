@@ -34,9 +34,9 @@ class Gpt2Block final : public Block {
 
   LayerActivations alloc_record(const BlockAlloc& alloc, const GPT& m, int64_t B, int64_t T) const override {
     using LA = LayerActivations;
-    const GPTConfig& cfg = m.config();
-    const int64_t N = B * T, Cl = cfg.d_model / cfg.tp, NHl = cfg.n_head / cfg.tp, C = cfg.d_model;
-    const int64_t Ns = m.sequence_parallel() ? N / cfg.tp : N;
+    const TensorSharding& sh = m.sharding();
+    const int64_t N = B * T, C = m.config().d_model, Cl = sh.cols(C), NHl = sh.cols(m.config().n_head);
+    const int64_t Ns = sh.rows(N);
     const DType dt = m.dtype(), acc = acc_dtype(dt);
     Arena& arena = alloc.arena;
     LayerActivations la;
@@ -60,7 +60,7 @@ class Gpt2Block final : public Block {
   }
 
   LayerOutputGrads alloc_kept(Arena& arena, const GPT& m, int64_t B, int64_t T) const override {
-    const int64_t N = B * T, C = m.config().d_model, Cl = C / m.config().tp;
+    const int64_t N = B * T, C = m.config().d_model, Cl = m.sharding().cols(C);
     LayerOutputGrads w;
     w.d_fcproj = arena.alloc({N, C}, m.dtype());
     w.dfch = arena.alloc({N, 4 * Cl}, m.dtype());
@@ -70,15 +70,15 @@ class Gpt2Block final : public Block {
   }
 
   int64_t attention_temp_bytes(const GPT& m, int64_t B, int64_t T) const override {
-    const int64_t Cl = m.config().d_model / m.config().tp;
-    return mt::attention_temp_bytes(m.context_parallel(), true, B, T, Cl, Cl, m.config().n_head / m.config().tp,
+    const int64_t Cl = m.sharding().cols(m.config().d_model);
+    return mt::attention_temp_bytes(m.context_parallel(), true, B, T, Cl, Cl, m.sharding().cols(m.config().n_head),
                                     m.dtype());
   }
 
   void alloc_scratch(BlockScratch& s, Arena& arena, const GPT& m, const Activations& a, bool split) const override {
-    const int64_t N = int64_t(a.B) * a.T, C = m.config().d_model, Cl = C / m.config().tp;
+    const int64_t N = int64_t(a.B) * a.T, C = m.config().d_model, Cl = m.sharding().cols(C);
     const DType dt = m.dtype();
-    s.datty = m.config().tp > 1 ? arena.alloc({N, Cl}, dt) : s.dln;  // c_proj's input gradient (local heads)
+    s.datty = m.sharding().tp > 1 ? arena.alloc({N, Cl}, dt) : s.dln;  // c_proj's input gradient (local heads)
     s.dqkv = split ? Tensor() : arena.alloc({N, 3 * Cl}, dt);
     s.dfch = split ? Tensor() : arena.alloc({N, 4 * Cl}, dt);
     s.datt = arena.alloc(a.layers[0].att.shape(), m.grad_dtype());  // fp32 scratch
@@ -93,7 +93,7 @@ class Gpt2Block final : public Block {
                 LayerOutputGrads* kept, const ParamReady& ready) const override {
     const Activations& a = p.a;
     const TensorParallel& tp = p.tp;
-    const int64_t Cl = p.model.config().d_model / p.model.config().tp;
+    const int64_t Cl = local_width(p);
     const bool split = kept != nullptr;
     const Tensor none, &full = a.sp_full;
     // A weight's gradient in this pass, or (split) none: backward_weights computes it.
@@ -140,7 +140,7 @@ class Gpt2Block final : public Block {
  protected:
   void forward_to_activation(const BlockPass& p, const LayerActivations& la, const Tensor& x) const override {
     const Activations& a = p.a;
-    const int64_t Cl = p.model.config().d_model / p.model.config().tp;
+    const int64_t Cl = local_width(p);
     const Tensor& full = a.sp_full;
     column_linear_forward(p.tp, la.qkv, la.ln1, full, W(p, QKV_W), W(p, QKV_B));
     packed_attention_forward(p.cp, la.atty.view({a.B, a.T, Cl}), la.att, la.qkv.view({a.B, a.T, 3 * Cl}), heads(p),
@@ -163,7 +163,8 @@ class Gpt2Block final : public Block {
  private:
   int P(Slot s) const { return params_[s]; }
   Tensor W(const BlockPass& p, Slot s) const { return p.param(params_[s]); }
-  static int heads(const BlockPass& p) { return p.model.config().n_head / p.model.config().tp; }
+  static int heads(const BlockPass& p) { return p.model.sharding().cols(p.model.config().n_head); }
+  static int64_t local_width(const BlockPass& p) { return p.model.sharding().cols(p.model.config().d_model); }
 
   Recompute recompute_;
   int tag_;  // its ring attention's messages (context parallelism)

@@ -80,10 +80,7 @@ void GPT::load_safetensors(const std::string& path, const Tensor& into) {
   SafetensorsFile f = SafetensorsFile::open(path);
   std::set<std::string> loaded;
   // A pipeline stage holds some of the model's tensors: the rest belong to other stages, not to no model.
-  GPTConfig whole = cfg_;
-  whole.layer_begin = 0;
-  whole.layer_end = -1;
-  const ParamTable all = gpt_param_table(whole);
+  const ParamTable all = gpt_param_table(cfg_, ModelPart{BlockSlice{}, sharding()});
   zero_(flat);
   for (const SafetensorInfo& info : f.tensors()) {
     if (ignorable(strip_prefix(info.name), cfg_) || ignorable(info.name, cfg_)) continue;
@@ -133,15 +130,15 @@ void GPT::load_safetensors(const std::string& path, const Tensor& into) {
 }
 
 void GPT::export_safetensors(const std::string& path) const {
-  CHECK(cfg_.tp == 1, "export_safetensors writes a tp = 1 model; gather the {} shards with assemble_full and "
-        "write_full_safetensors (model/tp_shard.h)", cfg_.tp);
+  CHECK(sharding().tp == 1, "export_safetensors writes a tp = 1 model; gather the {} shards with assemble_full and "
+        "write_full_safetensors (model/tp_shard.h)", sharding().tp);
   std::vector<std::vector<float>> keep;
   write_safetensors(path, unpadded_views(*this, params_, keep), {{"format", "pt"}});
 }
 
 void GPT::export_grads(const std::string& path) const {
-  CHECK(cfg_.tp == 1, "export_grads writes a tp = 1 model; gather the {} shards with assemble_full and "
-        "write_full_safetensors (model/tp_shard.h)", cfg_.tp);
+  CHECK(sharding().tp == 1, "export_grads writes a tp = 1 model; gather the {} shards with assemble_full and "
+        "write_full_safetensors (model/tp_shard.h)", sharding().tp);
   std::vector<std::vector<float>> keep;
   write_safetensors(path, unpadded_views(*this, grads_, keep), {{"format", "pt"}});
 }

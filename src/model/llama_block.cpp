@@ -37,23 +37,25 @@ std::string llama_layer_name(int l, int slot) {
   return "model.layers." + std::to_string(l) + "." + kLlamaSlotNames[slot];
 }
 
-ParamTable llama_param_table(const GPTConfig& cfg) {
+ParamTable llama_param_table(const GPTConfig& cfg, const ModelPart& part) {
+  const BlockSlice& blocks = part.blocks;  // resolved by gpt_param_table
   const int64_t C = cfg.d_model, HS = cfg.head_size(), Q = int64_t(cfg.n_head) * HS, KV = int64_t(cfg.kv_heads()) * HS;
-  const int64_t H = cfg.mlp_hidden(), vp = padded_vocab(cfg.vocab_size, cfg.tp);
-  const int tp = cfg.tp, r = cfg.tp_rank;
+  const int64_t H = cfg.mlp_hidden(), vp = padded_vocab(cfg.vocab_size, part.sharding.tp);
+  const int tp = part.sharding.tp, r = part.sharding.rank;
   // Weights are [out, in]: column-parallel splits dim 0 (outputs), row-parallel dim 1 (inputs).
   const Shard replicated{-1, tp, r, 1}, column{0, tp, r, 1}, row{1, tp, r, 1};
   // k and v by kv heads: column-parallel, or with fewer kv heads than tp ranks each head on tp / KV ranks (the
   // ranks whose query heads use it: consecutive query heads share a kv head).
-  const int copies = cfg.kv_copies();
+  const int copies = part.sharding.kv_copies(cfg.kv_heads());
   const Shard kv_heads = copies == 1 ? column : Shard{0, tp / copies, r / copies, 1, copies, r % copies};
   ParamTable t;
   // Reverse order of use, as GPT-2's: the head's gradients are ready first, the embedding's last.
-  if (cfg.last_stage()) {
+  const bool first = blocks.first(), last = blocks.last(cfg.n_layer);
+  if (last) {
     if (!cfg.tie_embeddings) t.add("lm_head.weight", {vp, C}, {cfg.vocab_size, C}, true, column);
     t.add("model.norm.weight", {C}, {C}, false, replicated);
   }
-  for (int l = cfg.stage_end() - 1; l >= cfg.layer_begin; --l) {
+  for (int l = blocks.end - 1; l >= blocks.begin; --l) {
     auto add = [&](int slot, Shape shape, bool decay, const Shard& shard) {
       t.add(llama_layer_name(l, slot), shape, shape, decay, shard);
     };
@@ -68,7 +70,7 @@ ParamTable llama_param_table(const GPTConfig& cfg) {
     add(0, {C}, false, replicated);         // input_layernorm
   }
   // The embedding on the first stage, and on the last too when the head is tied to it.
-  if (cfg.first_stage() || (cfg.last_stage() && cfg.tie_embeddings))
+  if (first || (last && cfg.tie_embeddings))
     t.add("model.embed_tokens.weight", {vp, C}, {cfg.vocab_size, C}, true, column);
   return t;
 }
@@ -77,9 +79,10 @@ namespace {
 
 class LlamaBlock final : public Block {
  public:
-  LlamaBlock(const GPTConfig& cfg, const ParamTable& table, int layer, const Tensor& kv_sum)
-      : recompute_(cfg.recompute), theta_(cfg.rope_theta), hs_(cfg.head_size()), heads_(cfg.n_head / cfg.tp),
-        kv_heads_(cfg.local_kv_heads()), tag_(layer * kRingAttentionTags), kv_sum_(kv_sum) {
+  LlamaBlock(const GPTConfig& cfg, const TensorSharding& sharding, const ParamTable& table, int layer,
+             const Tensor& kv_sum)
+      : recompute_(cfg.recompute), theta_(cfg.rope_theta), hs_(cfg.head_size()), heads_(sharding.cols(cfg.n_head)),
+        kv_heads_(sharding.kv_heads(cfg.kv_heads())), tag_(layer * kRingAttentionTags), kv_sum_(kv_sum) {
     for (int s = 0; s < kSlots; ++s) params_.push_back(table.index_of(llama_layer_name(layer, s)));
     norm_in_ = make_norm(cfg, {P(IN_NORM)});
     norm_post_ = make_norm(cfg, {P(POST_NORM)});
@@ -87,9 +90,8 @@ class LlamaBlock final : public Block {
 
   LayerActivations alloc_record(const BlockAlloc& alloc, const GPT& m, int64_t B, int64_t T) const override {
     using LA = LayerActivations;
-    const GPTConfig& cfg = m.config();
-    const int64_t N = B * T, C = cfg.d_model, Hl = cfg.mlp_hidden() / cfg.tp;
-    const int64_t Ns = m.sequence_parallel() ? N / cfg.tp : N;
+    const int64_t N = B * T, C = m.config().d_model, Hl = m.sharding().cols(m.config().mlp_hidden());
+    const int64_t Ns = m.sharding().rows(N);
     const DType dt = m.dtype(), acc = acc_dtype(dt);
     Arena& arena = alloc.arena;
     LayerActivations la;
@@ -113,7 +115,7 @@ class LlamaBlock final : public Block {
   }
 
   LayerOutputGrads alloc_kept(Arena& arena, const GPT& m, int64_t B, int64_t T) const override {
-    const int64_t N = B * T, C = m.config().d_model, Hl = m.config().mlp_hidden() / m.config().tp;
+    const int64_t N = B * T, C = m.config().d_model, Hl = m.sharding().cols(m.config().mlp_hidden());
     const DType dt = m.dtype();
     LayerOutputGrads w;
     w.d_fcproj = arena.alloc({N, C}, dt);   // down_proj
@@ -132,7 +134,7 @@ class LlamaBlock final : public Block {
   }
 
   void alloc_scratch(BlockScratch& s, Arena& arena, const GPT& m, const Activations& a, bool split) const override {
-    const int64_t N = int64_t(a.B) * a.T, C = m.config().d_model, Hl = m.config().mlp_hidden() / m.config().tp;
+    const int64_t N = int64_t(a.B) * a.T, C = m.config().d_model, Hl = m.sharding().cols(m.config().mlp_hidden());
     const DType dt = m.dtype();
     s.dx_part = arena.alloc({N, C}, dt);  // one projection's share of a shared input's gradient
     s.datty = arena.alloc({N, heads_ * hs_}, dt);
@@ -268,9 +270,9 @@ class LlamaBlock final : public Block {
 
 }  // namespace
 
-std::unique_ptr<Block> make_llama_block(const GPTConfig& cfg, const ParamTable& table, int layer,
-                                        const Tensor& kv_sum) {
-  return std::make_unique<LlamaBlock>(cfg, table, layer, kv_sum);
+std::unique_ptr<Block> make_llama_block(const GPTConfig& cfg, const TensorSharding& sharding, const ParamTable& table,
+                                        int layer, const Tensor& kv_sum) {
+  return std::make_unique<LlamaBlock>(cfg, sharding, table, layer, kv_sum);
 }
 
 }  // namespace mt

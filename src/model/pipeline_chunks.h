@@ -16,22 +16,24 @@
 
 namespace mt {
 
-// The GPTConfig of stage s: base (tp, tp_rank, sequence parallelism, sizes) with the stage's block range.
-GPTConfig stage_config(const GPTConfig& base, const std::vector<int>& layers_per_stage, int stage);
+// Stage s's slice of the block list.
+BlockSlice stage_blocks(const std::vector<int>& layers_per_stage, int stage);
 
 class PipelineChunks {
  public:
-  // CHECKs that layers_per_stage has p*v positive entries summing to base.n_layer (config validation reports
-  // these as input errors first).
+  // Each chunk is the part {its stage's blocks, sharding} of `model`. CHECKs that layers_per_stage has p*v positive
+  // entries summing to model.n_layer (config validation reports these as input errors first).
   // flat_grads = false: no flat gradient buffer (grads() undefined); each chunk's gradients live where
   // GPT::set_grad_views() puts them (ZeRO-2). flat_params = false (only with flat_grads = false): no flat parameter
   // buffer either (params() undefined); GPT::set_param_views() puts the parameters (ZeRO-3).
-  PipelineChunks(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank, DType dtype,
-                 Device device = Device::CPU, bool flat_grads = true, bool flat_params = true);
+  PipelineChunks(const GPTConfig& model, const TensorSharding& sharding, const std::vector<int>& layers_per_stage,
+                 int p, int rank, DType dtype, Device device = Device::CPU, bool flat_grads = true,
+                 bool flat_params = true);
 
   // The rank-wide parameter table of pipeline rank `rank` without building its chunks (to know another
   // rank's layout, e.g. when gathering the model for export).
-  static ParamTable rank_table(const GPTConfig& base, const std::vector<int>& layers_per_stage, int p, int rank);
+  static ParamTable rank_table(const GPTConfig& model, const TensorSharding& sharding,
+                               const std::vector<int>& layers_per_stage, int p, int rank);
 
   int size() const { return static_cast<int>(chunks_.size()); }  // v
   int num_stages() const { return num_stages_; }

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "model/gpt.h"
+#include "plan/stage_config.h"
 
 namespace mt::plan {
 
@@ -22,16 +22,16 @@ inline int64_t tensor_bytes(int64_t numel, DType t) {
 // One activation record of stage `g` for B sequences of T tokens in `dtype` (split: what the zero-bubble weight
 // pass keeps too), plus the input-gradient buffer when the stage is not the first (PipelineRunner::acquire). With
 // cp > 1, T is a cp rank's tokens of each sequence and attention keeps the ring's record (its log-sum-exp).
-int64_t record_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
+int64_t record_bytes(const StageConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
 
 // What one backward pass of stage `g` takes from the executor's scratch arena (held until the next backward).
-int64_t backward_scratch_bytes(const GPTConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
+int64_t backward_scratch_bytes(const StageConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
 
 // What one attention call of stage `g` allocates for its time under context parallelism (GPT::attention_temp_bytes):
 // 0 with cp = 1.
-int64_t attention_temp_bytes(const GPTConfig& g, int B, int T, DType dtype, int cp);
+int64_t attention_temp_bytes(const StageConfig& g, int B, int T, DType dtype, int cp);
 
 // One pipeline receive buffer of stage `g` ([rows, C]: rows = B*T, or B*T/tp with sequence parallelism).
-int64_t recv_buffer_bytes(const GPTConfig& g, int B, int T, DType dtype);
+int64_t recv_buffer_bytes(const StageConfig& g, int B, int T, DType dtype);
 
 }  // namespace mt::plan

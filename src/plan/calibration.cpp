@@ -111,13 +111,12 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
   // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
   GPTConfig g = gpt_config(model_);
   g.recompute = s.recompute;
-  g.tp = s.tp;
-  g.tp_rank = 0;
-  g.sequence_parallel = s.sp;
-  g.layer_begin = s.first ? 0 : 1;
-  g.layer_end = g.layer_begin + s.blocks;
-  g.n_layer = g.layer_end + (s.last ? 0 : 1);
-  GPT model(g, s.dtype);
+  ModelPart part;
+  part.sharding = {s.tp, 0, s.sp};
+  part.blocks.begin = s.first ? 0 : 1;
+  part.blocks.end = part.blocks.begin + s.blocks;
+  g.n_layer = part.blocks.end + (s.last ? 0 : 1);
+  GPT model(g, part, s.dtype);
   model.init(1234, model_.init_std > 0 ? model_.init_std : 0.02);
   CountingCommunicator tp(s.tp, 0), ring(s.cp, 0);
   if (s.tp > 1) model.set_tp_comm(&tp);

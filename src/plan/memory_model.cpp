@@ -65,10 +65,8 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   const int v = cfg.parallel.virtual_stages, B = cfg.train.micro_batch, T = cfg.model.seq_len / cp;
   const int m = cfg.train.global_batch / (dp * B), replicas = dp * cp;
   const std::vector<int> layers = layers_per_stage(cfg);
-  GPTConfig base = gpt_config(cfg);
-  base.tp = tp;
-  base.tp_rank = 0;
-  base.sequence_parallel = cfg.parallel.sequence_parallel;
+  const GPTConfig base = gpt_config(cfg);
+  const TensorSharding sharding{tp, 0, cfg.parallel.sequence_parallel};
   const DType dt = cfg.precision.compute;
   const bool mixed = dt != DType::F32, zero = cfg.optim.zero >= 1, zero3 = cfg.optim.zero == 3;
   const bool split = cfg.parallel.schedule == PipelineSchedule::ZB1;
@@ -81,7 +79,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
   for (int r = 0; r < pp; ++r) {
     StageMemory s;
     s.pp_rank = r;
-    const ParamTable rank_table = PipelineChunks::rank_table(base, layers, pp, r);
+    const ParamTable rank_table = PipelineChunks::rank_table(base, sharding, layers, pp, r);
     const int64_t n = std::max<int64_t>(1, rank_table.total_numel());
     // ZeRO-3 has no flat parameter buffer: its parameters are counted per chunk below (data_parallel.cpp's
     // FullySharded).
@@ -95,10 +93,10 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
     const ScheduleUsage use = schedule_usage(cfg.parallel.schedule, pp, m, v, r);
     const ShardedGradsOptions ring = sharded_grads_options(cfg, dp, dt, DType::F32);
     for (int c = 0; c < v; ++c) {
-      const GPTConfig g = stage_config(base, layers, c * pp + r);
-      const ParamTable table = gpt_param_table(g);
+      const StageConfig g{base, {stage_blocks(layers, c * pp + r), sharding}};
+      const ParamTable table = gpt_param_table(g.model, g.part);
       if (sharded) {
-        const std::vector<GradUnit> units = chunk_grad_units(cfg, g, table);
+        const std::vector<GradUnit> units = chunk_grad_units(cfg, base, table);
         const std::vector<Bucket> buckets =
             unit_buckets(table, units, dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
         const ShardedGradsSize z = sharded_grads_size(units, buckets, replicas, 0, ring, wire16);
@@ -111,7 +109,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
         // pinned units') in the compute dtype; its parameter shards are packed with the other chunks' (below).
         if (zero3)
           s.params += double(tensor_bytes(
-              std::max<int64_t>(1, sharded_params_store_numel(chunk_param_units(cfg, g, table), ring.shared_ring)),
+              std::max<int64_t>(1, sharded_params_store_numel(chunk_param_units(cfg, base, table), ring.shared_ring)),
               dt));
       } else if (reducers) {
         const std::vector<Bucket> buckets =
@@ -151,7 +149,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
       if (cfg.optim.outer == OuterOptimizer::Nesterov) s.dp_state += 2 * double(tensor_bytes(n, DType::F32));
     }
     const int recvs = use.recv_actions + (cfg.train.eval_every > 0 ? use.eval_recvs : 0);
-    s.buffers = double(recvs) * double(recv_buffer_bytes(base, B, T, dt));
+    s.buffers = double(recvs) * double(recv_buffer_bytes({base, {BlockSlice{}, sharding}}, B, T, dt));
     out.stages.push_back(s);
     if (s.peak() > out.peak) {
       out.peak = s.peak();

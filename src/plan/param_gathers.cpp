@@ -11,18 +11,19 @@
 
 namespace mt::plan {
 
-StageWork stage_work(const GPTConfig& g, bool weight_pass) {
-  const double C = g.d_model, tp = g.tp, T = g.seq_len, Vp = padded_vocab(g.vocab_size, g.tp);
+StageWork stage_work(const StageConfig& s, bool weight_pass) {
+  const GPTConfig& g = s.model;
+  const double C = g.d_model, tp = s.tp(), T = g.seq_len, Vp = padded_vocab(g.vocab_size, s.tp());
   // GPT-2's MLP 8 C^2, attention 4 C^2; Llama's SwiGLU 3 C H, attention C (Q + 2 KV) + Q C (q, k, v and o), with
   // Q = NH HS and KV = n_kv_head HS.
   const double Q = double(g.n_head) * g.head_size(), KV = double(g.kv_heads()) * g.head_size();
   const double mlp = g.llama() ? 3 * C * g.mlp_hidden() : 8 * C * C;
   const double attn = g.llama() ? C * (2 * Q + 2 * KV) : 4 * C * C;
   StageWork w;
-  if (g.last_stage()) w.head = C * Vp / tp;
+  if (s.last()) w.head = C * Vp / tp;
   w.mlp = mlp / tp;
   w.attn = attn / tp + (weight_pass ? 0 : T * C / tp);
-  if (g.first_stage()) w.embedding = C;
+  if (s.first()) w.embedding = C;
   return w;
 }
 
@@ -35,9 +36,10 @@ ParamRequest range_of(const ParamTable& t, const std::string& name) {
 }
 
 // Stage-local block l's parameters (GPT::backward_needs_block: every slot of the block).
-ParamRequest block_range(const GPTConfig& g, const ParamTable& t, int l) {
-  const std::string prefix = g.llama() ? "model.layers." + std::to_string(g.layer_begin + l) + "."
-                                       : "h." + std::to_string(g.layer_begin + l) + ".";
+ParamRequest block_range(const StageConfig& s, const ParamTable& t, int l) {
+  const int layer = s.block_begin() + l;
+  const std::string prefix = s.model.llama() ? "model.layers." + std::to_string(layer) + "."
+                                             : "h." + std::to_string(layer) + ".";
   ParamRequest r{INT64_MAX, 0, 0};
   for (const ParamSpec& p : t.specs())
     if (p.name.compare(0, prefix.size(), prefix) == 0) {
@@ -49,43 +51,44 @@ ParamRequest block_range(const GPTConfig& g, const ParamTable& t, int l) {
 
 // Where GPT::need_params(next) asks from: block `next`'s input norm (the forward fuses it into the block before),
 // or the start of the layout past the last block.
-int64_t forward_begin(const GPTConfig& g, const ParamTable& t, int next) {
-  if (next >= g.stage_layers()) return 0;
-  const int layer = g.layer_begin + next;
-  if (g.llama()) return range_of(t, llama_layer_name(layer, 0)).begin;  // input_layernorm
+int64_t forward_begin(const StageConfig& s, const ParamTable& t, int next) {
+  if (next >= s.blocks()) return 0;
+  const int layer = s.block_begin() + next;
+  if (s.model.llama()) return range_of(t, llama_layer_name(layer, 0)).begin;  // input_layernorm
   const std::string h = "h." + std::to_string(layer) + ".";
   return std::min(range_of(t, h + "ln_1.weight").begin, range_of(t, h + "ln_1.bias").begin);
 }
 
 // Block l's lowest element (GPT::need_block_params).
-int64_t block_begin(const GPTConfig& g, const ParamTable& t, int l) { return block_range(g, t, l).begin; }
+int64_t block_begin(const StageConfig& s, const ParamTable& t, int l) { return block_range(s, t, l).begin; }
 
 // GPT::forward: need_params(0) before the embedding (through block 0's input norm); then per block l,
 // need_block_params(l) before it and need_params(l + 1) before the norm fused into its end (the next block's input
 // norm, or everything after the last block); each asks from its begin up to the request before it.
-std::vector<ParamRequest> forward_requests(const GPTConfig& g, const ParamTable& t) {
-  const StageWork w = stage_work(g, false);
-  const int L = g.stage_layers();
+std::vector<ParamRequest> forward_requests(const StageConfig& s, const ParamTable& t) {
+  const StageWork w = stage_work(s, false);
+  const int L = s.blocks();
   std::vector<ParamRequest> r;
   int64_t end = t.total_numel();
   auto ask = [&](int64_t begin, double after) {
     r.push_back({begin, end, after});
     end = std::min(end, begin);
   };
-  ask(forward_begin(g, t, 0), w.embedding);
+  ask(forward_begin(s, t, 0), w.embedding);
   for (int l = 0; l < L; ++l) {
-    ask(block_begin(g, t, l), w.block());
-    ask(forward_begin(g, t, l + 1), l + 1 == L ? w.head : 0.0);
+    ask(block_begin(s, t, l), w.block());
+    ask(forward_begin(s, t, l + 1), l + 1 == L ? w.head : 0.0);
   }
   return r;
 }
 
 // GPT::backward (and its input-only half): the head's parameters first on the last stage (GPT-2: ln_f's weight and
 // bias and the tied wte; Llama: the norm and the head), then each block's, the last block first.
-std::vector<ParamRequest> backward_requests(const GPTConfig& g, const ParamTable& t) {
-  const StageWork w = stage_work(g, false);
+std::vector<ParamRequest> backward_requests(const StageConfig& s, const ParamTable& t) {
+  const GPTConfig& g = s.model;
+  const StageWork w = stage_work(s, false);
   std::vector<ParamRequest> r;
-  if (g.last_stage()) {
+  if (s.last()) {
     const std::vector<std::string> head =
         g.llama() ? std::vector<std::string>{"model.norm.weight",
                                              g.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}
@@ -93,8 +96,8 @@ std::vector<ParamRequest> backward_requests(const GPTConfig& g, const ParamTable
     for (const std::string& name : head) r.push_back(range_of(t, name));
     r.back().work_after = w.head;
   }
-  for (int l = g.stage_layers() - 1; l >= 0; --l) {
-    r.push_back(block_range(g, t, l));
+  for (int l = s.blocks() - 1; l >= 0; --l) {
+    r.push_back(block_range(s, t, l));
     r.back().work_after = w.block() + (l == 0 ? w.embedding : 0.0);
   }
   return r;
@@ -102,12 +105,12 @@ std::vector<ParamRequest> backward_requests(const GPTConfig& g, const ParamTable
 
 // GPT::backward_weights: only train.recompute: light reads parameters there (each block's norms again), after the
 // head's weight gradient.
-std::vector<ParamRequest> weight_requests(const GPTConfig& g, const ParamTable& t) {
-  if (g.recompute != Recompute::Light) return {};
-  const StageWork w = stage_work(g, true);
+std::vector<ParamRequest> weight_requests(const StageConfig& s, const ParamTable& t) {
+  if (s.model.recompute != Recompute::Light) return {};
+  const StageWork w = stage_work(s, true);
   std::vector<ParamRequest> r{{0, 0, w.head}};
-  for (int l = g.stage_layers() - 1; l >= 0; --l) {
-    r.push_back(block_range(g, t, l));
+  for (int l = s.blocks() - 1; l >= 0; --l) {
+    r.push_back(block_range(s, t, l));
     r.back().work_after = w.block() + (l == 0 ? w.embedding : 0.0);
   }
   return r;
@@ -123,21 +126,21 @@ std::vector<ParamRequest> normalised(std::vector<ParamRequest> r) {
 
 }  // namespace
 
-std::vector<ParamRequest> param_requests(const GPTConfig& g, const ParamTable& t, ActionKind pass) {
+std::vector<ParamRequest> param_requests(const StageConfig& s, const ParamTable& t, ActionKind pass) {
   switch (pass) {
-    case ActionKind::Forward: return normalised(forward_requests(g, t));
+    case ActionKind::Forward: return normalised(forward_requests(s, t));
     case ActionKind::Backward:
-    case ActionKind::BackwardInput: return normalised(backward_requests(g, t));
-    case ActionKind::BackwardWeight: return normalised(weight_requests(g, t));
+    case ActionKind::BackwardInput: return normalised(backward_requests(s, t));
+    case ActionKind::BackwardWeight: return normalised(weight_requests(s, t));
     default: return {};
   }
 }
 
-ChunkParamGathers::ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units,
+ChunkParamGathers::ChunkParamGathers(const StageConfig& s, const ParamTable& t, std::vector<GradUnit> units,
                                      std::vector<double> unit_us, int elem_bytes, int slots)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), elem_bytes_(elem_bytes),
-      forward_(param_requests(g, t, ActionKind::Forward)), backward_(param_requests(g, t, ActionKind::Backward)),
-      weight_(param_requests(g, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
+      forward_(param_requests(s, t, ActionKind::Forward)), backward_(param_requests(s, t, ActionKind::Backward)),
+      weight_(param_requests(s, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
       early_(units_.size(), 0.0), early_in_flight_(units_.size(), false) {
   for (size_t u = 0, ring = 0; u < units_.size(); ++u)
     slot_.push_back(units_[u].pinned ? -1 : int(ring++ % slots));

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/gpt.h"
 #include "parallel/schedule.h"
 #include "parallel/sharded_grads.h"
+#include "plan/stage_config.h"
 
 namespace mt::plan {
 
@@ -24,7 +24,7 @@ struct StageWork {
   double head = 0, mlp = 0, attn = 0, embedding = 0;
   double block() const { return mlp + attn; }
 };
-StageWork stage_work(const GPTConfig& g, bool weight_pass);
+StageWork stage_work(const StageConfig& g, bool weight_pass);
 
 // One params_needed request of a pass: the elements [begin, end) it asks for (the forward pass asks from `begin`
 // up to its previous request), and the pass's compute from it to the next request (or the pass's end), as a share
@@ -37,7 +37,7 @@ struct ParamRequest {
 // The requests of one pass of stage `g` (table `t`) in order: a Forward, a Backward or BackwardInput (the same
 // requests), or zb1's BackwardWeight (which reads parameters only under train.recompute: light). A pass that
 // computes before its first request starts with an empty request.
-std::vector<ParamRequest> param_requests(const GPTConfig& g, const ParamTable& t, ActionKind pass);
+std::vector<ParamRequest> param_requests(const StageConfig& g, const ParamTable& t, ActionKind pass);
 
 // What one pass gathered.
 struct PassGathers {
@@ -55,7 +55,7 @@ class ChunkParamGathers {
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
   // all-gathers one after another); elem_bytes: the compute dtype's size; slots: the ring's (2, or 3 shared with
   // the gradients).
-  ChunkParamGathers(const GPTConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
+  ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
                     int elem_bytes, int slots);
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first

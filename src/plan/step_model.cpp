@@ -21,25 +21,26 @@ namespace {
 // Where in a chunk's final gradient pass its gradients become final: (end of the flat range reported, fraction of
 // the pass done), in the order GPT::backward / backward_weights call grads_ready. The split of the pass between
 // the head, each half block and the embedding is by multiply-adds (the measured pass time is one number).
-std::vector<std::pair<int64_t, double>> ready_points(const GPTConfig& g, const ParamTable& t, bool weight_pass) {
+std::vector<std::pair<int64_t, double>> ready_points(const StageConfig& s, const ParamTable& t, bool weight_pass) {
+  const GPTConfig& g = s.model;
   std::vector<std::pair<int64_t, double>> pts;
   auto end_of = [&](const std::string& name) {
     const int i = t.index_of(name);
     return i < 0 ? t.total_numel() : t[i].offset + t[i].numel();
   };
-  const StageWork sw = stage_work(g, weight_pass);
+  const StageWork sw = stage_work(s, weight_pass);
   double w = 0;
-  if (g.last_stage()) {
+  if (s.last()) {
     w += sw.head;
     pts.push_back({end_of(g.llama() ? "model.norm.weight" : "ln_f.bias"), w});
   }
-  for (int l = g.stage_end() - 1; l >= g.layer_begin; --l) {
+  for (int l = s.block_begin() + s.blocks() - 1; l >= s.block_begin(); --l) {
     w += sw.mlp;
     pts.push_back({end_of(g.llama() ? llama_layer_name(l, 5) : "h." + std::to_string(l) + ".ln_2.bias"), w});
     w += sw.attn;
     pts.push_back({end_of(g.llama() ? llama_layer_name(l, 0) : "h." + std::to_string(l) + ".ln_1.bias"), w});
   }
-  if (g.first_stage()) w += sw.embedding;
+  if (s.first()) w += sw.embedding;
   pts.push_back({t.total_numel(), w});
   for (auto& p : pts) p.second /= w;
   return pts;
@@ -61,7 +62,7 @@ struct StepContext {
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
-  std::vector<std::vector<GPTConfig>> stage_cfg;  // [rank][chunk]
+  std::vector<std::vector<StageConfig>> stage_cfg;  // [rank][chunk]
   std::vector<std::vector<PassGathers>> gathers;  // ZeRO-3: [rank][action of its list], each pass's gathers
   std::vector<TimelineRank> tl;
   std::vector<double> t, exposed;
@@ -80,11 +81,11 @@ struct StepContext {
 // ZeRO-3: chunk `g`'s parameter store (plan/param_gathers.h). Each unit's gather is its buckets' all-gathers (the
 // gradient shards' buckets, cut within the units) in the compute dtype, one after another, plus the wait for a
 // peer time-sliced out when the ranks share cores.
-ChunkParamGathers chunk_param_gathers(const StepContext& x, const GPTConfig& g) {
-  const ParamTable table = gpt_param_table(g);
-  const std::vector<GradUnit> units = chunk_param_units(x.cfg, g, table);
+ChunkParamGathers chunk_param_gathers(const StepContext& x, const StageConfig& g) {
+  const ParamTable table = gpt_param_table(g.model, g.part);
+  const std::vector<GradUnit> units = chunk_param_units(x.cfg, g.model, table);
   const std::vector<Bucket> buckets =
-      unit_buckets(table, chunk_grad_units(x.cfg, g, table), 4, x.cfg.comm.bucket_mb * 1048576.0);
+      unit_buckets(table, chunk_grad_units(x.cfg, g.model, table), 4, x.cfg.comm.bucket_mb * 1048576.0);
   const int elem = int(dtype_size(x.dt));
   std::vector<double> unit_us(units.size(), x.replicas > 1 ? x.sync : 0.0);
   for (const Bucket& b : buckets) {
@@ -142,11 +143,11 @@ void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassT
 // after another). Each ring step's message travels while the step's attention blocks compute, so cp - 1 of the cp
 // steps hide messages: the pass's score work (stage_work's T C / tp multiply-adds per token and block, as a share of
 // the pass's) times (cp - 1) / cp. What the messages take beyond that is waited for.
-double ring_wait_us(const GPTConfig& g, int cp, double ring_us, double work_us, bool weight_pass) {
+double ring_wait_us(const StageConfig& g, int cp, double ring_us, double work_us, bool weight_pass) {
   if (cp == 1 || ring_us == 0) return 0;
   const StageWork w = stage_work(g, weight_pass);
-  const double blocks = g.stage_layers(), per_token = w.head + blocks * (w.mlp + w.attn) + w.embedding;
-  const double scores = blocks * double(g.seq_len) * g.d_model / g.tp;
+  const double blocks = g.blocks(), per_token = w.head + blocks * (w.mlp + w.attn) + w.embedding;
+  const double scores = blocks * double(g.model.seq_len) * g.model.d_model / g.tp();
   return std::max(0.0, ring_us - work_us * scores / per_token * (cp - 1) / cp);
 }
 
@@ -157,9 +158,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
-  GPTConfig base = gpt_config(cfg);
-  base.tp = tp;
-  base.sequence_parallel = cfg.parallel.sequence_parallel;
+  const GPTConfig base = gpt_config(cfg);
   const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
   TimelineInput in;
   in.schedule = cfg.parallel.schedule;
@@ -171,7 +170,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   in.cores = o.cores;
   if (p > 1) in.poll_share.assign(p, o.net.poll_share);
   in.chunks.assign(p, std::vector<ChunkCost>(v));
-  x.stage_cfg.assign(p, std::vector<GPTConfig>(v));
+  x.stage_cfg.assign(p, std::vector<StageConfig>(v));
   std::vector<std::vector<PassTimes>> times(p, std::vector<PassTimes>(v));
   // Records in flight on each rank (all its chunks): passes run at the speed of their caches' state, which the
   // calibration reproduces. At least 2: between two passes over one record a step always runs something else
@@ -185,12 +184,12 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   }
   for (int r = 0; r < p; ++r)
     for (int c = 0; c < v; ++c) {
-      const GPTConfig g = stage_config(base, layers, c * p + r);
+      const StageConfig g = stage_config(base, tp, sp, layers, c * p + r);
       x.stage_cfg[r][c] = g;
       StageShape s;
-      s.blocks = g.stage_layers();
-      s.first = g.first_stage();
-      s.last = g.last_stage();
+      s.blocks = g.blocks();
+      s.first = g.first();
+      s.last = g.last();
       s.B = B;
       s.tp = tp;
       s.sp = sp;
@@ -243,9 +242,10 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
 
 // The tied embedding's gradient summed between the first and the last stage (Llama's untied head has none).
 void tied_sum_phase(StepContext& x) {
-  if (x.S == 1 || !x.stage_cfg[0][0].tied()) return;
+  if (x.S == 1 || !x.stage_cfg[0][0].model.tied()) return;
   const int p = x.p;
-  const ParamTable head = gpt_param_table(x.stage_cfg[p - 1][x.v - 1]);
+  const StageConfig& last = x.stage_cfg[p - 1][x.v - 1];
+  const ParamTable head = gpt_param_table(last.model, last.part);
   const int64_t wte = head[head.index_of(embedding_name(x.cfg))].numel();
   const double P = x.net.op_us(CommKind::AllReduce, wte * 4, 2, x.links.emb) + x.step_sync;
   const double late = std::max(x.t[0], x.t[p - 1]);
@@ -296,15 +296,15 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
     for (int c = x.v - 1; c >= 0; --c) {
-      const GPTConfig& g = x.stage_cfg[r][c];
-      const ParamTable table = gpt_param_table(g);
+      const StageConfig& g = x.stage_cfg[r][c];
+      const ParamTable table = gpt_param_table(g.model, g.part);
       st.param_numel[r] += double(table.total_numel());
       if (!reducers) continue;
       const std::vector<Bucket> buckets =
-          sharded ? unit_buckets(table, chunk_grad_units(cfg, g, table), 4, cfg.comm.bucket_mb * 1048576.0)
+          sharded ? unit_buckets(table, chunk_grad_units(cfg, g.model, table), 4, cfg.comm.bucket_mb * 1048576.0)
                   : make_buckets(table, table.total_numel(), 4, cfg.comm.bucket_mb * 1048576.0);
       const int wte = table.index_of(embedding);
-      const int64_t limit = x.S > 1 && g.tied() && wte >= 0 ? table[wte].offset : INT64_MAX;
+      const int64_t limit = x.S > 1 && g.model.tied() && wte >= 0 ? table[wte].offset : INT64_MAX;
       const auto pts = ready_points(g, table, split);
       std::vector<std::pair<double, double>> passes{{x.tl[r].final_start[c], x.tl[r].final_end[c]}};
       if (sharded) passes = x.tl[r].grad_passes[c];

@@ -1,5 +1,5 @@
-// The GPTConfig of a config's model section: the whole model on one rank (the trainer then sets its tp rank,
-// sequence parallelism and pipeline stage; checkpoints and the export use it as it is).
+// The GPTConfig of a config's model section: the whole model (each rank's part is cut from it with a ModelPart,
+// model/model_part.h; checkpoints and the export use it as it is).
 #pragma once
 #include "model/gpt.h"
 #include "train/config.h"

@@ -47,11 +47,8 @@ void write_gathered_safetensors(const std::string& path, const PipelineChunks& m
   }
   std::map<std::string, std::vector<float>> by_name;  // the tied wte: stage 0's copy (both are equal)
   for (int i = 0; i < table.size(); ++i) by_name.emplace(table[i].name, std::move(full[i]));
-  GPTConfig single = base;
-  single.tp = 1;
-  single.tp_rank = 0;
   for (int r = 1; r < mesh.pp(); ++r) {
-    const ParamTable t = PipelineChunks::rank_table(single, layers_per_stage, mesh.pp(), r);
+    const ParamTable t = PipelineChunks::rank_table(base, TensorSharding{}, layers_per_stage, mesh.pp(), r);
     std::vector<float> packed(full_numel(t));
     comms.pp->recv(Tensor(packed.data(), {int64_t(packed.size())}, DType::F32), r, kGatherTag);
     size_t at = 0;
@@ -61,9 +58,7 @@ void write_gathered_safetensors(const std::string& path, const PipelineChunks& m
     }
   }
   // 3. The single-rank model's layout and names.
-  single.layer_begin = 0;
-  single.layer_end = -1;
-  const ParamTable whole = gpt_param_table(single);
+  const ParamTable whole = gpt_param_table(base);
   std::vector<std::vector<float>> ordered;
   for (const ParamSpec& s : whole.specs()) {
     auto it = by_name.find(s.name);

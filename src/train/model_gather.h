@@ -12,8 +12,8 @@
 namespace mt {
 
 // `flat` is this rank's flat buffer laid out by model.table() (parameters or gradients, F32). Collective over
-// the ranks with dp_rank 0 (others return at once); world rank 0 writes `path`. base: the model's GPTConfig
-// (any tp rank's); layers_per_stage as for PipelineChunks.
+// the ranks with dp_rank 0 (others return at once); world rank 0 writes `path`. base: the whole model's
+// GPTConfig; layers_per_stage as for PipelineChunks.
 void write_gathered_safetensors(const std::string& path, const PipelineChunks& model, const Tensor& flat,
                                 const DeviceMesh& mesh, MeshComms& comms, const GPTConfig& base,
                                 const std::vector<int>& layers_per_stage);

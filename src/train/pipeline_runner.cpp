@@ -64,9 +64,8 @@ PipelineRunner::Plan PipelineRunner::make_plan(std::vector<Action> actions) {
   for (int i = 0; i < n; ++i) {
     const Action& a = actions[i];
     if (is_recv(a.kind)) {
-      const GPTConfig& g = model_.chunk(a.chunk).config();
-      const int64_t N = int64_t(B_) * T_, rows = model_.chunk(a.chunk).sequence_parallel() ? N / g.tp : N;
-      plan.recv_buf[i] = buffers_.alloc({rows, g.d_model}, model_.dtype());
+      const GPT& g = model_.chunk(a.chunk);
+      plan.recv_buf[i] = buffers_.alloc({g.sharding().rows(int64_t(B_) * T_), g.config().d_model}, model_.dtype());
       continue;
     }
     last_use[{a.chunk, a.micro_batch}] = i;
@@ -97,7 +96,7 @@ PipelineRunner::Record& PipelineRunner::acquire(int chunk) {
     auto rec = std::make_unique<Record>();
     rec->arena = std::make_unique<Arena>(g.device(), bytes);
     rec->acts = g.alloc_activations(*rec->arena, B_, T_, split_);
-    if (!g.config().first_stage()) rec->dinput = rec->arena->alloc(rec->acts.input().shape(), g.dtype());
+    if (!g.first_stage()) rec->dinput = rec->arena->alloc(rec->acts.input().shape(), g.dtype());
     pool.push_back(std::move(rec));
     pick = pool.back().get();
   }
@@ -175,7 +174,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
     const int k = a.chunk * M + a.micro_batch;
     GPT& model = model_.chunk(a.chunk);
     flight_at(a);
-    const bool last_stage = model.config().last_stage();
+    const bool last_stage = model.last_stage();
     const double t0 = trace_clock_us();
     const bool compute = !is_recv(a.kind) && a.kind != ActionKind::SendAct && a.kind != ActionKind::SendGrad;
     if (compute) stretch_.begin();
@@ -201,7 +200,7 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
           copy_convert(r.acts.tokens, Tensor(tokens_.data(), r.acts.tokens.shape(), DType::I32));
           copy_convert(r.acts.targets, Tensor(targets_.data(), r.acts.targets.shape(), DType::I32));
         }
-        if (!model.config().first_stage()) {
+        if (!model.first_stage()) {
           CHECK(received_act[k], "schedule: forward of micro-batch {} chunk {} before its input arrived",
                 a.micro_batch, a.chunk);
           copy_convert(r.acts.input(), *received_act[k]);

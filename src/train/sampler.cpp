@@ -31,7 +31,8 @@ Config on_mesh(Config c, int tp, int pp) {
 }  // namespace
 
 Sampler::Sampler(const Config& cfg, const std::string& weights, int tp, int pp) : cfg_(cfg) {
-  GPTConfig g = gpt_config(cfg.model);
+  const GPTConfig g = gpt_config(cfg.model);
+  ModelPart part;
   if (tp * pp > 1) {
     cfg_ = on_mesh(cfg, tp, pp);
     int rank = 0, world = 1;
@@ -44,11 +45,10 @@ Sampler::Sampler(const Config& cfg, const std::string& weights, int tp, int pp) 
     o.timeout_s = 600;
     comms_ = make_mesh_comms(*mesh_, MPI_COMM_WORLD,
                              [&](MPI_Comm c, const std::string& name) { return make_communicator(c, name, o); });
-    g.tp = tp;
-    g.tp_rank = mesh_->tp_rank();
-    g = stage_config(g, layers_per_stage(cfg_), mesh_->pp_rank());
+    part.sharding = {tp, mesh_->tp_rank(), false};
+    part.blocks = stage_blocks(layers_per_stage(cfg_), mesh_->pp_rank());
   }
-  model_ = std::make_unique<GPT>(g, DType::F32);
+  model_ = std::make_unique<GPT>(g, part, DType::F32);
   if (comms_.tp) model_->set_tp_comm(comms_.tp.get());
   model_->load_safetensors(weights);
 }

@@ -34,8 +34,8 @@ Tensor build_model_and_data(TrainingRun& r) {
   const DeviceMesh& mesh = r.mesh;
   const bool zero3 = cfg.optim.zero == 3;
   // ZeRO-2 reducing every micro-batch keeps no flat gradient buffer (grad_reducers.h), ZeRO-3 no flat parameters.
-  r.model = std::make_unique<PipelineChunks>(r.gcfg, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute, r.dev,
-                                             !sharded_gradients(cfg), !zero3);
+  r.model = std::make_unique<PipelineChunks>(r.gcfg, r.sharding, r.stage_layers, mesh.pp(), mesh.pp_rank(), r.compute,
+                                             r.dev, !sharded_gradients(cfg), !zero3);
   PipelineChunks& model = *r.model;
   const bool host_masters = r.mixed || r.dev == Device::CUDA || zero3;
   const bool loaded = !cfg.model.init_from.empty();
@@ -227,9 +227,10 @@ void check_activation_memory(const TrainingRun& r) {
   double need = 0, scratch = 0;
   for (int c = 0; c < r.model->size(); ++c) {
     const GPT& g = r.model->chunk(c);
-    need += double(plan::record_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split, r.mesh.cp()));
+    const plan::StageConfig stage{g.config(), g.part()};
+    need += double(plan::record_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp()));
     scratch = std::max(scratch,
-                       double(plan::backward_scratch_bytes(g.config(), r.mb, r.T_rank, g.dtype(), split, r.mesh.cp())));
+                       double(plan::backward_scratch_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp())));
   }
   need += scratch;
   const double available = available_host_bytes();
@@ -287,9 +288,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.n_micro = r.local_batch / r.mb;
   r.tokens_per_step = int64_t(r.gb) * r.T;
   r.gcfg = gpt_config(cfg);
-  r.gcfg.tp = mesh.tp();
-  r.gcfg.tp_rank = mesh.tp_rank();
-  r.gcfg.sequence_parallel = cfg.parallel.sequence_parallel;
+  r.sharding = {mesh.tp(), mesh.tp_rank(), cfg.parallel.sequence_parallel};
   r.stage_layers = layers_per_stage(cfg);
   // Mixed precision: the model's parameters and activations are in the compute dtype, its gradients in fp32.
   r.compute = cfg.precision.compute;

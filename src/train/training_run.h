@@ -48,7 +48,8 @@ struct TrainingRun {
   // micro-batch and per step, this dp rank's share, micro-batches.
   int T, T_rank, mb, gb, local_batch, n_micro;
   int64_t tokens_per_step;
-  GPTConfig gcfg;                 // the whole model's, with this rank's tp place
+  GPTConfig gcfg;                 // the whole model's
+  TensorSharding sharding;        // this rank's tp place (model/model_part.h)
   std::vector<int> stage_layers;  // blocks of each virtual pipeline stage
   DType compute;
   Device dev;
