@@ -61,6 +61,9 @@ const char* kUsage =
     "                       exceed the cores (default 150)\n"
     "  --step-sync-us US    the same for the step's collectives between its phases (default 2000)\n"
     "  --ring-sync-us US    the same for each message of the context-parallel ring (default 700)\n"
+    "  --comm-cpu-op-us US  CPU time a data-parallel collective costs its communication thread, which the ranks'\n"
+    "                       compute loses when they fill the cores (default 80)\n"
+    "  --comm-cpu-ns-per-byte NS  the same per byte the collective's ring moves per rank (default 0.7)\n"
 
     "  --verbose            print every timing measurement to stderr\n"
     "  --help, -h           this text\n"
@@ -75,6 +78,7 @@ struct Args {
   mt::plan::NetOptions net;
   // The five runtime constants given as flags (they override --runtime's).
   std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
+  std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::string calibration;
   int top = 20, reps = 5;
 };
@@ -132,6 +136,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--sync-latency-us") a.sync_latency_us = parse_double("--sync-latency-us", next());
     else if (f == "--step-sync-us") a.step_sync_us = parse_double("--step-sync-us", next());
     else if (f == "--ring-sync-us") a.ring_sync_us = parse_double("--ring-sync-us", next());
+    else if (f == "--comm-cpu-op-us") a.comm_cpu_op_us = parse_double("--comm-cpu-op-us", next());
+    else if (f == "--comm-cpu-ns-per-byte") a.comm_cpu_ns_per_byte = parse_double("--comm-cpu-ns-per-byte", next());
     else if (f == "--runtime") a.runtime = next();
     else if (f == "--calibration") a.calibration = next();
     else mt::input_error("unknown argument '{}'\n{}", argv[i], kUsage);
@@ -168,6 +174,8 @@ int main(int argc, char** argv) {
     if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
     if (a.step_sync_us) o.step.net.oversubscribed_step_sync_us = *a.step_sync_us;
     if (a.ring_sync_us) o.step.net.oversubscribed_ring_us = *a.ring_sync_us;
+    if (a.comm_cpu_op_us) o.step.net.comm_cpu_op_us = *a.comm_cpu_op_us;
+    if (a.comm_cpu_ns_per_byte) o.step.net.comm_cpu_ns_per_byte = *a.comm_cpu_ns_per_byte;
     // The passes are timed on the matmul libraries the trainer would use (train.cpu_matmul).
     mt::kernels::cpu::MatmulBackends libs;
     std::string unused;  // load_config refused a choice this build cannot run

@@ -27,6 +27,14 @@ double NetModel::op_us(CommKind kind, int64_t bytes, int p, bool inter, int shar
   return std::max(emulated, real) + net_.op_overhead_us;
 }
 
+double NetModel::cpu_us(CommKind kind, int64_t bytes, int p) const {
+  if (p <= 1) return 0;
+  LinkModel moved;
+  moved.alpha_us = 0;
+  moved.beta_us_per_byte = net_.comm_cpu_ns_per_byte / 1000;
+  return net_.comm_cpu_op_us + predict_us(kind, bytes, p, moved);
+}
+
 MeshLinks mesh_links(const Config& cfg, int world) {
   const int k = cfg.comm.emulate.ranks_per_node;
   const int dp = resolved_dp(cfg, world), tp = cfg.parallel.tp, pp = cfg.parallel.pp, cp = cfg.parallel.cp;

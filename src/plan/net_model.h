@@ -34,6 +34,13 @@ struct NetOptions {
   // shares the cores with the others, has run to its send (2026-11-28, from cp runs on 4 and 8 ranks, where the
   // fit kept it: docs/planner.md).
   double oversubscribed_ring_us = 700;
+  // The CPU time a data-parallel collective costs its rank's communication thread: per operation (waking for the
+  // emulated link's delays, handing over) and per byte the ring moves (the shared-memory copies and sums). When the
+  // ranks' compute threads fill the cores, the reductions and gathers that overlap the passes take that time from
+  // them. Measured 2026-11-28 on the 2-core Intel Xeon from metrics.jsonl's comm_cpu_ms (ZeRO-0, -1 and -3 at dp 2
+  // and 4 on an emulated link: docs/planner.md, "The communication thread's CPU").
+  double comm_cpu_op_us = 80;
+  double comm_cpu_ns_per_byte = 0.7;
 };
 
 class NetModel {
@@ -43,6 +50,9 @@ class NetModel {
   // (the emulated delay includes the real operation; docs/comm.md). A group of one rank costs the overhead only.
   // `sharers`: groups crossing a node's link at once (node_link_sharers, comm/comm_options.h; inter only).
   double op_us(CommKind kind, int64_t bytes, int p, bool inter, int sharers = 1) const;
+  // Its communication thread's CPU time: comm_cpu_op_us plus the bytes a ring moves per rank (predict_us's beta
+  // term) at comm_cpu_ns_per_byte. 0 for a group of one rank.
+  double cpu_us(CommKind kind, int64_t bytes, int p) const;
   const CommOptions& comm() const { return opts_; }
 
  private:

@@ -137,14 +137,17 @@ std::vector<ParamRequest> param_requests(const StageConfig& s, const ParamTable&
 }
 
 ChunkParamGathers::ChunkParamGathers(const StageConfig& s, const ParamTable& t, std::vector<GradUnit> units,
-                                     std::vector<double> unit_us, int elem_bytes, int slots)
-    : units_(std::move(units)), unit_us_(std::move(unit_us)), elem_bytes_(elem_bytes),
+                                     std::vector<double> unit_us, int elem_bytes, int slots,
+                                     std::vector<double> unit_cpu_us)
+    : units_(std::move(units)), unit_us_(std::move(unit_us)), unit_cpu_us_(std::move(unit_cpu_us)),
+      elem_bytes_(elem_bytes),
       forward_(param_requests(s, t, ActionKind::Forward)), backward_(param_requests(s, t, ActionKind::Backward)),
       weight_(param_requests(s, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
       early_(units_.size(), 0.0), early_in_flight_(units_.size(), false) {
   for (size_t u = 0, ring = 0; u < units_.size(); ++u)
     slot_.push_back(units_[u].pinned ? -1 : int(ring++ % slots));
   occupant_.assign(slots, -1);
+  unit_cpu_us_.resize(units_.size(), 0.0);
 }
 
 void ChunkParamGathers::begin_step() {
@@ -187,6 +190,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       out.issued.push_back(0.0);
       out.busy_us.push_back(unit_us_[u]);
       out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
+      out.cpu_us += unit_cpu_us_[u];
     }
   std::fill(early_in_flight_.begin(), early_in_flight_.end(), false);
   auto wait = [&](int u) {
@@ -207,6 +211,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     out.issued.push_back(t);
     out.busy_us.push_back(unit_us_[u]);
     out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
+    out.cpu_us += unit_cpu_us_[u];
   };
   for (const ParamRequest& q : requests(kind)) {
     std::fill(touched.begin(), touched.end(), false);

@@ -46,6 +46,7 @@ struct PassGathers {
   std::vector<double> busy_us;  // each one's time on the data-parallel communicator
   double wait_us = 0;           // how long the pass waited for them
   int64_t bytes = 0;            // the gathered units' bytes (all-gather outputs)
+  double cpu_us = 0;            // the communication thread's CPU time for them (NetModel::cpu_us)
   int not_prefetched = 0;       // of the units, those a request gathered itself (waited for in full)
 };
 
@@ -54,9 +55,9 @@ class ChunkParamGathers {
  public:
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
   // all-gathers one after another); elem_bytes: the compute dtype's size; slots: the ring's (2, or 3 shared with
-  // the gradients).
+  // the gradients); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty).
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
-                    int elem_bytes, int slots);
+                    int elem_bytes, int slots, std::vector<double> unit_cpu_us = {});
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
   // block) gathered in the background since head_start_us before that pass starts, as the trainer issues them
@@ -69,7 +70,7 @@ class ChunkParamGathers {
  private:
   const std::vector<ParamRequest>& requests(ActionKind kind) const;
   std::vector<GradUnit> units_;
-  std::vector<double> unit_us_;
+  std::vector<double> unit_us_, unit_cpu_us_;
   int elem_bytes_;
   std::vector<ParamRequest> forward_, backward_, weight_;
   std::vector<bool> resident_;

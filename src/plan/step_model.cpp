@@ -62,6 +62,9 @@ struct StepContext {
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
+  // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
+  // (NetModel::cpu_us) comes out of the compute's.
+  bool cores_full;
   std::vector<std::vector<StageConfig>> stage_cfg;  // [rank][chunk]
   std::vector<std::vector<PassGathers>> gathers;  // ZeRO-3: [rank][action of its list], each pass's gathers
   std::vector<TimelineRank> tl;
@@ -87,14 +90,15 @@ ChunkParamGathers chunk_param_gathers(const StepContext& x, const StageConfig& g
   const std::vector<Bucket> buckets =
       unit_buckets(table, chunk_grad_units(x.cfg, g.model, table), 4, x.cfg.comm.bucket_mb * 1048576.0);
   const int elem = int(dtype_size(x.dt));
-  std::vector<double> unit_us(units.size(), x.replicas > 1 ? x.sync : 0.0);
+  std::vector<double> unit_us(units.size(), x.replicas > 1 ? x.sync : 0.0), unit_cpu(units.size(), 0.0);
   for (const Bucket& b : buckets) {
     size_t u = 0;
     while (b.begin >= units[u].end) ++u;
     unit_us[u] += x.net.op_us(CommKind::AllGather, b.numel() * elem, x.replicas, x.links.dp, x.links.dp_sharers);
+    unit_cpu[u] += x.net.cpu_us(CommKind::AllGather, b.numel() * elem, x.replicas);
   }
   const int slots = sharded_grads_options(x.cfg, x.dp, x.dt, DType::F32).shared_ring ? 3 : 2;
-  return ChunkParamGathers(g, table, units, unit_us, elem, slots);
+  return ChunkParamGathers(g, table, units, unit_us, elem, slots, unit_cpu);
 }
 
 // A pass's measured compute (us at full speed).
@@ -295,6 +299,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   RankState st{std::vector<double>(p, 0), std::vector<double>(p, 0), std::vector<double>(p, 0)};
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
+    double overlapped_cpu = 0;  // the communication thread's CPU time while the rank computes
     for (int c = x.v - 1; c >= 0; --c) {
       const StageConfig& g = x.stage_cfg[r][c];
       const ParamTable table = gpt_param_table(g.model, g.part);
@@ -312,9 +317,11 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
         const double dur = x.net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
                                        b.numel() * int64_t(wire), dp, x.links.dp, x.links.dp_sharers);
         if (zero) st.state_numel[r] += double(shard_range(b.numel(), dp, 0).size());
-        if (gather_after_step)
-          st.gather[r] += x.net.op_us(CommKind::AllGather, b.numel() * int64_t(dtype_size(x.dt)), dp, x.links.dp,
-                                      x.links.dp_sharers);
+        if (gather_after_step) {  // behind the next step's first forward pass
+          const int64_t bytes = b.numel() * int64_t(dtype_size(x.dt));
+          st.gather[r] += x.net.op_us(CommKind::AllGather, bytes, dp, x.links.dp, x.links.dp_sharers);
+          overlapped_cpu += x.net.cpu_us(CommKind::AllGather, bytes, dp);
+        }
         for (size_t k = 0; k < passes.size(); ++k) {
           double at = -1;
           if (cfg.comm.overlap)
@@ -326,12 +333,17 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
           // A bucket held back (the tied embedding) is reduced once, after the step's sum.
           if (at < 0 && k + 1 < passes.size() && std::min(pts.back().first, limit) < b.end) continue;
           (at >= 0 ? early : held).push_back({at, dur});
+          if (at >= 0)
+            overlapped_cpu += x.net.cpu_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
+                                           b.numel() * int64_t(wire), dp);
         }
       }
     }
     if (!zero) st.state_numel[r] = st.param_numel[r];
     if (!reducers) continue;
     for (const auto& op : param_gather_ops(x, r)) early.push_back(op);
+    if (!x.gathers.empty())
+      for (const PassGathers& g : x.gathers[r]) overlapped_cpu += g.cpu_us;
     std::stable_sort(early.begin(), early.end());
     double free = 0, busy = st.gather[r];
     for (const auto& op : early) free = std::max(free, op.first) + op.second, busy += op.second;
@@ -339,7 +351,11 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     if (gather_after_step && dp > 1) st.gather[r] += x.step_sync;
     const double done = std::max(x.t[r], free + (dp > 1 ? x.step_sync : 0.0));
     x.exposed[r] += done - x.t[r];
-    x.t[r] = done;
+    // The passes ran longer by what the communication thread took from their cores (first order: the step grows
+    // by it, the reductions' waits unchanged). Out of the rank's own share: with ranks time-sharing the cores,
+    // charging it at their slowdown (2x at dp 4 on 2 cores) predicted ZeRO-3 14% slow; the ranks' waits leave
+    // the cores slack for it (docs/planner.md, "The communication thread's CPU").
+    x.t[r] = done + (x.cores_full ? overlapped_cpu : 0.0);
     out.dp_comm_ms = std::max(out.dp_comm_ms, busy / 1000.0);
   }
   return st;
@@ -398,11 +414,14 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // collectives (between its phases) follow long stretches of compute, over which time-sliced ranks drift
   // further apart.
   const bool oversubscribed = double(world) * o.threads > o.cores;
+
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
                 oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0,
-                oversubscribed ? o.net.oversubscribed_ring_us : 0.0, {}, {}, {}, std::vector<double>(p, 0),
+                oversubscribed ? o.net.oversubscribed_ring_us : 0.0,
+                double(world) * o.threads >= o.cores, {}, {}, {},
+                std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
   out.ranks.assign(p, {});

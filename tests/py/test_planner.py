@@ -260,6 +260,24 @@ def llama_step_model():
               % (tie, len(rows), len(pp2)))
 
 
+def comm_thread_cpu(rows):
+    # The communication thread's CPU (--comm-cpu-op-us, --comm-cpu-ns-per-byte): where the 2 ranks' compute threads
+    # fill the cores (the default threads, cores / 2 each, do on an even core count), a layout whose gradients are
+    # averaged over 2 replicas (dp 2 or cp 2) runs longer by it; one without (tp 2 or pp 2) does not change.
+    keyed = lambda rs: {tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch",
+                                             "zero")): r for r in rs}  # noqa: E731
+    free = keyed(planner(2, [], ["--calibration", CALIBRATION, "--comm-cpu-op-us", "0",
+                                 "--comm-cpu-ns-per-byte", "0"]))
+    plain = keyed(rows)
+    cores = len(os.sched_getaffinity(0))
+    full = 2 * max(1, cores // 2) >= cores
+    replicas = [k for k in plain if k[0] * k[1] == 2]
+    check(replicas and all((plain[k]["step_ms"] > free[k]["step_ms"] + 1e-6) == full for k in replicas) and
+          all(abs(plain[k]["step_ms"] - free[k]["step_ms"]) < 1e-9 for k in plain if k[0] * k[1] == 1),
+          "communication thread's CPU: the %d rows of 2 replicas %s, the others unchanged (%d cores)" %
+          (len(replicas), "longer" if full else "unchanged", cores))
+
+
 def runtime_file(rows):
     # --runtime FILE (scripts/validate_planner.py --fit's constants): they change the predictions, a flag overrides
     # the file's value, and the file's spread decides which rows tie the first.
@@ -331,6 +349,7 @@ zero3_memory_cases()
 tiny2 = planner(2, [], ["--calibration", CALIBRATION])
 json_fields(tiny2)
 zero3_gather_traffic(tiny2)
+comm_thread_cpu(tiny2)
 runtime_file(tiny2)
 llama_step_model()
 bad_inputs()
