@@ -131,7 +131,7 @@ class GPT {
   // `part`: the blocks and the tp shard this object holds (model/model_part.h). CHECKs that n_head and the MLP's
   // width divide by its tp (the config validation reports these as input errors first), that 0 <= rank < tp
   // and that the blocks are a non-empty slice of the model's.
-  // With `params` and `grads` given (each gpt_param_table(cfg).total_numel() elements of dtype and
+  // With `params` and `grads` given (each gpt_param_table(cfg, part).total_numel() elements of dtype and
   // acc_dtype(dtype), e.g. views into one rank-wide buffer holding several pipeline chunks) the model uses them
   // instead of allocating its own. `params` given without `grads`: the gradients live elsewhere, and
   // set_grad_views() must say where before the first backward pass (ZeRO-2's unit buffers). no_buffers: neither

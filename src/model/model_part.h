@@ -22,6 +22,8 @@
 
 namespace mt {
 
+// Parameter names, initialisation and the 1/sqrt(2 n_layer) projection scale stay those of the whole model, so any
+// cut starts from the same weights.
 struct BlockSlice {
   int begin = 0, end = -1;  // blocks [begin, end) of the model's n_layer; end -1: through the last block
   int end_in(int n_layer) const { return end < 0 ? n_layer : end; }
@@ -30,9 +32,13 @@ struct BlockSlice {
   bool last(int n_layer) const { return end_in(n_layer) == n_layer; }  // holds the final norm and the head
 };
 
+// Megatron sequence parallelism (only with tp > 1): each tp rank holds a contiguous block of N/tp rows of the
+// residual stream and the norm regions, rows [rank * N/tp, (rank + 1) * N/tp) of the flattened [B*T] rows (row
+// (b, t) at b*T + t). For micro-batch 1 that is exactly a split of the sequence; in general it shards the same
+// per-row work. Needs N % tp == 0 (seq_len % tp == 0 makes every block whole (b, t) rows).
 struct TensorSharding {
   int tp = 1, rank = 0;
-  bool sequence_parallel = false;  // only with tp > 1: the residual stream's rows are split too
+  bool sequence_parallel = false;
 
   bool sp() const { return tp > 1 && sequence_parallel; }
   int64_t rows(int64_t n) const { return sp() ? n / tp : n; }

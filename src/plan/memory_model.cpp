@@ -93,7 +93,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
     const ScheduleUsage use = schedule_usage(cfg.parallel.schedule, pp, m, v, r);
     const ShardedGradsOptions ring = sharded_grads_options(cfg, dp, dt, DType::F32);
     for (int c = 0; c < v; ++c) {
-      const StageConfig g{base, {stage_blocks(layers, c * pp + r), sharding}};
+      const StageConfig g = stage_config(base, tp, sharding.sequence_parallel, layers, c * pp + r);
       const ParamTable table = gpt_param_table(g.model, g.part);
       if (sharded) {
         const std::vector<GradUnit> units = chunk_grad_units(cfg, base, table);
