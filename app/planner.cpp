@@ -52,7 +52,7 @@ const char* kUsage =
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
-    "  --runtime FILE       the five constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
+    "  --runtime FILE       the seven constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
     "  The communication runtime's costs beyond the network (defaults fit on the 2-core development machine):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
@@ -76,7 +76,7 @@ struct Args {
   bool json = false, memory_only = false, verbose = false, help = false, every_layout = false;
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
-  // The five runtime constants given as flags (they override --runtime's).
+  // The runtime constants given as flags (they override --runtime's).
   std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::string calibration;

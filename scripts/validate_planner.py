@@ -8,8 +8,8 @@ targets (step time: mean <= 15%, max <= 30%; memory: <= 10%), and a Markdown tab
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
                                                [--runtime FILE] [--fit FILE]
 
---fit FILE refits the planner's five runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
---step-sync-us, --ring-sync-us) to the runs: a coordinate search (the compute timings held fixed) that minimises
+--fit FILE refits the planner's seven runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
+--step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a coordinate search (the compute timings held fixed) that minimises
 the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the
 targets of issue 38), then saves them as JSON with the runs' measured run-to-run spread, which `build/planner
 --runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed). The
@@ -234,6 +234,8 @@ CONSTANTS = [
     ("--sync-latency-us", "sync_latency_us", 150, [0, 25, 50, 100, 150, 250, 400, 600]),
     ("--step-sync-us", "step_sync_us", 2000, [0, 250, 500, 1000, 2000, 3000, 4000, 6000]),
     ("--ring-sync-us", "ring_sync_us", 700, [0, 150, 300, 500, 700, 1000, 1400, 2000]),
+    ("--comm-cpu-op-us", "comm_cpu_op_us", 80, [0, 40, 80, 120, 160, 240]),
+    ("--comm-cpu-ns-per-byte", "comm_cpu_ns_per_byte", 0.7, [0, 0.35, 0.7, 1.0, 1.4, 2.0]),
 ]
 
 

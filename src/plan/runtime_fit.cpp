@@ -25,8 +25,9 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   }
   if (!j.is_object()) input_error("planner runtime file '{}' is not a JSON object", path);
   RuntimeFit fit;
-  auto read = [&](const char* key, double& into, double hi) {
+  auto read = [&](const char* key, double& into, double hi, bool optional = false) {
     const Json* v = j.get(key);
+    if (!v && optional) return;
     if (!v) input_error("planner runtime file '{}' has no \"{}\"", path, key);
     if (!v->is_number() || !std::isfinite(v->number) || v->number < 0 || v->number > hi)
       input_error("planner runtime file '{}': \"{}\" must be a number in [0, {}]", path, key, hi);
@@ -38,6 +39,9 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   read("step_sync_us", fit.net.oversubscribed_step_sync_us, 1e6);
   read("ring_sync_us", fit.net.oversubscribed_ring_us, 1e6);
   read("spread", fit.spread, 1.0);
+  // Fit since 2026-11-28: files written before keep the defaults.
+  read("comm_cpu_op_us", fit.net.comm_cpu_op_us, 1e6, true);
+  read("comm_cpu_ns_per_byte", fit.net.comm_cpu_ns_per_byte, 1e3, true);
   return fit;
 }
 

@@ -13,8 +13,9 @@ struct RuntimeFit {
   double spread = 0.10;  // relative run-to-run spread of a layout's step time
 };
 
-// Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "ring_sync_us", "spread"}, other
-// keys ignored); a missing, malformed or out-of-range file is an InputError naming it and the key.
+// Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "ring_sync_us", "spread"}, and
+// optionally "comm_cpu_op_us" and "comm_cpu_ns_per_byte"; other keys ignored); a missing, malformed or
+// out-of-range file is an InputError naming it and the key.
 RuntimeFit load_runtime_fit(const std::string& path);
 
 }  // namespace mt::plan

@@ -276,6 +276,13 @@ def comm_thread_cpu(rows):
           all(abs(plain[k]["step_ms"] - free[k]["step_ms"]) < 1e-9 for k in plain if k[0] * k[1] == 1),
           "communication thread's CPU: the %d rows of 2 replicas %s, the others unchanged (%d cores)" %
           (len(replicas), "longer" if full else "unchanged", cores))
+    # The same two constants from a --fit file (optional keys there: older files keep the defaults).
+    path = os.path.join(WORK, "runtime_cpu.json")
+    json.dump({"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000,
+               "ring_sync_us": 700, "spread": 0.1, "comm_cpu_op_us": 0, "comm_cpu_ns_per_byte": 0}, open(path, "w"))
+    from_file = keyed(planner(2, [], ["--calibration", CALIBRATION, "--runtime", path]))
+    check(all(abs(from_file[k]["step_ms"] - free[k]["step_ms"]) < 1e-9 for k in free),
+          "communication thread's CPU: a runtime file's comm_cpu_op_us and comm_cpu_ns_per_byte are read")
 
 
 def runtime_file(rows):
