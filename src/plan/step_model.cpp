@@ -414,7 +414,6 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // collectives (between its phases) follow long stretches of compute, over which time-sliced ranks drift
   // further apart.
   const bool oversubscribed = double(world) * o.threads > o.cores;
-
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
