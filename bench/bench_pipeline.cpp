@@ -243,7 +243,8 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> base_before(ms.size()), base_after(ms.size()), gpipe_before(ms.size()),
         gpipe_after(ms.size());
     std::unique_ptr<PipelineChunks> whole;  // rank 0's
-    if (rank == 0) whole = std::make_unique<PipelineChunks>(cfg, TensorSharding{}, std::vector<int>{layers_total}, 1, 0, DType::F32);
+    if (rank == 0)
+      whole = std::make_unique<PipelineChunks>(cfg, TensorSharding{}, std::vector<int>{layers_total}, 1, 0, DType::F32);
     auto run_baseline = [&](std::vector<std::vector<double>>& times, PipelineSchedule order) {
       sleeping_barrier();
       if (rank == 0) {

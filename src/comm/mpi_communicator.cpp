@@ -57,7 +57,7 @@ class MpiCommunicator : public QueuedCommunicator {
     mpi_type(DType::BF16);  // creates the 16-bit types on this thread, before the communication thread runs
     MPI_CHECK(MPI_Comm_dup(comm, &comm_));
     MPI_CHECK(MPI_Comm_dup(comm, &exchange_comm_));  // its own matching space: no user send can match its messages
-    // A peer that died makes MPI fail this rank's next operation with it (UCX notices within a second). Fatal, MPI
+    // A peer that died can make MPI fail this rank's next operation with it (over UCX: "Endpoint timeout"). Fatal, MPI
     // would abort the whole job at once, before any rank could dump its flight record; returned, the failure is a
     // CHECK here, which dumps every rank's record first (comm/flight_recorder.h) and then ends this rank alone.
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));

@@ -149,7 +149,6 @@ class GPT {
   const ModelPart& part() const { return part_; }    // its blocks' end resolved
   const TensorSharding& sharding() const { return part_.sharding; }
   bool sequence_parallel() const { return part_.sharding.sp(); }
-  int block_begin() const { return part_.blocks.begin; }  // the first block's index in the whole model
   int num_blocks() const { return part_.blocks.size(cfg_.n_layer); }
   bool first_stage() const { return part_.blocks.first(); }             // holds the embeddings
   bool last_stage() const { return part_.blocks.last(cfg_.n_layer); }  // holds the final norm and the head

@@ -5,7 +5,7 @@
 //             also holds the embedding; the one that ends at the last block holds the final norm and the head.
 //   sharding  the tensor-parallel plan: tp ranks, this one `rank`, and Megatron sequence parallelism. Every
 //             parameter's shard is declared in its entry of the parameter table (Shard, model/param_table.h);
-//             every activation's by one of the rules below, the only place the blocks read the tp degree from:
+//             every activation's by one of the rules below, by which the blocks size their records:
 //
 //   activation                                         rule          rank r holds
 //   residual stream, norms' outputs and statistics     rows(N)       all N rows; N/tp rows (r's block) under sp

@@ -353,8 +353,8 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     x.exposed[r] += done - x.t[r];
     // The passes ran longer by what the communication thread took from their cores (first order: the step grows
     // by it, the reductions' waits unchanged). Out of the rank's own share: with ranks time-sharing the cores,
-    // charging it at their slowdown (2x at dp 4 on 2 cores) predicted ZeRO-3 14% slow; the ranks' waits leave
-    // the cores slack for it (docs/planner.md, "The communication thread's CPU").
+    // charging it at their slowdown (2x at dp 4 on 2 cores) predicted ZeRO-3 14% slow, presumably because the
+    // ranks' waits leave the cores slack for it (docs/planner.md, "The communication thread's CPU").
     x.t[r] = done + (x.cores_full ? overlapped_cpu : 0.0);
     out.dp_comm_ms = std::max(out.dp_comm_ms, busy / 1000.0);
   }

@@ -260,12 +260,16 @@ def llama_step_model():
               % (tie, len(rows), len(pp2)))
 
 
+def keyed(rows):
+    """The planner's rows by layout."""
+    return {tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch", "zero")): r
+            for r in rows}
+
+
 def comm_thread_cpu(rows):
     # The communication thread's CPU (--comm-cpu-op-us, --comm-cpu-ns-per-byte): where the 2 ranks' compute threads
     # fill the cores (the default threads, cores / 2 each, do on an even core count), a layout whose gradients are
     # averaged over 2 replicas (dp 2 or cp 2) runs longer by it; one without (tp 2 or pp 2) does not change.
-    keyed = lambda rs: {tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch",
-                                             "zero")): r for r in rs}  # noqa: E731
     free = keyed(planner(2, [], ["--calibration", CALIBRATION, "--comm-cpu-op-us", "0",
                                  "--comm-cpu-ns-per-byte", "0"]))
     plain = keyed(rows)
@@ -289,8 +293,6 @@ def runtime_file(rows):
     # --runtime FILE (scripts/validate_planner.py --fit's constants): they change the predictions, a flag overrides
     # the file's value, and the file's spread decides which rows tie the first.
     path = os.path.join(WORK, "runtime.json")
-    keyed = lambda rs: {tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch",
-                                             "zero")): r for r in rs}  # noqa: E731
     defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000,
                 "ring_sync_us": 700}
     json.dump(dict(defaults, p2p_latency_us=0, spread=0.5), open(path, "w"))
