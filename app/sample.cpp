@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree_on_setup.h"
+#include "comm/comm_util.h"
 #include "comm/mpi_init.h"
 #include "core/errors.h"
 #include "core/threads.h"
@@ -149,7 +151,15 @@ int main(int argc, char** argv) {
                                      kUsage);
     if (have_prompt == have_ids)
       mt::input_error("give the prompt as --prompt TEXT or as --prompt-ids IDS (one of them)");
-    const mt::Config cfg = mt::load_config(run + "/config.yaml", sets);
+    mt::Config cfg;
+    std::string error;  // the run folder may be unreadable on some hosts only: every rank learns whether any failed
+    try {
+      cfg = mt::load_config(run + "/config.yaml", sets);
+    } catch (const mt::InputError& e) {
+      if (!mpi_started()) throw;
+      error = e.what();
+    }
+    if (mpi_started()) mt::agree_on_setup(error, MPI_COMM_WORLD);
     const bool bytes = cfg.data.source == mt::DataSource::Text && !tokenizer;
     if (have_prompt && !bytes && !tokenizer)
       mt::input_error("--prompt TEXT needs a byte-level model (data.source: text) or --tokenizer FILE; this run's "
@@ -180,12 +190,16 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return mpi_started() ? mt::finalize_mpi(0) : 0;
   } catch (const mt::InputError& e) {
-    std::fprintf(stderr, "sample: %s\n", e.what());
-    if (mpi_started()) MPI_Abort(MPI_COMM_WORLD, 2);  // every rank fails alike; the first ends the job
-    return 2;
+    // Bad input reaches here on every rank together (flags, config and prompt are the same everywhere; files are
+    // agreed on), so the ranks finalize in step and rank 0 says what is wrong. MPI_Abort instead could end the
+    // job before mpiexec has passed the message on.
+    int rank = 0;
+    if (mpi_started()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fprintf(stderr, "sample: %s\n", e.what());
+    return mpi_started() ? mt::finalize_mpi(2) : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sample: failed: %s\n", e.what());
-    if (mpi_started()) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (mpi_started()) mt::abort_job(1);  // the other ranks may be waiting on this one
     return 1;
   }
 }

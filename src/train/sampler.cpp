@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "comm/agree_on_setup.h"
 #include "comm/make_communicator.h"
 #include "core/arena.h"
 #include "core/errors.h"
@@ -50,7 +51,15 @@ Sampler::Sampler(const Config& cfg, const std::string& weights, int tp, int pp) 
   }
   model_ = std::make_unique<GPT>(g, part, DType::F32);
   if (comms_.tp) model_->set_tp_comm(comms_.tp.get());
-  model_->load_safetensors(weights);
+  // The weights file may be unreadable on some hosts only: every rank learns whether any failed to load it.
+  std::string error;
+  try {
+    model_->load_safetensors(weights);
+  } catch (const InputError& e) {
+    if (!mesh_) throw;
+    error = e.what();
+  }
+  if (mesh_) agree_on_setup(error, MPI_COMM_WORLD);
 }
 
 Sampler::~Sampler() = default;

@@ -263,16 +263,6 @@ void log_precision_and_memory(const TrainingRun& r) {
 
 }  // namespace
 
-void agree_on_setup(const std::string& error, MPI_Comm world) {
-  int failed = error.empty() ? 0 : 1, any = failed;
-  MPI_CHECK(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world));
-  if (!any) return;
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(world, &rank));
-  if (failed && rank != 0) spdlog::error("[rank {}] {}", rank, error);  // main prints rank 0's message
-  throw SetupError(failed ? error : "stopped: another rank's set-up failed (its message says why)");
-}
-
 std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
                                                 bool nccl, const CommOptions& copts, Profiler& prof) {
   auto run = std::make_unique<TrainingRun>(cfg, mesh, comms);

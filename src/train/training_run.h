@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree_on_setup.h"
 #include "comm/communicator.h"
 #include "core/errors.h"
 #include "data/batcher.h"
@@ -28,14 +29,6 @@
 #include "train/test_hooks.h"
 
 namespace mt {
-
-// Bad input found by every rank together (see agree_on_setup): the ranks exit with status 2 in step.
-struct SetupError : InputError {
-  using InputError::InputError;
-};
-
-// Throws SetupError on every rank when any rank's set-up failed (`error` non-empty on that rank).
-void agree_on_setup(const std::string& error, MPI_Comm world);
 
 struct TrainingRun {
   const Config& cfg;

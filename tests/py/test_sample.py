@@ -6,7 +6,8 @@ Also: a seeded draw (temperature, top-k) repeats with its seed and differs with 
 tokenizer file (--tokenizer) encodes a text prompt for a model that is not byte-level and decodes its output; the
 model split over ranks (--tp 2, --pp 2 under mpiexec) decodes the same tokens and draws; and bad input (an empty
 prompt, text for a model that is not byte-level, a missing run folder, an id outside the vocabulary, a tokenizer
-larger than the vocabulary or missing, a mesh that does not match the ranks or the model) exits 2 naming it.
+larger than the vocabulary or missing, a weights file missing on a mesh's ranks, a mesh that does not match the ranks
+or the model) exits 2 naming it: the ranks finalize together rather than abort, so the message always arrives.
 
 usage: test_sample.py SAMPLE TRAINER SOURCE_DIR WORK_DIR"""
 import json
@@ -143,6 +144,9 @@ for launch, args, words, what in [
      "two ranks without --tp or --pp"),
     ([MPIEXEC, "-n", "3"], ["--run", run_dir, "--prompt", "hi", "--tp", "3"], ["not divisible by parallel.tp=3"],
      "a model that does not split over tp 3"),
+    ([MPIEXEC, "-n", "2"], ["--run", run_dir, "--prompt", "hi", "--tp", "2", "--weights",
+                            os.path.join(WORK, "nonexistent.safetensors")], ["nonexistent.safetensors", "cannot open"],
+     "a missing weights file on 2 ranks"),
     ([], ["--run", run_dir, "--prompt", "hi", "--tp", "2"], ["needs 2 ranks"], "--tp 2 on one process"),
 ] + [([],) + case for case in [
     (["--run", run_dir, "--tokenizer", tok, "--prompt", "hi"], ["260 tokens", "model.vocab_size=256"],
