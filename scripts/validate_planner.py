@@ -2,8 +2,9 @@
 """Validates build/planner against real runs: the planner's best layouts and a seeded random sample of the rest
 are trained for a few steps through mpiexec on an emulated network, and each layout's predicted step time and
 peak memory are compared with the measured ones (median step_ms of metrics.jsonl after a warm-up; the largest
-peak_tensor_bytes of memory.json). Prints one row per layout, the mean and max errors against the issue's
-targets (step time: mean <= 15%, max <= 30%; memory: <= 10%), and a Markdown table for docs/planner.md.
+peak_tensor_bytes of memory.json). Prints one row per layout, the mean and max errors against the
+targets of issue 38 (step time: mean <= 10%, max <= 20%, the measured fastest among the planner's first 3;
+memory: <= 10%), and a Markdown table for docs/planner.md.
 
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
                                                [--runtime FILE] [--fit FILE]
@@ -197,15 +198,16 @@ def main():
             json.dump([[row, m] for row, m, _, _ in results], f)
     et = [abs(r[2]) for r in results]
     em = [abs(r[3]) for r in results]
-    ok_t = statistics.mean(et) <= 0.15 and max(et) <= 0.30
+    ok_t = statistics.mean(et) <= 0.10 and max(et) <= 0.20
     ok_m = max(em) <= 0.10
-    print("step time error: mean %.1f%%, max %.1f%% (targets 15%% / 30%%: %s)" %
+    print("step time error: mean %.1f%%, max %.1f%% (targets 10%% / 20%%: %s)" %
           (100 * statistics.mean(et), 100 * max(et), "met" if ok_t else "MISSED"))
     print("peak memory error: mean %.1f%%, max %.1f%% (target 10%%: %s)" %
           (100 * statistics.mean(em), 100 * max(em), "met" if ok_m else "MISSED"))
     # The rank of the measured fastest among the runs, by the planner's order.
     fastest = min(results, key=lambda r: r[1]["step_ms"])
-    print("fastest measured: %s (planner rank %d)" % (describe(fastest[0]), fastest[0]["rank"]))
+    print("fastest measured: %s (planner rank %d; target: 3 or better: %s)" %
+          (describe(fastest[0]), fastest[0]["rank"], "met" if fastest[0]["rank"] <= 3 else "MISSED"))
     disturbed = [r for r in results if r[1]["other"] > args.max_other]
     if disturbed:
         print("WARNING: %d run(s) shared the machine with other processes (> %.2f cores) even after %d retries; "
