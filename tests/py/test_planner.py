@@ -3,7 +3,8 @@
 (run.dir/memory.json) on small layouts of 1, 2 and 4 ranks (pipeline, ZeRO-1 and -2, 16-bit compute, context
 parallelism, sequence parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline
 rank; ZeRO-3's predicted gather traffic per step (once per step without parallel.reshard_after_forward, in every
-forward and backward pass with it); the JSON's fields and order; the table; and every bad input answered with exit
+forward and backward pass with it); the JSON's fields and order; the table; scripts/validate_planner.py's --fit
+(with --fit-also) on results made from the planner's own predictions; and every bad input answered with exit
 status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
@@ -323,6 +324,39 @@ def runtime_file(rows):
           "a runtime file with a spread of 2: exit 2 naming the file and the key: %s" % p.stderr.strip())
 
 
+def fit_from_results():
+    # scripts/validate_planner.py --from-results --fit on "measurements" that are the planner's own predictions with
+    # a p2p latency of 500 us: run A holds layouts without a pipeline (where that latency changes nothing), run B
+    # pipelined ones and the fastest layout (the fit also scores the rank of each run's fastest). Fit to A alone
+    # the constant stays at its default; with --fit-also B the fit finds 500.
+    emulate = ["comm.emulate.latency_us=30", "comm.emulate.bandwidth_gbps=2", "train.eval_every=0"]
+    truth = planner(2, emulate, ["--calibration", CALIBRATION, "--reps", "5", "--p2p-latency-us", "500"])
+    runs = {}
+    for name, rows in (("A", [r for r in truth if r["pp"] == 1][:4]), ("B", truth[:1] + [r for r in truth if r["pp"] > 1][:3])):
+        out = os.path.join(WORK, "fit_" + name)
+        os.makedirs(out, exist_ok=True)
+        shutil.copy(CALIBRATION, os.path.join(out, "calibration.json"))
+        json.dump([[r, {"step_ms": r["step_ms"], "spread": 0.01, "memory_bytes": r["memory_bytes"], "other": 0,
+                        "compute_ms": 0, "exposed_comm_ms": 0, "bubble_ms": 0}] for r in rows],
+                  open(os.path.join(out, "results.json"), "w"))
+        runs[name] = out
+    fitted = {}
+    for also in ([], ["--fit-also", runs["B"]]):
+        path = os.path.join(WORK, "fit.json")
+        p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "scripts", "validate_planner.py"), "--build",
+                            os.path.dirname(PLANNER), "--config", TINY, "--world", "2", "--out", runs["A"],
+                            "--from-results", "--fit", path] + also,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        if p.returncode != 0:
+            sys.exit("validate_planner --fit failed:\n" + p.stdout[-3000:])
+        fitted[bool(also)] = json.load(open(path))
+    check(fitted[False]["p2p_latency_us"] == 2000 and fitted[True]["p2p_latency_us"] == 500 and
+          fitted[True]["fit"]["mean_error"] < 1e-3 and fitted[True]["fit"]["also"][0]["folder"] == runs["B"],
+          "validate_planner --fit: run A alone leaves the p2p latency at 2000 us, with --fit-also B it finds the "
+          "500 us behind the 'measurements' (got %g and %g)" %
+          (fitted[False]["p2p_latency_us"], fitted[True]["p2p_latency_us"]))
+
+
 def bad_inputs():
     cases = [
         (["--config", TINY], "missing --world"),
@@ -360,6 +394,7 @@ json_fields(tiny2)
 zero3_gather_traffic(tiny2)
 comm_thread_cpu(tiny2)
 runtime_file(tiny2)
+fit_from_results()
 llama_step_model()
 bad_inputs()
 if failures:
