@@ -7,7 +7,7 @@ targets of issue 38 (step time: mean <= 10%, max <= 20%, the measured fastest am
 memory: <= 10%), and a Markdown table for docs/planner.md.
 
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
-                                               [--runtime FILE] [--fit FILE]
+                                               [--runtime FILE] [--fit FILE [--fit-also DIR]...]
 
 --fit FILE refits the planner's seven runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
 --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a coordinate search (the compute timings held fixed) that minimises
@@ -17,7 +17,7 @@ targets of issue 38), then saves them as JSON with the runs' measured run-to-run
 measurements are kept in OUT/results.json, and --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
 scored on its own and the fit minimises the worst, whose errors it prints. Constants fit to one sample of 12
-layouts can miss on the next; fitting several samples at once is what generalises.
+layouts can miss on the next (docs/planner.md has figures for fits to one, two and three samples).
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
