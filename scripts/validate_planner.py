@@ -160,6 +160,11 @@ def main():
     ap.add_argument("--from-results", action="store_true",
                     help="take the layouts and measurements from OUT/results.json (an earlier run) instead of running")
     args = ap.parse_args()
+    if args.fit_also and not args.fit:
+        ap.error("--fit-also adds runs to a fit: give --fit FILE too")
+    for folder in args.fit_also:
+        if not os.path.exists(os.path.join(folder, "results.json")):
+            ap.error("--fit-also %s: no results.json there (give an earlier run's --out)" % folder)
     os.makedirs(args.out, exist_ok=True)
 
     sets = ["comm.emulate.latency_us=%g" % args.latency_us, "comm.emulate.bandwidth_gbps=%g" % args.bandwidth_gbps,
