@@ -246,7 +246,7 @@ CONSTANTS = [
     ("--poll-share", "poll_share", 0.15, [0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65]),
     ("--sync-latency-us", "sync_latency_us", 150, [0, 25, 50, 100, 150, 250, 400, 600]),
     ("--step-sync-us", "step_sync_us", 2000, [0, 250, 500, 1000, 2000, 3000, 4000, 6000]),
-    ("--ring-sync-us", "ring_sync_us", 700, [0, 150, 300, 500, 700, 1000, 1400, 2000]),
+    ("--ring-sync-us", "ring_sync_us", 200, [0, 50, 100, 150, 200, 250, 350, 500, 700]),
     ("--comm-cpu-op-us", "comm_cpu_op_us", 80, [0, 40, 80, 120, 160, 240]),
     ("--comm-cpu-ns-per-byte", "comm_cpu_ns_per_byte", 0.7, [0, 0.35, 0.7, 1.0, 1.4, 2.0]),
 ]

@@ -30,10 +30,10 @@ struct NetOptions {
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
   // gradient norm, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks drift further.
   double oversubscribed_step_sync_us = 2000;
-  // The same for each message of the context-parallel ring: the receiving rank blocks until its peer, which
-  // shares the cores with the others, has run to its send (2026-11-28, from cp runs on 4 and 8 ranks, where the
-  // fit kept it: docs/planner.md).
-  double oversubscribed_ring_us = 700;
+  // The same for each message of the context-parallel ring, per thread taking turns on a core (ranks x threads /
+  // cores): the receiving rank blocks until its peer, one of those threads, has run to its send. Fit 2026-11-28
+  // on the 2-core Intel Xeon, where a flat charge fit best at 400 us on 4 ranks and 800 us on 8 (docs/planner.md).
+  double oversubscribed_ring_us = 200;
   // The CPU time a data-parallel collective costs its rank's communication thread: per operation (waking for the
   // emulated link's delays, handing over) and per byte the ring moves (the shared-memory copies and sums). When the
   // ranks' compute threads fill the cores, the reductions and gathers that overlap the passes take that time from

@@ -61,7 +61,7 @@ struct StepContext {
   const NetModel& net;
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
-  double ring_sync;        // and per context-parallel ring message
+  double ring_sync;        // and per context-parallel ring message (scaled by the threads per core)
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -418,7 +418,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
                 oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0,
-                oversubscribed ? o.net.oversubscribed_ring_us : 0.0,
+                oversubscribed ? o.net.oversubscribed_ring_us * world * o.threads / o.cores : 0.0,  // per thread per core
                 double(world) * o.threads >= o.cores, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
