@@ -58,10 +58,9 @@ const char* kUsage =
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
     "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
-    "                       exceed the cores (default 150)\n"
-    "  --step-sync-us US    the same for the step's collectives between its phases (default 2000)\n"
-    "  --ring-sync-us US    the same for each message of the context-parallel ring, per thread per core (ranks x\n"
-    "                       threads / cores; default 200)\n"
+    "                       exceed the cores, charged per thread per core (ranks x threads / cores; default 75)\n"
+    "  --step-sync-us US    the same for the step's collectives between its phases (default 1000)\n"
+    "  --ring-sync-us US    the same for each message of the context-parallel ring (default 200)\n"
     "  --comm-cpu-op-us US  CPU time a data-parallel collective costs its communication thread, which the ranks'\n"
     "                       compute loses when they fill the cores (default 80)\n"
     "  --comm-cpu-ns-per-byte NS  the same per byte the collective's ring moves per rank (default 0.7)\n"
@@ -245,8 +244,9 @@ int main(int argc, char** argv) {
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
         std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, poll share {:g}, sync latency {:g} "
-                                      "us, step sync {:g} us, ring sync {:g} us per thread per core; '=' marks rows within {:.0f}% of "
-                                      "the first (a tie: runs of one layout differ by that much{})\n",
+                                      "us, step sync {:g} us, ring sync {:g} us (the last three per thread per core); "
+                                      "'=' marks rows within {:.0f}% of the first (a tie: runs of one layout differ "
+                                      "by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,

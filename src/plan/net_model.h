@@ -24,15 +24,18 @@ struct NetOptions {
   // The core share each pipeline rank's communication thread takes from the rank's compute while it polls the
   // step's receives (refit 2026-11-27 from 0.65: docs/planner.md, "Refit of the poll share").
   double poll_share = 0.15;
-  // A collective's or a message's extra wait inside the pipeline phase when the ranks' threads outnumber the
-  // cores: its peers are not running at the same moment (the scheduler time-slices them).
-  double oversubscribed_sync_us = 150;
+  // When the ranks' threads outnumber the cores, a rank's peers are not running at the same moment (the scheduler
+  // time-slices them): each wait below is charged once per thread taking turns on a core (ranks x threads /
+  // cores), since the peer is one of that many. Per thread (2026-11-28: charged flat before, at twice these values,
+  // which were fit on 4 ranks of one thread on 2 cores; on 8 ranks the flat values fit twice too low,
+  // docs/planner.md "Several samples").
+  // A collective's or a message's extra wait inside the pipeline phase.
+  double oversubscribed_sync_us = 75;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
   // gradient norm, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks drift further.
-  double oversubscribed_step_sync_us = 2000;
-  // The same for each message of the context-parallel ring, per thread taking turns on a core (ranks x threads /
-  // cores): the receiving rank blocks until its peer, one of those threads, has run to its send. Fit 2026-11-28
-  // on the 2-core Intel Xeon, where a flat charge fit best at 400 us on 4 ranks and 800 us on 8 (docs/planner.md).
+  double oversubscribed_step_sync_us = 1000;
+  // The same for each message of the context-parallel ring: the receiving rank blocks until its peer has run to
+  // its send.
   double oversubscribed_ring_us = 200;
   // The CPU time a data-parallel collective costs its rank's communication thread: per operation (waking for the
   // emulated link's delays, handing over) and per byte the ring moves (the shared-memory copies and sums). When the

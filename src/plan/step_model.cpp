@@ -61,7 +61,7 @@ struct StepContext {
   const NetModel& net;
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
-  double ring_sync;        // and per context-parallel ring message (scaled by the threads per core)
+  double ring_sync;        // and per context-parallel ring message
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -410,15 +410,15 @@ void summarise_param_gathers(const StepContext& x, StepPrediction& out) {
 StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, const StepOptions& o) {
   const NetModel net(cfg, o.net);
   const int p = cfg.parallel.pp, v = cfg.parallel.virtual_stages;
-  // Ranks that time-share the cores wait for each other at every blocking collective; the step's own
+  // Ranks that time-share the cores wait for each other at every blocking collective and message; the step's own
   // collectives (between its phases) follow long stretches of compute, over which time-sliced ranks drift
-  // further apart.
+  // further apart. Each wait is charged per thread taking turns on a core: a peer is one of that many.
   const bool oversubscribed = double(world) * o.threads > o.cores;
+  const double per_core = oversubscribed ? double(world) * o.threads / o.cores : 0.0;
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
-                mesh_links(cfg, world), oversubscribed ? o.net.oversubscribed_sync_us : 0.0,
-                oversubscribed ? o.net.oversubscribed_step_sync_us : 0.0,
-                oversubscribed ? o.net.oversubscribed_ring_us * world * o.threads / o.cores : 0.0,  // per thread per core
+                mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us,
+                per_core * o.net.oversubscribed_step_sync_us, per_core * o.net.oversubscribed_ring_us,
                 double(world) * o.threads >= o.cores, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

@@ -3,8 +3,8 @@
 (run.dir/memory.json) on small layouts of 1, 2 and 4 ranks (pipeline, ZeRO-1 and -2, 16-bit compute, context
 parallelism, sequence parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline
 rank; ZeRO-3's predicted gather traffic per step (once per step without parallel.reshard_after_forward, in every
-forward and backward pass with it); the JSON's fields and order; the table; the ring's wait charged per thread per
-core; scripts/validate_planner.py's --fit
+forward and backward pass with it); the JSON's fields and order; the table; the waits of ranks sharing cores charged per
+thread per core; scripts/validate_planner.py's --fit
 (with --fit-also) on results made from the planner's own predictions; and every bad input answered with exit
 status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
@@ -284,41 +284,43 @@ def comm_thread_cpu(rows):
           (len(replicas), "longer" if full else "unchanged", cores))
     # The same two constants from a --fit file (optional keys there: older files keep the defaults).
     path = os.path.join(WORK, "runtime_cpu.json")
-    json.dump({"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000,
+    json.dump({"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 75, "step_sync_us": 1000,
                "ring_sync_us": 200, "spread": 0.1, "comm_cpu_op_us": 0, "comm_cpu_ns_per_byte": 0}, open(path, "w"))
     from_file = keyed(planner(2, [], ["--calibration", CALIBRATION, "--runtime", path]))
     check(all(abs(from_file[k]["step_ms"] - free[k]["step_ms"]) < 1e-9 for k in free),
           "communication thread's CPU: a runtime file's comm_cpu_op_us and comm_cpu_ns_per_byte are read")
 
 
-def ring_sync_per_thread():
-    # The context-parallel ring's wait per message (--ring-sync-us) is charged per thread taking turns on a core.
-    # On one core (taskset), 2 ranks of 1 thread are 2 threads per core and 2 ranks of 2 threads are 4: raising the
-    # charge from 0 to 1000 us lengthens a cp 2 step about twice as much in the second (not exactly: the waits
-    # also change how the ranks share the core).
-    growth = {}
-    for threads in (1, 2):
-        steps = {}
-        for ring in (0, 1000):
-            cmd = ["taskset", "-c", "0", PLANNER, "--config", TINY, "--world", "2", "--json", "--ring-sync-us",
-                   str(ring), "--calibration", os.path.join(WORK, "ring%d.calibration" % threads)]
-            p = subprocess.run(cmd + sets(["train.threads=%d" % threads]), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, timeout=120)
-            if p.returncode != 0:
-                sys.exit("planner failed: %s\n%s" % (" ".join(cmd), p.stderr))
-            steps[ring] = {k: r["step_ms"] for k, r in keyed(json.loads(p.stdout)).items() if k[1] == 2}
-        growth[threads] = {k: steps[1000][k] - steps[0][k] for k in steps[0]}
-    ratios = [growth[2][k] / growth[1][k] for k in growth[1]]
-    check(ratios and all(growth[1][k] > 0 for k in growth[1]) and all(1.6 < x < 2.4 for x in ratios),
-          "ring sync per thread per core: %d cp 2 rows grow %.2f-%.2fx as much at 4 threads per core as at 2" %
-          (len(ratios), min(ratios or [0]), max(ratios or [0])))
+def waits_per_thread():
+    # The waits of ranks that time-share the cores are charged per thread taking turns on a core. On one core
+    # (taskset), 2 ranks of 1 thread are 2 threads per core and 2 ranks of 2 threads are 4: raising a wait's constant
+    # from 0 to 1000 us lengthens the rows it applies to about twice as much in the second (not exactly: the waits
+    # also change how the ranks share the core). --sync-latency-us on the tp 2 rows (their collectives in the
+    # passes), --step-sync-us on the dp 2 rows (the step's collectives), --ring-sync-us on the cp 2 rows.
+    for flag, axis in (("--sync-latency-us", 2), ("--step-sync-us", 0), ("--ring-sync-us", 1)):
+        growth = {}
+        for threads in (1, 2):
+            steps = {}
+            for value in (0, 1000):
+                cmd = ["taskset", "-c", "0", PLANNER, "--config", TINY, "--world", "2", "--json", flag, str(value),
+                       "--calibration", os.path.join(WORK, "waits%d.calibration" % threads)]
+                p = subprocess.run(cmd + sets(["train.threads=%d" % threads]), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, timeout=120)
+                if p.returncode != 0:
+                    sys.exit("planner failed: %s\n%s" % (" ".join(cmd), p.stderr))
+                steps[value] = {k: r["step_ms"] for k, r in keyed(json.loads(p.stdout)).items() if k[axis] == 2}
+            growth[threads] = {k: steps[1000][k] - steps[0][k] for k in steps[0]}
+        ratios = [growth[2][k] / growth[1][k] for k in growth[1] if growth[1][k] > 0]
+        check(len(ratios) == len(growth[1]) > 0 and all(1.6 < x < 2.4 for x in ratios),
+              "%s is charged per thread per core: %d rows grow %.2f-%.2fx as much at 4 threads per core as at 2" %
+              (flag, len(growth[1]), min(ratios or [0]), max(ratios or [0])))
 
 
 def runtime_file(rows):
     # --runtime FILE (scripts/validate_planner.py --fit's constants): they change the predictions, a flag overrides
     # the file's value, and the file's spread decides which rows tie the first.
     path = os.path.join(WORK, "runtime.json")
-    defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 150, "step_sync_us": 2000,
+    defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 75, "step_sync_us": 1000,
                 "ring_sync_us": 200}
     json.dump(dict(defaults, p2p_latency_us=0, spread=0.5), open(path, "w"))
     table = ["--calibration", CALIBRATION, "--reps", "1", "--runtime", path]
@@ -418,7 +420,7 @@ json_fields(tiny2)
 zero3_gather_traffic(tiny2)
 comm_thread_cpu(tiny2)
 runtime_file(tiny2)
-ring_sync_per_thread()
+waits_per_thread()
 fit_from_results()
 llama_step_model()
 bad_inputs()
