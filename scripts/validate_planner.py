@@ -16,8 +16,9 @@ targets of issue 38), then saves them as JSON with the runs' measured run-to-run
 --runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed). The
 measurements are kept in OUT/results.json, and --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
-scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank. Constants fit to one sample of 12
-layouts can miss on the next (docs/planner.md has figures for fits to one, two and three samples).
+scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank.
+Constants fit to one sample of 12 layouts can miss on the next (docs/planner.md has figures for fits to one, two,
+three and five samples).
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
