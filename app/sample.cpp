@@ -151,15 +151,9 @@ int main(int argc, char** argv) {
                                      kUsage);
     if (have_prompt == have_ids)
       mt::input_error("give the prompt as --prompt TEXT or as --prompt-ids IDS (one of them)");
-    mt::Config cfg;
-    std::string error;  // the run folder may be unreadable on some hosts only: every rank learns whether any failed
-    try {
-      cfg = mt::load_config(run + "/config.yaml", sets);
-    } catch (const mt::InputError& e) {
-      if (!mpi_started()) throw;
-      error = e.what();
-    }
-    if (mpi_started()) mt::agree_on_setup(error, MPI_COMM_WORLD);
+    mt::Config cfg;  // the run folder may be unreadable on some hosts only: every rank learns whether any failed
+    mt::agreed_setup([&] { cfg = mt::load_config(run + "/config.yaml", sets); },
+                     mpi_started() ? MPI_COMM_WORLD : MPI_COMM_NULL);
     const bool bytes = cfg.data.source == mt::DataSource::Text && !tokenizer;
     if (have_prompt && !bytes && !tokenizer)
       mt::input_error("--prompt TEXT needs a byte-level model (data.source: text) or --tokenizer FILE; this run's "

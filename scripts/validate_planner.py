@@ -10,8 +10,8 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
                                                [--runtime FILE] [--fit FILE [--fit-also DIR]...]
 
 --fit FILE refits the planner's seven runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
---step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a coordinate search (the compute timings held fixed) that minimises
-the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the
+--step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a coordinate search (the
+compute timings held fixed) that minimises the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the
 targets of issue 38), then saves them as JSON with the runs' measured run-to-run spread, which `build/planner
 --runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed). The
 measurements are kept in OUT/results.json, and --from-results refits from them without running anything.
@@ -157,7 +157,7 @@ def main():
     ap.add_argument("--fit", default="", help="refit the runtime constants to these runs and save them to this file")
     ap.add_argument("--fit-also", action="append", default=[], metavar="DIR",
                     help="with --fit: fit to the layouts an earlier run measured too (its --out; the same config "
-                         "and link, any --world or --seed), each run held to the targets on its own (repeatable)")
+                         "and link, any --world or --seed), each run scored on its own (repeatable)")
     ap.add_argument("--from-results", action="store_true",
                     help="take the layouts and measurements from OUT/results.json (an earlier run) instead of running")
     args = ap.parse_args()

@@ -20,4 +20,18 @@ struct SetupError : InputError {
 // other than 0 logs its own message; rank 0's is left to its caller.
 void agree_on_setup(const std::string& error, MPI_Comm world);
 
+// Runs `step`, set-up that may throw InputError on some ranks only (it reads files), and agrees on its outcome over
+// `world` as agree_on_setup does. Without a world (MPI_COMM_NULL: one process without MPI) it only runs it.
+template <typename Step>
+void agreed_setup(Step&& step, MPI_Comm world) {
+  if (world == MPI_COMM_NULL) return step();
+  std::string error;
+  try {
+    step();
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  agree_on_setup(error, world);
+}
+
 }  // namespace mt

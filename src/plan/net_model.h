@@ -26,9 +26,9 @@ struct NetOptions {
   double poll_share = 0.15;
   // When the ranks' threads outnumber the cores, a rank's peers are not running at the same moment (the scheduler
   // time-slices them): each wait below is charged once per thread taking turns on a core (ranks x threads /
-  // cores), since the peer is one of that many. Per thread (2026-11-28: charged flat before, at twice these values,
-  // which were fit on 4 ranks of one thread on 2 cores; on 8 ranks the flat values fit twice too low,
-  // docs/planner.md "Several samples").
+  // cores), since the peer is one of that many (2026-11-28; charged flat before: sync and step sync at twice these
+  // values, fit on 4 ranks of one thread on 2 cores, and the ring at 700 us; on 8 ranks flat values fit at about
+  // twice their 4-rank ones, docs/planner.md "Several samples").
   // A collective's or a message's extra wait inside the pipeline phase.
   double oversubscribed_sync_us = 75;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,

@@ -52,14 +52,7 @@ Sampler::Sampler(const Config& cfg, const std::string& weights, int tp, int pp) 
   model_ = std::make_unique<GPT>(g, part, DType::F32);
   if (comms_.tp) model_->set_tp_comm(comms_.tp.get());
   // The weights file may be unreadable on some hosts only: every rank learns whether any failed to load it.
-  std::string error;
-  try {
-    model_->load_safetensors(weights);
-  } catch (const InputError& e) {
-    if (!mesh_) throw;
-    error = e.what();
-  }
-  if (mesh_) agree_on_setup(error, MPI_COMM_WORLD);
+  agreed_setup([&] { model_->load_safetensors(weights); }, mesh_ ? MPI_COMM_WORLD : MPI_COMM_NULL);
 }
 
 Sampler::~Sampler() = default;

@@ -47,8 +47,7 @@ Tensor build_model_and_data(TrainingRun& r) {
   if (mesh.cp() > 1) model.set_cp_comm(r.comms.cp.get());
   // Set-up reads files and may fail with bad input on some ranks only: every rank learns whether any failed
   // before the first collective of the run, so they all stop with exit status 2 instead of leaving peers waiting.
-  std::string setup_error;
-  try {
+  agreed_setup([&] {
     if (mesh.rank() == 0) {
       std::filesystem::create_directories(cfg.run.dir);
       std::ofstream f(cfg.run.dir + "/config.yaml");
@@ -59,10 +58,7 @@ Tensor build_model_and_data(TrainingRun& r) {
     if (loaded) model.load_safetensors(cfg.model.init_from, masters);
     else if (masters.defined()) model.init(cfg.train.seed, cfg.model.init_std, masters);
     if (host_masters && !zero3) copy_convert(model.params(), masters);
-  } catch (const InputError& e) {
-    setup_error = e.what();
-  }
-  agree_on_setup(setup_error, MPI_COMM_WORLD);
+  }, MPI_COMM_WORLD);
   spdlog::info("data: {}", r.data.train.description);
   if (r.data.entropy_rate_nats >= 0)
     spdlog::info("data: best achievable loss (entropy rate) {:.4f} nats; uniform guess ln(V) = {:.4f}",

@@ -3,10 +3,9 @@
 (run.dir/memory.json) on small layouts of 1, 2 and 4 ranks (pipeline, ZeRO-1 and -2, 16-bit compute, context
 parallelism, sequence parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline
 rank; ZeRO-3's predicted gather traffic per step (once per step without parallel.reshard_after_forward, in every
-forward and backward pass with it); the JSON's fields and order; the table; the waits of ranks sharing cores charged per
-thread per core; scripts/validate_planner.py's --fit
-(with --fit-also) on results made from the planner's own predictions; and every bad input answered with exit
-status 2.
+forward and backward pass with it); the JSON's fields and order; the table; the waits of ranks sharing cores
+charged per thread per core; scripts/validate_planner.py's --fit (with --fit-also) on results made from the
+planner's own predictions; and every bad input answered with exit status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
 usage: test_planner.py PLANNER TRAINER MPIEXEC SOURCE_DIR WORK_DIR
@@ -39,6 +38,9 @@ def sets(args):
     return out
 
 
+# The planner's runtime constants as it defaults them, for runtime files that change some of them.
+RUNTIME_DEFAULTS = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 75, "step_sync_us": 1000,
+                    "ring_sync_us": 200}
 CALIBRATION = os.path.join(WORK, "tiny.calibration")  # the timed plans of tiny on 2 ranks share their timings
 
 
@@ -284,8 +286,7 @@ def comm_thread_cpu(rows):
           (len(replicas), "longer" if full else "unchanged", cores))
     # The same two constants from a --fit file (optional keys there: older files keep the defaults).
     path = os.path.join(WORK, "runtime_cpu.json")
-    json.dump({"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 75, "step_sync_us": 1000,
-               "ring_sync_us": 200, "spread": 0.1, "comm_cpu_op_us": 0, "comm_cpu_ns_per_byte": 0}, open(path, "w"))
+    json.dump(dict(RUNTIME_DEFAULTS, spread=0.1, comm_cpu_op_us=0, comm_cpu_ns_per_byte=0), open(path, "w"))
     from_file = keyed(planner(2, [], ["--calibration", CALIBRATION, "--runtime", path]))
     check(all(abs(from_file[k]["step_ms"] - free[k]["step_ms"]) < 1e-9 for k in free),
           "communication thread's CPU: a runtime file's comm_cpu_op_us and comm_cpu_ns_per_byte are read")
@@ -322,9 +323,7 @@ def runtime_file(rows):
     # --runtime FILE (scripts/validate_planner.py --fit's constants): they change the predictions, a flag overrides
     # the file's value, and the file's spread decides which rows tie the first.
     path = os.path.join(WORK, "runtime.json")
-    defaults = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 75, "step_sync_us": 1000,
-                "ring_sync_us": 200}
-    json.dump(dict(defaults, p2p_latency_us=0, spread=0.5), open(path, "w"))
+    json.dump(dict(RUNTIME_DEFAULTS, p2p_latency_us=0, spread=0.5), open(path, "w"))
     table = ["--calibration", CALIBRATION, "--reps", "1", "--runtime", path]
     fitted = keyed(planner(2, [], table))
     back = keyed(planner(2, [], table + ["--p2p-latency-us", "2000"]))
@@ -345,7 +344,7 @@ def runtime_file(rows):
     check(p.returncode == 0 and "from " + path in p.stdout and "within 50% of the first" in p.stdout and
           ("   =2  " in p.stdout) == ordered[1]["ties_first"],
           "the table names the runtime file and the spread, and marks ties with '='")
-    json.dump(dict(defaults, spread=2), open(path, "w"))
+    json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
     check(p.returncode == 2 and '"spread" must be a number in [0, 1]' in p.stderr and path in p.stderr,
@@ -360,7 +359,8 @@ def fit_from_results():
     emulate = ["comm.emulate.latency_us=30", "comm.emulate.bandwidth_gbps=2", "train.eval_every=0"]
     truth = planner(2, emulate, ["--calibration", CALIBRATION, "--reps", "5", "--p2p-latency-us", "500"])
     runs = {}
-    for name, rows in (("A", [r for r in truth if r["pp"] == 1][:4]), ("B", truth[:1] + [r for r in truth if r["pp"] > 1][:3])):
+    for name, rows in (("A", [r for r in truth if r["pp"] == 1][:4]),
+                       ("B", truth[:1] + [r for r in truth if r["pp"] > 1][:3])):
         out = os.path.join(WORK, "fit_" + name)
         os.makedirs(out, exist_ok=True)
         shutil.copy(CALIBRATION, os.path.join(out, "calibration.json"))
