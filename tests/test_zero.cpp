@@ -243,7 +243,8 @@ TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every 
 TEST_CASE("ShardedParams: a model reading its gathered units computes the whole model's step", "[zero][sharded]") {
   // ZeRO-3's store (parallel/sharded_params.h) behind GPT's parameter views and both passes' hooks: every rank keeps
   // only its shards of the weights, gathers each unit into a ring of two slots when a pass asks (prefetching the
-  // next), and must give the flat model's loss and gradients bit for bit, over two forward and backward passes.
+  // next; a backward pass keeps the two units its forward pass ended with), and must give the flat model's loss and
+  // gradients bit for bit, over two forward and backward passes.
   CommOptions o;
   o.timeout_s = 60;
   auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
@@ -309,10 +310,12 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
       flat.backward(a, scratch);
       z.begin_pass(PassOrder::Backward);
       scratch.reset();
-      const int64_t missed_bwd = z.gathers_not_prefetched();
+      const int64_t missed_bwd = z.gathers_not_prefetched(), issued_bwd = z.gathers_issued();
       viewed.backward(b, scratch, {}, BackwardPart::All, {}, {},
                       [&](int64_t lo, int64_t hi) { z.backward_needs(lo, hi); });
-      CHECK(z.gathers_not_prefetched() - missed_bwd == 1);  // the head's unit; every block prefetched
+      // The head's unit and the last block stay from the forward pass; every other unit is prefetched.
+      CHECK(z.gathers_issued() - issued_bwd == ring - 2);
+      CHECK(z.gathers_not_prefetched() - missed_bwd == 0);
     }
     CHECK(got.data_as<double>()[0] == want.data_as<double>()[0]);
     CHECK(std::memcmp(viewed.grads().data(), flat.grads().data(), flat.grads().nbytes()) == 0);

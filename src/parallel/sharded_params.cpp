@@ -112,9 +112,17 @@ void ShardedParams::prefetch_forward_start() {
 void ShardedParams::begin_pass(PassOrder order) {
   if (!fresh_) {
     wait_all();
-    for (int u = 0; u < static_cast<int>(units_.size()); ++u)
-      if (slot_[u] >= 0) state_[u] = Absent;
-    std::fill(occupant_.begin(), occupant_.end(), -1);
+    // A backward pass right after a forward pass asks first for the ring's first two units (the head's parameters
+    // and the last block), which that pass read last and left in their slots: they stay, and are not gathered again
+    // (torchtitan leaves the last block gathered after the forward pass for the same reason). A third slot would
+    // not: in a shared ring it takes the first unit's gradients (ShardedGrads::begin_pass zeroes it).
+    const bool keep_tail = order_ == PassOrder::Forward && order == PassOrder::Backward;
+    for (int u = 0, ring = 0; u < static_cast<int>(units_.size()); ++u) {
+      if (slot_[u] < 0) continue;
+      if (keep_tail && ring++ < 2 && state_[u] == Resident) continue;
+      state_[u] = Absent;
+      if (occupant_[slot_[u]] == u) occupant_[slot_[u]] = -1;
+    }
   }
   fresh_ = false;
   order_ = order;
@@ -129,18 +137,26 @@ void ShardedParams::forward_needs(int64_t begin) {
   int lowest = -1;
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u)
     if (units_[u].end > begin && units_[u].begin < end) need(u), lowest = u;
-  if (lowest >= 0) prefetch(lowest - 1);  // the forward pass walks down the layout
+  if (lowest < 0) return;
+  prefetch(lowest - 1);  // the forward pass walks down the layout
+  // A third slot (shared with the gradients, which a forward pass leaves alone) takes the unit after that one, in
+  // the slot of the unit the pass has just left: the gathers queue up one unit further ahead, so a block whose
+  // gather outlasts the block before it can borrow the slack of the blocks before that.
+  if (shared_ && lowest >= 1 && state_[lowest - 1] != Absent) prefetch(lowest - 2);
 }
 
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
   ++request_;
-  int lowest = -1, highest = -1;
+  int lowest_ring = -1, highest = -1;  // the first ring unit the request touches; the last unit
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
-    if (units_[u].end > begin && units_[u].begin < end) need(u), highest = u, lowest = lowest < 0 ? u : lowest;
+    if (units_[u].end > begin && units_[u].begin < end) {
+      need(u), highest = u;
+      if (lowest_ring < 0 && slot_[u] >= 0) lowest_ring = u;
+    }
   // A shared ring gives the slots of the units the pass has left to their gradients (zeroed there), so those
-  // units are no longer resident.
-  for (int u = 0; shared_ && u < lowest; ++u)
+  // units are no longer resident. A request for a pinned unit alone (the tied head) leaves none.
+  for (int u = 0; shared_ && u < lowest_ring; ++u)
     if (slot_[u] >= 0 && state_[u] == Resident) state_[u] = Absent, occupant_[slot_[u]] = -1;
   if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
 }

@@ -14,9 +14,10 @@
 // The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
 // makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. It also
 // prefetches the next unit in the pass's order, unless that would evict a unit of the same request (the first
-// request of a forward pass touches the embeddings and block 0). begin_pass() forgets the unpinned units (reshard
-// after forward: the next pass gathers them again). begin_step() forgets every unit, since an optimizer step
-// changed the shards.
+// request of a forward pass touches the embeddings and block 0), and in a forward pass over three slots the unit
+// after that one too. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
+// again), except that a backward pass right after a forward pass keeps the two it starts with, which that forward
+// pass ended with. begin_step() forgets every unit, since an optimizer step changed the shards.
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
 #include <cstdint>

@@ -171,11 +171,17 @@ const std::vector<ParamRequest>& ChunkParamGathers::requests(ActionKind kind) co
 
 PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   const int n = static_cast<int>(units_.size());
-  // ShardedParams::begin_pass: every gather still in flight is waited for, and the unpinned units go.
-  for (int u = 0; u < n; ++u)
-    if (!units_[u].pinned) resident_[u] = false;
-  std::fill(occupant_.begin(), occupant_.end(), -1);
   const bool down = kind == ActionKind::Forward;  // the forward pass walks down the layout, the backward up
+  // ShardedParams::begin_pass: every gather still in flight is waited for, and the unpinned units go, but for the
+  // ring's first two when a backward pass follows a forward pass.
+  const bool keep_tail = after_forward_ && kind != ActionKind::Forward;
+  after_forward_ = down;
+  for (int u = 0, ring = 0; u < n; ++u) {
+    if (units_[u].pinned) continue;
+    if (keep_tail && ring++ < 2 && resident_[u]) continue;
+    resident_[u] = false;
+    if (occupant_[slot_[u]] == u) occupant_[slot_[u]] = -1;
+  }
   PassGathers out;
   std::vector<double> ready(n, 0.0);  // a gather in flight: when it completes (one after another on the communicator)
   std::vector<bool> flying(n, false), touched(n, false);  // in flight; touched by the current request
@@ -225,11 +231,18 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       resident_[u] = true;
       edge = u;
     }
-    // The prefetch, unless its slot holds a unit this request touched (ShardedParams::prefetch).
-    const int next = edge < 0 ? -1 : down ? edge - 1 : edge + 1;
-    const int holder = next >= 0 && next < n && slot_[next] >= 0 ? occupant_[slot_[next]] : -1;
-    if (next >= 0 && next < n && !resident_[next] && !flying[next] && !(holder >= 0 && touched[holder]))
-      issue(next);
+    // The prefetch, unless its slot holds a unit this request touched (ShardedParams::prefetch); a forward pass
+    // in a ring of three slots also prefetches the unit after it, into the slot of the unit the pass just left.
+    auto prefetch = [&](int u) {
+      if (u < 0 || u >= n || resident_[u] || flying[u]) return;
+      const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
+      if (!(holder >= 0 && touched[holder])) issue(u);
+    };
+    if (edge >= 0) {
+      const int next = down ? edge - 1 : edge + 1;
+      prefetch(next);
+      if (down && occupant_.size() == 3 && next >= 0 && (resident_[next] || flying[next])) prefetch(next - 1);
+    }
     t += q.work_after * work_us;
   }
   // A prefetch the pass never asked for (the backward pass's past its last block) completes before the next pass.

@@ -2,10 +2,11 @@
 // The requests are the model's own (GPT::forward's and backward's params_needed, mirrored here), and the store's
 // rules decide what each one gathers: a request gathers every unit it touches that is not resident and waits for
 // it, then prefetches the next unit in the pass's order (the forward pass walks down the layout, the backward pass
-// up), whose gather then overlaps the compute up to the next request. A pass's start forgets the unpinned units,
-// the step's start every unit. So with parallel.reshard_after_forward each forward and backward pass gathers its
-// units again, and the pass waits for its first units in full and for what each prefetch outlasts; without it
-// (every unit pinned) the chunk's first forward pass of the step gathers them all, and nothing after it.
+// up; over three slots a forward pass the unit after it too), whose gather then overlaps the compute up to the next
+// request. A pass's start forgets the unpinned units (a backward pass right after a forward pass keeps the ring's
+// first two), the step's start every unit. So with parallel.reshard_after_forward each forward and backward pass
+// gathers its units again, and the pass waits for its first units in full and for what each prefetch outlasts;
+// without it (every unit pinned) the chunk's first forward pass of the step gathers them all, and nothing after it.
 // tests/test_planner.cpp checks the gathers against a ShardedParams driven by the model's passes.
 #pragma once
 #include <cstdint>
@@ -78,6 +79,7 @@ class ChunkParamGathers {
   std::vector<bool> early_in_flight_;
   std::vector<int> slot_;      // per unit: its ring slot, -1 when pinned
   std::vector<int> occupant_;  // per ring slot: the unit in it, or -1
+  bool after_forward_ = false; // the chunk's last pass was a forward pass
 };
 
 }  // namespace mt::plan

@@ -179,20 +179,28 @@ def zero3_memory_cases():
 def zero3_gather_traffic(rows):
     # tiny on dp 2: one chunk of four parameter units (the final norm, two blocks, the tied embeddings). Without
     # parallel.reshard_after_forward each is gathered once per step: the chunk's parameters once. With it every
-    # forward and backward pass gathers the unpinned units again and the pinned embedding stays: with m
-    # micro-batches, 2m (P - E) + E bytes in 2m (4 - 1) + 1 gathers, for zb1 too (its weight pass reads none).
+    # forward pass gathers the 3 unpinned units again and the pinned embedding stays; a backward pass right after a
+    # forward pass keeps the final norm and block 1, which that pass ended with, and gathers block 0 (B bytes), any
+    # other backward pass all 3. With m micro-batches, 1f1b and zb1 (its weight pass reads none) alternate the
+    # passes: m (P - E + B) + E bytes in 4m + 1 gathers; gpipe runs m forward passes, then m backward passes.
     keep = planner(2, ["parallel.reshard_after_forward=false"], ["--reps", "1", "--calibration", CALIBRATION])
     # The rows given are the config's own: tiny.yaml leaves parallel.reshard_after_forward at its default, which
     # reshards on one pipeline stage.
     P = [r["memory"]["params_bytes"] for r in rows if r["dp"] == 2 and r["zero"] == 0][0]  # n fp32 parameters
     E = (64 * 32 + 16 * 32) * 4  # wte and wpe: configs/tiny.yaml's vocab_size x d_model and seq_len x d_model
+    B = (P - E - 2 * 32 * 4) // 2  # a block: the rest but the final norm's weight and bias
     for want_keep in (True, False):
         for r in keep if want_keep else rows:
             if r["zero"] != 3 or r["dp"] != 2:
                 continue
             m = r["micro_batches"]
             g = r.get("param_gathers", {})
-            want = (4, P) if want_keep else (2 * m * 3 + 1, 2 * m * (P - E) + E)
+            if want_keep:
+                want = (4, P)
+            elif r["schedule"] == "gpipe":
+                want = (3 * m + 1 + 3 * (m - 1) + 1, (2 * m - 1) * (P - E) + B + E)
+            else:
+                want = (4 * m + 1, m * (P - E + B) + E)
             what = "%s mb%d (m %d), reshard_after_forward %s" % (r["schedule"], r["micro_batch"], m,
                                                                  "false" if want_keep else "true")
             check((g.get("count"), g.get("bytes")) == want and g.get("wait_ms", -1) > 0,
