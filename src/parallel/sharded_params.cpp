@@ -104,9 +104,11 @@ void ShardedParams::begin_step() {
 }
 
 void ShardedParams::prefetch_forward_start() {
+  // Every unit when all are pinned (the passes keep them): no slot waits for a pass to free it, so their gathers
+  // queue up in the forward pass's order, as ZeRO-1's and -2's gather after the optimizer does.
   const int n = static_cast<int>(units_.size());
-  prefetch(n - 1);
-  prefetch(n - 2);
+  const bool all_pinned = std::all_of(slot_.begin(), slot_.end(), [](int s) { return s < 0; });
+  for (int u = n - 1; u >= (all_pinned ? 0 : n - 2); --u) prefetch(u);
 }
 
 void ShardedParams::begin_pass(PassOrder order) {

@@ -60,7 +60,7 @@ class ShardedParams {
 
   void begin_step();                // the shards changed: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
-  // block) gathered in the background, so that pass need not wait for them in full.
+  // block; every unit when all are pinned) gathered in the background, so that pass need not wait for them in full.
   void prefetch_forward_start();
   // A new pass: the unpinned units are not resident, unless the pass is the step's first (what is in the store
   // then was gathered from the step's shards).

@@ -158,7 +158,9 @@ void ChunkParamGathers::begin_step() {
 
 void ChunkParamGathers::prefetch_forward_start(double head_start_us) {
   double done = -head_start_us;  // one after another on the communicator
-  for (int u = int(units_.size()) - 1; u >= 0 && u >= int(units_.size()) - 2; --u) {
+  const int n = static_cast<int>(units_.size());
+  const bool all_pinned = std::all_of(slot_.begin(), slot_.end(), [](int s) { return s < 0; });
+  for (int u = n - 1; u >= 0 && u >= (all_pinned ? 0 : n - 2); --u) {
     done += unit_us_[u];
     early_[u] = done;
     early_in_flight_[u] = true;

@@ -61,9 +61,9 @@ class ChunkParamGathers {
                     int elem_bytes, int slots, std::vector<double> unit_cpu_us = {});
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
-  // block) gathered in the background since head_start_us before that pass starts, as the trainer issues them
-  // after the optimizer (ShardedParams::prefetch_forward_start). That pass lists them among its gathers, issued at
-  // its start.
+  // block; every unit when all are pinned) gathered in the background since head_start_us before that pass starts,
+  // as the trainer issues them after the optimizer (ShardedParams::prefetch_forward_start). That pass lists them
+  // among its gathers, issued at its start.
   void prefetch_forward_start(double head_start_us);
   // One pass of `kind` whose compute takes work_us at full speed: its gathers and its waits for them.
   PassGathers pass(ActionKind kind, double work_us);
