@@ -217,16 +217,29 @@ TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every 
     Tensor weights = Tensor::zeros({t.total_numel()}, DType::F32);
     for (int64_t i = 0; i < weights.numel(); ++i) weights.data_as<float>()[i] = 1000.0f + float(i % 13);
     params.load_shards(weights);
-    const std::vector<Tensor> views = z.grad_views();
+    const std::vector<Tensor> views = z.grad_views(), weight_views = params.param_views();
+    // What a pass reads of unit u once it asked for it: the weights, never a slot's gradients (a unit kept from the
+    // forward pass, prefetched two ahead, or left in a slot the gradients took).
+    auto reads_weights = [&](int u) {
+      for (int p = 0; p < t.size(); ++p)
+        if (t[p].offset >= units[u].begin && t[p].offset < units[u].end &&
+            std::memcmp(weight_views[p].data(), weights.data_as<float>() + t[p].offset, weight_views[p].nbytes()))
+          return false;
+      return true;
+    };
     z.zero();
     params.begin_step();
     for (int k = 0; k < passes; ++k) {
       params.begin_pass(PassOrder::Forward);  // gathers every unit, over the previous pass's last reduction
-      for (int u = n - 1; u >= 0; --u) params.forward_needs(units[u].begin);
+      for (int u = n - 1; u >= 0; --u) {
+        params.forward_needs(units[u].begin);
+        CHECK(reads_weights(u));
+      }
       params.begin_pass(PassOrder::Backward);
       REQUIRE(z.begin_pass(k == passes - 1, true));
       for (int u = 0; u < n; ++u) {
         params.backward_needs(units[u].begin, units[u].end);
+        CHECK(reads_weights(u));
         add_pass_grads(t, units[u], views, r, k);
         z.grads_ready(units[u].end);
       }
