@@ -221,6 +221,11 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     out.bytes += (units_[u].end - units_[u].begin) * int64_t(elem_bytes_);
     out.cpu_us += unit_cpu_us_[u];
   };
+  auto prefetch = [&](int u) {  // unless u's slot holds a unit the current request touched (ShardedParams::prefetch)
+    if (u < 0 || u >= n || resident_[u] || flying[u]) return;
+    const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
+    if (!(holder >= 0 && touched[holder])) issue(u);
+  };
   for (const ParamRequest& q : requests(kind)) {
     std::fill(touched.begin(), touched.end(), false);
     int edge = -1;  // the last unit the request touched: the next in the pass's order is prefetched
@@ -233,13 +238,8 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       resident_[u] = true;
       edge = u;
     }
-    // The prefetch, unless its slot holds a unit this request touched (ShardedParams::prefetch); a forward pass
-    // in a ring of three slots also prefetches the unit after it, into the slot of the unit the pass just left.
-    auto prefetch = [&](int u) {
-      if (u < 0 || u >= n || resident_[u] || flying[u]) return;
-      const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
-      if (!(holder >= 0 && touched[holder])) issue(u);
-    };
+    // The prefetch; a forward pass in a ring of three slots also prefetches the unit after it, into the slot of
+    // the unit the pass just left.
     if (edge >= 0) {
       const int next = down ? edge - 1 : edge + 1;
       prefetch(next);

@@ -6,7 +6,8 @@
 // request. A pass's start forgets the unpinned units (a backward pass right after a forward pass keeps the ring's
 // first two), the step's start every unit. So with parallel.reshard_after_forward each forward and backward pass
 // gathers its units again, and the pass waits for its first units in full and for what each prefetch outlasts;
-// without it (every unit pinned) the chunk's first forward pass of the step gathers them all, and nothing after it.
+// without it (every unit pinned) the gathers issued after the optimizer bring them all (counted in the chunk's first
+// forward pass), and nothing gathers after them.
 // tests/test_planner.cpp checks the gathers against a ShardedParams driven by the model's passes.
 #pragma once
 #include <cstdint>

@@ -198,7 +198,7 @@ def zero3_gather_traffic(rows):
             if want_keep:
                 want = (4, P)
             elif r["schedule"] == "gpipe":
-                want = (3 * m + 1 + 3 * (m - 1) + 1, (2 * m - 1) * (P - E) + B + E)
+                want = (6 * m - 1, (2 * m - 1) * (P - E) + B + E)  # only the first backward pass keeps two
             else:
                 want = (4 * m + 1, m * (P - E + B) + E)
             what = "%s mb%d (m %d), reshard_after_forward %s" % (r["schedule"], r["micro_batch"], m,

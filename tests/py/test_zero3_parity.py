@@ -121,8 +121,8 @@ count, resharded, other = traced_gathers("gathers_reshard", Z3)
 _, kept, _ = traced_gathers("gathers_keep", Z3 + ["parallel.reshard_after_forward=false"])
 _, zero2, _ = traced_gathers("gathers_zero2", ["optim.zero=2"])
 want = 3 * (4 * 5 + 4 * 3 + 1) + 2 + 6
-whole = 4 * n_params // 2  # every unit once: the export's gather (ZeRO-2 in fp32 holds its whole weights), and
-prefetched = 4 * (embedding + block) // 2  # the last prefetch without (whole) and with resharding (prefetched)
+whole = 4 * n_params // 2  # every unit once: the export's gather, and the last prefetch without resharding
+prefetched = 4 * (embedding + block) // 2  # the last prefetch with resharding
 extra = 3 * ((2 * 4 - 1) * (n_params - embedding) - 4 * (block + 2 * C)) * 4 // 2 + prefetched - whole
 check(count == other == want, f"dp all-gathers in 3 traced steps: {count} and {other} per rank, {want} expected (one "
       f"per unit and pass, where one per parameter would be 12 per block: DeepSpeed #5047's many tiny gathers)")
