@@ -114,14 +114,21 @@ void ShardedParams::prefetch_forward_start() {
 void ShardedParams::begin_pass(PassOrder order) {
   if (!fresh_) {
     wait_all();
-    // A backward pass right after a forward pass asks first for the ring's first two units (the head's parameters
-    // and the last block), which that pass read last and left in their slots: they stay, and are not gathered again
-    // (torchtitan leaves the last block gathered after the forward pass for the same reason). A third slot would
-    // not: in a shared ring it takes the first unit's gradients (ShardedGrads::begin_pass zeroes it).
-    const bool keep_tail = order_ == PassOrder::Forward && order == PassOrder::Backward;
+    // A pass that starts where the chunk's previous pass ended keeps the units that pass read last, in their slots,
+    // instead of gathering them again. A backward pass after a forward pass asks first for the ring's first two
+    // units (the head's parameters and the last block; torchtitan leaves the last block gathered after the forward
+    // pass for the same reason); a third slot would not do, since in a shared ring it takes the first unit's
+    // gradients (ShardedGrads::begin_pass zeroes it). A forward pass after a backward pass (the next micro-batch)
+    // asks first for the ring's last units (block 0, or an untied embedding the backward pass prefetched): the last
+    // two of a ring of its own, the last one of a shared ring, whose other slots hold gradients.
+    const int ring_units = static_cast<int>(std::count_if(slot_.begin(), slot_.end(), [](int s) { return s >= 0; }));
+    int keep_from = ring_units, keep_to = ring_units;  // the ring units [keep_from, keep_to) stay
+    if (order_ == PassOrder::Forward && order == PassOrder::Backward) keep_from = 0, keep_to = 2;
+    if (order_ == PassOrder::Backward && order == PassOrder::Forward) keep_from = ring_units - (shared_ ? 1 : 2);
     for (int u = 0, ring = 0; u < static_cast<int>(units_.size()); ++u) {
       if (slot_[u] < 0) continue;
-      if (keep_tail && ring++ < 2 && state_[u] == Resident) continue;
+      const int r = ring++;
+      if (r >= keep_from && r < keep_to && state_[u] == Resident) continue;
       state_[u] = Absent;
       if (occupant_[slot_[u]] == u) occupant_[slot_[u]] = -1;
     }

@@ -154,6 +154,7 @@ void ChunkParamGathers::begin_step() {
   std::fill(resident_.begin(), resident_.end(), false);
   std::fill(occupant_.begin(), occupant_.end(), -1);
   std::fill(early_in_flight_.begin(), early_in_flight_.end(), false);
+  last_pass_ = ActionKind::Forward;  // the step's first pass keeps nothing (ShardedParams' fresh store)
 }
 
 void ChunkParamGathers::prefetch_forward_start(double head_start_us) {
@@ -175,12 +176,18 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   const int n = static_cast<int>(units_.size());
   const bool down = kind == ActionKind::Forward;  // the forward pass walks down the layout, the backward up
   // ShardedParams::begin_pass: every gather still in flight is waited for, and the unpinned units go, but for the
-  // ring's first two when a backward pass follows a forward pass.
-  const bool keep_tail = after_forward_ && kind != ActionKind::Forward;
-  after_forward_ = down;
+  // ring's first two when a backward pass follows a forward pass, and its last one (shared) or two when a forward
+  // pass follows a backward pass.
+  const int ring_units = static_cast<int>(std::count_if(slot_.begin(), slot_.end(), [](int s) { return s >= 0; }));
+  int keep_from = ring_units, keep_to = ring_units;
+  if (last_pass_ == ActionKind::Forward && !down) keep_from = 0, keep_to = 2;
+  if (last_pass_ != ActionKind::Forward && down)
+    keep_from = ring_units - (occupant_.size() == 3 ? 1 : 2);
+  last_pass_ = kind;
   for (int u = 0, ring = 0; u < n; ++u) {
     if (units_[u].pinned) continue;
-    if (keep_tail && ring++ < 2 && resident_[u]) continue;
+    const int r = ring++;
+    if (r >= keep_from && r < keep_to && resident_[u]) continue;
     resident_[u] = false;
     if (occupant_[slot_[u]] == u) occupant_[slot_[u]] = -1;
   }

@@ -80,7 +80,7 @@ class ChunkParamGathers {
   std::vector<bool> early_in_flight_;
   std::vector<int> slot_;      // per unit: its ring slot, -1 when pinned
   std::vector<int> occupant_;  // per ring slot: the unit in it, or -1
-  bool after_forward_ = false; // the chunk's last pass was a forward pass
+  ActionKind last_pass_ = ActionKind::Forward;  // the chunk's previous pass in the step
 };
 
 }  // namespace mt::plan

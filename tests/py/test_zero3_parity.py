@@ -94,9 +94,10 @@ for name, sets in (("bf16", ["precision.compute=bf16"]), ("fp16", ["precision.co
 # 3. What is gathered, from traces of 3 steps of 4 micro-batches on dp 2 without evaluation (each rank's
 # collectives are all in its trace, whatever step's row their bytes land in: counted there, not from metrics.jsonl).
 # A unit is one all-gather with these buckets, sending this rank's half of it. With resharding, per step 4 forward
-# passes gather the 5 unpinned units (4 blocks and ln_f), 4 backward passes the 3 that their forward pass did not
-# leave in the ring (it ends with block 3 and ln_f, which the backward pass reads first), and the step's first pass
-# the pinned tied embedding's unit; without, every unit once per step, as ZeRO-2's gather after the optimizer.
+# passes gather the 5 unpinned units (4 blocks and ln_f), but for block 0 in the 3 that follow a backward pass (it
+# ends with block 0, which the forward pass reads first); 4 backward passes the 3 that their forward pass did not
+# leave in the ring (it ends with block 3 and ln_f, which the backward pass reads first); and the step's first pass
+# the pinned tied embedding's unit. Without, every unit once per step, as ZeRO-2's gather after the optimizer.
 # After the last step ZeRO-3's optimizer gathers the next step's first units for a step that never comes (resharding:
 # the embeddings and block 0; without: every unit), and the export gathers every unit once more (ZeRO-2 exports its
 # whole fp32 weights without a gather). tiny.yaml's d_model 32, vocabulary 64, 16 positions.
@@ -120,17 +121,17 @@ def traced_gathers(name, sets):
 count, resharded, other = traced_gathers("gathers_reshard", Z3)
 _, kept, _ = traced_gathers("gathers_keep", Z3 + ["parallel.reshard_after_forward=false"])
 _, zero2, _ = traced_gathers("gathers_zero2", ["optim.zero=2"])
-want = 3 * (4 * 5 + 4 * 3 + 1) + 2 + 6
+want = 3 * (4 * 5 - 3 + 4 * 3 + 1) + 2 + 6
 whole = 4 * n_params // 2  # every unit once: the export's gather, and the last prefetch without resharding
 prefetched = 4 * (embedding + block) // 2  # the last prefetch with resharding
-extra = 3 * ((2 * 4 - 1) * (n_params - embedding) - 4 * (block + 2 * C)) * 4 // 2 + prefetched - whole
+extra = 3 * ((2 * 4 - 1) * (n_params - embedding) - 4 * (block + 2 * C) - 3 * block) * 4 // 2 + prefetched - whole
 check(count == other == want, f"dp all-gathers in 3 traced steps: {count} and {other} per rank, {want} expected (one "
       f"per unit and pass, where one per parameter would be 12 per block: DeepSpeed #5047's many tiny gathers)")
 check(kept - zero2 == 2 * whole and resharded - kept == extra,
       f"bytes gathered in 3 steps: reshard_after_forward=false {kept} = ZeRO-2's {zero2} + the last prefetch's "
       f"{whole} + the export's {whole}; true {resharded - kept} more, {extra} expected (7 more gathers of the "
-      f"{n_params - embedding} unpinned parameters per step, less block 3 and ln_f in the 4 backward passes, and "
-      f"a last prefetch of {prefetched})")
+      f"{n_params - embedding} unpinned parameters per step, less block 3 and ln_f in the 4 backward passes and "
+      f"block 0 in 3 forward passes, and a last prefetch of {prefetched})")
 
 
 # 4. Memory: the parameters and gradients on 8 blocks and dp 2 (4 micro-batches per step, or 1).
