@@ -16,8 +16,9 @@
 // prefetches the next unit in the pass's order, unless that would evict a unit of the same request (the first
 // request of a forward pass touches the embeddings and block 0), and in a forward pass over three slots the unit
 // after that one too. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
-// again), except that a backward pass right after a forward pass keeps the two it starts with, which that forward
-// pass ended with. begin_step() forgets every unit, since an optimizer step changed the shards.
+// again), except those it starts with that the chunk's previous pass ended with (a backward pass after a forward
+// pass, and a forward pass after a backward pass). begin_step() forgets every unit, since an optimizer step changed
+// the shards.
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
 #include <cstdint>

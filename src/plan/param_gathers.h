@@ -4,10 +4,10 @@
 // it, then prefetches the next unit in the pass's order (the forward pass walks down the layout, the backward pass
 // up; over three slots a forward pass the unit after it too), whose gather then overlaps the compute up to the next
 // request. A pass's start forgets the unpinned units (a backward pass right after a forward pass keeps the ring's
-// first two), the step's start every unit. So with parallel.reshard_after_forward each forward and backward pass
-// gathers its units again, and the pass waits for its first units in full and for what each prefetch outlasts;
-// without it (every unit pinned) the gathers issued after the optimizer bring them all (counted in the chunk's first
-// forward pass), and nothing gathers after them.
+// first two, a forward pass after a backward pass its last one or two), the step's start every unit. So with
+// parallel.reshard_after_forward each forward and backward pass gathers its units again, and the pass waits for
+// its first units in full and for what each prefetch outlasts; without it (every unit pinned) the gathers issued
+// after the optimizer bring them all (counted in the chunk's first forward pass), and nothing gathers after them.
 // tests/test_planner.cpp checks the gathers against a ShardedParams driven by the model's passes.
 #pragma once
 #include <cstdint>
