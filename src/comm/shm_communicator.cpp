@@ -109,6 +109,11 @@ class Reducer {
   std::vector<std::vector<float>> scratch_;  // one per tree level
 };
 
+void* align_64(void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<void*>((a + 63) / 64 * 64);
+}
+
 class ShmCommunicator : public QueuedCommunicator {
  public:
   ShmCommunicator(MPI_Comm comm, const std::string& name, const CommOptions& opts, const ShmSizes& sizes, int rank,
@@ -122,7 +127,11 @@ class ShmCommunicator : public QueuedCommunicator {
     window_.slot_bytes = sizes.slot_bytes;
     window_.slot_stride = ShmWindow::round_up(static_cast<int64_t>(sizeof(ShmSlot)) + sizes.slot_bytes, 64);
     window_.slots = sizes.slots;
-    const int64_t segment = window_.segment_bytes(size);
+    // MPI does not promise more than malloc's alignment (MPICH's single-rank window is malloc'ed: 16 bytes), and
+    // the layout's structs are 64-byte aligned: each segment gets 64 bytes of slack and starts at the first
+    // multiple of 64 in it. A shared mapping sits at the same offset within a page in every process, so every
+    // rank finds the same start in a peer's segment.
+    const int64_t segment = window_.segment_bytes(size) + 64;
     MPI_Info info;
     MPI_CHECK(MPI_Info_create(&info));
     MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));  // each segment page-aligned, near its owner
@@ -133,7 +142,8 @@ class ShmCommunicator : public QueuedCommunicator {
           "memory per rank (MPI error {}); is /dev/shm large enough (containers: --shm-size)? comm.backend=mpi "
           "avoids it", name, segment / 1048576.0, rc);
     MPI_CHECK(MPI_Info_free(&info));
-    std::memset(mine, 0, static_cast<size_t>(segment));
+    mine = align_64(mine);
+    std::memset(mine, 0, static_cast<size_t>(segment - 64));
     new (mine) ShmControl();
     window_.segment.resize(size);
     for (int q = 0; q < size; ++q) {
@@ -141,7 +151,7 @@ class ShmCommunicator : public QueuedCommunicator {
       int disp = 0;
       void* base = nullptr;
       MPI_CHECK(MPI_Win_shared_query(win_, q, &bytes, &disp, &base));
-      window_.segment[q] = static_cast<char*>(base);
+      window_.segment[q] = static_cast<char*>(align_64(base));
     }
     MPI_CHECK(MPI_Barrier(comm_));  // every segment is initialised before any thread looks at it
     messages_ = std::make_unique<ShmMessages>(window_, rank, size, name,
