@@ -9,8 +9,8 @@ namespace mt::kernels::cpu {
 namespace {
 // From bench/bench_matmul's measurements (docs/performance.md, "CPU matmul libraries"): on an Intel Xeon with
 // AVX-512, oneDNN's fp32 ran 1.14-1.38x Eigen's at the model's shapes (1.10-1.31x with oneDNN held to AVX512-BF16).
-// Its bf16 beat widening to fp32 by 5x on AMX, and on AMD Zen 5's AVX512-BF16 (figures measured on that CPU when
-// this was planned, not here) ran at 371-414 GFLOP/s against 193-206 in fp32 at the model's shapes; but on an
+// Its bf16 beat widening to fp32 by 5x on AMX, and on an AMD EPYC's AVX512-BF16 ran 2.8-2.9x Eigen's fp32 (its
+// fp32 1.46-1.60x) at the model's shapes, a bf16 step 1.72x an fp32 one; but on an
 // Intel Xeon whose oneDNN was held to AVX512-BF16 (ONEDNN_MAX_CPU_ISA, no AMX) it ran at 0.67x Eigen's fp32 and a
 // bf16 step took 1.3x as long as with widening: Intel issues that dot product at half the rate of its fp32 FMAs.
 MatmulBackends auto_backends() {
