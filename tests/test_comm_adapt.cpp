@@ -28,9 +28,10 @@ struct Plant {
   AdaptSample step(const AdaptSetting& s) const {
     AdaptSample out;
     const double factor = s.compress == CompressMethod::BF16 ? 0.5 : 1.0;
-    const double b = std::min(s.bucket_mb, kGradMb);
-    for (int i = 0; i * b < kGradMb - 1e-9; ++i) {
-      const double mb = std::min(kGradMb, (i + 1) * b) - i * b, bytes = mb * kMiB * factor;
+    double begin = 0;
+    for (double end : bucket_ends_mb(kGradMb, s.bucket_mb)) {  // the trainer's cut
+      const double mb = end - begin, bytes = mb * kMiB * factor;
+      begin = end;
       const double t = link.alpha_us + link.beta_us_per_mb * mb * factor;
       out.ops += 1;
       out.sum_b += bytes;
@@ -80,8 +81,8 @@ TEST_CASE("comm.adapt: the model's exposed time", "[adapt]") {
   // One bucket of everything: the whole all-reduce comes after the pass.
   CHECK(c.predict_exposed_ms({25, CompressMethod::None}, 100, 10000, kBackwardMs) ==
         Approx((100 + 10000 * kGradMb) / 1000.0));
-  // Small buckets on a link far faster than the pass: only the last bucket is exposed.
-  CHECK(c.predict_exposed_ms({0.4, CompressMethod::None}, 10, 100, kBackwardMs) == Approx((10 + 100 * 0.4) / 1000.0));
+  // Small buckets on a link far faster than the pass: only the last bucket is exposed, a quarter of the size.
+  CHECK(c.predict_exposed_ms({0.4, CompressMethod::None}, 10, 100, kBackwardMs) == Approx((10 + 100 * 0.1) / 1000.0));
   // bf16 halves the bytes.
   CHECK(c.predict_exposed_ms({25, CompressMethod::BF16}, 0, 10000, kBackwardMs) ==
         Approx(10000 * kGradMb * 0.5 / 1000.0));

@@ -49,7 +49,9 @@ ParamTable vector_table() {
   t.add("c", {501}, {501}, true);
   return t;
 }
-std::vector<Bucket> vector_buckets(const ParamTable& t) { return make_buckets(t, t.total_numel(), 4, 600 * 4.0); }
+std::vector<Bucket> vector_buckets(const ParamTable& t) {
+  return make_buckets_within(t, 0, t.total_numel(), 4, 600 * 4.0);
+}
 
 // PowerSGD's table: compressed matrices (w1, w2, w3 at rank 2), a 1-D bias and a matrix too small to be worth it
 // ((3 + 4) * 2 >= 12), in two buckets: [w1 | b1] = [0, 512) and [w2 | tiny | w3] = [512, 1020) (offsets 0, 480,
@@ -63,7 +65,9 @@ ParamTable matrix_table() {
   t.add("w3", {10, 30}, {10, 30}, true);
   return t;
 }
-std::vector<Bucket> matrix_buckets(const ParamTable& t) { return make_buckets(t, t.total_numel(), 4, 520 * 4.0); }
+std::vector<Bucket> matrix_buckets(const ParamTable& t) {
+  return make_buckets_within(t, 0, t.total_numel(), 4, 520 * 4.0);
+}
 
 // One step of the reducer: the last micro-batch's backward pass makes every gradient final, then finish().
 void step(GradReducer& red, const Tensor& grads, const std::vector<float>& in) {

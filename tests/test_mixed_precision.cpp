@@ -323,7 +323,7 @@ TEST_CASE("gradient buckets reduced in bf16: half the bytes, rank-valued sums ex
     // Element i on rank r: (i % 13 + r) / 8 + 1/3 on rank 0 only. The rank-valued part sums exactly in bf16
     // (small multiples of 1/8); 1/3 is not a bf16 number, so the result shows the one rounding on the wire.
     for (int64_t i = 0; i < n; ++i) grads.data_as<float>()[i] = float((i % 13 + r) / 8.0 + (r == 0 ? 1.0 / 3 : 0.0));
-    GradReducer red(*dp, grads, make_buckets(table, n, 4, 600 * 4.0), zero, DType::BF16);
+    GradReducer red(*dp, grads, make_buckets_within(table, 0, n, 4, 600 * 4.0), zero, DType::BF16);
     REQUIRE(red.wire_dtype() == DType::BF16);
     REQUIRE(red.buckets().size() == 2);
     int64_t sent = 0;

@@ -104,6 +104,32 @@ TEST_CASE("gradient units: the head's parameters, one unit per block, the embedd
   CHECK(!ul[4].pinned);
 }
 
+TEST_CASE("gradient buckets: a quarter of the size within bucket_bytes of either end of the layout", "[zero]") {
+  const ParamTable t = gpt_param_table(gpt2(3));
+  const int64_t n = t.total_numel();
+  std::set<int64_t> starts;
+  for (const ParamSpec& p : t.specs()) starts.insert(p.offset);
+  for (double per : {200.0, 1000.0, 3000.0, 6000.0, double(n)}) {
+    INFO("bucket elements " << per);
+    const std::vector<Bucket> b = make_buckets(t, n, 4, 4 * per);
+    REQUIRE(!b.empty());
+    CHECK(b.front().begin == 0);
+    CHECK(b.back().end == n);
+    for (size_t k = 0; k < b.size(); ++k) {
+      if (k) CHECK(b[k].begin == b[k - 1].end);
+      CHECK(starts.count(b[k].begin) == 1);
+      const bool one_param = std::none_of(t.specs().begin(), t.specs().end(), [&](const ParamSpec& p) {
+        return p.offset > b[k].begin && p.offset < b[k].end;
+      });
+      const bool edge = per < n && (b[k].begin < per || b[k].begin >= n - per);
+      CHECK((double(b[k].numel()) <= (edge ? per / 4 : per) || one_param));
+    }
+        if (per == n) CHECK(b.size() == 1);  // the whole model in one bucket: nothing to cut
+    if (per <= n / 4)  // the middle keeps the full size
+      CHECK(std::any_of(b.begin(), b.end(), [&](const Bucket& k) { return double(k.numel()) > per / 4; }));
+  }
+}
+
 TEST_CASE("unit buckets: within a unit, at most the bucket size unless one parameter is larger", "[zero]") {
   const ParamTable t = gpt_param_table(gpt2(3));
   const std::vector<GradUnit> units = grad_units(t, true, false);

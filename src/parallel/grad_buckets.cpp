@@ -2,6 +2,7 @@
 #include "parallel/grad_buckets.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "comm/flight_recorder.h"
 
@@ -30,7 +31,26 @@ std::vector<Bucket> make_buckets_within(const ParamTable& table, int64_t begin, 
 
 std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
                                  double bucket_bytes) {
-  return make_buckets_within(table, 0, total_numel, elem_bytes, bucket_bytes);
+  if (double(total_numel) * double(elem_bytes) <= bucket_bytes)
+    return make_buckets_within(table, 0, total_numel, elem_bytes, bucket_bytes);
+  // The edges of the layout get buckets of a quarter of the size: the first bucket is launched once a quarter of
+  // it is ready, so the link starts early in the backward pass (as PyTorch DDP's small first bucket), and the last
+  // one, which waits for the gradients the pass finishes last (the first block and the embeddings) and has no
+  // compute left to hide behind, holds a quarter as much. The edges are the parameters that start within
+  // bucket_bytes of either end.
+  const double per = bucket_bytes / double(elem_bytes);
+  int64_t head = total_numel, tail = total_numel;
+  for (const ParamSpec& p : table.specs()) {
+    if (p.offset < head && double(p.offset) >= per) head = p.offset;
+    if (p.offset < tail && double(p.offset) >= double(total_numel) - per) tail = p.offset;
+  }
+  head = std::min(head, tail);
+  std::vector<Bucket> out;
+  for (const auto& [begin, end, bytes] : {std::tuple{int64_t{0}, head, bucket_bytes / 4},
+                                          std::tuple{head, tail, bucket_bytes},
+                                          std::tuple{tail, total_numel, bucket_bytes / 4}})
+    for (const Bucket& b : make_buckets_within(table, begin, end, elem_bytes, bytes)) out.push_back(b);
+  return out;
 }
 
 GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,

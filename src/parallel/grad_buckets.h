@@ -31,7 +31,9 @@ struct Bucket {
 };
 
 // Cuts [0, total_numel) at parameter boundaries, in layout order, into buckets of at most bucket_bytes (a
-// parameter larger than that is a bucket on its own; the last bucket runs to total_numel).
+// parameter larger than that is a bucket on its own; the last bucket runs to total_numel). When the whole does not
+// fit in one bucket, the parameters that start within bucket_bytes of either end go into buckets of a quarter of
+// that: the first reduction starts earlier in the backward pass and less waits at its end (grad_buckets.cpp).
 std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
                                  double bucket_bytes);
 // The same over the parameters that start in [begin, end), the last bucket running to `end`.

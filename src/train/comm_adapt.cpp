@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace mt {
 
@@ -49,6 +50,23 @@ double* CommController::measured_step(const AdaptSetting& s) {
   return nullptr;
 }
 
+std::vector<double> bucket_ends_mb(double grad_mb, double bucket_mb) {
+  std::vector<double> ends;
+  const auto cut = [&](double from, double to, double size) {
+    for (double x = from + size; x < to - 1e-9; x += size) ends.push_back(x);
+    if (to > from + 1e-9) ends.push_back(to);
+  };
+  if (bucket_mb >= grad_mb - 1e-9) {
+    ends.push_back(grad_mb);
+  } else {
+    const double head = std::min(bucket_mb, grad_mb - bucket_mb), tail = grad_mb - bucket_mb;
+    cut(0, head, bucket_mb / 4);
+    cut(head, tail, bucket_mb);
+    cut(tail, grad_mb, bucket_mb / 4);
+  }
+  return ends;
+}
+
 double CommController::wire_factor(CompressMethod m) const {
   for (const auto& f : factors_)
     if (f.first == m) return f.second;
@@ -57,13 +75,12 @@ double CommController::wire_factor(CompressMethod m) const {
 
 double CommController::predict_exposed_ms(const AdaptSetting& s, double alpha_us, double beta_us_per_mb,
                                           double backward_ms) const {
-  const double b = std::min(s.bucket_mb, grad_mb_), factor = wire_factor(s.compress);
-  const int buckets = int(std::ceil(grad_mb_ / b - 1e-9));
-  double finish = 0;
-  for (int i = 0; i < buckets; ++i) {
-    const double end = std::min(grad_mb_, (i + 1) * b), size = end - i * b;
+  const double factor = wire_factor(s.compress);
+  double finish = 0, begin = 0;
+  for (double end : bucket_ends_mb(grad_mb_, s.bucket_mb)) {
     const double ready = backward_ms * end / grad_mb_;
-    finish = std::max(ready, finish) + (alpha_us + beta_us_per_mb * size * factor) / 1000.0;
+    finish = std::max(ready, finish) + (alpha_us + beta_us_per_mb * (end - begin) * factor) / 1000.0;
+    begin = end;
   }
   return std::max(0.0, finish - backward_ms);
 }
@@ -89,6 +106,13 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   add(recent, s);
   prev_ = s;
   if (window_steps_ < limits_.every && !link_changed) return std::nullopt;
+  // Over a whole window a smaller change shows too: its operations taking over 1.5x or under 1/1.5 of the last
+  // fit's prediction (more small buckets spread the change over more latencies, under the two steps' 2x).
+  bool drifted = false;
+  if (!link_changed && last_fit_ok_ && fit_setting_ == current_ && window_.ops > 0) {
+    const double expected = window_.ops * last_alpha_ + last_beta_ * window_.sum_b / kMiB;
+    drifted = expected > 0 && (window_.sum_t > 1.5 * expected || window_.sum_t < expected / 1.5);
+  }
 
   // On a changed link only the two steps that showed it describe the link (and the step) now.
   const AdaptSample& w = link_changed ? recent : window_;
@@ -100,7 +124,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   d.step_ms = w.step_ms / n;
   d.exposed_ms = w.exposed_ms / n;
   last_fit_ok_ = fit_link(w, d.alpha_us, d.beta_us_per_mb);
-  if (link_changed) {
+  if (link_changed || drifted) {
     measured_.clear();
     optimism_ms_ = 0;
     d.why = "the link changed";
@@ -111,11 +135,15 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   last_alpha_ = d.alpha_us;
   last_beta_ = d.beta_us_per_mb;
   fit_setting_ = current_;
-  // A setting tried on the model's word: how much less exposed time the model gave it than it had (its compute is
+    // A setting tried on the model's word: how much less exposed time the model gave it than it had (its compute is
   // measured apart, per method). Later predictions for settings not yet measured carry that error, so the
-  // model's optimism is not paid for twice.
-  if (expected_exposed_ms_ >= 0) optimism_ms_ = std::max(optimism_ms_, d.exposed_ms - expected_exposed_ms_);
-  expected_exposed_ms_ = -1;
+  // model's optimism is not paid for twice. The model's expectation is taken again on this window's fit of the
+  // link: what the earlier fit got wrong (one bucket of everything cannot tell the latency from the bytes) the
+  // refit has corrected, and it is not the model's optimism.
+  if (expected_missed_ms_ >= 0)
+    optimism_ms_ = std::max(optimism_ms_, d.exposed_ms - expected_missed_ms_ -
+                                              predict_exposed_ms(current_, d.alpha_us, d.beta_us_per_mb, d.backward_ms));
+  expected_missed_ms_ = -1;
   // What this setting measured: its step, and the compute of its method (the step less the exposed time), which
   // carries a compression's own cost to the predictions of its other bucket sizes.
   if (double* known = measured_step(current_)) *known = d.step_ms;
@@ -157,7 +185,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   d.predicted_to_ms = best_ms;
   // Hysteresis: a change must be worth 3% of the step.
   if (best == current_ || d.step_ms - best_ms <= 0.03 * d.step_ms) {
-    if (!link_changed) return std::nullopt;
+    if (!link_changed && !drifted) return std::nullopt;
     d.to = current_;  // reported: the link changed and the setting still fits it
     d.predicted_to_ms = d.step_ms;
     return d;
@@ -166,7 +194,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   if (d.why.empty()) d.why = measured ? "it measured faster steps on this link" : "the model predicts faster steps";
   d.to = best;
   current_ = best;
-  if (!measured) expected_exposed_ms_ = missed + predict_exposed_ms(best, d.alpha_us, d.beta_us_per_mb, d.backward_ms);
+  if (!measured) expected_missed_ms_ = missed;
   skip_ = 1;
   prev_ = AdaptSample();  // the new setting's operations are not comparable with the old ones'
   return d;

@@ -54,6 +54,11 @@ struct AdaptDecision {
   std::string why;
 };
 
+// The ends (MiB) of the buckets that cut grad_mb of gradients at bucket_mb, as make_buckets cuts them
+// (parallel/grad_buckets.h) with the parameters' boundaries ignored: a quarter of the size within one bucket of
+// either end when there is more than one bucket.
+std::vector<double> bucket_ends_mb(double grad_mb, double bucket_mb);
+
 class CommController {
  public:
   // grad_mb: the gradient buffer (fp32) the buckets cut; wire_factor(m): wire bytes per gradient byte of method m.
@@ -77,7 +82,7 @@ class CommController {
   double grad_mb_;
   std::vector<std::pair<CompressMethod, double>> factors_;
   std::vector<std::pair<AdaptSetting, double>> measured_;  // step time of each setting run on this link
-  double expected_exposed_ms_ = -1;  // the exposed time expected of the unmeasured setting just chosen
+  double expected_missed_ms_ = -1;   // the unmodelled exposed time expected of the unmeasured setting just chosen
   double optimism_ms_ = 0;           // the most such an expectation has undershot a measurement on this link
   // Per CompressMethod: its last measured compute (step less exposed time); -1 until it has run.
   std::vector<double> compute_ms_ = std::vector<double>(size_t(CompressMethod::PowerSGD) + 1, -1.0);
