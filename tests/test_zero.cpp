@@ -124,7 +124,7 @@ TEST_CASE("gradient buckets: a quarter of the size within bucket_bytes of either
       const bool edge = per < n && (b[k].begin < per || b[k].begin >= n - per);
       CHECK((double(b[k].numel()) <= (edge ? per / 4 : per) || one_param));
     }
-        if (per == n) CHECK(b.size() == 1);  // the whole model in one bucket: nothing to cut
+    if (per == n) CHECK(b.size() == 1);  // the whole model in one bucket: nothing to cut
     if (per <= n / 4)  // the middle keeps the full size
       CHECK(std::any_of(b.begin(), b.end(), [&](const Bucket& k) { return double(k.numel()) > per / 4; }));
   }

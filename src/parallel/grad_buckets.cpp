@@ -46,9 +46,9 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
   }
   head = std::min(head, tail);
   std::vector<Bucket> out;
-  for (const auto& [begin, end, bytes] : {std::tuple{int64_t{0}, head, bucket_bytes / 4},
+  for (const auto& [begin, end, bytes] : {std::tuple{int64_t{0}, head, bucket_bytes * kEdgeBucketShare},
                                           std::tuple{head, tail, bucket_bytes},
-                                          std::tuple{tail, total_numel, bucket_bytes / 4}})
+                                          std::tuple{tail, total_numel, bucket_bytes * kEdgeBucketShare}})
     for (const Bucket& b : make_buckets_within(table, begin, end, elem_bytes, bytes)) out.push_back(b);
   return out;
 }

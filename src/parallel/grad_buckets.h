@@ -36,6 +36,7 @@ struct Bucket {
 // that: the first reduction starts earlier in the backward pass and less waits at its end (grad_buckets.cpp).
 std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, size_t elem_bytes,
                                  double bucket_bytes);
+constexpr double kEdgeBucketShare = 0.25;  // the size of make_buckets' edge buckets, as a share of bucket_bytes
 // The same over the parameters that start in [begin, end), the last bucket running to `end`.
 std::vector<Bucket> make_buckets_within(const ParamTable& table, int64_t begin, int64_t end, size_t elem_bytes,
                                         double bucket_bytes);

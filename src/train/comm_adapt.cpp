@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "parallel/grad_buckets.h"
+
 namespace mt {
 
 namespace {
@@ -60,9 +62,9 @@ std::vector<double> bucket_ends_mb(double grad_mb, double bucket_mb) {
     ends.push_back(grad_mb);
   } else {
     const double head = std::min(bucket_mb, grad_mb - bucket_mb), tail = grad_mb - bucket_mb;
-    cut(0, head, bucket_mb / 4);
+    cut(0, head, bucket_mb * kEdgeBucketShare);
     cut(head, tail, bucket_mb);
-    cut(tail, grad_mb, bucket_mb / 4);
+    cut(tail, grad_mb, bucket_mb * kEdgeBucketShare);
   }
   return ends;
 }
@@ -92,14 +94,16 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   }
   add(window_, s);
   ++window_steps_;
+  // Whether operations of the fitted setting took over `factor` times or under 1/factor the last fit's time.
+  const auto off_fit = [&](const AdaptSample& w, double factor) {
+    if (!last_fit_ok_ || !(fit_setting_ == current_) || w.ops <= 0) return false;
+    const double expected = w.ops * last_alpha_ + last_beta_ * w.sum_b / kMiB;
+    return expected > 0 && (w.sum_t > factor * expected || w.sum_t < expected / factor);
+  };
   // A link that no longer matches the last fit (its operations taking over twice or under half the fit's prediction
   // in two steps in a row: small operations are late now and then, when a communication thread waits for its core)
   // starts a decision.
-  bool off = false;
-  if (last_fit_ok_ && fit_setting_ == current_ && s.ops > 0) {
-    const double expected = s.ops * last_alpha_ + last_beta_ * s.sum_b / kMiB;
-    off = expected > 0 && (s.sum_t > 2 * expected || s.sum_t < 0.5 * expected);
-  }
+  const bool off = off_fit(s, 2);
   const bool link_changed = off && prev_off_;
   prev_off_ = off;
   AdaptSample recent = prev_;  // the last two steps
@@ -108,11 +112,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   if (window_steps_ < limits_.every && !link_changed) return std::nullopt;
   // Over a whole window a smaller change shows too: its operations taking over 1.5x or under 1/1.5 of the last
   // fit's prediction (more small buckets spread the change over more latencies, under the two steps' 2x).
-  bool drifted = false;
-  if (!link_changed && last_fit_ok_ && fit_setting_ == current_ && window_.ops > 0) {
-    const double expected = window_.ops * last_alpha_ + last_beta_ * window_.sum_b / kMiB;
-    drifted = expected > 0 && (window_.sum_t > 1.5 * expected || window_.sum_t < expected / 1.5);
-  }
+  const bool drifted = !link_changed && off_fit(window_, 1.5);
 
   // On a changed link only the two steps that showed it describe the link (and the step) now.
   const AdaptSample& w = link_changed ? recent : window_;
@@ -135,7 +135,7 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   last_alpha_ = d.alpha_us;
   last_beta_ = d.beta_us_per_mb;
   fit_setting_ = current_;
-    // A setting tried on the model's word: how much less exposed time the model gave it than it had (its compute is
+  // A setting tried on the model's word: how much less exposed time the model gave it than it had (its compute is
   // measured apart, per method). Later predictions for settings not yet measured carry that error, so the
   // model's optimism is not paid for twice. The model's expectation is taken again on this window's fit of the
   // link: what the earlier fit got wrong (one bucket of everything cannot tell the latency from the bytes) the
