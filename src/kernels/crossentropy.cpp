@@ -8,15 +8,6 @@
 namespace mt::kernels {
 using namespace detail;
 
-namespace {
-// losses: the accumulation dtype of the logits (fp32 for bf16/fp16); fp32 and fp64 logits take either fp32 or
-// fp64 losses, as they always have.
-void check_losses(const Tensor& losses, const Tensor& logits, const char* op) {
-  if (logits.dtype() == DType::F32 || logits.dtype() == DType::F64) return check_float(losses, op, "losses");
-  check_acc_dtype(losses, logits.dtype(), op, "losses");
-}
-}  // namespace
-
 void softmax_xent_forward_backward(const Tensor& losses, const Tensor& dlogits, const Tensor& logits,
                                    const Tensor& targets, int64_t vocab, double dloss) {
   const char* op = "softmax_xent_forward_backward";

@@ -35,12 +35,6 @@ int64_t check_gqa(const char* op, Arg q, Arg k, Arg v, Arg full, int n_head, int
   return q.t.numel() / QW;
 }
 
-// Whether two tensors' element ranges overlap.
-bool overlaps(const Tensor& x, const Tensor& y) {
-  const char *xb = static_cast<const char*>(x.data()), *yb = static_cast<const char*>(y.data());
-  return xb < yb + y.nbytes() && yb < xb + x.nbytes();
-}
-
 void check_no_overlap(const char* op, Arg a, Arg b) {
   CHECK(!overlaps(a.t, b.t), "{}: {} overlaps {}", op, a.name, b.name);
 }

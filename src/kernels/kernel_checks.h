@@ -86,4 +86,17 @@ inline void check_acc_dtype(const Tensor& t, DType activation, const char* op, c
            dtype_name(t.dtype()), dtype_name(acc_dtype(activation)), dtype_name(activation));
 }
 
+// losses: the accumulation dtype of the logits (fp32 for bf16/fp16); fp32 and fp64 logits take either fp32 or
+// fp64 losses, as they always have.
+inline void check_losses(const Tensor& losses, const Tensor& logits, const char* op) {
+  if (logits.dtype() == DType::F32 || logits.dtype() == DType::F64) return check_float(losses, op, "losses");
+  check_acc_dtype(losses, logits.dtype(), op, "losses");
+}
+
+// Whether two tensors' element ranges overlap.
+inline bool overlaps(const Tensor& x, const Tensor& y) {
+  const char *xb = static_cast<const char*>(x.data()), *yb = static_cast<const char*>(y.data());
+  return xb < yb + y.nbytes() && yb < xb + x.nbytes();
+}
+
 }  // namespace mt::kernels::detail

@@ -40,11 +40,6 @@ void check_forward(const char* op, const Tensor& out, const Tensor& inp, const T
   check_same_device(out, inp, op, "out", "inp"), check_shape(out, inp.shape(), op, "out");
 }
 
-// Whether two tensors' element ranges overlap.
-bool overlaps(const Tensor& x, const Tensor& y) {
-  const char *xb = static_cast<const char*>(x.data()), *yb = static_cast<const char*>(y.data());
-  return xb < yb + y.nbytes() && yb < xb + x.nbytes();
-}
 }  // namespace
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,

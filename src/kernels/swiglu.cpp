@@ -15,12 +15,6 @@ void check_like_gate(const char* op, const Tensor& t, const char* name, const Te
   check_same_device(t, gate, op, name, "gate"), check_shape(t, gate.shape(), op, name);
 }
 
-// Whether two tensors' element ranges overlap.
-bool overlaps(const Tensor& x, const Tensor& y) {
-  const char *xb = static_cast<const char*>(x.data()), *yb = static_cast<const char*>(y.data());
-  return xb < yb + y.nbytes() && yb < xb + x.nbytes();
-}
-
 // An output may be the input itself (the same data pointer: with equal shapes and dtypes, the same elements, each
 // read before it is written) but must not overlap it otherwise, where one element's write would clobber another
 // element's input before it is read.

@@ -47,12 +47,6 @@ void check_targets(const Tensor& targets, const Tensor& logits, int64_t N, int64
     CHECK(t[n] >= 0 && t[n] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[n], n, vocab);
 }
 
-// losses: the accumulation dtype of the logits (fp32 for bf16/fp16); fp32 and fp64 logits take either fp32 or
-// fp64 losses, as they always have.
-void check_losses(const Tensor& losses, const Tensor& logits, const char* op) {
-  if (logits.dtype() == DType::F32 || logits.dtype() == DType::F64) return check_float(losses, op, "losses");
-  check_acc_dtype(losses, logits.dtype(), op, "losses");
-}
 
 }  // namespace
 

@@ -22,15 +22,15 @@ using kernels::WeightLayout;
 
 namespace {
 
-enum Slot { IN_NORM, Q_W, K_W, V_W, O_W, POST_NORM, GATE_W, UP_W, DOWN_W, kSlots };
+enum LlamaSlot { IN_NORM, Q_W, K_W, V_W, O_W, POST_NORM, GATE_W, UP_W, DOWN_W, kLlamaSlots };
 
-// The slots' parameter-name suffixes (Hugging Face's Llama names), in Slot order.
+// The slots' parameter-name suffixes (Hugging Face's Llama names), in LlamaSlot order.
 const char* const kLlamaSlotNames[] = {"input_layernorm.weight",   "self_attn.q_proj.weight",
                                        "self_attn.k_proj.weight",  "self_attn.v_proj.weight",
                                        "self_attn.o_proj.weight",  "post_attention_layernorm.weight",
                                        "mlp.gate_proj.weight",     "mlp.up_proj.weight",
                                        "mlp.down_proj.weight"};
-static_assert(sizeof(kLlamaSlotNames) / sizeof(kLlamaSlotNames[0]) == kSlots, "one name per slot");
+static_assert(sizeof(kLlamaSlotNames) / sizeof(kLlamaSlotNames[0]) == kLlamaSlots, "one name per slot");
 }  // namespace
 
 std::string llama_layer_name(int l, int slot) {
@@ -83,7 +83,7 @@ class LlamaBlock final : public Block {
              const Tensor& kv_sum)
       : recompute_(cfg.recompute), theta_(cfg.rope_theta), hs_(cfg.head_size()), heads_(sharding.cols(cfg.n_head)),
         kv_heads_(sharding.kv_heads(cfg.kv_heads())), tag_(layer * kRingAttentionTags), kv_sum_(kv_sum) {
-    for (int s = 0; s < kSlots; ++s) params_.push_back(table.index_of(llama_layer_name(layer, s)));
+    for (int s = 0; s < kLlamaSlots; ++s) params_.push_back(table.index_of(llama_layer_name(layer, s)));
     norm_in_ = make_norm(cfg, {P(IN_NORM)});
     norm_post_ = make_norm(cfg, {P(POST_NORM)});
   }
@@ -159,7 +159,7 @@ class LlamaBlock final : public Block {
     const TensorParallel& tp = p.tp;
     const bool split = kept != nullptr;
     const Tensor none, &full = a.sp_full;
-    auto G = [&](Slot slot) { return split ? none : p.grad(P(slot)); };
+    auto G = [&](LlamaSlot slot) { return split ? none : p.grad(P(slot)); };
     recompute(p, la, x);
     // MLP branch: dres is d/d(block output).
     const Tensor d_down = row_linear_output_grad(tp, s.dres, s.dres_full);
@@ -234,8 +234,8 @@ class LlamaBlock final : public Block {
   }
 
  private:
-  int P(Slot s) const { return params_[s]; }
-  Tensor W(const BlockPass& p, Slot s) const { return p.param(params_[s]); }
+  int P(LlamaSlot s) const { return params_[s]; }
+  Tensor W(const BlockPass& p, LlamaSlot s) const { return p.param(params_[s]); }
   // [N, W] tensors as [B, T, W]: the query-width ones, the kv-width ones, the expanded q|k|v.
   Tensor q3(const Activations& a, const Tensor& t) const { return t.view({a.B, a.T, heads_ * hs_}); }
   Tensor kv3(const Activations& a, const Tensor& t) const { return t.view({a.B, a.T, kv_heads_ * hs_}); }

@@ -31,7 +31,7 @@ void backward_span(T* dinp, const T* inp, const T* dout, int64_t n) {
 // 16-bit: blocks of 256 from each chunk's (64-element-aligned) start, in 64-byte-aligned buffers, so Eigen splits
 // them into vector packets and a scalar tail where it splits the fp32 kernel's chunks of an aligned tensor: the
 // fp32 values, and so the rounded results, are those of the fp32 kernel on the widened inputs.
-constexpr int64_t kBlock = 256;
+constexpr int64_t kGeluChunk = 256;
 }  // namespace
 
 template <typename S>
@@ -40,9 +40,9 @@ void gelu_forward(S* out, const S* inp, int64_t n) {
     if constexpr (!is_16bit<S>) {
       forward_span(out + b, inp + b, e - b);
     } else {
-      alignas(64) float x[kBlock], y[kBlock];
-      for (int64_t s = b; s < e; s += kBlock) {
-        const int64_t m = std::min(kBlock, e - s);
+      alignas(64) float x[kGeluChunk], y[kGeluChunk];
+      for (int64_t s = b; s < e; s += kGeluChunk) {
+        const int64_t m = std::min(kGeluChunk, e - s);
         for (int64_t i = 0; i < m; ++i) x[i] = load(inp[s + i]);
         forward_span(y, x, m);
         for (int64_t i = 0; i < m; ++i) store(out[s + i], y[i]);
@@ -57,9 +57,9 @@ void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n) {
     if constexpr (!is_16bit<S>) {
       backward_span(dinp + b, inp + b, dout + b, e - b);
     } else {
-      alignas(64) float x[kBlock], dy[kBlock];
-      for (int64_t s = b; s < e; s += kBlock) {
-        const int64_t m = std::min(kBlock, e - s);
+      alignas(64) float x[kGeluChunk], dy[kGeluChunk];
+      for (int64_t s = b; s < e; s += kGeluChunk) {
+        const int64_t m = std::min(kGeluChunk, e - s);
         for (int64_t i = 0; i < m; ++i) x[i] = load(inp[s + i]), dy[i] = load(dout[s + i]);
         backward_span(dy, x, dy, m);  // in place: the block of dout is read before dinp (maybe the same) is written
         for (int64_t i = 0; i < m; ++i) store(dinp[s + i], dy[i]);

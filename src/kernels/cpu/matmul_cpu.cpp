@@ -17,14 +17,14 @@
 namespace mt::kernels::cpu {
 namespace {
 template <typename S>
-void widen(float* dst, const S* src, int64_t n) {
+void widen_in_parallel(float* dst, const S* src, int64_t n) {
   parallel_ranges(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) dst[i] = load(src[i]);
   });
 }
 
 template <typename S>
-void round_into(S* dst, const float* src, int64_t n) {
+void round_in_parallel(S* dst, const float* src, int64_t n) {
   parallel_ranges(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) store(dst[i], src[i]);
   });
@@ -138,10 +138,10 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_
   } else {
     float* in32 = thread_scratch(int64_t(N * C + C * OC + OC + N * OC));
     float *w32 = in32 + N * C, *b32 = w32 + C * OC, *out32 = b32 + OC;
-    widen(in32, inp, N * C), widen(w32, weight, C * OC);
-    if (bias) widen(b32, bias, OC);
+    widen_in_parallel(in32, inp, N * C), widen_in_parallel(w32, weight, C * OC);
+    if (bias) widen_in_parallel(b32, bias, OC);
     forward_in_place(out32, in32, w32, bias ? b32 : nullptr, N, C, OC, layout);
-    round_into(out, out32, N * OC);
+    round_in_parallel(out, out32, N * OC);
   }
 }
 
@@ -158,12 +158,12 @@ void matmul_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout,
     // are fp32 and accumulate in place.
     float* dout32 = thread_scratch(int64_t(N * OC + 2 * N * C + C * OC));
     float *in32 = dout32 + N * OC, *w32 = in32 + N * C, *dinp32 = w32 + C * OC;
-    widen(dout32, dout, N * OC);
-    if (dweight) widen(in32, inp, N * C);
-    if (dinp) widen(w32, weight, C * OC);
+    widen_in_parallel(dout32, dout, N * OC);
+    if (dweight) widen_in_parallel(in32, inp, N * C);
+    if (dinp) widen_in_parallel(w32, weight, C * OC);
     backward_in_place(dinp ? dinp32 : nullptr, dweight, dbias, dout32, dweight ? in32 : nullptr,
                       dinp ? w32 : nullptr, N, C, OC, layout);
-    if (dinp) round_into(dinp, dinp32, N * C);
+    if (dinp) round_in_parallel(dinp, dinp32, N * C);
   }
 }
 

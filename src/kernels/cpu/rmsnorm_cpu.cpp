@@ -11,11 +11,6 @@
 
 namespace mt::kernels::cpu {
 namespace {
-template <typename S>
-void widen(float* dst, const S* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
-}
-
 // One row in the arithmetic type T: y = x * rstd * weight.
 template <typename T>
 inline void forward_row(T* y, T& rstd, const T* x, const T* weight, int64_t C, double eps) {

@@ -30,6 +30,12 @@ inline void store(double& d, double v) { d = v; }
 inline void store(bf16& d, float v) { d.bits = float_to_bf16(v); }
 inline void store(fp16& d, float v) { d.bits = float_to_fp16(v); }
 
+// n stored values widened into fp32 (one thread).
+template <typename S>
+inline void widen(float* dst, const S* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
+}
+
 template <typename S> constexpr bool is_16bit = std::is_same_v<S, bf16> || std::is_same_v<S, fp16>;
 
 // Grow-only fp32 scratch of the calling thread for the 16-bit paths, 64-byte aligned like Tensor data (so
