@@ -3,13 +3,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/mpi_init.h"
 #include "core/check.h"
 
 namespace mt {
 
 void agree_on_setup(const std::string& error, MPI_Comm world) {
-  int failed = error.empty() ? 0 : 1, any = failed;
-  MPI_CHECK(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world));
+  const int failed = error.empty() ? 0 : 1, any = allreduce_int_yielding(failed, MPI_MAX, world);
   if (!any) return;
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(world, &rank));

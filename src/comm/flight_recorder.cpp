@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "comm/make_communicator.h"
+#include "comm/mpi_init.h"
 #include "core/check.h"
 
 namespace mt {
@@ -256,7 +257,7 @@ void dump_on_check_failure(const std::string& failure) {
 void FlightRecorder::start_listener(MPI_Comm world, int dump_signal) {
   if (!on()) return;
   set_check_failure_hook(dump_on_check_failure);
-  MPI_Comm_dup(world, &comm_);
+  comm_dup_yielding(world, &comm_);
   // The recorder talks to peers that may be dead (the dumps are for when something went wrong): an error on this
   // communicator is returned, not fatal, so that a survivor still reports the others and ends the job itself.
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);

@@ -19,6 +19,7 @@
 
 #include "comm/comm_util.h"
 #include "comm/cuda/device_staging.h"  // an interface only; created in CUDA builds
+#include "comm/mpi_init.h"
 #include "comm/mpi_types.h"
 #include "comm/queued_communicator.h"
 #include "core/check.h"
@@ -55,8 +56,8 @@ class MpiCommunicator : public QueuedCommunicator {
           "(initialise with mt::init_mpi)",
           name, level);
     mpi_type(DType::BF16);  // creates the 16-bit types on this thread, before the communication thread runs
-    MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-    MPI_CHECK(MPI_Comm_dup(comm, &exchange_comm_));  // its own matching space: no user send can match its messages
+    comm_dup_yielding(comm, &comm_);
+    comm_dup_yielding(comm, &exchange_comm_);  // its own matching space: no user send can match its messages
     // A peer that died can make MPI fail this rank's next operation with it (over UCX: "Endpoint timeout"). Fatal, MPI
     // would abort the whole job at once, before any rank could dump its flight record; returned, the failure is a
     // CHECK here, which dumps every rank's record first (comm/flight_recorder.h) and then ends this rank alone.

@@ -2,6 +2,7 @@
 #include "comm/mpi_init.h"
 
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,39 @@
 #include "core/check.h"
 
 namespace mt {
+namespace {
+std::vector<int> g_node_of;  // node_ranks()'s node_of, once it ran
+}  // namespace
+
+const std::vector<int>* world_node_map() { return g_node_of.empty() ? nullptr : &g_node_of; }
+
+void wait_yielding(MPI_Request& request) {
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    sched_yield();
+  }
+}
+
+void comm_dup_yielding(MPI_Comm comm, MPI_Comm* out) {
+  MPI_Request r;
+  MPI_CHECK(MPI_Comm_idup(comm, out, &r));
+  wait_yielding(r);
+}
+
+void barrier_yielding(MPI_Comm comm) {
+  MPI_Request r;
+  MPI_CHECK(MPI_Ibarrier(comm, &r));
+  wait_yielding(r);
+}
+
+int allreduce_int_yielding(int value, MPI_Op op, MPI_Comm comm) {
+  int out = value;
+  MPI_Request r;
+  MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, op, comm, &r));
+  wait_yielding(r);
+  return out;
+}
 
 int init_mpi(int* argc, char*** argv) {
   int provided = 0;
@@ -31,8 +65,7 @@ NodeRanks node_ranks() {
   NodeRanks r;
   MPI_CHECK(MPI_Comm_rank(node, &r.local_rank));
   MPI_CHECK(MPI_Comm_size(node, &r.local_size));
-  int leader = rank;  // the node's lowest world rank names it
-  MPI_CHECK(MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, node));
+  const int leader = allreduce_int_yielding(rank, MPI_MIN, node);  // the node's lowest world rank names it
   MPI_CHECK(MPI_Comm_free(&node));
   std::vector<int> leaders(static_cast<size_t>(world));
   MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
@@ -54,18 +87,25 @@ NodeRanks node_ranks() {
   }
   r.nodes = static_cast<int>(r.hosts.size());
   r.node = r.node_of[static_cast<size_t>(rank)];
+  g_node_of = r.node_of;
   return r;
 }
 
 int finalize_mpi(int status) {
-  int world = 1, local = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  if (local < world) {
-    MPI_Barrier(MPI_COMM_WORLD);
+  bool one_node = true;
+  if (const std::vector<int>* node_of = world_node_map()) {
+    for (int n : *node_of) one_node = one_node && n == node_of->front();
+  } else {
+    int world = 1, local = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    one_node = local == world;
+  }
+  if (!one_node) {
+    barrier_yielding(MPI_COMM_WORLD);
     std::thread([status] {
       std::this_thread::sleep_for(std::chrono::seconds(10));
       std::fprintf(stderr, "MPI_Finalize has not returned after 10 s (a known hang of MPICH's UCX transport over "

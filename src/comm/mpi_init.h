@@ -2,6 +2,8 @@
 // operations on its own thread, and several communicators (dp, tp, pp) call MPI at the same time, so MPI must be
 // initialised with MPI_THREAD_MULTIPLE.
 #pragma once
+#include <mpi.h>
+
 #include <string>
 #include <vector>
 
@@ -22,6 +24,21 @@ struct NodeRanks {
   std::string describe() const;
 };
 NodeRanks node_ranks();
+
+// The node of every world rank as the last node_ranks() found it, or nullptr before the first call. Lets
+// shares_memory() and finalize_mpi() answer without a collective: each MPI_Comm_split_type costs a whole round of
+// messages, which with more ranks than cores (ranks spinning in MPI, waiting for peers the scheduler has not run)
+// took about 170 ms at 8 ranks on 2 cores.
+const std::vector<int>* world_node_map();
+
+// Set-up collectives that yield the core while they wait: MPI's blocking calls spin, and with more ranks than
+// cores a spinning rank keeps off the core the peer it waits for, so each round of messages waits for a scheduler
+// time slice (25 MPI_Barriers of 8 ranks on 2 cores took 870 ms; as MPI_Ibarrier tested between sched_yield()s,
+// 11 ms). For start-up and shutdown only: the steps' collectives run on the communication threads.
+void wait_yielding(MPI_Request& request);
+void comm_dup_yielding(MPI_Comm comm, MPI_Comm* out);  // MPI_Comm_dup
+void barrier_yielding(MPI_Comm comm);
+int allreduce_int_yielding(int value, MPI_Op op, MPI_Comm comm);  // returns op over every rank's value
 
 // MPI_Finalize, guarded where the job spans nodes: MPICH 4.0's UCX transport over TCP can hang in MPI_Finalize
 // (one rank waits for a peer that has already left UCX's progress loop to acknowledge closing their connection). All

@@ -25,6 +25,8 @@
 
 #include "comm/comm_util.h"
 #include "comm/futex.h"
+#include "comm/make_communicator.h"
+#include "comm/mpi_init.h"
 #include "comm/queued_communicator.h"
 #include "comm/shm_messages.h"
 #include "comm/shm_window.h"
@@ -122,7 +124,7 @@ class ShmCommunicator : public QueuedCommunicator {
     CHECK(sizes.half_bytes >= 64 * size && sizes.slot_bytes >= 64 && sizes.slots >= 1,
           "shared-memory sizes: half {} bytes for {} ranks, slots {} x {} bytes", sizes.half_bytes, size,
           sizes.slots, sizes.slot_bytes);
-    MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+    comm_dup_yielding(comm, &comm_);
     window_.half_bytes = ShmWindow::round_up(sizes.half_bytes, 64);
     window_.slot_bytes = sizes.slot_bytes;
     window_.slot_stride = ShmWindow::round_up(static_cast<int64_t>(sizeof(ShmSlot)) + sizes.slot_bytes, 64);
@@ -153,7 +155,7 @@ class ShmCommunicator : public QueuedCommunicator {
       MPI_CHECK(MPI_Win_shared_query(win_, q, &bytes, &disp, &base));
       window_.segment[q] = static_cast<char*>(align_64(base));
     }
-    MPI_CHECK(MPI_Barrier(comm_));  // every segment is initialised before any thread looks at it
+    barrier_yielding(comm_);  // every segment is initialised before any thread looks at it
     messages_ = std::make_unique<ShmMessages>(window_, rank, size, name,
                                               [this](Op& op, double start_us) { finish(op, start_us); });
     start(&window_.control(rank).bell, opts.realtime_threads);
@@ -338,6 +340,14 @@ class ShmCommunicator : public QueuedCommunicator {
 }  // namespace
 
 bool shares_memory(MPI_Comm comm) {
+  // Known from the world's node map without a message (node_ranks(), which every program built on the trainer
+  // calls first): all of comm's ranks on one node.
+  if (const std::vector<int>* node_of = world_node_map()) {
+    const std::vector<int> members = world_ranks(comm);
+    for (int w : members)
+      if ((*node_of)[static_cast<size_t>(w)] != (*node_of)[static_cast<size_t>(members.front())]) return false;
+    return true;
+  }
   int size = 0, rank = 0;
   MPI_CHECK(MPI_Comm_size(comm, &size));
   MPI_CHECK(MPI_Comm_rank(comm, &rank));

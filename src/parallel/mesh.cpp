@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "comm/mpi_init.h"
 #include "core/check.h"
 
 namespace mt {
@@ -191,7 +192,7 @@ MPI_Comm split_replica_group(const DeviceMesh& mesh, MPI_Comm base) {
 
 MeshComms make_mesh_comms(const DeviceMesh& mesh, MPI_Comm base, const CommFactory& factory) {
   MeshComms mc;
-  MPI_CHECK(MPI_Comm_dup(base, &mc.world_mpi));
+  comm_dup_yielding(base, &mc.world_mpi);
   mc.dp_mpi = mesh.cp() > 1 ? split_replica_group(mesh, base) : split_mesh_axis(mesh, base, MeshAxis::DP);
   mc.tp_mpi = split_mesh_axis(mesh, base, MeshAxis::TP);
   mc.pp_mpi = split_mesh_axis(mesh, base, MeshAxis::PP);

@@ -98,8 +98,7 @@ bool realtime_comm_threads(CommThreadPriority want, int local_rank) {
   if (want == CommThreadPriority::Normal) return false;
   std::string why;
   const int mine = realtime_threads_permitted(&why) ? 1 : 0;
-  int all = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  const int all = allreduce_int_yielding(mine, MPI_MIN, MPI_COMM_WORLD);
   if (want == CommThreadPriority::Realtime && !all)
     input_error("comm.thread_priority=realtime: {}", mine ? "another rank's node refuses real-time threads"
                 : fmt::format("this process may not run real-time threads ({}); grant CAP_SYS_NICE or an rtprio "
@@ -485,8 +484,8 @@ void run_training(const Config& cfg) {
   } unlock{lock_fd};
   agree_on_setup(lock_error, MPI_COMM_WORLD);
   // A run.dir that cannot be written (a full disk) is no bad input: every rank stops together with exit status 1.
-  int io_failed = write_error.empty() ? 0 : 1, any_io_failed = io_failed;
-  MPI_CHECK(MPI_Allreduce(&io_failed, &any_io_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  const int io_failed = write_error.empty() ? 0 : 1;
+  const int any_io_failed = allreduce_int_yielding(io_failed, MPI_MAX, MPI_COMM_WORLD);
   if (any_io_failed) throw StoppedTogether(io_failed ? write_error : "rank 0 could not write run.dir/status.json");
   auto failed = [&](int code, const std::string& why) {
     if (lock_fd < 0) return;

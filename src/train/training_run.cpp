@@ -9,6 +9,7 @@
 
 #include "comm/comm_util.h"
 #include "comm/make_communicator.h"
+#include "comm/mpi_init.h"
 #include "core/arena.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -177,8 +178,7 @@ void resume(TrainingRun& r) {
     } catch (const InputError& e) {
       error = e.what(), verdict = automatic ? 1 : 2;
     }
-    int worst = verdict;
-    MPI_CHECK(MPI_Allreduce(&verdict, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    const int worst = allreduce_int_yielding(verdict, MPI_MAX, MPI_COMM_WORLD);
     if (worst == 2 || (worst == 1 && resume_dir == candidates.back())) {
       if (worst == 1 && verdict == 1)
         error = fmt::format("run.resume=auto: no usable checkpoint in {}: {}{} (run.resume=none starts afresh)",
