@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/make_communicator.h"
+#include "comm/mpi_init.h"
 #include "comm/mpi_types.h"
 #include "comm/realtime_threads.h"
 #include "comm/shm_communicator.h"
@@ -305,6 +306,46 @@ TEST_CASE("many async operations issued back to back complete in order with the 
     CHECK(events[k].start_us <= events[k].end_us);
     if (k > 0) CHECK(events[k - 1].end_us <= events[k].start_us);
   }
+}
+
+TEST_CASE("set-up calls: shares_memory with and without the node map agrees with MPI's own split; the yielding "
+          "collectives") {
+  int wr = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half);
+  std::vector<MPI_Comm> comms = {MPI_COMM_WORLD, half};
+  std::vector<bool> expected;
+  for (MPI_Comm c : comms) {  // MPI's own answer: the group's node-local split holds the whole group on every rank
+    int size = 0, local = 0;
+    MPI_Comm_size(c, &size);
+    MPI_Comm node;
+    MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    int every = 0, one = local == size ? 1 : 0;
+    MPI_Allreduce(&one, &every, 1, MPI_INT, MPI_MIN, c);
+    expected.push_back(every == 1);
+  }
+  // The CPU tests' session does not call node_ranks() (unless an earlier case did): shares_memory asks MPI. The
+  // trainer calls it at start: shares_memory reads the map.
+  for (size_t i = 0; i < comms.size(); ++i) CHECK(shares_memory(comms[i]) == expected[i]);
+  node_ranks();
+  REQUIRE(world_node_map() != nullptr);
+  for (size_t i = 0; i < comms.size(); ++i) CHECK(shares_memory(comms[i]) == expected[i]);
+  for (MPI_Comm c : comms) {
+    int size = 0, rank = 0, dup_size = 0, dup_rank = -1;
+    MPI_Comm_size(c, &size), MPI_Comm_rank(c, &rank);
+    MPI_Comm dup;
+    comm_dup_yielding(c, &dup);
+    MPI_Comm_size(dup, &dup_size), MPI_Comm_rank(dup, &dup_rank);
+    CHECK((dup_rank == rank && dup_size == size));
+    barrier_yielding(dup);
+    CHECK(allreduce_int_yielding(rank, MPI_MAX, dup) == size - 1);
+    CHECK(allreduce_int_yielding(rank + 1, MPI_SUM, dup) == size * (size + 1) / 2);
+    MPI_Comm_free(&dup);
+  }
+  MPI_Comm_free(&half);
 }
 
 TEST_CASE("two communicators (world and a split) run concurrently") {
