@@ -308,8 +308,8 @@ TEST_CASE("many async operations issued back to back complete in order with the 
   }
 }
 
-TEST_CASE("set-up calls: shares_memory with and without the node map agrees with MPI's own split; the yielding "
-          "collectives") {
+TEST_CASE("set-up calls: shares_memory with and without the node map agrees with MPI's own split, and the "
+          "yielding collectives give MPI's results") {
   int wr = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wr);
   MPI_Comm half;
