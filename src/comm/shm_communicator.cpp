@@ -340,8 +340,8 @@ class ShmCommunicator : public QueuedCommunicator {
 }  // namespace
 
 bool shares_memory(MPI_Comm comm) {
-  // Known from the world's node map without a message (node_ranks(), which every program built on the trainer
-  // calls first): all of comm's ranks on one node.
+  // All of comm's ranks on one node: read from the world's node map when node_ranks() has run (the trainer calls
+  // it at start), without a message; otherwise asked of MPI.
   if (const std::vector<int>* node_of = world_node_map()) {
     const std::vector<int> members = world_ranks(comm);
     for (int w : members)
