@@ -248,10 +248,15 @@ try:
         time.sleep(0.2)
     first = open(f"{work}/{job}.out").read()
     check("stopped by SIGTERM" in first, "scontrol requeue: the ranks stop with a checkpoint (\"stopped by SIGTERM\")")
-    # A requeued job waits for its begin time (Slurm delays it); start it now.
+    stopped_at = time.time()
+    # A requeued job waits for its begin time (Slurm delays it); start it sooner, but not within the second its
+    # first run was killed in: slurmd compares a credential's creation time with the job's revocation in whole
+    # seconds, and a start in the same second fails at once ("Killing non-startable batch JobId=3: Job credential
+    # revoked" in slurmctld.log, the job FAILED; seen once in CI).
     t0 = time.time()
     while state(job) != "PENDING" and time.time() - t0 < 60:
         time.sleep(0.2)
+    time.sleep(max(0.0, stopped_at + 2.0 - time.time()))
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env)
     st, ref_st = wait_done(job), wait_done(reference)
     out = open(f"{work}/{job}.out").read()
