@@ -1,22 +1,23 @@
-// CPU causal attention: one OpenMP task per (batch, head) pair; inside it the products are Eigen GEMMs on
-// strided views of qkv (single-threaded there: Eigen does not nest inside an OpenMP parallel region), and the
-// softmax uses Eigen's vectorised exp. Causality: scores above the diagonal are never used, probabilities there
-// are stored as 0, and so the backward products see zeros there too.
-// Every product runs per block of kBlock query rows (or key rows) over only the part of the other operand that
-// block can see, so most of the work above the diagonal is skipped; plain GEMMs on those blocks replaced Eigen's
-// triangularView products (attention 8-16% faster at configs A and B, bench/bench_ops).
-// 16-bit storage (bf16, fp16): each task widens its head's q, k, v (and dout, att) into fp32 scratch and runs the
-// same fp32 code on it; the probabilities are rounded once into att and out is computed from those rounded values
-// (as a fused GPU kernel rounds P before P V); every output element is rounded once. fp32 and fp64 work in place
-// on the tensors, exactly as before 16-bit storage existed.
+// CPU causal attention: one OpenMP task per (batch, head) pair. Causality: scores above the diagonal are never
+// used, probabilities there are stored as 0, and so the backward products see zeros there too.
+// fp32 and the 16-bit formats run each head's six products on register tiles (kernels/cpu/tile_gemm.h) over
+// fp32 copies of the operands padded to whole vectors (K and V also transposed where they are the right-hand
+// operand), each row block of the product computing only the part of the other operand it can see. 16-bit
+// storage (bf16, fp16) widens into those copies, rounds the probabilities once into att and computes out from the
+// rounded values (as a fused GPU kernel rounds P before P V); every output element is rounded once. The tiles
+// replaced per-block Eigen GEMMs, single-threaded inside the per-head tasks (bench/bench_ops, docs/performance.md).
+// fp64, the reference of the gradient checks, keeps those Eigen products: blocks of kBlock query (or key) rows
+// against the part of the other operand the block can see.
 #include "kernels/cpu/attention_cpu.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <vector>
+#include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/tile_gemm.h"
 
 namespace mt::kernels::cpu {
 namespace {
@@ -86,18 +87,163 @@ void causal_softmax_backward(T* d, const T* p, int64_t T_, T scale) {
 // Rounds n up to whole 64-byte lines of floats.
 constexpr int64_t lines(int64_t n) { return (n + 15) / 16 * 16; }
 
-// dst [T, HS] (ld HS) = src [T, HS] (ld lds), widened.
+// dst[r, c] (ld ldd) = src[r, c] (ld lds) widened, for r < rows and c < cols; zeros in the columns [cols, ldd).
 template <typename S>
-void widen(float* dst, const S* src, int64_t lds, int64_t T_, int64_t HS) {
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t k = 0; k < HS; ++k) dst[t * HS + k] = load(src[t * lds + k]);
+void pack_rows(float* dst, int64_t ldd, const S* src, int64_t lds, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = load(src[r * lds + c]);
+    std::fill(dst + r * ldd + cols, dst + (r + 1) * ldd, 0.0f);
+  }
 }
 
-// dst [T, HS] (ld ldd) = src [T, HS] (ld HS), each element rounded once.
+// dst[c, r] (ld ldd) = src[r, c] (ld lds) widened: the transpose, with zeros in the columns [rows, ldd). The rows
+// are first copied side by side into tmp [rows, cols]: read in place, a column's strided reads of the rows of qkv
+// (3 C floats apart: a multiple of 512 bytes at the model's widths) fell into a few sets of the L1 cache and missed
+// it, and the transpose took a fifth of the forward pass.
 template <typename S>
-void narrow(S* dst, int64_t ldd, const float* src, int64_t T_, int64_t HS) {
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t k = 0; k < HS; ++k) store(dst[t * ldd + k], src[t * HS + k]);
+void pack_transposed(float* dst, int64_t ldd, const S* src, int64_t lds, int64_t rows, int64_t cols, float* tmp) {
+  pack_rows(tmp, cols, src, lds, rows, cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    float* d = dst + c * ldd;
+    for (int64_t r = 0; r < rows; ++r) d[r] = tmp[r * cols + c];
+    std::fill(d + rows, d + ldd, 0.0f);
+  }
+}
+
+// dst[r, c] (ld ldd) = src[r, c] (ld lds) for c < cols, each element rounded once.
+template <typename S>
+void narrow(S* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) store(dst[r * ldd + c], src[r * lds + c]);
+}
+
+// A tile product's right-hand operand src [rows, cols] (ld lds), widened into scratch [rows, padded(cols)]. Always
+// a copy, even of fp32 rows: read in place, rows of qkv 3 C floats apart fall into a few sets of the L1 cache.
+template <typename S>
+tile::Rows operand(const S* src, int64_t lds, int64_t rows, int64_t cols, float* scratch) {
+  pack_rows(scratch, tile::padded(cols), src, lds, rows, cols);
+  return {scratch, tile::padded(cols)};
+}
+
+// A tile product's result, bound for dst [rows, cols] (ld ldd): fp32 rows of whole vectors are written in place;
+// anything else goes to scratch padded to whole vectors and is rounded into dst by done().
+template <typename S>
+struct Result {
+  S* dst;
+  int64_t ldd;
+  float* y;
+  int64_t ld;
+  Result(S* dst_, int64_t ldd_, int64_t cols, float* scratch) : dst(dst_), ldd(ldd_), y(scratch), ld(tile::padded(cols)) {
+    if constexpr (std::is_same_v<S, float>)
+      if (cols % tile::kLanes == 0) y = dst, ld = ldd;
+  }
+  void done(int64_t rows, int64_t cols) {
+    if (static_cast<void*>(y) != static_cast<void*>(dst)) narrow(dst, ldd, y, ld, rows, cols);
+  }
+};
+
+// One head's forward in fp32 on the register tiles, for fp32 and the 16-bit formats: q, k, v rows of ld `ld`,
+// att [T, T] (the probabilities, 0 above the diagonal), out rows of ld ldo.
+template <typename S>
+void head_forward(S* o, int64_t ldo, S* att, const S* q, const S* k, const S* v, int64_t ld, int64_t T_, int64_t HS,
+                  float scale) {
+  using tile::padded;
+  const int64_t Tp = padded(T_), Hp = padded(HS);
+  const int64_t n_kt = lines(HS * Tp), n_s = lines(T_ * Tp), n_v = lines(T_ * Hp);
+  float* kt = thread_scratch(n_kt + n_s + 2 * n_v + (is_16bit<S> ? lines(T_ * HS) + T_ * T_ : 0));
+  float *s = kt + n_kt, *v_scratch = s + n_s, *y = v_scratch + n_v;
+  pack_transposed(kt, Tp, k, ld, T_, HS, y);
+  const tile::Rows vr = operand(v, ld, T_, HS, v_scratch);
+  tile::Strided qa{nullptr, ld, 1};
+  float* pf = nullptr;  // 16-bit: the rounded probabilities, widened
+  if constexpr (is_16bit<S>) {
+    float* qf = y + n_v;
+    pack_rows(qf, HS, q, ld, T_, HS);
+    qa = {qf, HS, 1};
+    pf = qf + lines(T_ * HS);
+  } else {
+    qa.p = q;
+  }
+  // Scores: the row block [r0, r1) needs the columns [0, r1) only.
+  tile::rows_times(s, Tp, qa, {kt, Tp}, T_, [](int64_t, int64_t r1) { return padded(r1); },
+                   [](int64_t) { return int64_t(0); }, [HS](int64_t) { return HS; });
+  // Softmax over whole vectors of each row of scores, the entries right of the diagonal set to -inf (so exp gives
+  // 0): with the row's own length, Eigen's scalar tail of up to 15 exps cost more than its vectorised part.
+  for (int64_t i = 0; i < T_; ++i) {
+    const int64_t n = padded(i + 1);
+    float* si = s + i * Tp;
+    std::fill(si + i + 1, si + n, -std::numeric_limits<float>::infinity());
+    auto row = Eigen::Map<Eigen::ArrayXf, Eigen::AlignedMax>(si, n);
+    const float mx = row.maxCoeff();
+    row = ((row - mx) * scale).exp();  // softmax(scale * s): the max of scale*s is scale*max(s), scale > 0
+    const float inv = 1.0f / row.sum();
+    S* a = att + i * T_;
+    for (int64_t j = 0; j <= i; ++j) store(a[j], si[j] * inv);
+    std::fill(a + i + 1, a + T_, S{});
+    if constexpr (is_16bit<S>) {  // P V then uses exactly the stored values (as a fused GPU kernel rounds P first)
+      for (int64_t j = 0; j < T_; ++j) pf[i * T_ + j] = load(a[j]);
+    }
+  }
+  const float* p = pf;
+  if constexpr (!is_16bit<S>) p = att;
+  // out = P V: the row block [r0, r1) sees the keys [0, r1).
+  Result<S> out(o, ldo, HS, y);
+  tile::rows_times(out.y, out.ld, tile::Strided{p, T_, 1}, vr, T_, [Hp](int64_t, int64_t) { return Hp; },
+                   [](int64_t) { return int64_t(0); }, [](int64_t r1) { return r1; });
+  out.done(T_, HS);
+}
+
+// One head's backward on the register tiles: dq, dk, dv rows of ld ldd, dout rows of ld ldo, q, k, v rows of ld
+// `ld`, att as head_forward stored it.
+template <typename S>
+void head_backward(S* dq, S* dk, S* dv, int64_t ldd, const S* dout, int64_t ldo, const S* q, const S* k,
+                   const S* v, int64_t ld, const S* att, int64_t T_, int64_t HS, float scale) {
+  using tile::padded;
+  const int64_t Tp = padded(T_), Hp = padded(HS);
+  const int64_t n_t = lines(HS * Tp), n_s = lines(T_ * Tp), n_h = lines(T_ * Hp);
+  float* vt = thread_scratch(n_t + n_s + 4 * n_h + (is_16bit<S> ? T_ * T_ : 0));
+  float *dp = vt + n_t, *g_scratch = dp + n_s, *k_scratch = g_scratch + n_h, *q_scratch = k_scratch + n_h;
+  float* y = q_scratch + n_h;
+  pack_transposed(vt, Tp, v, ld, T_, HS, y);
+  const tile::Rows gr = operand(dout, ldo, T_, HS, g_scratch), kr = operand(k, ld, T_, HS, k_scratch),
+                   qr = operand(q, ld, T_, HS, q_scratch);
+  const float* p = nullptr;
+  if constexpr (is_16bit<S>) {
+    float* pf = y + n_h;
+    for (int64_t i = 0; i < T_ * T_; ++i) pf[i] = load(att[i]);
+    p = pf;
+  } else {
+    p = att;
+  }
+  const auto all_cols = [Hp](int64_t, int64_t) { return Hp; };
+  const auto from_zero = [](int64_t) { return int64_t(0); };
+  const auto to_end = [T_](int64_t) { return T_; };
+  // dV = P^T dO: key row j sees the queries [j, T) (P is 0 above the diagonal).
+  Result<S> rv(dv, ldd, HS, y);
+  tile::rows_times(rv.y, rv.ld, tile::Strided{p, 1, T_}, gr, T_, all_cols, [](int64_t r0) { return r0; }, to_end);
+  rv.done(T_, HS);
+  // dP = dO V^T, the columns [0, r1) of the row block [r0, r1).
+  tile::rows_times(dp, Tp, tile::Strided{gr.p, gr.ld, 1}, {vt, Tp}, T_,
+                   [](int64_t, int64_t r1) { return padded(r1); }, from_zero, [HS](int64_t) { return HS; });
+  // dS = P * (dP - sum_j P dP) times the score scale, 0 above the diagonal, in place of dP (in this thread's cache;
+  // datt, the caller's scratch of every head, would send it to memory and back).
+  for (int64_t i = 0; i < T_; ++i) {
+    const float* pi = p + i * T_;
+    float* r = dp + i * Tp;
+    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j <= i; ++j) dot += pi[j] * r[j];
+#pragma omp simd
+    for (int64_t j = 0; j <= i; ++j) r[j] = pi[j] * (r[j] - dot) * scale;
+    std::fill(r + i + 1, r + T_, 0.0f);
+  }
+  // dQ = dS K (query row i sees the keys [0, i]); dK = dS^T Q (key row j sees the queries [j, T)).
+  Result<S> rq(dq, ldd, HS, y);
+  tile::rows_times(rq.y, rq.ld, tile::Strided{dp, Tp, 1}, kr, T_, all_cols, from_zero, [](int64_t r1) { return r1; });
+  rq.done(T_, HS);
+  Result<S> rk(dk, ldd, HS, y);
+  tile::rows_times(rk.y, rk.ld, tile::Strided{dp, 1, Tp}, qr, T_, all_cols, [](int64_t r0) { return r0; }, to_end);
+  rk.done(T_, HS);
 }
 }  // namespace
 
@@ -112,22 +258,12 @@ void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t T_, int6
     const S* q = qkv + b * T_ * C3 + h * HS;
     S* a = att + bh * T_ * T_;
     S* o = out + b * T_ * C + h * HS;
-    if constexpr (!is_16bit<S>) {
+    if constexpr (std::is_same_v<S, double>) {  // the fp64 reference: Eigen's GEMMs
       causal_abt(a, q, C3, q + C, C3, T_, HS);
       causal_softmax(a, T_, scale);
       lower_times(o, C, static_cast<const S*>(a), q + 2 * C, C3, T_, HS);
     } else {
-      const int64_t th = lines(T_ * HS);
-      float* qf = thread_scratch(3 * th + T_ * T_);
-      float *kf = qf + th, *vf = kf + th, *p = vf + th;
-      widen(qf, q, C3, T_, HS), widen(kf, q + C, C3, T_, HS), widen(vf, q + 2 * C, C3, T_, HS);
-      causal_abt(p, static_cast<const float*>(qf), HS, static_cast<const float*>(kf), HS, T_, HS);
-      causal_softmax(p, T_, scale);
-      // Round each probability once into att; P V then uses exactly the stored values (zeros above the diagonal).
-      for (int64_t i = 0; i < T_ * T_; ++i) store(a[i], p[i]), p[i] = load(a[i]);
-      float* of = qf;  // q is dead once the scores exist
-      lower_times(of, HS, static_cast<const float*>(p), static_cast<const float*>(vf), HS, T_, HS);
-      narrow(o, C, of, T_, HS);
+      head_forward(o, C, a, q, q + C, q + 2 * C, C3, T_, HS, scale);
     }
   }
 }
@@ -145,8 +281,8 @@ void attention_backward(S* dqkv, acc_t<S>* datt, const S* dout, const S* qkv, co
     S* dq = dqkv + b * T_ * C3 + h * HS;
     const S* dO = dout + b * T_ * C + h * HS;
     const S* p = att + bh * T_ * T_;
-    A* d = datt + bh * T_ * T_;
-    if constexpr (!is_16bit<S>) {
+    if constexpr (std::is_same_v<S, double>) {
+      A* d = datt + bh * T_ * T_;
       // dV = P^T dO; dP = dO V^T (only j <= i is needed: P is 0 above the diagonal, so dS is too).
       lower_t_times(dq + 2 * C, C3, p, dO, C, T_, HS);
       causal_abt(d, dO, C, q + 2 * C, C3, T_, HS);
@@ -155,23 +291,7 @@ void attention_backward(S* dqkv, acc_t<S>* datt, const S* dout, const S* qkv, co
       lower_times(dq, C3, static_cast<const A*>(d), q + C, C3, T_, HS);
       lower_t_times(dq + C, C3, static_cast<const A*>(d), q, C3, T_, HS);
     } else {
-      // The same products in fp32 on widened copies; dP and dS live in datt (fp32), each of dq, dk, dv is rounded
-      // once into dqkv.
-      const int64_t th = lines(T_ * HS);
-      float* qf = thread_scratch(5 * th + T_ * T_);
-      float *kf = qf + th, *vf = kf + th, *gf = vf + th, *rf = gf + th, *pf = rf + th;
-      widen(qf, q, C3, T_, HS), widen(kf, q + C, C3, T_, HS), widen(vf, q + 2 * C, C3, T_, HS);
-      widen(gf, dO, C, T_, HS);
-      for (int64_t i = 0; i < T_ * T_; ++i) pf[i] = load(p[i]);
-      const float *cq = qf, *ck = kf, *cv = vf, *cg = gf, *cp = pf, *cd = d;
-      lower_t_times(rf, HS, cp, cg, HS, T_, HS);
-      narrow(dq + 2 * C, C3, rf, T_, HS);
-      causal_abt(d, cg, HS, cv, HS, T_, HS);
-      causal_softmax_backward(d, cp, T_, scale);
-      lower_times(rf, HS, cd, ck, HS, T_, HS);
-      narrow(dq, C3, rf, T_, HS);
-      lower_t_times(rf, HS, cd, cq, HS, T_, HS);
-      narrow(dq + C, C3, rf, T_, HS);
+      head_backward(dq, dq + C, dq + 2 * C, C3, dO, C, q, q + C, q + 2 * C, C3, p, T_, HS, scale);
     }
   }
 }

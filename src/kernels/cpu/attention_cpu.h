@@ -1,5 +1,6 @@
 // CPU causal multi-head attention (see kernels/attention.h for the contract). S is the activation storage type
-// (float, double, bf16, fp16); datt is scratch in the accumulation type acc_t<S>.
+// (float, double, bf16, fp16); datt is scratch in the accumulation type acc_t<S> (the fp64 kernel uses it; the others
+// keep each head's dP and dS in their thread's cache).
 #pragma once
 #include <cstdint>
 
