@@ -29,7 +29,9 @@ struct NetOptions {
   // cores), since the peer is one of that many (2026-11-28; charged flat before: sync and step sync at twice these
   // values, fit on 4 ranks of one thread on 2 cores, and the ring at 700 us; on 8 ranks flat values fit at about
   // twice their 4-rank ones, docs/planner.md "Several samples").
-  // A collective's or a message's extra wait inside the pipeline phase.
+  // A collective's or a message's extra wait inside the pipeline phase. A tensor-parallel collective pays it
+  // log2(tp) times: it waits for more time-sliced peers (2026-12-02: charged once, every tp 4 layout measured on
+  // 4 and 8 ranks was predicted 13-37% fast; log2 is chosen from those runs, not derived; docs/planner.md).
   double oversubscribed_sync_us = 75;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
   // gradient norm, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks drift further.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <string>
 
 #include "model/pipeline_chunks.h"
@@ -212,8 +213,9 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
         for (const TpOp& op : ops)
           if (op.kind == CommKind::Send)  // its transfer may hide behind the blocks; its rendezvous does not
             ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers), pc.wall_us += x.ring_sync;
-          else
-            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + x.sync;
+          else  // more peers to wait for: log2(tp) syncs (1 at tp 2; chosen from measurements, net_model.h)
+            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) +
+                          x.sync * std::log2(double(tp));
         pc.wall_us += ring_wait_us(g, x.cp, ring_us, work_us, weight_pass);
         return pc;
       };
