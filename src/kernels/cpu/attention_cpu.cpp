@@ -68,13 +68,13 @@ void causal_softmax(T* a, int64_t T_, T scale) {
   }
 }
 
-// In place over d = dP [T, T] (j <= i valid): dS = P * (dP - sum_j P dP), times the score scale; 0 above the
-// diagonal.
+// In place over d = dP [T, T] (ld ldd, j <= i valid): dS = P * (dP - sum_j P dP), times the score scale; 0 above
+// the diagonal. P [T, T] (ld T).
 template <typename T>
-void causal_softmax_backward(T* d, const T* p, int64_t T_, T scale) {
+void causal_softmax_backward(T* d, int64_t ldd, const T* p, int64_t T_, T scale) {
   for (int64_t i = 0; i < T_; ++i) {
     const T* pi = p + i * T_;
-    T* r = d + i * T_;
+    T* r = d + i * ldd;
     T dot = 0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j <= i; ++j) dot += pi[j] * r[j];
@@ -225,18 +225,9 @@ void head_backward(S* dq, S* dk, S* dv, int64_t ldd, const S* dout, int64_t ldo,
   // dP = dO V^T, the columns [0, r1) of the row block [r0, r1).
   tile::rows_times(dp, Tp, tile::Strided{gr.p, gr.ld, 1}, {vt, Tp}, T_,
                    [](int64_t, int64_t r1) { return padded(r1); }, from_zero, [HS](int64_t) { return HS; });
-  // dS = P * (dP - sum_j P dP) times the score scale, 0 above the diagonal, in place of dP (in this thread's cache;
-  // datt, the caller's scratch of every head, would send it to memory and back).
-  for (int64_t i = 0; i < T_; ++i) {
-    const float* pi = p + i * T_;
-    float* r = dp + i * Tp;
-    float dot = 0;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j <= i; ++j) dot += pi[j] * r[j];
-#pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) r[j] = pi[j] * (r[j] - dot) * scale;
-    std::fill(r + i + 1, r + T_, 0.0f);
-  }
+  // dS, in place of dP (in this thread's cache; datt, the caller's scratch of every head, would send it to memory
+  // and back).
+  causal_softmax_backward(dp, Tp, p, T_, scale);
   // dQ = dS K (query row i sees the keys [0, i]); dK = dS^T Q (key row j sees the queries [j, T)).
   Result<S> rq(dq, ldd, HS, y);
   tile::rows_times(rq.y, rq.ld, tile::Strided{dp, Tp, 1}, kr, T_, all_cols, from_zero, [](int64_t r1) { return r1; });
@@ -286,7 +277,7 @@ void attention_backward(S* dqkv, acc_t<S>* datt, const S* dout, const S* qkv, co
       // dV = P^T dO; dP = dO V^T (only j <= i is needed: P is 0 above the diagonal, so dS is too).
       lower_t_times(dq + 2 * C, C3, p, dO, C, T_, HS);
       causal_abt(d, dO, C, q + 2 * C, C3, T_, HS);
-      causal_softmax_backward(d, p, T_, scale);
+      causal_softmax_backward(d, T_, p, T_, scale);
       // dQ = dS K, dK = dS^T Q.
       lower_times(dq, C3, static_cast<const A*>(d), q + C, C3, T_, HS);
       lower_t_times(dq + C, C3, static_cast<const A*>(d), q, C3, T_, HS);
