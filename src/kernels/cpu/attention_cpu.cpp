@@ -133,7 +133,8 @@ struct Result {
   int64_t ldd;
   float* y;
   int64_t ld;
-  Result(S* dst_, int64_t ldd_, int64_t cols, float* scratch) : dst(dst_), ldd(ldd_), y(scratch), ld(tile::padded(cols)) {
+  Result(S* dst_, int64_t ldd_, int64_t cols, float* scratch)
+      : dst(dst_), ldd(ldd_), y(scratch), ld(tile::padded(cols)) {
     if constexpr (std::is_same_v<S, float>)
       if (cols % tile::kLanes == 0) y = dst, ld = ldd;
   }
