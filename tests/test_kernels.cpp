@@ -420,8 +420,8 @@ TEST_CASE("attention: gradient, causality, probabilities", "[attention]") {
 
 TEST_CASE("attention: fp32 agrees with fp64 at a model-like size and at sizes off the register tiles",
           "[attention]") {
-  // fp32 runs on register tiles of whole vectors (8 rows by 16 columns with AVX-512); these sizes leave partial
-  // row tiles, head sizes that are not whole vectors, and a one-token sequence.
+  // fp32 runs on register tiles of 8 rows by one or two vectors (16 floats each with AVX-512); these sizes leave
+  // partial row tiles, head sizes that are not whole vectors, and a one-token sequence.
   const std::vector<std::array<int64_t, 4>> sizes = {{3, 33, 4, 64}, {2, 17, 2, 48}, {1, 9, 3, 9}, {2, 1, 2, 6}};
   for (const auto& [B, T, NH, C] : sizes) {
     CAPTURE(B, T, NH, C);

@@ -161,6 +161,7 @@ double ring_wait_us(const StageConfig& g, int cp, double ring_us, double work_us
 void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPrediction& out) {
   const Config& cfg = x.cfg;
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
+  const double tp_sync = x.sync * std::log2(double(tp));  // a tp collective: more peers to wait for (net_model.h)
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
   const GPTConfig base = gpt_config(cfg);
@@ -213,9 +214,8 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
         for (const TpOp& op : ops)
           if (op.kind == CommKind::Send)  // its transfer may hide behind the blocks; its rendezvous does not
             ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers), pc.wall_us += x.ring_sync;
-          else  // more peers to wait for: log2(tp) syncs (1 at tp 2; chosen from measurements, net_model.h)
-            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) +
-                          x.sync * std::log2(double(tp));
+          else
+            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + tp_sync;
         pc.wall_us += ring_wait_us(g, x.cp, ring_us, work_us, weight_pass);
         return pc;
       };

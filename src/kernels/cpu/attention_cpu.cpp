@@ -169,7 +169,7 @@ void head_forward(S* o, int64_t ldo, S* att, const S* q, const S* k, const S* v,
   tile::rows_times(s, Tp, qa, {kt, Tp}, T_, [](int64_t, int64_t r1) { return padded(r1); },
                    [](int64_t) { return int64_t(0); }, [HS](int64_t) { return HS; });
   // Softmax over whole vectors of each row of scores, the entries right of the diagonal set to -inf (so exp gives
-  // 0): with the row's own length, Eigen's scalar tail of up to 15 exps cost more than its vectorised part.
+  // 0): with the row's own length, Eigen left up to 15 exps per row to scalar expf (5-6% of the samples).
   for (int64_t i = 0; i < T_; ++i) {
     const int64_t n = padded(i + 1);
     float* si = s + i * Tp;
