@@ -7,8 +7,11 @@ formulation: F.layer_norm, F.gelu(tanh), one matmul per projection, torch.optim.
 Debian's 1.13 (the parity reference) eagerly, and a current PyTorch from the Python package registry
 (scripts/torch_venv.sh) eagerly and under torch.compile. It prints tokens/s (median over the timed steps), each
 PyTorch's time over meshtrain's fp32 time, peak resident memory, and the share of this machine's best sgemm rate
-(2048^3, the best of Eigen, oneDNN and OpenBLAS, from build/bench/bench_matmul --peak-only in the same run) that a
-meshtrain training step achieves.
+(2048^3, the best of Eigen, oneDNN and OpenBLAS, from build/bench/bench_matmul --peak-only) that a meshtrain
+training step achieves. The peak is measured again right before and right after each meshtrain run and the share
+is taken against the mean of the two: a shared VM's speed drifts by up to 1.5x over minutes (seen on a 2-core
+Intel Xeon VM: 190-275 GFLOP/s in eight invocations a few seconds apart), so one peak at the start would compare
+runs made at different speeds.
 
 Model FLOPs per token, 6N + 12LTC: N = 12 L C^2 + C Vp, the weights of the matmuls (the tied LM head included),
 each costing 2 flops per token forward and 4 backward; 12 L T C for attention's QK^T and PV (2 T C each per token
@@ -150,15 +153,16 @@ def main():
                     help="skip the registry's PyTorch (scripts/torch_venv.sh installs ~5 GiB once)")
     args = ap.parse_args()
     precisions = args.precisions.split(",")
-    peak, peak_lines = peak_sgemm(args.threads)
+    peak, peak_lines = peak_sgemm(args.threads)  # re-measured after every meshtrain run (see the docstring)
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; threads per process {args.threads}")
     print(peak_lines or "build/bench/bench_matmul not built: no sgemm peak")
     have_omp = os.path.exists(os.path.join(OPENMP_OPENBLAS, "libblas.so.3"))
     new_python, why = (None, "--no-current-torch") if args.no_current_torch else current_torch()
 
-    print(f"\nmeshtrain (FLOPs per token 6N + 12LTC; 'of sgemm' = its GFLOP/s over the best 2048^3 sgemm above)")
-    print(f"{'config':6} {'precision':9} {'cpu_matmul':10} {'tok/s':>8} {'vs fp32':>7} {'GFLOP/s':>8} {'of sgemm':>8} "
-          f"{'MiB':>7}  matmuls")
+    print(f"\nmeshtrain (FLOPs per token 6N + 12LTC; 'sgemm' = the best 2048^3 sgemm rate measured right before and "
+          f"right after the run, and their mean; 'of sgemm' = the run's GFLOP/s over that mean)")
+    print(f"{'config':6} {'precision':9} {'cpu_matmul':10} {'tok/s':>8} {'vs fp32':>7} {'GFLOP/s':>8} "
+          f"{'sgemm':>17} {'of sgemm':>8} {'MiB':>7}  matmuls")
     mt_ms = {}
     matmul_choices = args.cpu_matmul.split(",")
     for name in args.configs.split(","):
@@ -172,9 +176,12 @@ def main():
                 gflops = flops_per_token(c) * tokens / (ms / 1000) / 1e9
                 fp32 = mt_ms.get((name, "fp32", choice))
                 vs = f"{fp32 / ms:7.2f}" if fp32 else f"{'':7}"
-                share = f"{100 * gflops / peak:.0f}%" if peak else "n/a"
-                print(f"{name:6} {prec:9} {choice:10} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {share:>8} "
-                      f"{rss:7.1f}  {libs}")
+                before, (peak, _) = peak, peak_sgemm(args.threads)
+                mean = (before + peak) / 2 if before and peak else None
+                sgemm = f"{before:.0f}/{peak:.0f}: {mean:.0f}" if mean else "n/a"
+                share = f"{100 * gflops / mean:.0f}%" if mean else "n/a"
+                print(f"{name:6} {prec:9} {choice:10} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {sgemm:>17} "
+                      f"{share:>8} {rss:7.1f}  {libs}")
 
     print(f"\nPyTorch, fp32 (ratio = PyTorch's step time / meshtrain's fp32 step time, cpu_matmul "
           f"{matmul_choices[0]})")
