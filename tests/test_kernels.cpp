@@ -167,6 +167,29 @@ TEST_CASE("matmul: large shapes agree with a naive product (multithreaded GEMM p
   REQUIRE(worst < 1e-11);  // 129-term sums of O(1) products in fp64
 }
 
+// auto's bf16 choice and the reason the trainer logs when bf16 widens to fp32 must describe the same CPU.
+TEST_CASE("cpu_matmul: auto's bf16 library and the logged reason agree", "[matmul]") {
+  namespace cpu = kernels::cpu;
+  std::string error;
+  cpu::MatmulBackends b;
+  REQUIRE(cpu::resolve_matmul_backends(cpu::CpuMatmul::Eigen, b, error));
+  CHECK(b.bf16 == cpu::MatmulLibrary::Eigen);
+  CHECK(cpu::bf16_widening_reason(cpu::CpuMatmul::Eigen) == "train.cpu_matmul=eigen");
+  REQUIRE(cpu::resolve_matmul_backends(cpu::CpuMatmul::Auto, b, error));
+  const std::string why = cpu::bf16_widening_reason(cpu::CpuMatmul::Auto);
+  INFO("oneDNN ISA " << cpu::onednn::isa_name() << "; reason: " << why);
+  if (b.bf16 == cpu::MatmulLibrary::OneDNN) {
+    CHECK(cpu::onednn::has_bf16_dot());
+  } else if (!cpu::onednn::available()) {
+    CHECK(why == "this build has no oneDNN");
+  } else if (cpu::onednn::has_bf16_dot()) {  // bf16 dot products left unused: only Intel's half-rate AVX512-BF16
+    CHECK_FALSE(cpu::onednn::has_amx());
+    CHECK((why.find("but no AMX") != std::string::npos));
+  } else {
+    CHECK((why.find("AVX-512") != std::string::npos || why.find("no bf16 dot product") != std::string::npos));
+  }
+}
+
 // Every CPU matmul library against fp64, with the bound any fp32-accumulating product meets whatever its summation
 // order (Higham's gamma_k = k u / (1 - k u) times the sum of the terms' magnitudes, u = 2^-24), plus one rounding to
 // the output's dtype. The operands are rounded to the tested dtype first and the reference reads those values, so

@@ -394,8 +394,17 @@ void run_training(const Config& cfg) {
     std::string unused;  // validate() refused a choice this build cannot run
     kernels::cpu::resolve_matmul_backends(cfg.train.cpu_matmul, backends, unused);
     kernels::cpu::set_matmul_backends(backends);
-    if (rank == 0 && cfg.device == Device::CPU)
+    if (rank == 0 && cfg.device == Device::CPU) {
       spdlog::info("train.cpu_matmul={}: {}", name_of(cfg.train.cpu_matmul), kernels::cpu::describe(backends));
+      // A 16-bit run that gains no matmul speed on this CPU says so, rather than leaving the user to find out.
+      const char* saves = "16-bit halves the activations and the weights' compute copy here, but does not speed up the matmuls";
+      if (cfg.precision.compute == DType::BF16 && backends.bf16 == kernels::cpu::MatmulLibrary::Eigen)
+        spdlog::info("precision.compute=bf16: the matmuls widen to fp32 ({}); {}",
+                     kernels::cpu::bf16_widening_reason(cfg.train.cpu_matmul), saves);
+      if (cfg.precision.compute == DType::F16)
+        spdlog::info("precision.compute=fp16: the matmuls widen to fp32 on the CPU (oneDNN 2.6 has no fp16 CPU "
+                     "kernels); {}", saves);
+    }
   }
   CommOptions copts = comm_options(cfg.comm, blocking_waits(cfg.comm, on_node, threads), gpu);
   copts.realtime_threads = realtime_comm_threads(cfg.comm.thread_priority, node.local_rank);

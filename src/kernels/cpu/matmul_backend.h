@@ -46,6 +46,10 @@ class UsingMatmulBackends {
   MatmulBackends saved_;
 };
 
+// Why `choice` leaves bf16's matmuls on Eigen (widened to fp32) on this CPU and build, for the log; meaningful only
+// where resolve_matmul_backends(choice) gave bf16 = Eigen.
+std::string bf16_widening_reason(CpuMatmul choice);
+
 // One line for the log: each dtype's library and the ISA oneDNN runs on.
 std::string describe(const MatmulBackends& b);
 
