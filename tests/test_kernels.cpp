@@ -197,15 +197,24 @@ TEST_CASE("cpu_matmul: auto's bf16 library and the logged reason agree", "[matmu
 TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shapes", "[matmul]") {
   using kernels::cpu::MatmulLibrary;
   namespace onednn = kernels::cpu::onednn;
+  using kernels::cpu::MatmulBackends;
   struct Lib {
-    MatmulLibrary lib;
+    MatmulBackends backends;  // fp32's and bf16's libraries
     DType dtype;
     const char* name;
   };
-  std::vector<Lib> libs{{MatmulLibrary::Eigen, DType::F32, "Eigen fp32"}};
-  if (onednn::available()) libs.push_back({MatmulLibrary::OneDNN, DType::F32, "oneDNN fp32"});
-  else WARN("oneDNN not checked: built without it");
-  if (onednn::has_avx512()) libs.push_back({MatmulLibrary::OneDNN, DType::BF16, "oneDNN bf16"});
+  const MatmulLibrary E = MatmulLibrary::Eigen, D = MatmulLibrary::OneDNN;
+  std::vector<Lib> libs{{{E, E}, DType::F32, "Eigen fp32"},
+                        {{E, E}, DType::BF16, "bf16 widened onto Eigen"},
+                        {{E, E}, DType::F16, "fp16 widened onto Eigen"}};
+  if (onednn::available()) {  // the widened 16-bit paths run fp32's library
+    libs.push_back({{D, D}, DType::F32, "oneDNN fp32"});
+    libs.push_back({{D, E}, DType::BF16, "bf16 widened onto oneDNN fp32"});
+    libs.push_back({{D, E}, DType::F16, "fp16 widened onto oneDNN fp32"});
+  } else {
+    WARN("oneDNN not checked: built without it");
+  }
+  if (onednn::has_avx512()) libs.push_back({{D, D}, DType::BF16, "oneDNN bf16"});
   else WARN("oneDNN bf16 not checked: it needs AVX-512");
   const double u = std::ldexp(1.0, -24);
   auto gamma = [&](int64_t k) { return k * u / (1 - k * u); };
@@ -216,8 +225,10 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
   };
   const int64_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {37, 72, 200}, {300, 200, 520}};
   for (const Lib& lib : libs) {
-    kernels::cpu::UsingMatmulBackends use({lib.lib, lib.lib});
-    const double u_out = lib.dtype == DType::BF16 ? std::ldexp(1.0, -8) : 0.0;  // fp32 outputs: inside gamma
+    kernels::cpu::UsingMatmulBackends use(lib.backends);
+    // The 16-bit outputs' one rounding (unit roundoff 2^-8 for bf16, 2^-11 for fp16); fp32's is inside gamma.
+    const double u_out = lib.dtype == DType::BF16 ? std::ldexp(1.0, -8)
+                         : lib.dtype == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
     for (const auto& sh : shapes)
       for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn})
         for (bool with_bias : {true, false}) {

@@ -12,7 +12,9 @@ namespace {
 // Its bf16 beat widening to fp32 by 5x on AMX, and on an AMD EPYC's AVX512-BF16 ran 2.8-2.9x Eigen's fp32 (its
 // fp32 1.46-1.60x) at the model's shapes, a bf16 step 1.72x an fp32 one; but on an
 // Intel Xeon whose oneDNN was held to AVX512-BF16 (ONEDNN_MAX_CPU_ISA, no AMX) it ran at 0.67x Eigen's fp32 and a
-// bf16 step took 1.3x as long as with widening: Intel issues that dot product at half the rate of its fp32 FMAs.
+// bf16 step took 1.3x as long as with widening, and on a Xeon without AMX at 0.69-0.80x: there one vdpbf16ps zmm
+// (64 flops) issues every other cycle where two fp32 FMAs (32 flops each) issue every cycle, half the flop rate
+// (build/bench/bench_isa_peak: 86 against 177 GFLOP/s per core).
 MatmulBackends auto_backends() {
   MatmulBackends b;
   if (onednn::has_avx512()) b.fp32 = MatmulLibrary::OneDNN;
@@ -52,14 +54,15 @@ std::string bf16_widening_reason(CpuMatmul choice) {
   if (!onednn::available()) return "this build has no oneDNN";
   if (!onednn::has_avx512()) return "oneDNN's bf16 kernels need AVX-512, which this CPU lacks";
   if (onednn::has_bf16_dot())  // auto_backends(): an Intel CPU with AVX512-BF16 and no AMX
-    return "this CPU has AVX512-BF16 but no AMX, and Intel issues that dot product at half the rate of its fp32 FMAs: "
-           "oneDNN's bf16 measured 0.67-0.80x Eigen's fp32 on such a Xeon";
+    return "this CPU has AVX512-BF16 but no AMX, and on Intel that dot product computes at half the rate of its fp32 "
+           "FMAs (build/bench/bench_isa_peak): oneDNN's bf16 measured 0.67-0.80x Eigen's fp32 on such a Xeon";
   return "this CPU has no bf16 dot product (neither AMX nor AVX512-BF16)";
 }
 
 std::string describe(const MatmulBackends& b) {
-  return fmt::format("fp32 {}, bf16 {}{} (oneDNN ISA: {})", name(b.fp32), name(b.bf16),
-                     b.bf16 == MatmulLibrary::Eigen ? " widened to fp32" : "", onednn::isa_name());
+  return fmt::format("fp32 {}, bf16 {} (oneDNN ISA: {})", name(b.fp32),
+                     b.bf16 == MatmulLibrary::OneDNN ? "oneDNN" : fmt::format("widened to fp32 on {}", name(b.fp32)),
+                     onednn::isa_name());
 }
 
 }  // namespace mt::kernels::cpu

@@ -1,7 +1,8 @@
-// Which library runs the CPU's fp32 and bf16 matmuls: Eigen (fp32; bf16 widened to fp32 first) or oneDNN
-// (fp32, and bf16 on the CPU's bf16 instructions, AMX or AVX512-BF16, with fp32 accumulation). One choice per process, made at start
-// (train.cpu_matmul) like the compute thread count; fp64 and fp16 always run on Eigen (oneDNN 2.6 has no fp16
-// CPU kernels). docs/performance.md ("CPU matmul backend") has the measurements behind "auto".
+// Which library runs the CPU's fp32 and bf16 matmuls: Eigen or oneDNN for fp32; for bf16 either oneDNN on the CPU's
+// bf16 instructions (AMX or AVX512-BF16, fp32 accumulation) or widening to fp32 and fp32's library. One choice per
+// process, made at start (train.cpu_matmul) like the compute thread count; fp64 always runs on Eigen, and fp16
+// always widens (oneDNN 2.6 has no fp16 CPU kernels). docs/performance.md ("CPU matmul libraries") has the
+// measurements behind "auto".
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,7 +23,7 @@ enum class MatmulLibrary { Eigen, OneDNN };
 
 struct MatmulBackends {
   MatmulLibrary fp32 = MatmulLibrary::Eigen;
-  MatmulLibrary bf16 = MatmulLibrary::Eigen;
+  MatmulLibrary bf16 = MatmulLibrary::Eigen;  // Eigen: widened to fp32, on fp32's library
 };
 
 // auto: oneDNN for bf16 on AMX and on AMD's AVX512-BF16, for fp32 on AVX-512, Eigen otherwise (the measurements
@@ -46,8 +47,8 @@ class UsingMatmulBackends {
   MatmulBackends saved_;
 };
 
-// Why `choice` leaves bf16's matmuls on Eigen (widened to fp32) on this CPU and build, for the log; meaningful only
-// where resolve_matmul_backends(choice) gave bf16 = Eigen.
+// Why `choice` widens bf16's matmuls to fp32 on this CPU and build, for the log; meaningful only where
+// resolve_matmul_backends(choice) gave bf16 = Eigen.
 std::string bf16_widening_reason(CpuMatmul choice);
 
 // One line for the log: each dtype's library and the ISA oneDNN runs on.

@@ -1,8 +1,9 @@
 // CPU matmul on Eigen's GEMM or oneDNN's (both on the same OpenMP threads as every other kernel); fp32 and bf16
-// take the library of matmul_backends() (kernels/cpu/matmul_backend.h), fp64 and fp16 always Eigen. On Eigen, bias
-// broadcast and the bias gradient are OpenMP loops, and the 16-bit kernels widen their operands into fp32 scratch
-// and run the fp32 kernel (fp32 accumulation, as cuBLASLt's), rounding each output element once. oneDNN reads
-// bf16 directly, accumulates in fp32, adds the bias and rounds each output element once.
+// take the library of matmul_backends() (kernels/cpu/matmul_backend.h), fp64 always Eigen. On Eigen, bias
+// broadcast and the bias gradient are OpenMP loops. A 16-bit matmul not on oneDNN's bf16 (fp16 always) widens its
+// operands into fp32 scratch and runs fp32's matmul, on fp32's library (fp32 accumulation, as cuBLASLt's), rounding
+// each output element once. oneDNN reads bf16 directly, accumulates in fp32, adds the bias and rounds each output
+// element once.
 #include "kernels/cpu/matmul_cpu.h"
 
 #include <cstring>
@@ -140,7 +141,7 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_
     float *w32 = in32 + N * C, *b32 = w32 + C * OC, *out32 = b32 + OC;
     widen_in_parallel(in32, inp, N * C), widen_in_parallel(w32, weight, C * OC);
     if (bias) widen_in_parallel(b32, bias, OC);
-    forward_in_place(out32, in32, w32, bias ? b32 : nullptr, N, C, OC, layout);
+    matmul_forward<float>(out32, in32, w32, bias ? b32 : nullptr, N, C, OC, layout);  // fp32's library
     round_in_parallel(out, out32, N * OC);
   }
 }
@@ -161,8 +162,8 @@ void matmul_backward(S* dinp, acc_t<S>* dweight, acc_t<S>* dbias, const S* dout,
     widen_in_parallel(dout32, dout, N * OC);
     if (dweight) widen_in_parallel(in32, inp, N * C);
     if (dinp) widen_in_parallel(w32, weight, C * OC);
-    backward_in_place(dinp ? dinp32 : nullptr, dweight, dbias, dout32, dweight ? in32 : nullptr,
-                      dinp ? w32 : nullptr, N, C, OC, layout);
+    matmul_backward<float>(dinp ? dinp32 : nullptr, dweight, dbias, dout32, dweight ? in32 : nullptr,
+                           dinp ? w32 : nullptr, N, C, OC, layout);
     if (dinp) round_in_parallel(dinp, dinp32, N * C);
   }
 }
