@@ -203,7 +203,6 @@ void interference(int backend) {
 
 // Usage: bench_matmul [THREADS [SECONDS_PER_CASE]] [--peak-only]
 int main(int argc, char** argv) {
-  openblas_on_avx512_kernels(argv);
   bool peak_only = false;
   std::vector<const char*> pos;
   for (int i = 1; i < argc; ++i) {
@@ -216,6 +215,7 @@ int main(int argc, char** argv) {
     mt::bench::usage_exit("bench_matmul", "bad arguments",
                           "bench_matmul [THREADS >= 1 [SECONDS_PER_CASE > 0]] [--peak-only]");
   }
+  openblas_on_avx512_kernels(argv);
   mt::set_compute_threads(threads);
   openblas_set_num_threads(threads);
   if (peak_only) {  // the machine's best sgemm rate among the fp32 libraries, for other benchmarks to quote

@@ -18,6 +18,8 @@ CASES = [
     (0, "bench_matmul", ["x"], "usage"),
     (0, "bench_matmul", ["2", "0"], "usage"),
     (0, "bench_matmul", ["1", "2", "3"], "usage"),
+    (0, "bench_isa_peak", ["x"], "usage"),
+    (0, "bench_isa_peak", ["0"], "usage"),
     (0, "bench_ops", ["0"], "usage"),
     (0, "bench_ops", ["2", "0.1", "C"], "usage"),
     (0, "bench_ops", ["2", "0.1", "A", "fp16"], "usage"),
