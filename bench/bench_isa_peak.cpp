@@ -18,9 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kChains = 24;
 
-// Batches of 2^20 iterations (kChains instructions each, a few ms) for `seconds`; the best batch's seconds per
-// iteration (the one least disturbed by other processes).
-double g_seconds = 1;
+double g_seconds = 1;  // per instruction
 
 // Stores the accumulators where the compiler cannot drop them, so the loops that produced them stay.
 volatile float g_sink;
@@ -28,6 +26,9 @@ __attribute__((target("avx512f"))) void keep(const __m512* acc) {
   alignas(64) float lanes[16];
   for (int k = 0; k < kChains; ++k) _mm512_store_ps(lanes, acc[k]), g_sink = g_sink + lanes[0];
 }
+
+// Batches of 2^20 iterations (kChains instructions each, a few ms) for g_seconds; the best batch's seconds per
+// iteration (the one least disturbed by other processes).
 template <class Body>
 double best_per_iter(Body body) {
   const long batch = 1L << 20;

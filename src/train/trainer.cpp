@@ -397,7 +397,8 @@ void run_training(const Config& cfg) {
     if (rank == 0 && cfg.device == Device::CPU) {
       spdlog::info("train.cpu_matmul={}: {}", name_of(cfg.train.cpu_matmul), kernels::cpu::describe(backends));
       // A 16-bit run that gains no matmul speed on this CPU says so, rather than leaving the user to find out.
-      const char* saves = "16-bit halves the activations and the weights' compute copy here, but does not speed up the matmuls";
+      const char* saves =
+          "16-bit halves the activations and the weights' compute copy here, but does not speed up the matmuls";
       if (cfg.precision.compute == DType::BF16 && backends.bf16 == kernels::cpu::MatmulLibrary::Eigen)
         spdlog::info("precision.compute=bf16: the matmuls widen to fp32 ({}); {}",
                      kernels::cpu::bf16_widening_reason(cfg.train.cpu_matmul), saves);
