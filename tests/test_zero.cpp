@@ -291,15 +291,19 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
   llama.arch = ModelArch::Llama;
   llama.n_kv_head = 1;
   llama.multiple_of = 16;
-  for (const GPTConfig& c : {gpt2(4), llama}) {
+  for (const GPTConfig& c : {gpt2(4), llama})
+  for (const bool reads : {false, true}) {
     INFO((c.llama() ? "llama (untied head: no pinned unit)" : "gpt2 (tied: the embedding pinned)"));
+    // reads: the model reports each parameter it reads (the trainer's way), so a forward request waits for no
+    // whole unit and each read waits for its own bucket.
+    INFO((reads ? "reads reported: waits bucket by bucket" : "waits unit by unit"));
     GPT flat(c, DType::F64), viewed(c, DType::F64);
     flat.init(11, 0.2);
     const ParamTable& t = flat.table();
     const std::vector<GradUnit> units = grad_units(t, c.tied(), false);
     ShardedParams z(*dp, t, units, unit_buckets(t, units, 8, 8.0 * 700), DType::F64, Device::CPU);
     z.load_shards(flat.params());
-    viewed.set_param_views(z.param_views());
+    viewed.set_param_views(z.param_views(), reads ? z.reader() : std::function<void(int)>());
     {
       // The trainer's initialisation: each parameter drawn alone (GPT::init_param) and its elements' shards loaded,
       // which must give the shards of the whole model's init.

@@ -74,6 +74,11 @@ std::vector<Tensor> ShardedParams::param_views() const {
   return views;
 }
 
+std::function<void(int)> ShardedParams::reader() {
+  reads_reported_ = true;
+  return [this](int p) { read(table_[p].offset, table_[p].offset + table_[p].numel()); };
+}
+
 void ShardedParams::load_shards(const Tensor& part, int64_t offset) {
   const int64_t n = part.numel();
   CHECK(offset >= 0 && offset + n <= table_.total_numel(), "ShardedParams::load_shards: [{}, {}) outside the chunk's {}",
@@ -108,7 +113,8 @@ void ShardedParams::prefetch_forward_start() {
   // queue up in the forward pass's order, as ZeRO-1's and -2's gather after the optimizer does.
   const int n = static_cast<int>(units_.size());
   const bool all_pinned = std::all_of(slot_.begin(), slot_.end(), [](int s) { return s < 0; });
-  for (int u = n - 1; u >= (all_pinned ? 0 : n - 2); --u) prefetch(u);
+  for (int u = n - 1; u >= std::max(0, all_pinned ? 0 : n - 2); --u)
+    if (state_[u] == Absent) issue(u, PassOrder::Forward);
 }
 
 void ShardedParams::begin_pass(PassOrder order) {
@@ -145,7 +151,11 @@ void ShardedParams::forward_needs(int64_t begin) {
   ++request_;
   int lowest = -1;
   for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u)
-    if (units_[u].end > begin && units_[u].begin < end) need(u), lowest = u;
+    if (units_[u].end > begin && units_[u].begin < end) {
+      if (reads_reported_) request(u);  // each read waits for its own bucket
+      else need(u);
+      lowest = u;
+    }
   if (lowest < 0) return;
   prefetch(lowest - 1);  // the forward pass walks down the layout
   // A third slot (shared with the gradients, which a forward pass leaves alone) takes the unit after that one, in
@@ -170,9 +180,13 @@ void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
 }
 
-void ShardedParams::need(int u) {
+void ShardedParams::request(int u) {
   touched_[u] = request_;
-  if (state_[u] == Absent) issue(u), ++misses_;
+  if (state_[u] == Absent) issue(u, order_), ++misses_;
+}
+
+void ShardedParams::need(int u) {
+  request(u);
   wait(u);
 }
 
@@ -181,10 +195,10 @@ void ShardedParams::prefetch(int u) {
   // Never into the slot of a unit the request just made resident: the pass reads it next.
   const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
   if (holder >= 0 && touched_[holder] == request_) return;
-  issue(u);
+  issue(u, order_);
 }
 
-void ShardedParams::issue(int u) {
+void ShardedParams::issue(int u, PassOrder order) {
   const int slot = slot_[u];
   if (slot >= 0) {
     const int prev = occupant_[slot];
@@ -196,11 +210,16 @@ void ShardedParams::issue(int u) {
   }
   const Tensor buf = unit_buffer(u);
   FlightSite site("parameter unit", u);
-  for (int b : unit_buckets_[u]) {
+  // The dp communicator runs its operations in issue order: the bucket the pass reads first arrives first. A forward
+  // pass reads a unit down the layout (the model lays out its parameters in reverse order of use).
+  const int nb = static_cast<int>(unit_buckets_[u].size());
+  work_[u].assign(nb, nullptr);
+  for (int i = 0; i < nb; ++i) {
+    const int j = order == PassOrder::Forward ? nb - 1 - i : i, b = unit_buckets_[u][j];
     const Bucket& k = buckets_[b];
     const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
     const Tensor whole = buf.slice(k.begin - units_[u].begin, {k.numel()});
-    work_[u].push_back(dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}), whole));
+    work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}), whole);
   }
   state_[u] = InFlight;
   ++gathers_;
@@ -208,9 +227,25 @@ void ShardedParams::issue(int u) {
 
 void ShardedParams::wait(int u) {
   if (state_[u] != InFlight) return;
-  for (WorkPtr& w : work_[u]) w->wait();
+  for (WorkPtr& w : work_[u])
+    if (w) w->wait();
   work_[u].clear();
   state_[u] = Resident;
+}
+
+void ShardedParams::read(int64_t begin, int64_t end) {
+  int u = 0;
+  while (u < static_cast<int>(units_.size()) && begin >= units_[u].end) ++u;
+  CHECK(u < static_cast<int>(units_.size()), "ShardedParams: a read of [{}, {}) past the chunk's units", begin, end);
+  if (state_[u] != InFlight) return;
+  bool all = true;
+  for (size_t j = 0; j < unit_buckets_[u].size(); ++j) {
+    WorkPtr& w = work_[u][j];
+    const Bucket& k = buckets_[unit_buckets_[u][j]];
+    if (w && k.begin < end && k.end > begin) w->wait(), w.reset();
+    all = all && !w;
+  }
+  if (all) wait(u);
 }
 
 void ShardedParams::wait_all() {

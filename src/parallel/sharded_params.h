@@ -12,7 +12,11 @@
 // its own: the tied embedding, which every forward pass reads first and last.
 //
 // The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
-// makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. It also
+// makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. When the model
+// also reports each parameter it reads (reader(), given to set_param_views), a forward request only issues the
+// units' gathers and each read waits for its own bucket: a unit's buckets are gathered in the order the pass reads
+// them, so a block starts computing when its first weights have arrived instead of all of them (the step's first
+// block after the optimizer, whose gather nothing else hides, most of all). A request also
 // prefetches the next unit in the pass's order, unless that would evict a unit of the same request (the first
 // request of a forward pass touches the embeddings and block 0), and in a forward pass over three slots the unit
 // after that one too. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
@@ -22,6 +26,7 @@
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -51,6 +56,9 @@ class ShardedParams {
 
   // Each parameter's view (table order) in its unit's buffer, for GPT::set_param_views.
   std::vector<Tensor> param_views() const;
+  // GPT::set_param_views' read hook: parameter p is read next. Waits for p's bucket when its unit's gather is in
+  // flight; from the first call on, forward requests stop waiting for whole units (the header says why).
+  std::function<void(int)> reader();
   const Tensor& shards() const { return shards_; }
   int64_t shard_numel() const { return shard_offsets_.back(); }
   // This rank's shards of the elements [offset, offset + part.numel()) of the chunk's flat layout taken from
@@ -81,9 +89,11 @@ class ShardedParams {
  private:
   enum State { Absent, InFlight, Resident };
   void need(int u);                      // unit u resident
+  void request(int u);                   // unit u's gather issued if absent (a miss), not waited for
   void prefetch(int u);                  // unit u's gather issued, if u exists and is absent
-  void issue(int u);
+  void issue(int u, PassOrder order);    // its buckets in the order that pass reads them
   void wait(int u);
+  void read(int64_t begin, int64_t end);  // the elements [begin, end) of one unit waited for
   void wait_all();
   Tensor unit_buffer(int u) const { return unit_buf_[u]; }
 
@@ -98,12 +108,13 @@ class ShardedParams {
   std::vector<int64_t> shard_offsets_;          // per bucket, and the total last
   std::vector<State> state_;
   std::vector<int64_t> touched_;                // per unit: the request that last touched it
-  std::vector<std::vector<WorkPtr>> work_;      // per unit, while in flight
+  std::vector<std::vector<WorkPtr>> work_;      // per unit, per bucket (as unit_buckets_), while in flight
   Tensor store_, shards_;
   PassOrder order_ = PassOrder::Forward;
   int64_t forward_end_ = 0;  // the forward pass's previous request
   bool fresh_ = true;        // no pass since begin_step
   bool shared_ = false;      // the ring's slots are shared with the gradients
+  bool reads_reported_ = false;  // reader() was taken: a forward request does not wait
   int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;
 };

@@ -138,9 +138,9 @@ std::vector<ParamRequest> param_requests(const StageConfig& s, const ParamTable&
 
 ChunkParamGathers::ChunkParamGathers(const StageConfig& s, const ParamTable& t, std::vector<GradUnit> units,
                                      std::vector<double> unit_us, int elem_bytes, int slots,
-                                     std::vector<double> unit_cpu_us)
+                                     std::vector<double> unit_cpu_us, std::vector<std::vector<GatherBucket>> buckets)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), unit_cpu_us_(std::move(unit_cpu_us)),
-      elem_bytes_(elem_bytes),
+      buckets_(std::move(buckets)), elem_bytes_(elem_bytes),
       forward_(param_requests(s, t, ActionKind::Forward)), backward_(param_requests(s, t, ActionKind::Backward)),
       weight_(param_requests(s, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
       early_(units_.size(), 0.0), early_in_flight_(units_.size(), false) {
@@ -233,6 +233,30 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
     if (!(holder >= 0 && touched[holder])) issue(u);
   };
+  // A forward pass that reports its reads (ShardedParams::reader) waits for each bucket as it reads it: the
+  // request's compute walks its elements down the layout, the work spread over them by their count (the blocks'
+  // multiply-adds are their weights'), and a unit's buckets arrive in that order (ShardedParams::issue), the last one
+  // at ready[u].
+  auto forward_reads = [&](const ParamRequest& q, double work) {
+    const double elements = double(q.end - q.begin);
+    for (int u = n - 1; u >= 0; --u) {
+      if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
+      const std::vector<GatherBucket>& bs = buckets_[u];
+      double after = 0;  // the unit's gather time after bucket k's (the buckets below it in the layout)
+      for (const GatherBucket& b : bs) after += b.us;
+      for (int k = static_cast<int>(bs.size()) - 1; k >= 0; --k) {
+        after -= bs[k].us;
+        const int64_t lo = std::max(bs[k].begin, q.begin), hi = std::min(bs[k].end, q.end);
+        if (lo >= hi) continue;
+        if (flying[u]) {
+          const double arrives = ready[u] - after;
+          out.wait_us += std::max(0.0, arrives - t);
+          t = std::max(t, arrives);
+        }
+        t += work * double(hi - lo) / elements;
+      }
+    }
+  };
   for (const ParamRequest& q : requests(kind)) {
     std::fill(touched.begin(), touched.end(), false);
     int edge = -1;  // the last unit the request touched: the next in the pass's order is prefetched
@@ -240,8 +264,8 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       const int u = down ? n - 1 - i : i;
       if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
       touched[u] = true;
-      if (!resident_[u] && !flying[u]) issue(u), ++out.not_prefetched;  // gathered now, waited for in full
-      wait(u);
+      if (!resident_[u] && !flying[u]) issue(u), ++out.not_prefetched;  // gathered now
+      if (!(down && !buckets_.empty())) wait(u);  // in full, unless forward_reads waits bucket by bucket
       resident_[u] = true;
       edge = u;
     }
@@ -251,6 +275,10 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       const int next = down ? edge - 1 : edge + 1;
       prefetch(next);
       if (down && occupant_.size() == 3 && next >= 0 && (resident_[next] || flying[next])) prefetch(next - 1);
+    }
+    if (down && !buckets_.empty()) {
+      forward_reads(q, q.work_after * work_us);
+      continue;
     }
     t += q.work_after * work_us;
   }

@@ -41,6 +41,12 @@ struct ParamRequest {
 // computes before its first request starts with an empty request.
 std::vector<ParamRequest> param_requests(const StageConfig& g, const ParamTable& t, ActionKind pass);
 
+// One bucket of a unit's gather: its elements and its all-gather's time.
+struct GatherBucket {
+  int64_t begin = 0, end = 0;
+  double us = 0;
+};
+
 // What one pass gathered.
 struct PassGathers {
   std::vector<int> units;       // the units gathered, in the order they were issued
@@ -57,9 +63,12 @@ class ChunkParamGathers {
  public:
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
   // all-gathers one after another); elem_bytes: the compute dtype's size; slots: the ring's (2, or 3 shared with
-  // the gradients); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty).
+  // the gradients); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty);
+  // buckets: each unit's buckets in layout order, when a forward pass waits for each parameter's bucket alone
+  // (ShardedParams::reader), else empty (a request waits for its units in full).
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
-                    int elem_bytes, int slots, std::vector<double> unit_cpu_us = {});
+                    int elem_bytes, int slots, std::vector<double> unit_cpu_us = {},
+                    std::vector<std::vector<GatherBucket>> buckets = {});
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
   // block; every unit when all are pinned) gathered in the background since head_start_us before that pass starts,
@@ -73,6 +82,7 @@ class ChunkParamGathers {
   const std::vector<ParamRequest>& requests(ActionKind kind) const;
   std::vector<GradUnit> units_;
   std::vector<double> unit_us_, unit_cpu_us_;
+  std::vector<std::vector<GatherBucket>> buckets_;
   int elem_bytes_;
   std::vector<ParamRequest> forward_, backward_, weight_;
   std::vector<bool> resident_;

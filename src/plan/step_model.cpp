@@ -92,14 +92,18 @@ ChunkParamGathers chunk_param_gathers(const StepContext& x, const StageConfig& g
       unit_buckets(table, chunk_grad_units(x.cfg, g.model, table), 4, x.cfg.comm.bucket_mb * 1048576.0);
   const int elem = int(dtype_size(x.dt));
   std::vector<double> unit_us(units.size(), x.replicas > 1 ? x.sync : 0.0), unit_cpu(units.size(), 0.0);
+  std::vector<std::vector<GatherBucket>> unit_buckets(units.size());
   for (const Bucket& b : buckets) {
     size_t u = 0;
     while (b.begin >= units[u].end) ++u;
-    unit_us[u] += x.net.op_us(CommKind::AllGather, b.numel() * elem, x.replicas, x.links.dp, x.links.dp_sharers);
+    const double us = x.net.op_us(CommKind::AllGather, b.numel() * elem, x.replicas, x.links.dp, x.links.dp_sharers);
+    unit_us[u] += us;
+    unit_buckets[u].push_back({b.begin, b.end, us});
     unit_cpu[u] += x.net.cpu_us(CommKind::AllGather, b.numel() * elem, x.replicas);
   }
   const int slots = sharded_grads_options(x.cfg, x.dp, x.dt, DType::F32).shared_ring ? 3 : 2;
-  return ChunkParamGathers(g, table, units, unit_us, elem, slots, unit_cpu);
+  // The trainer's forward passes report their reads (ShardedParams::reader): each waits for its bucket alone.
+  return ChunkParamGathers(g, table, units, unit_us, elem, slots, unit_cpu, unit_buckets);
 }
 
 // A pass's measured compute (us at full speed).

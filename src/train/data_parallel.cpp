@@ -211,7 +211,7 @@ class FullySharded final : public Synchronous {
           *comms.dp, chunk.table(), chunk_param_units(cfg, chunk.config(), chunk.table()),
           red_.sharded[c]->buckets(), model.dtype(), model.device(),
           shards_.slice(at[c], {red_.sharded[c]->shard_numel()}), red_.sharded[c]->ring_slots());
-      chunk.set_param_views(params_[c]->param_views());
+      chunk.set_param_views(params_[c]->param_views(), params_[c]->reader());
       hooks_[c].params = params_[c].get();
       buffers += params_[c]->buffer_bytes();
     }
