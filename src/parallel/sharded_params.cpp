@@ -242,7 +242,12 @@ void ShardedParams::read(int64_t begin, int64_t end) {
   for (size_t j = 0; j < unit_buckets_[u].size(); ++j) {
     WorkPtr& w = work_[u][j];
     const Bucket& k = buckets_[unit_buckets_[u][j]];
-    if (w && k.begin < end && k.end > begin) w->wait(), w.reset();
+    if (w && k.begin < end && k.end > begin) {
+      const double t0 = on_read_wait_ ? trace_clock_us() : 0.0;
+      w->wait();
+      w.reset();
+      if (on_read_wait_) on_read_wait_(t0, trace_clock_us());
+    }
     all = all && !w;
   }
   if (all) wait(u);

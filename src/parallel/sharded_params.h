@@ -59,6 +59,8 @@ class ShardedParams {
   // GPT::set_param_views' read hook: parameter p is read next. Waits for p's bucket when its unit's gather is in
   // flight; from the first call on, forward requests stop waiting for whole units (the header says why).
   std::function<void(int)> reader();
+  // Called with the start and end (trace_clock_us) of each wait a read blocked on: the profiler's trace.
+  void set_read_wait_observer(std::function<void(double, double)> f) { on_read_wait_ = std::move(f); }
   const Tensor& shards() const { return shards_; }
   int64_t shard_numel() const { return shard_offsets_.back(); }
   // This rank's shards of the elements [offset, offset + part.numel()) of the chunk's flat layout taken from
@@ -115,6 +117,7 @@ class ShardedParams {
   bool fresh_ = true;        // no pass since begin_step
   bool shared_ = false;      // the ring's slots are shared with the gradients
   bool reads_reported_ = false;  // reader() was taken: a forward request does not wait
+  std::function<void(double, double)> on_read_wait_;
   int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;
 };

@@ -211,6 +211,10 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         const ChunkReduce* cr = reduce && !reduce->empty() ? &(*reduce)[a.chunk] : nullptr;
         if (cr && cr->params) {
           cr->params->begin_pass(PassOrder::Forward);
+          // The forward pass's reads wait for their own buckets (ShardedParams::reader): those waits too.
+          if (prof_.enabled())
+            cr->params->set_read_wait_observer(
+                [this](double t0, double t1) { prof_.wait("all-gather parameters", t0, t1); });
           need = [z = cr->params, this](int64_t begin) {
             const double w0 = trace_clock_us();
             z->forward_needs(begin);
