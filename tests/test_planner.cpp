@@ -307,7 +307,8 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       const Tensor ring = slots == 3 ? Tensor::zeros({3 * ring_slot_numel(units)}, DType::F32) : Tensor();
       const std::vector<Bucket> buckets = unit_buckets(t, units, 4, 4.0 * 200);
       ShardedParams store(dp, t, units, buckets, DType::F32, Device::CPU, {}, ring);
-      model.set_param_views(store.param_views(), store.reader());  // the trainer's: reads wait bucket by bucket
+      model.set_param_views(store.param_views());
+      model.set_param_read_hook(store.reader());  // the trainer's: reads wait bucket by bucket
       // Each unit's gather takes 1 us, spread over its buckets; `whole` is the same store waiting unit by unit.
       std::vector<std::vector<GatherBucket>> per_unit(units.size());
       for (const Bucket& b : buckets) {

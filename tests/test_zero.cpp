@@ -12,6 +12,7 @@
 #include "comm/make_communicator.h"
 #include "core/arena.h"
 #include "model/gpt.h"
+#include "parallel/param_gather.h"
 #include "parallel/sharded_grads.h"
 #include "parallel/sharded_params.h"
 #include "train/zero_shards.h"
@@ -303,7 +304,8 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
     const std::vector<GradUnit> units = grad_units(t, c.tied(), false);
     ShardedParams z(*dp, t, units, unit_buckets(t, units, 8, 8.0 * 700), DType::F64, Device::CPU);
     z.load_shards(flat.params());
-    viewed.set_param_views(z.param_views(), reads ? z.reader() : std::function<void(int)>());
+    viewed.set_param_views(z.param_views());
+    if (reads) viewed.set_param_read_hook(z.reader());
     {
       // The trainer's initialisation: each parameter drawn alone (GPT::init_param) and its elements' shards loaded,
       // which must give the shards of the whole model's init.
@@ -368,4 +370,48 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
     z.gather_into(whole);
     CHECK(std::memcmp(whole.data(), flat.params().data(), whole.nbytes()) == 0);
   }
+}
+
+TEST_CASE("ParamGather: a parameter read waits for its own bucket, and a read of every bucket gathers it all",
+          "[zero][sharded]") {
+  // ZeRO-1/2's gather after the optimizer (parallel/param_gather.h), on demand as the late-gather test hook makes
+  // it: nothing is sent until a read asks. A read through reader() gathers exactly its parameter's bucket; the
+  // others keep the other ranks' stale elements until read or waited for.
+  CommOptions o;
+  o.timeout_s = 60;
+  auto dp = make_communicator(MPI_COMM_WORLD, "dp", o);
+  const int P = dp->size(), r = dp->rank();
+  GPT model(gpt2(2), DType::F32);
+  const ParamTable& t = model.table();
+  const std::vector<Bucket> buckets = make_buckets(t, t.total_numel(), 4, 4.0 * 600);
+  REQUIRE(buckets.size() >= 3);
+  // Element i: its value where this rank owns it (its shard of the bucket), -1 (stale) elsewhere.
+  const Tensor params = model.params();
+  float* v = params.data_as<float>();
+  for (const Bucket& b : buckets)
+    for (int64_t i = b.begin; i < b.end; ++i) {
+      const ShardRange s = shard_range(b.numel(), P, r);
+      v[i] = (i - b.begin >= s.begin && i - b.begin < s.end) ? float(i % 97) : -1.0f;
+    }
+  ParamGather g(*dp, buckets);
+  g.set_on_demand();
+  const std::function<void(int)> read = g.reader(t);
+  g.launch(params);
+  auto gathered = [&](const Bucket& b) {
+    for (int64_t i = b.begin; i < b.end; ++i)
+      if (v[i] != float(i % 97)) return false;
+    return true;
+  };
+  const int p = t.index_of("h.1.mlp.c_fc.weight");  // inside one bucket
+  int in = -1;
+  for (int b = 0; b < static_cast<int>(buckets.size()); ++b)
+    if (buckets[b].begin <= t[p].offset && t[p].offset < buckets[b].end) in = b;
+  REQUIRE(in >= 0);
+  read(p);
+  for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
+    INFO("bucket " << b << " of " << buckets.size() << ", the read's " << in);
+    CHECK(gathered(buckets[b]) == (b == in || P == 1));
+  }
+  for (int q = 0; q < t.size(); ++q) read(q);
+  for (const Bucket& b : buckets) CHECK(gathered(b));
 }

@@ -124,21 +124,18 @@ GPT::GPT(const GPTConfig& cfg, const ModelPart& part, DType dtype, Device device
 GPT::~GPT() = default;
 
 Tensor GPT::param(int i) const {
-  if (!param_views_.empty()) {
-    if (on_param_read_) on_param_read_(i);
-    return param_views_[i];
-  }
+  if (on_param_read_) on_param_read_(i);
+  if (!param_views_.empty()) return param_views_[i];
   return params_.slice(table_[i].offset, table_[i].shape);
 }
 
-void GPT::set_param_views(std::vector<Tensor> views, std::function<void(int)> on_read) {
+void GPT::set_param_views(std::vector<Tensor> views) {
   CHECK(static_cast<int>(views.size()) == table_.size(), "set_param_views: {} views for {} parameters",
         views.size(), table_.size());
   for (int i = 0; i < table_.size(); ++i)
     CHECK(views[i].shape() == table_[i].shape && views[i].dtype() == dtype_,
           "set_param_views: the view of {} does not match its shape and the compute dtype", table_[i].name);
   param_views_ = std::move(views);
-  on_param_read_ = std::move(on_read);
 }
 Tensor GPT::grad(int i) const {
   if (!grad_views_.empty()) return grad_views_[i];

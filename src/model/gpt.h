@@ -179,9 +179,11 @@ class GPT {
   void set_grad_views(std::vector<Tensor> views);
   // Where each parameter lives (table order, each of its shape and the compute dtype) when the passes must read it
   // elsewhere than params() (ZeRO-3: a gathered block's buffer): forward, backward and backward_weights read these
-  // views, and only after their params_needed hooks asked for the elements. on_read, when given, is called with a
-  // parameter's index each time a pass takes its view, before reading it (ZeRO-3 waits for that parameter's bucket).
-  void set_param_views(std::vector<Tensor> views, std::function<void(int)> on_read = {});
+  // views, and only after their params_needed hooks asked for the elements.
+  void set_param_views(std::vector<Tensor> views);
+  // Called with a parameter's index each time param() gives its view, before anything reads it: ZeRO waits there
+  // for the gather of that parameter's bucket (ShardedParams::reader, ParamGather::reader). None when empty.
+  void set_param_read_hook(std::function<void(int)> on_read) { on_param_read_ = std::move(on_read); }
   int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
 
   // GPT-2 initialisation: weights ~ N(0, std^2) (c_proj weights scaled by 1/sqrt(2L)), biases 0, LayerNorm
@@ -281,7 +283,7 @@ class GPT {
   Tensor params_, grads_;
   std::vector<Tensor> grad_views_;  // per parameter, when set (then grads_ is undefined)
   std::vector<Tensor> param_views_;  // per parameter, when set (then the passes do not read params_)
-  std::function<void(int)> on_param_read_;  // set_param_views' hook
+  std::function<void(int)> on_param_read_;  // set_param_read_hook's
   // GPT-2: wte (also the head), wpe. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding when
   // tied), no wpe.
   int wte_ = -1, wpe_ = -1, head_ = -1;

@@ -21,15 +21,29 @@ void ParamGather::launch(const Tensor& params) {
   for (int b = static_cast<int>(buckets_.size()) - 1; b >= 0; --b) issue(b);
 }
 
+void ParamGather::wait_bucket(int b) {
+  if (pending_[b]) issue(b), pending_[b] = false;
+  if (!work_[b]) return;
+  work_[b]->wait();
+  work_[b].reset();
+}
+
 void ParamGather::wait_from(int64_t begin) {
   // Issued last bucket first, so waiting from the end down follows the communication thread's order.
-  for (int b = static_cast<int>(work_.size()) - 1; b >= 0; --b) {
-    if (buckets_[b].end <= begin) break;
-    if (pending_[b]) issue(b), pending_[b] = false;
-    if (!work_[b]) continue;
-    work_[b]->wait();
-    work_[b].reset();
-  }
+  for (int b = static_cast<int>(work_.size()) - 1; b >= 0 && buckets_[b].end > begin; --b) wait_bucket(b);
+}
+
+std::function<void(int)> ParamGather::reader(const ParamTable& table) {
+  reads_reported_ = true;
+  return [this, &table](int p) {
+    const int64_t begin = table[p].offset, end = begin + table[p].numel();
+    for (int b = 0; b < static_cast<int>(work_.size()); ++b)
+      if (buckets_[b].begin < end && buckets_[b].end > begin && (pending_[b] || work_[b])) {
+        const double t0 = on_read_wait_ ? trace_clock_us() : 0.0;
+        wait_bucket(b);
+        if (on_read_wait_) on_read_wait_(t0, trace_clock_us());
+      }
+  };
 }
 
 }  // namespace mt

@@ -13,7 +13,7 @@
 //
 // The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
 // makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. When the model
-// also reports each parameter it reads (reader(), given to set_param_views), a forward request only issues the
+// also reports each parameter it reads (reader(), GPT::set_param_read_hook), a forward request only issues the
 // units' gathers and each read waits for its own bucket: a unit's buckets are gathered in the order the pass reads
 // them, so a block starts computing when its first weights have arrived instead of all of them (the step's first
 // block after the optimizer, whose gather nothing else hides, most of all). A request also
@@ -56,7 +56,7 @@ class ShardedParams {
 
   // Each parameter's view (table order) in its unit's buffer, for GPT::set_param_views.
   std::vector<Tensor> param_views() const;
-  // GPT::set_param_views' read hook: parameter p is read next. Waits for p's bucket when its unit's gather is in
+  // GPT::set_param_read_hook's hook: parameter p is read next. Waits for p's bucket when its unit's gather is in
   // flight; from the first call on, forward requests stop waiting for whole units (the header says why).
   std::function<void(int)> reader();
   // Called with the start and end (trace_clock_us) of each wait a read blocked on: the profiler's trace.

@@ -48,13 +48,15 @@ class Synchronous : public DataParallel {
               bool log)
       : cfg_(cfg), mesh_(mesh), comms_(comms), model_(model), zero_on_(cfg.optim.zero >= 1),
         sharded_grads_(sharded_gradients(cfg)) {
-    red_ = make_grad_reducers(cfg, model, *comms.dp, mesh.replicas(), log, comms.dp_host.get());
-    hooks_ = red_.hooks;
+    use_reducers(make_grad_reducers(cfg, model, *comms.dp, mesh.replicas(), log, comms.dp_host.get()));
     for (int c = 0; c < model.size(); ++c)  // ZeRO-2: the backward passes accumulate into the unit buffers
       if (red_.sharded[c]) model.chunk(c).set_grad_views(red_.sharded[c]->grad_views());
     if (on_demand)
       for (auto& g : red_.gathers)
         if (g) g->set_on_demand();
+  }
+  ~Synchronous() override {
+    for (int c = 0; c < model_.size(); ++c) model_.chunk(c).set_param_read_hook({});  // they point into this
   }
 
   std::vector<OptimSegment> optimizer_segments(const PipelineChunks& model, int64_t& state_numel,
@@ -88,6 +90,9 @@ class Synchronous : public DataParallel {
   }
 
   void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
+    // ZeRO-1, -2: the forward passes waited for the buckets they read; any other is done before the optimizer
+    // writes the shards it gathers from.
+    if (zero_on_) wait_param_gathers(red_);
     reduce_and_step(r, step, prof, out);
     // ZeRO: the updated shards are gathered while the next step's forward passes run (param_gather.h).
     if (out.stop.empty() && zero_on_ && out.applied) launch_param_gathers(red_, *r.model);
@@ -117,6 +122,13 @@ class Synchronous : public DataParallel {
     }
     if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, zero_on_);
     optimizer_update(r, step, sharded_grads_ ? red_.shard_grads : r.model->grads(), false, prof, out);
+  }
+  // ZeRO-1 and -2: each parameter read waits for its own bucket of the gather after the optimizer (param_gather.h).
+  void use_reducers(ChunkReducers r) {
+    red_ = std::move(r);
+    hooks_ = red_.hooks;
+    for (int c = 0; c < model_.size(); ++c)
+      if (red_.hooks[c].gather) model_.chunk(c).set_param_read_hook(red_.gathers[c]->reader(model_.chunk(c).table()));
   }
   // The reducers for a bucket size and compression.
   ChunkReducers reducers_for(const AdaptSetting& s, bool log) const {
@@ -176,10 +188,7 @@ void Synchronous::adapt_after_step(TrainingRun& r, int step, bool, const AdaptSa
   const std::optional<AdaptDecision> decided = adapt_->observe(step, sample);
   if (!decided) return;
   const AdaptDecision& d = *decided;
-  if (!(d.to == d.from)) {
-    red_ = reducers_for(d.to, false);
-    hooks_ = red_.hooks;
-  }
+  if (!(d.to == d.from)) use_reducers(reducers_for(d.to, false));
   row.adapt = fmt::format("bucket {:g} -> {:g} MiB, compression {} -> {}: {}", d.from.bucket_mb, d.to.bucket_mb,
                           name_of(d.from.compress), name_of(d.to.compress), d.why);
   if (r.mesh.rank() == 0)
@@ -211,7 +220,8 @@ class FullySharded final : public Synchronous {
           *comms.dp, chunk.table(), chunk_param_units(cfg, chunk.config(), chunk.table()),
           red_.sharded[c]->buckets(), model.dtype(), model.device(),
           shards_.slice(at[c], {red_.sharded[c]->shard_numel()}), red_.sharded[c]->ring_slots());
-      chunk.set_param_views(params_[c]->param_views(), params_[c]->reader());
+      chunk.set_param_views(params_[c]->param_views());
+      chunk.set_param_read_hook(params_[c]->reader());
       hooks_[c].params = params_[c].get();
       buffers += params_[c]->buffer_bytes();
     }

@@ -220,6 +220,10 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
             z->forward_needs(begin);
             if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
           };
+        } else if (cr && cr->gather && cr->gather->reads_reported()) {  // each read waits (reader())
+          if (prof_.enabled())
+            cr->gather->set_read_wait_observer(
+                [this](double t0, double t1) { prof_.wait("all-gather parameters", t0, t1); });
         } else if (cr && cr->gather) {
           need = [g = cr->gather, this](int64_t begin) {
             const double w0 = trace_clock_us();
