@@ -238,6 +238,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   // multiply-adds are their weights'), and a unit's buckets arrive in that order (ShardedParams::issue), the last one
   // at ready[u].
   auto forward_reads = [&](const ParamRequest& q, double work) {
+    if (q.end <= q.begin) return void(t += work);  // reads nothing
     const double elements = double(q.end - q.begin);
     for (int u = n - 1; u >= 0; --u) {
       if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
