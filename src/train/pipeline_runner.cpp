@@ -207,28 +207,27 @@ RunStats PipelineRunner::run(Plan& plan, const FillFn& fill, double dloss, const
         }
         // ZeRO-1 and -2: each bucket of the previous step's parameter all-gather is waited for as the pass
         // reaches it. ZeRO-3: each unit is gathered (or its prefetch waited for) as the pass reaches it.
+        // Where the model reports its reads (ShardedParams::reader, ParamGather::reader), each read waits for its
+        // own bucket, and the trace shows those waits too.
         std::function<void(int64_t)> need;
+        std::function<void(double, double)> traced;
+        if (prof_.enabled()) traced = [this](double t0, double t1) { prof_.wait("all-gather parameters", t0, t1); };
         const ChunkReduce* cr = reduce && !reduce->empty() ? &(*reduce)[a.chunk] : nullptr;
         if (cr && cr->params) {
           cr->params->begin_pass(PassOrder::Forward);
-          // The forward pass's reads wait for their own buckets (ShardedParams::reader): those waits too.
-          if (prof_.enabled())
-            cr->params->set_read_wait_observer(
-                [this](double t0, double t1) { prof_.wait("all-gather parameters", t0, t1); });
-          need = [z = cr->params, this](int64_t begin) {
+          cr->params->set_read_wait_observer(traced);
+          need = [z = cr->params, traced](int64_t begin) {
             const double w0 = trace_clock_us();
             z->forward_needs(begin);
-            if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
+            if (traced) traced(w0, trace_clock_us());
           };
-        } else if (cr && cr->gather && cr->gather->reads_reported()) {  // each read waits (reader())
-          if (prof_.enabled())
-            cr->gather->set_read_wait_observer(
-                [this](double t0, double t1) { prof_.wait("all-gather parameters", t0, t1); });
+        } else if (cr && cr->gather && cr->gather->reads_reported()) {
+          cr->gather->set_read_wait_observer(traced);
         } else if (cr && cr->gather) {
-          need = [g = cr->gather, this](int64_t begin) {
+          need = [g = cr->gather, traced](int64_t begin) {
             const double w0 = trace_clock_us();
             g->wait_from(begin);
-            if (prof_.enabled()) prof_.wait("all-gather parameters", w0, trace_clock_us());
+            if (traced) traced(w0, trace_clock_us());
           };
         }
         model.forward(r.acts, last_stage ? dloss : 0.0, last_stage ? loss_sum : none, need);
