@@ -329,6 +329,15 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       if (!model.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
       if (!model.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
       const auto need = [&](int64_t lo, int64_t hi) { store.backward_needs(lo, hi); };
+      // A ring shared with the gradients (never under the split backward: sharded_grads_options) gets each unit's
+      // slot back once the unit's gradients are final, as ShardedGrads::set_slot_release tells the trainer's store.
+      if (slots == 3 && k.split) continue;
+      std::function<void(int64_t)> ready;
+      if (slots == 3)
+        ready = [&](int64_t end) {
+          for (size_t u = 0; u < units.size(); ++u)
+            if (!units[u].pinned && units[u].end <= end) store.release(static_cast<int>(u));
+        };
       int64_t step_gathers = 0, early = 0;  // early: issued by prefetch_forward_start, counted in the next pass
       auto pass = [&](ActionKind kind, const std::function<void()>& run) {
         const int64_t issued = store.gathers_issued() - early, missed = store.gathers_not_prefetched();
@@ -338,13 +347,9 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
         run();
         const PassGathers p = mirror.pass(kind, 100.0), w = whole.pass(kind, 100.0);
         INFO(action_kind_name(kind));
-        CHECK(p.units == w.units);  // the same gathers; a forward pass waits less, or as long
-        if (kind == ActionKind::Forward) {
-          CHECK(p.wait_us <= w.wait_us + 1e-9);
-          waited += p.wait_us, waited_whole += w.wait_us;
-        } else {
-          CHECK(p.wait_us == w.wait_us);
-        }
+        CHECK(p.units == w.units);  // the same gathers; a pass waits less, or as long
+        CHECK(p.wait_us <= w.wait_us + 1e-9);
+        waited += p.wait_us, waited_whole += w.wait_us;
         if (early_pass) CHECK(std::count(p.issued.begin(), p.issued.end(), 0.0) >= early_pass);
         CHECK(store.gathers_issued() - issued == int64_t(p.units.size()));
         CHECK(store.gathers_not_prefetched() - missed == p.not_prefetched);
@@ -371,7 +376,8 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
           });
           scratch.reset();
           if (!k.split) {
-            pass(ActionKind::Backward, [&] { model.backward(a, scratch, {}, BackwardPart::All, dout, dinput, need); });
+            pass(ActionKind::Backward,
+                 [&] { model.backward(a, scratch, ready, BackwardPart::All, dout, dinput, need); });
             continue;
           }
           pass(ActionKind::BackwardInput,

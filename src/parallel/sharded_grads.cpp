@@ -246,7 +246,10 @@ void ShardedGrads::grads_ready(int64_t end) {
     CHECK(++completed == 1, "ZeRO-2: the backward pass reported two blocks' gradients final at once, so they "
           "shared a buffer (element {})", end);
     if (prev_ring_[u] >= 0) settle_unit(prev_ring_[u]);
-    if (opts_.shared_ring && next_ring_[u] >= 0) zero_(unit_slot(next_ring_[u]));
+    if (opts_.shared_ring && next_ring_[u] >= 0) {
+      if (release_) release_(u);
+      zero_(unit_slot(next_ring_[u]));
+    }
   }
 }
 

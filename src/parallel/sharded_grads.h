@@ -25,6 +25,7 @@
 // in a staging buffer of one unit's shards, added to the shards when waited for.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -99,6 +100,10 @@ class ShardedGrads : public ChunkGradSync {
   int64_t bytes() const;  // the unit buffers (and their wire copies) it allocated; shard_grads() is counted apart
   // A shared ring's three slots, for ZeRO-3's parameter store (undefined otherwise).
   Tensor ring_slots() const;
+  // A shared ring: called with ring unit u before its parameters' slot is zeroed for the next unit's gradients, so
+  // that the store's gathers into it are complete (a backward pass does not read a unit's biases: their buckets are
+  // waited for here, not by a read).
+  void set_slot_release(std::function<void(int)> release) { release_ = std::move(release); }
 
  private:
   Tensor bucket_store(int b, const Tensor& buf) const;  // bucket b's elements in `buf` (store_ or wire_)
@@ -123,6 +128,7 @@ class ShardedGrads : public ChunkGradSync {
   ParamTable table_;
   Tensor store_, wire_, shards_, staging_;
   std::vector<WorkPtr> work_;  // per bucket, while in flight
+  std::function<void(int)> release_;  // set_slot_release's
   int next_ = 0;               // buckets [0, next_) launched this pass
   bool overlap_ = true;
 };

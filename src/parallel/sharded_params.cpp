@@ -62,6 +62,7 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
   state_.assign(n, Absent);
   touched_.assign(n, -1);
   work_.resize(n);
+  pending_.resize(n);
 }
 
 std::vector<Tensor> ShardedParams::param_views() const {
@@ -170,13 +171,19 @@ void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   int lowest_ring = -1, highest = -1;  // the first ring unit the request touches; the last unit
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].end > begin && units_[u].begin < end) {
-      need(u), highest = u;
+      if (reads_reported_) request(u);  // each read waits for its own bucket
+      else need(u);
+      highest = u;
       if (lowest_ring < 0 && slot_[u] >= 0) lowest_ring = u;
     }
   // A shared ring gives the slots of the units the pass has left to their gradients (zeroed there), so those
-  // units are no longer resident. A request for a pinned unit alone (the tied head) leaves none.
+  // units are no longer resident (their gathers were waited for before the slot was zeroed: release()). A request
+  // for a pinned unit alone (the tied head) leaves none.
   for (int u = 0; shared_ && u < lowest_ring; ++u)
-    if (slot_[u] >= 0 && state_[u] == Resident) state_[u] = Absent, occupant_[slot_[u]] = -1;
+    if (slot_[u] >= 0 && state_[u] != Absent) {
+      CHECK(state_[u] == Resident, "ShardedParams: unit {}'s slot was given to gradients during its gather", u);
+      state_[u] = Absent, occupant_[slot_[u]] = -1;
+    }
   if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
 }
 
@@ -214,22 +221,37 @@ void ShardedParams::issue(int u, PassOrder order) {
   // pass reads a unit down the layout (the model lays out its parameters in reverse order of use).
   const int nb = static_cast<int>(unit_buckets_[u].size());
   work_[u].assign(nb, nullptr);
+  pending_[u].assign(nb, 0);
   for (int i = 0; i < nb; ++i) {
     const int j = order == PassOrder::Forward ? nb - 1 - i : i, b = unit_buckets_[u][j];
     const Bucket& k = buckets_[b];
     const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
     const Tensor whole = buf.slice(k.begin - units_[u].begin, {k.numel()});
-    work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}), whole);
+    if (on_demand_) pending_[u][j] = 1;
+    else work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}), whole);
   }
   state_[u] = InFlight;
   ++gathers_;
 }
 
+void ShardedParams::finish(int u, int j) {
+  if (pending_[u][j]) {
+    pending_[u][j] = 0;
+    const int b = unit_buckets_[u][j];
+    const Bucket& k = buckets_[b];
+    const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
+    FlightSite site("parameter unit", u);
+    work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}),
+                                       unit_buffer(u).slice(k.begin - units_[u].begin, {k.numel()}));
+  }
+  if (work_[u][j]) work_[u][j]->wait(), work_[u][j].reset();
+}
+
 void ShardedParams::wait(int u) {
   if (state_[u] != InFlight) return;
-  for (WorkPtr& w : work_[u])
-    if (w) w->wait();
+  for (int j = 0; j < static_cast<int>(work_[u].size()); ++j) finish(u, j);
   work_[u].clear();
+  pending_[u].clear();
   state_[u] = Resident;
 }
 
@@ -239,16 +261,14 @@ void ShardedParams::read(int64_t begin, int64_t end) {
   CHECK(u < static_cast<int>(units_.size()), "ShardedParams: a read of [{}, {}) past the chunk's units", begin, end);
   if (state_[u] != InFlight) return;
   bool all = true;
-  for (size_t j = 0; j < unit_buckets_[u].size(); ++j) {
-    WorkPtr& w = work_[u][j];
+  for (int j = 0; j < static_cast<int>(unit_buckets_[u].size()); ++j) {
     const Bucket& k = buckets_[unit_buckets_[u][j]];
-    if (w && k.begin < end && k.end > begin) {
+    if ((work_[u][j] || pending_[u][j]) && k.begin < end && k.end > begin) {
       const double t0 = on_read_wait_ ? trace_clock_us() : 0.0;
-      w->wait();
-      w.reset();
+      finish(u, j);
       if (on_read_wait_) on_read_wait_(t0, trace_clock_us());
     }
-    all = all && !w;
+    all = all && !work_[u][j] && !pending_[u][j];
   }
   if (all) wait(u);
 }

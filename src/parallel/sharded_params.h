@@ -13,10 +13,12 @@
 //
 // The passes ask through GPT's hooks (GPT::set_param_views, forward's and backward's params_needed). A request
 // makes the units it touches resident: gathered then, or waited for if their prefetch is in flight. When the model
-// also reports each parameter it reads (reader(), GPT::set_param_read_hook), a forward request only issues the
-// units' gathers and each read waits for its own bucket: a unit's buckets are gathered in the order the pass reads
-// them, so a block starts computing when its first weights have arrived instead of all of them (the step's first
-// block after the optimizer, whose gather nothing else hides, most of all). A request also
+// also reports each parameter it reads (reader(), GPT::set_param_read_hook), a request only issues the units'
+// gathers and each read waits for its own bucket: a unit's buckets are gathered in the order the pass reads them,
+// so a block starts computing when its first weights have arrived instead of all of them (the step's first block
+// after the optimizer, whose gather nothing else hides, most of all). A backward pass never reads some buckets (a
+// block's biases): a shared ring waits for them before the slot takes gradients (release()), and every pass's
+// start waits for whatever is still in flight. A request also
 // prefetches the next unit in the pass's order, unless that would evict a unit of the same request (the first
 // request of a forward pass touches the embeddings and block 0), and in a forward pass over three slots the unit
 // after that one too. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
@@ -57,7 +59,7 @@ class ShardedParams {
   // Each parameter's view (table order) in its unit's buffer, for GPT::set_param_views.
   std::vector<Tensor> param_views() const;
   // GPT::set_param_read_hook's hook: parameter p is read next. Waits for p's bucket when its unit's gather is in
-  // flight; from the first call on, forward requests stop waiting for whole units (the header says why).
+  // flight; once taken, requests stop waiting for whole units (the header says why).
   std::function<void(int)> reader();
   // Called with the start and end (trace_clock_us) of each wait a read blocked on: the profiler's trace.
   void set_read_wait_observer(std::function<void(double, double)> f) { on_read_wait_ = std::move(f); }
@@ -80,6 +82,11 @@ class ShardedParams {
   void forward_needs(int64_t begin);
   // GPT::backward's params_needed: the elements [begin, end) are read next.
   void backward_needs(int64_t begin, int64_t end);
+  // ShardedGrads::set_slot_release's hook: unit u's gathers complete, since its slot is about to be zeroed.
+  void release(int u) { wait(u); }
+  // Tests (MESHTRAIN_INJECT=late-gather): issuing a unit only notes its buckets, and each is gathered when a read
+  // or a wait asks for it, so a parameter read without asking sees the slot's old contents on every run.
+  void set_on_demand() { on_demand_ = true; }
 
   // The unit buffers it allocated (its own ring slots and the pinned units'); the gathers issued so far, and how many
   // of them a request had to issue itself, not prefetched (tests: a unit gathered once per pass, and only a pass's
@@ -96,6 +103,7 @@ class ShardedParams {
   void issue(int u, PassOrder order);    // its buckets in the order that pass reads them
   void wait(int u);
   void read(int64_t begin, int64_t end);  // the elements [begin, end) of one unit waited for
+  void finish(int u, int j);              // unit u's j-th bucket's gather (launched now when on demand) waited for
   void wait_all();
   Tensor unit_buffer(int u) const { return unit_buf_[u]; }
 
@@ -111,12 +119,14 @@ class ShardedParams {
   std::vector<State> state_;
   std::vector<int64_t> touched_;                // per unit: the request that last touched it
   std::vector<std::vector<WorkPtr>> work_;      // per unit, per bucket (as unit_buckets_), while in flight
+  std::vector<std::vector<char>> pending_;      // per unit, per bucket: issued on demand, not launched yet
   Tensor store_, shards_;
   PassOrder order_ = PassOrder::Forward;
   int64_t forward_end_ = 0;  // the forward pass's previous request
   bool fresh_ = true;        // no pass since begin_step
   bool shared_ = false;      // the ring's slots are shared with the gradients
-  bool reads_reported_ = false;  // reader() was taken: a forward request does not wait
+  bool reads_reported_ = false;  // reader() was taken: a request does not wait
+  bool on_demand_ = false;       // set_on_demand()
   std::function<void(double, double)> on_read_wait_;
   int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;

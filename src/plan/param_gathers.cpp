@@ -233,21 +233,25 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
     const int holder = slot_[u] >= 0 ? occupant_[slot_[u]] : -1;
     if (!(holder >= 0 && touched[holder])) issue(u);
   };
-  // A forward pass that reports its reads (ShardedParams::reader) waits for each bucket as it reads it: the
-  // request's compute walks its elements down the layout, the work spread over them by their count (the blocks'
-  // multiply-adds are their weights'), and a unit's buckets arrive in that order (ShardedParams::issue), the last one
-  // at ready[u].
-  auto forward_reads = [&](const ParamRequest& q, double work) {
+  // A pass that reports its reads (ShardedParams::reader) waits for each bucket as it reads it: the request's
+  // compute walks its elements in the pass's order (down the layout forward, up it backward), the work spread over
+  // them by their count (the blocks' multiply-adds are their weights'), and a unit's buckets arrive in that order
+  // (ShardedParams::issue), the last one at ready[u]. (A backward pass reads no bias; their buckets, waited for when
+  // the unit's gradients are final, are counted as if read: they are small.)
+  auto reads = [&](const ParamRequest& q, double work) {
     if (q.end <= q.begin) return void(t += work);  // reads nothing
     const double elements = double(q.end - q.begin);
-    for (int u = n - 1; u >= 0; --u) {
+    for (int i = 0; i < n; ++i) {
+      const int u = down ? n - 1 - i : i;
       if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
       const std::vector<GatherBucket>& bs = buckets_[u];
-      double after = 0;  // the unit's gather time after bucket k's (the buckets below it in the layout)
+      const int nb = static_cast<int>(bs.size());
+      double after = 0;  // the unit's gather time after bucket k's in issue order
       for (const GatherBucket& b : bs) after += b.us;
-      for (int k = static_cast<int>(bs.size()) - 1; k >= 0; --k) {
-        after -= bs[k].us;
-        const int64_t lo = std::max(bs[k].begin, q.begin), hi = std::min(bs[k].end, q.end);
+      for (int j = 0; j < nb; ++j) {
+        const GatherBucket& b = bs[down ? nb - 1 - j : j];
+        after -= b.us;
+        const int64_t lo = std::max(b.begin, q.begin), hi = std::min(b.end, q.end);
         if (lo >= hi) continue;
         if (flying[u]) {
           const double arrives = ready[u] - after;
@@ -266,7 +270,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       if (units_[u].end <= q.begin || units_[u].begin >= q.end) continue;
       touched[u] = true;
       if (!resident_[u] && !flying[u]) issue(u), ++out.not_prefetched;  // gathered now
-      if (!(down && !buckets_.empty())) wait(u);  // in full, unless forward_reads waits bucket by bucket
+      if (buckets_.empty()) wait(u);  // in full, unless reads() waits bucket by bucket
       resident_[u] = true;
       edge = u;
     }
@@ -277,11 +281,8 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       prefetch(next);
       if (down && occupant_.size() == 3 && next >= 0 && (resident_[next] || flying[next])) prefetch(next - 1);
     }
-    if (down && !buckets_.empty()) {
-      forward_reads(q, q.work_after * work_us);
-      continue;
-    }
-    t += q.work_after * work_us;
+    if (!buckets_.empty()) reads(q, q.work_after * work_us);
+    else t += q.work_after * work_us;
   }
   // A prefetch the pass never asked for (the backward pass's past its last block) completes before the next pass.
   for (int u = 0; u < n; ++u)

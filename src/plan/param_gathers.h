@@ -64,7 +64,7 @@ class ChunkParamGathers {
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
   // all-gathers one after another); elem_bytes: the compute dtype's size; slots: the ring's (2, or 3 shared with
   // the gradients); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty);
-  // buckets: each unit's buckets in layout order, when a forward pass waits for each parameter's bucket alone
+  // buckets: each unit's buckets in layout order, when a pass waits for each parameter's bucket alone
   // (ShardedParams::reader), else empty (a request waits for its units in full).
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
                     int elem_bytes, int slots, std::vector<double> unit_cpu_us = {},

@@ -203,7 +203,8 @@ void Synchronous::adapt_after_step(TrainingRun& r, int step, bool, const AdaptSa
 // optimizer updates them in place) and gathers each unit as a pass reaches it.
 class FullySharded final : public Synchronous {
  public:
-  FullySharded(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, PipelineChunks& model, bool log)
+  FullySharded(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms, PipelineChunks& model, bool on_demand,
+               bool log)
       : Synchronous(cfg, mesh, comms, model, false, log) {
     std::vector<int64_t> at(model.size());
     int64_t numel = 0;
@@ -220,8 +221,11 @@ class FullySharded final : public Synchronous {
           *comms.dp, chunk.table(), chunk_param_units(cfg, chunk.config(), chunk.table()),
           red_.sharded[c]->buckets(), model.dtype(), model.device(),
           shards_.slice(at[c], {red_.sharded[c]->shard_numel()}), red_.sharded[c]->ring_slots());
+      if (on_demand) params_[c]->set_on_demand();
       chunk.set_param_views(params_[c]->param_views());
       chunk.set_param_read_hook(params_[c]->reader());
+      if (red_.sharded[c]->ring_slots().defined())
+        red_.sharded[c]->set_slot_release([p = params_[c].get()](int u) { p->release(u); });
       hooks_[c].params = params_[c].get();
       buffers += params_[c]->buffer_bytes();
     }
@@ -236,6 +240,11 @@ class FullySharded final : public Synchronous {
                                      cfg.parallel.pp > 1 ? " with pipeline parallelism" : ""),
                    shards_.nbytes() / 1048576.0, buffers / 1048576.0,
                    red_.sharded[0]->ring_slots().defined() ? ", and three ring slots shared with the gradients" : "");
+  }
+
+  ~FullySharded() override {
+    for (auto& g : red_.sharded)
+      if (g) g->set_slot_release({});  // it points into params_
   }
 
   std::vector<OptimSegment> optimizer_segments(const PipelineChunks& model, int64_t& state_numel,
@@ -406,7 +415,7 @@ std::unique_ptr<DataParallel> make_data_parallel(const Config& cfg, const Device
   // Local SGD and staleness reduce no buckets; the config refuses ZeRO with either.
   if (cfg.optim.sync_every > 0) return std::make_unique<LocalSgdStrategy>(model.size());
   if (cfg.optim.staleness > 0) return std::make_unique<StaleStrategy>(model.size());
-  if (cfg.optim.zero == 3) return std::make_unique<FullySharded>(cfg, mesh, comms, model, log);
+  if (cfg.optim.zero == 3) return std::make_unique<FullySharded>(cfg, mesh, comms, model, on_demand_gathers, log);
   return std::make_unique<Synchronous>(cfg, mesh, comms, model, on_demand_gathers, log);
 }
 

@@ -3,9 +3,10 @@
 //                                    its backward pass would leave it (the loss scaler must skip it everywhere)
 //   MESHTRAIN_INJECT=loss-nan@STEP   a NaN in one rank's share of that step's loss (the run stops, or with
 //                                    train.skip_nonfinite skips the step)
-//   MESHTRAIN_INJECT=late-gather@1   ZeRO's parameter all-gather issued bucket by bucket only when a forward pass
-//                                    asks for it (ParamGather::set_on_demand): a parameter read before its wait
-//                                    then sees last step's value on every run, not only on a slow link
+//   MESHTRAIN_INJECT=late-gather@1   ZeRO's parameter all-gathers issued bucket by bucket only when a pass asks
+//                                    for them (ParamGather::set_on_demand, ShardedParams::set_on_demand): a
+//                                    parameter read before its wait then sees last step's value (ZeRO-3: whatever
+//                                    its slot held) on every run, not only on a slow link
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
 //   MESHTRAIN_FAULT=skip@STEP | size@STEP   the last rank skips that step's loss all-reduce over the world, or
 //                                    reduces two elements there instead of one (a desync, for the flight recorder)

@@ -22,6 +22,8 @@
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
      under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. A loaded model (model.init_from)
      trains as on one rank. The export of a ZeRO-3 run holds the one-rank run's weights.
+  6. Every parameter read waits for its own bucket, forward and backward: with each bucket gathered only when a read
+     or a wait asks for it (MESHTRAIN_INJECT=late-gather), the runs still match one rank.
 Usage: test_zero3_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
 import os
@@ -182,4 +184,18 @@ worst = max(max(abs(a - b) for a, b in zip(exported[k][1], single_weights[k][1])
 # measured); a shard missing from the export would leave whole rows at 0 (0.02 off).
 check(sorted(exported) == sorted(single_weights) and worst < 1e-5,
       f"the export of ZeRO-3 on dp2 x pp2 holds every tensor, at most {worst:.1e} from the one-rank run's weights")
+
+# 6. Every read waits for its own bucket, in both passes: with MESHTRAIN_INJECT=late-gather a bucket is gathered only
+# when a read or a wait asks for it, so a parameter read without asking sees whatever its slot held (another unit's
+# weights, or gradients) on every run. Four micro-batches in fp32 (the ring shared with the gradients: a backward
+# pass reads no bias, whose buckets are gathered when the unit's gradients are final), and Llama with full
+# recomputation (a block's forward pass again inside the backward pass).
+os.environ["MESHTRAIN_INJECT"] = "late-gather@1"
+for name, sets, ref in [("late_gather_dp2_m4", Z3, "gpt2"),
+                        ("late_gather_llama_dp2_recompute_full", Z3 + LLAMA + ["train.recompute=full"], "llama")]:
+    losses, log, _ = run(name, 2, 1, 1, sets)
+    worst = max_relative_loss_difference(losses, refs[ref])
+    check(worst <= RTOL and "late-gather" in log, f"{name}: every bucket gathered on demand, max relative "
+          f"difference {worst:.2e}")
+del os.environ["MESHTRAIN_INJECT"]
 sys.exit(1 if failures else 0)
