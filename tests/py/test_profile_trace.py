@@ -4,6 +4,7 @@ spans, each collective, and the waits on communication; metrics.jsonl's comm_ms 
 comm.overlap=true gradient buckets are issued while the backward pass runs; with false, only after it.
 comm_cpu_ms (the communication threads' CPU time per step) is in every row and within its structural bound, and
 each rank's communication threads appear as "running" slices on "comm <name> thread" rows.
+scripts/trace_waits.py's summary of the waits adds up to the trace's.
 Standard library only.
 Usage: test_profile_trace.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import collections
@@ -81,6 +82,21 @@ for row in rows:
 check_comm_cpu(rows)
 print(f"comm_cpu_ms per step: {[r['comm_cpu_ms'] for r in rows]} (comm_ms {[r['comm_ms'] for r in rows]})")
 check_thread_rows(run_dir, events)
+# scripts/trace_waits.py: each rank's waits per step by kind and pass add up to the trace's waits between its first
+# and last optimizer spans, and sit inside a pass or between passes.
+summary = json.loads(subprocess.run([sys.executable, os.path.join(src, "scripts", "trace_waits.py"),
+                                     os.path.join(run_dir, "trace.json"), "--skip", "0", "--json"],
+                                    check=True, capture_output=True, text=True, timeout=60).stdout)
+assert sorted(summary) == ["0", "1"], summary
+for pid in (0, 1):
+    s = summary[str(pid)]
+    opt = sorted(e["ts"] for e in events if e["pid"] == pid and e["name"] == "optimizer")
+    waited = sum(e["dur"] for e in events if e["pid"] == pid and e["cat"] == "wait" and opt[0] <= e["ts"] < opt[-1])
+    assert s["steps"] == len(opt) - 1, s
+    assert abs(sum(w["ms"] for w in s["waits"]) * s["steps"] - waited / 1e3) < 1e-6, (s, waited)
+    assert {w["pass"] for w in s["waits"]} <= {"forward", "backward", "between"}, s["waits"]
+    assert any(w["name"] == "gradient buckets" for w in s["waits"]), s["waits"]
+print(f"trace_waits.py: rank 0 waits {summary['0']['waits']}")
 during = [buckets_issued_during_backward(events, p) for p in (0, 1)]
 print(f"overlap on: buckets issued during the backward pass per rank: {during}")
 assert all(n > 0 for n in during), "overlap on, but no bucket was issued during a backward pass"
