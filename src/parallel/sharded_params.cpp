@@ -215,7 +215,6 @@ void ShardedParams::issue(int u, PassOrder order) {
     }
     occupant_[slot] = u;
   }
-  const Tensor buf = unit_buffer(u);
   FlightSite site("parameter unit", u);
   // The dp communicator runs its operations in issue order: the bucket the pass reads first arrives first. A forward
   // pass reads a unit down the layout (the model lays out its parameters in reverse order of use).
@@ -223,26 +222,27 @@ void ShardedParams::issue(int u, PassOrder order) {
   work_[u].assign(nb, nullptr);
   pending_[u].assign(nb, 0);
   for (int i = 0; i < nb; ++i) {
-    const int j = order == PassOrder::Forward ? nb - 1 - i : i, b = unit_buckets_[u][j];
-    const Bucket& k = buckets_[b];
-    const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
-    const Tensor whole = buf.slice(k.begin - units_[u].begin, {k.numel()});
+    const int j = order == PassOrder::Forward ? nb - 1 - i : i;
     if (on_demand_) pending_[u][j] = 1;
-    else work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}), whole);
+    else launch(u, j);
   }
   state_[u] = InFlight;
   ++gathers_;
 }
 
+void ShardedParams::launch(int u, int j) {
+  const int b = unit_buckets_[u][j];
+  const Bucket& k = buckets_[b];
+  const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
+  work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}),
+                                     unit_buffer(u).slice(k.begin - units_[u].begin, {k.numel()}));
+}
+
 void ShardedParams::finish(int u, int j) {
   if (pending_[u][j]) {
     pending_[u][j] = 0;
-    const int b = unit_buckets_[u][j];
-    const Bucket& k = buckets_[b];
-    const ShardRange s = shard_range(k.numel(), dp_.size(), dp_.rank());
     FlightSite site("parameter unit", u);
-    work_[u][j] = dp_.all_gather_async(shards_.slice(shard_offsets_[b], {s.size()}),
-                                       unit_buffer(u).slice(k.begin - units_[u].begin, {k.numel()}));
+    launch(u, j);
   }
   if (work_[u][j]) work_[u][j]->wait(), work_[u][j].reset();
 }

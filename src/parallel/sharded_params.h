@@ -103,7 +103,8 @@ class ShardedParams {
   void issue(int u, PassOrder order);    // its buckets in the order that pass reads them
   void wait(int u);
   void read(int64_t begin, int64_t end);  // the elements [begin, end) of one unit waited for
-  void finish(int u, int j);              // unit u's j-th bucket's gather (launched now when on demand) waited for
+  void launch(int u, int j);              // unit u's j-th bucket's all-gather issued
+  void finish(int u, int j);              // and waited for (issued now when on demand)
   void wait_all();
   Tensor unit_buffer(int u) const { return unit_buf_[u]; }
 
