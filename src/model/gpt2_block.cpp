@@ -102,7 +102,13 @@ class Gpt2Block final : public Block {
     // MLP branch: dres is d/d(block output) here.
     const Tensor dfch = split ? kept->dfch : s.dfch;
     const Tensor d_fcproj = row_linear_output_grad(tp, s.dres, s.dres_full);
-    row_linear_backward(dfch, G(FCPROJ_W), G(FCPROJ_B), d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
+    if (ready) {  // the block's first gradients in the layout, before the input's: their bucket can go now
+      row_linear_backward(none, G(FCPROJ_W), G(FCPROJ_B), d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
+      ready(P(FCPROJ_B));
+      row_linear_backward(dfch, none, none, d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
+    } else {
+      row_linear_backward(dfch, G(FCPROJ_W), G(FCPROJ_B), d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
+    }
     if (split) copy_convert(kept->d_fcproj, d_fcproj);
     kernels::gelu_backward(dfch, la.fch, dfch);
     column_linear_backward(tp, s.dln_full, s.dln, G(FC_W), G(FC_B), dfch, la.ln2, full, W(p, FC_W));
@@ -111,6 +117,7 @@ class Gpt2Block final : public Block {
     // Attention branch: dres is now d/d(res_attn).
     const Tensor d_attproj = row_linear_output_grad(tp, s.dres, s.dres_full);
     row_linear_backward(s.datty, G(ATTPROJ_W), G(ATTPROJ_B), d_attproj, la.atty, W(p, ATTPROJ_W));
+    if (ready) ready(P(ATTPROJ_B));
     if (split) copy_convert(kept->d_attproj, d_attproj);
     const Tensor dqkv = split ? kept->dqkv : s.dqkv;
     const Shape qkv_shape{a.B, a.T, 3 * Cl}, y_shape{a.B, a.T, Cl};
@@ -128,10 +135,12 @@ class Gpt2Block final : public Block {
     const Tensor none, &full = p.a.sp_full;
     if (recompute_ == Recompute::Light) recompute(p, la, x);  // the input pass overwrote them
     row_linear_backward(none, p.grad(P(FCPROJ_W)), p.grad(P(FCPROJ_B)), kept.d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
+    if (ready) ready(P(FCPROJ_B));
     column_linear_backward(p.tp, none, none, p.grad(P(FC_W)), p.grad(P(FC_B)), kept.dfch, la.ln2, full, W(p, FC_W));
     if (ready) ready(P(LN2_B));
     row_linear_backward(none, p.grad(P(ATTPROJ_W)), p.grad(P(ATTPROJ_B)), kept.d_attproj, la.atty,
                         W(p, ATTPROJ_W));
+    if (ready) ready(P(ATTPROJ_B));
     column_linear_backward(p.tp, none, none, p.grad(P(QKV_W)), p.grad(P(QKV_B)), kept.dqkv, la.ln1, full,
                            W(p, QKV_W));
     if (ready) ready(P(LN1_B));

@@ -163,7 +163,13 @@ class LlamaBlock final : public Block {
     recompute(p, la, x);
     // MLP branch: dres is d/d(block output).
     const Tensor d_down = row_linear_output_grad(tp, s.dres, s.dres_full);
-    row_linear_backward(s.dswiglu, G(DOWN_W), none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
+    if (ready) {  // the block's first gradient in the layout, before the input's: its bucket can go now
+      row_linear_backward(none, G(DOWN_W), none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
+      ready(P(DOWN_W));
+      row_linear_backward(s.dswiglu, none, none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
+    } else {
+      row_linear_backward(s.dswiglu, G(DOWN_W), none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
+    }
     if (split) copy_convert(kept->d_fcproj, d_down);
     const Tensor dgate = split ? kept->dgate : s.dgate, dup = split ? kept->dup : s.dup;
     kernels::swiglu_backward(dgate, dup, s.dswiglu, la.gate, la.up);
@@ -174,6 +180,7 @@ class LlamaBlock final : public Block {
     // Attention branch: dres is d/d(h).
     const Tensor d_o = row_linear_output_grad(tp, s.dres, s.dres_full);
     row_linear_backward(s.datty, G(O_W), none, d_o, la.atty, W(p, O_W), WeightLayout::OutIn);
+    if (ready) ready(P(O_W));
     if (split) copy_convert(kept->d_attproj, d_o);
     const Tensor dq = split ? kept->dq : s.dq, dk = split ? kept->dk : s.dk, dv = split ? kept->dv : s.dv;
     if (recompute_ == Recompute::Selective)  // the probabilities again (atty is rewritten with its own values)
@@ -201,10 +208,12 @@ class LlamaBlock final : public Block {
     const Tensor none, &full = p.a.sp_full;
     if (recompute_ == Recompute::Light) recompute(p, la, x);  // the input pass overwrote them
     row_linear_backward(none, p.grad(P(DOWN_W)), none, kept.d_fcproj, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
+    if (ready) ready(P(DOWN_W));
     column_linears_backward(p.tp, none, none, none, {p.grad(P(GATE_W)), p.grad(P(UP_W))}, {kept.dgate, kept.dup},
                             la.ln2, full, {W(p, GATE_W), W(p, UP_W)}, WeightLayout::OutIn);
     if (ready) ready(P(POST_NORM));
     row_linear_backward(none, p.grad(P(O_W)), none, kept.d_attproj, la.atty, W(p, O_W), WeightLayout::OutIn);
+    if (ready) ready(P(O_W));
     kv_weight_grads(p, [&](const Tensor& dk_w, const Tensor& dv_w) {
       column_linears_backward(p.tp, none, none, none, {p.grad(P(Q_W)), dk_w, dv_w}, {kept.dq, kept.dk, kept.dv},
                               la.ln1, full, {W(p, Q_W), W(p, K_W), W(p, V_W)}, WeightLayout::OutIn);

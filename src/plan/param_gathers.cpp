@@ -23,6 +23,8 @@ StageWork stage_work(const StageConfig& s, bool weight_pass) {
   if (s.last()) w.head = C * Vp / tp;
   w.mlp = mlp / tp;
   w.attn = attn / tp + (weight_pass ? 0 : T * C / tp);
+  w.mlp_out = (g.llama() ? C * g.mlp_hidden() : 4 * C * C) / tp;  // c_proj, down_proj
+  w.attn_out = (g.llama() ? Q * C : C * C) / tp;                  // attn.c_proj, o_proj
   if (s.first()) w.embedding = C;
   return w;
 }

@@ -24,6 +24,7 @@ namespace mt::plan {
 // attention's T C score work outside zb1's weight pass), the embedding (first stage).
 struct StageWork {
   double head = 0, mlp = 0, attn = 0, embedding = 0;
+  double mlp_out = 0, attn_out = 0;  // of mlp and attn: the output projections', whose backward comes first
   double block() const { return mlp + attn; }
 };
 StageWork stage_work(const StageConfig& g, bool weight_pass);

@@ -20,8 +20,9 @@ namespace mt::plan {
 namespace {
 
 // Where in a chunk's final gradient pass its gradients become final: (end of the flat range reported, fraction of
-// the pass done), in the order GPT::backward / backward_weights call grads_ready. The split of the pass between
-// the head, each half block and the embedding is by multiply-adds (the measured pass time is one number).
+// the pass done), in the order GPT::backward / backward_weights call grads_ready: after the head, and in each block
+// after its MLP's output projection's weight, its MLP half, its attention's output projection and the whole block. The split
+// of the pass between them and the embedding is by multiply-adds (the measured pass time is one number).
 std::vector<std::pair<int64_t, double>> ready_points(const StageConfig& s, const ParamTable& t, bool weight_pass) {
   const GPTConfig& g = s.model;
   std::vector<std::pair<int64_t, double>> pts;
@@ -36,10 +37,18 @@ std::vector<std::pair<int64_t, double>> ready_points(const StageConfig& s, const
     pts.push_back({end_of(g.llama() ? "model.norm.weight" : "ln_f.bias"), w});
   }
   for (int l = s.block_begin() + s.blocks() - 1; l >= s.block_begin(); --l) {
-    w += sw.mlp;
-    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 5) : "h." + std::to_string(l) + ".ln_2.bias"), w});
-    w += sw.attn;
-    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 0) : "h." + std::to_string(l) + ".ln_1.bias"), w});
+    const std::string h = "h." + std::to_string(l) + ".";
+    // The MLP's output projection reports its weight's gradient before computing its input's (half its work, all
+    // of it in the weight pass).
+    const double mlp_out = weight_pass ? sw.mlp_out : sw.mlp_out / 2;
+    w += mlp_out;
+    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 8) : h + "mlp.c_proj.bias"), w});
+    w += sw.mlp - mlp_out;
+    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 5) : h + "ln_2.bias"), w});
+    w += sw.attn_out;
+    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 4) : h + "attn.c_proj.bias"), w});
+    w += sw.attn - sw.attn_out;
+    pts.push_back({end_of(g.llama() ? llama_layer_name(l, 0) : h + "ln_1.bias"), w});
   }
   if (s.first()) w += sw.embedding;
   pts.push_back({t.total_numel(), w});
