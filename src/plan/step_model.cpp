@@ -21,8 +21,8 @@ namespace {
 
 // Where in a chunk's final gradient pass its gradients become final: (end of the flat range reported, fraction of
 // the pass done), in the order GPT::backward / backward_weights call grads_ready: after the head, and in each block
-// after its MLP's output projection's weight, its MLP half, its attention's output projection and the whole block. The split
-// of the pass between them and the embedding is by multiply-adds (the measured pass time is one number).
+// after its MLP's output projection's weight, its MLP half, its attention's output projection and the whole block.
+// The split of the pass between them and the embedding is by multiply-adds (the measured pass time is one number).
 std::vector<std::pair<int64_t, double>> ready_points(const StageConfig& s, const ParamTable& t, bool weight_pass) {
   const GPTConfig& g = s.model;
   std::vector<std::pair<int64_t, double>> pts;
