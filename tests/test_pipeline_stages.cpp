@@ -93,10 +93,18 @@ TEST_CASE("a chain of pipeline stages computes the whole model's loss and gradie
   for (int s = 2; s >= 0; --s) {
     Tensor dinput = s > 0 ? Tensor::zeros(acts[s].input().shape(), DType::F64) : Tensor();
     std::vector<int64_t> ready;
-    stages[s]->backward(acts[s], scratch, [&](int64_t end) { ready.push_back(end); }, BackwardPart::All, dout,
-                        dinput);
+    std::vector<std::vector<double>> seen;  // the gradients [0, end) as each report found them
+    const double* g = stages[s]->grads().data_as<double>();
+    stages[s]->backward(acts[s], scratch, [&](int64_t end) {
+      ready.push_back(end);
+      seen.emplace_back(g, g + end);
+    }, BackwardPart::All, dout, dinput);
     CHECK(std::is_sorted(ready.begin(), ready.end()));
     CHECK(ready.back() == stages[s]->table().total_numel());
+    // A reducer sends what is reported final at once: nothing below a report may change after it. Each block
+    // reports four times (docs/planner.md's ready points), the last stage once more after the head.
+    for (size_t i = 0; i < ready.size(); ++i) CHECK(std::equal(seen[i].begin(), seen[i].end(), g));
+    CHECK(ready.size() == size_t(4 * stages[s]->num_blocks() + (s == 2 ? 2 : 1)));
     dout = dinput;
   }
   for (int p = 0; p < whole.table().size(); ++p) {
