@@ -28,14 +28,17 @@ time against zero 1's in the same run (median, and
 min..max across runs); and gradients + optimizer state per rank in MiB, from the trainer's "memory per rank" line, so
 the memory each stage saves is beside what it costs (parameters too, which only zero 3 shards). Beside zero 2's and
 zero 3's rows: the bars, step within 1.15x of zero 1 and exposed/comm <= 0.30 (reported as met or missed, never a
-failure); and build/planner's prediction of the arm's step time on the same link, with its error. With dp > cores the ranks are
-oversubscribed and compete for cores with the communication threads: read those rows as a stress case.
+failure); and build/planner's prediction of the arm's step time on the same link, made in every run before its arms
+(the planner times its own passes, so a drift of the machine's speed between runs moves its prediction too): the
+median of the predictions, its error against the measured median, and the range of each run's own error. With
+dp > cores the ranks are oversubscribed and compete for cores with the communication threads: read those rows as a
+stress case.
 
 Usage: /usr/bin/python3 bench/bench_zero.py [--dp 2,4] [--micro-batches 1] [--runs 3] [--steps 25]
            [--latency-us 20] [--comm-fraction 0.6] [--bucket-mb 0.25] [--backend auto|shm|mpi]
            [--comm-wait auto|poll|block] [--thread-priority auto|realtime|normal] [--threads N] [--json PATH]
-Defaults: 2 x (1 + 3 x 3) trainer runs, several minutes on a 2-core machine; timings mean something only on an idle
-machine.
+Defaults: 2 x (1 + 3 x 5) trainer runs and 2 x 3 planner runs (about 20 s each), about 15 minutes on a 2-core
+machine; timings mean something only on an idle machine.
 """
 import argparse
 import json
@@ -143,7 +146,8 @@ def predict(args, dp, m, link):
 
 
 def summarize(dp, m, link, per_run, predicted):
-    """Rows for one (dp, M): per_run[k][arm name] = (medians, memory) of run k."""
+    """Rows for one (dp, M): per_run[k][arm name] = (medians, memory) of run k; predicted[k][arm name] = the planner's
+    step_ms in run k."""
     rows = []
     for name, zero, reduce, _ in arms(m):
         meds = [r[name][0] for r in per_run]
@@ -160,7 +164,9 @@ def summarize(dp, m, link, per_run, predicted):
                "exposed_over_comm": statistics.median(shares), "own_exposed_over_comm": statistics.median(own),
                "step_vs_zero1": statistics.median(ratios), "step_vs_zero1_min": min(ratios),
                "step_vs_zero1_max": max(ratios), "memory": per_run[0][name][1],
-               "planner_step_ms": predicted.get(name)}
+               "planner_runs": [p[name] for p in predicted if name in p]}
+        row["planner_step_ms"] = statistics.median(row["planner_runs"]) if row["planner_runs"] else None
+        row["planner_error_runs"] = [pr[name] / x["step_ms"] - 1 for pr, x in zip(predicted, meds) if name in pr]
         if zero >= 2:
             row["bars"] = {"step_vs_zero1_max": STEP_BAR, "step_met": row["step_vs_zero1"] <= STEP_BAR,
                            "exposed_over_comm_max": EXPOSED_BAR,
@@ -173,7 +179,7 @@ def print_table(rows, runs):
     print(f"{'dp':>3} {'M':>2} {'arm':<10} {'step_ms':>8} {'comm_ms':>8} {'exposed':>8} {'exp/comm':>8} {'own':>5} "
           f"{'vs zero1':>8} {f'min..max ({runs} runs)':>18} {'param MiB':>9} {'grad MiB':>8} {'optim MiB':>9} "
           f"{'total':>8} "
-          f"{'planner':>8} {'error':>6}  bars")
+          f"{'planner':>8} {'error (runs)':>16}  bars")
     for r in rows:
         mem = r["memory"]
         mems = (f"{mem['param_mib']:9.2f} {mem['grad_mib']:8.2f} {mem['optim_mib']:9.2f} "
@@ -185,7 +191,9 @@ def print_table(rows, runs):
                 f"{format(r['step_vs_zero1_min'], '.2f') + '..' + format(r['step_vs_zero1_max'], '.2f') + 'x':>18} "
                 f"{mems}")
         pl = r["planner_step_ms"]
-        line += f" {pl:8.1f} {100 * (pl - r['step_ms']) / r['step_ms']:+5.0f}%" if pl else f" {'?':>8} {'':>6}"
+        errs = r["planner_error_runs"]
+        line += (f" {pl:8.1f} {100 * (pl - r['step_ms']) / r['step_ms']:+5.0f}% ({100 * min(errs):+.0f}..{100 * max(errs):+.0f}%)"
+                 if pl else f" {'?':>8} {'':>6}")
         if "bars" in r:
             b = r["bars"]
             line += (f"  step <= {STEP_BAR:.2f}x zero1: {'met' if b['step_met'] else 'MISSED'}; "
@@ -237,10 +245,13 @@ def main():
             if dp > cores:
                 print(f"[dp {dp}] {dp} ranks on {cores} cores: oversubscribed")
             link = calibrate(args, work, dp)
-            predicted = {m: predict(args, dp, m, link) for m in ms}
             per_run = {m: [] for m in ms}
+            predicted = {m: [] for m in ms}
             for k in range(args.runs):
                 for m in ms:
+                    # The planner times its passes when it starts: predicting in every run, beside the arms it
+                    # predicts, keeps a drift of the machine's speed out of its error.
+                    predicted[m].append(predict(args, dp, m, link))
                     res = {}
                     for name, zero, reduce, reshard in arms(m):
                         med, mem, _ = run(f"dp{dp}_m{m}_{name}_r{k}", args, work, dp, m, zero, reduce,
