@@ -359,18 +359,23 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     for (const auto& op : param_gather_ops(x, r)) early.push_back(op);
     if (!x.gathers.empty())
       for (const PassGathers& g : x.gathers[r]) overlapped_cpu += g.cpu_us;
+    // The passes ran longer by what the communication thread took from their cores, spread evenly over them: each
+    // launch moves later by its share, and the reductions run against the longer passes (on a link slower than the
+    // passes the stretch takes the place of a wait). Out of the rank's own share: with ranks time-sharing the
+    // cores, charging it at their slowdown (2x at dp 4 on 2 cores) predicted ZeRO-3 14% slow, presumably because
+    // the ranks' waits leave the cores slack for it (docs/planner.md, "The communication thread's CPU").
+    const double cpu = x.cores_full ? overlapped_cpu : 0.0, passes_end = x.t[r];
+    if (passes_end > 0)
+      for (auto& op : early) op.first += cpu * std::min(1.0, op.first / passes_end);
+    const double t = passes_end + cpu;
     std::stable_sort(early.begin(), early.end());
     double free = 0, busy = st.gather[r];
     for (const auto& op : early) free = std::max(free, op.first) + op.second, busy += op.second;
-    for (const auto& op : held) free = std::max(free, x.t[r]) + op.second, busy += op.second;
+    for (const auto& op : held) free = std::max(free, t) + op.second, busy += op.second;
     if (gather_after_step && dp > 1) st.gather[r] += x.step_sync;
-    const double done = std::max(x.t[r], free + (dp > 1 ? x.step_sync : 0.0));
-    x.exposed[r] += done - x.t[r];
-    // The passes ran longer by what the communication thread took from their cores (first order: the step grows
-    // by it, the reductions' waits unchanged). Out of the rank's own share: with ranks time-sharing the cores,
-    // charging it at their slowdown (2x at dp 4 on 2 cores) predicted ZeRO-3 14% slow, presumably because the
-    // ranks' waits leave the cores slack for it (docs/planner.md, "The communication thread's CPU").
-    x.t[r] = done + (x.cores_full ? overlapped_cpu : 0.0);
+    const double done = std::max(t, free + (dp > 1 ? x.step_sync : 0.0));
+    x.exposed[r] += done - t;
+    x.t[r] = done;
     out.dp_comm_ms = std::max(out.dp_comm_ms, busy / 1000.0);
   }
   return st;

@@ -296,6 +296,19 @@ def comm_thread_cpu(rows):
           all(abs(plain[k]["step_ms"] - free[k]["step_ms"]) < 1e-9 for k in plain if k[0] * k[1] == 1),
           "communication thread's CPU: the %d rows of 2 replicas %s, the others unchanged (%d cores)" %
           (len(replicas), "longer" if full else "unchanged", cores))
+    # It stretches the passes: where the reductions outlast them (a slow link), the stretch takes the place of a
+    # wait, so a row's step grows by less than its compute, and never by more.
+    if full:
+        slow_link = ["comm.emulate.bandwidth_gbps=0.005", "comm.emulate.latency_us=20", "comm.bucket_mb=0.01"]
+        slow_free = keyed(planner(2, slow_link, ["--calibration", CALIBRATION, "--comm-cpu-op-us", "0",
+                                                 "--comm-cpu-ns-per-byte", "0"]))
+        slow = keyed(planner(2, slow_link, ["--calibration", CALIBRATION]))
+        growth = [(slow[k]["step_ms"] - slow_free[k]["step_ms"], slow[k]["compute_ms"] - slow_free[k]["compute_ms"])
+                  for k in replicas]
+        check(all(step <= compute + 1e-6 for step, compute in growth) and
+              any(step < compute - 1e-3 for step, compute in growth),
+              "communication thread's CPU on a slow link: steps grow by less than their compute (%s ms)" %
+              ", ".join("%.3f < %.3f" % g for g in growth[:4]))
     # The same two constants from a --fit file (optional keys there: older files keep the defaults).
     path = os.path.join(WORK, "runtime_cpu.json")
     json.dump(dict(RUNTIME_DEFAULTS, spread=0.1, comm_cpu_op_us=0, comm_cpu_ns_per_byte=0), open(path, "w"))
