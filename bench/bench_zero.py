@@ -192,8 +192,8 @@ def print_table(rows, runs):
                 f"{mems}")
         pl = r["planner_step_ms"]
         errs = r["planner_error_runs"]
-        line += (f" {pl:8.1f} {100 * (pl - r['step_ms']) / r['step_ms']:+5.0f}% ({100 * min(errs):+.0f}..{100 * max(errs):+.0f}%)"
-                 if pl else f" {'?':>8} {'':>6}")
+        line += (f" {pl:8.1f} {100 * (pl - r['step_ms']) / r['step_ms']:+5.0f}% "
+                 f"({100 * min(errs):+.0f}..{100 * max(errs):+.0f}%)" if pl else f" {'?':>8} {'':>16}")
         if "bars" in r:
             b = r["bars"]
             line += (f"  step <= {STEP_BAR:.2f}x zero1: {'met' if b['step_met'] else 'MISSED'}; "
