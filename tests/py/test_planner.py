@@ -297,15 +297,18 @@ def comm_thread_cpu(rows):
           "communication thread's CPU: the %d rows of 2 replicas %s, the others unchanged (%d cores)" %
           (len(replicas), "longer" if full else "unchanged", cores))
     # It stretches the passes: where the reductions outlast them (a slow link), the stretch takes the place of a
-    # wait, so a row's step grows by less than its compute, and never by more.
-    if full:
+    # wait, so a row's step grows by less than its compute, and never by more. 1e-3 ms: the JSON's times have 4
+    # decimals, so a difference of two differences is exact only to 2e-4.
+    if not full:
+        print("skip communication thread's CPU on a slow link: the compute threads leave cores spare here")
+    else:
         slow_link = ["comm.emulate.bandwidth_gbps=0.005", "comm.emulate.latency_us=20", "comm.bucket_mb=0.01"]
         slow_free = keyed(planner(2, slow_link, ["--calibration", CALIBRATION, "--comm-cpu-op-us", "0",
                                                  "--comm-cpu-ns-per-byte", "0"]))
         slow = keyed(planner(2, slow_link, ["--calibration", CALIBRATION]))
         growth = [(slow[k]["step_ms"] - slow_free[k]["step_ms"], slow[k]["compute_ms"] - slow_free[k]["compute_ms"])
                   for k in replicas]
-        check(all(step <= compute + 1e-6 for step, compute in growth) and
+        check(all(step <= compute + 1e-3 for step, compute in growth) and
               any(step < compute - 1e-3 for step, compute in growth),
               "communication thread's CPU on a slow link: steps grow by less than their compute (%s ms)" %
               ", ".join("%.3f < %.3f" % g for g in growth[:4]))
