@@ -5,10 +5,12 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "kernels/cpu/matmul_backend.h"
 #include "plan/planner.h"
 #include "plan/runtime_fit.h"
+#include "plan/time_sharing.h"
 #include "train/config.h"
 
 namespace {
@@ -47,7 +50,7 @@ const char* kUsage =
     "                       x pp), its schedule, micro-batch and ZeRO stage being the finer choice. Each row is\n"
     "                       followed by the trainer command that runs it (the JSON adds that and the sweep point)\n"
     "  --memory-only        skip the time model (no timing runs); layouts in enumeration order\n"
-    "  --reps N             timed repetitions per measured shape, at least (the lower quartile counts;\n"
+    "  --reps N             timed repetitions per measured shape, at least (the median counts;\n"
     "                       default 5)\n"
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
@@ -64,6 +67,9 @@ const char* kUsage =
     "  --comm-cpu-op-us US  CPU time a data-parallel collective costs its communication thread, which the ranks'\n"
     "                       compute loses when they fill the cores (default 80)\n"
     "  --comm-cpu-ns-per-byte NS  the same per byte the collective's ring moves per rank (default 0.7)\n"
+    "  --time-slicing S     what taking turns on a core costs beyond the share, per thread beyond one per core\n"
+    "                       (default: measured once when ranks x threads exceed the cores, by N processes running\n"
+    "                       the passes at once against one alone, and kept in --calibration's file; 0 = none)\n"
 
     "  --verbose            print every timing measurement to stderr\n"
     "  --help, -h           this text\n"
@@ -79,8 +85,10 @@ struct Args {
   // The runtime constants given as flags (they override --runtime's).
   std::optional<double> p2p_latency_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
+  std::optional<double> time_slicing;
   std::string calibration;
   int top = 20, reps = 5;
+  int time_sharing_child = 0;  // > 0: run as the time-sharing probe's child at this micro-batch (time_sharing.h)
 };
 
 long long parse_int(const std::string& flag, const std::string& v, long long lo) {
@@ -138,6 +146,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--ring-sync-us") a.ring_sync_us = parse_double("--ring-sync-us", next());
     else if (f == "--comm-cpu-op-us") a.comm_cpu_op_us = parse_double("--comm-cpu-op-us", next());
     else if (f == "--comm-cpu-ns-per-byte") a.comm_cpu_ns_per_byte = parse_double("--comm-cpu-ns-per-byte", next());
+    else if (f == "--time-slicing") a.time_slicing = parse_double("--time-slicing", next());
+    else if (f == "--time-sharing-child") a.time_sharing_child = int(parse_int(f, next(), 1));
     else if (f == "--runtime") a.runtime = next();
     else if (f == "--calibration") a.calibration = next();
     else mt::input_error("unknown argument '{}'\n{}", argv[i], kUsage);
@@ -146,6 +156,14 @@ Args parse(int argc, char** argv) {
   if (a.config.empty()) mt::input_error("missing --config FILE\n{}", kUsage);
   if (!have_world) mt::input_error("missing --world N (the number of ranks to plan for)\n{}", kUsage);
   return a;
+}
+
+// This program's own path, to start it again as the time-sharing probe's child.
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe to start the time-sharing probe");
+  return std::string(buf, size_t(n));
 }
 
 }  // namespace
@@ -181,6 +199,15 @@ int main(int argc, char** argv) {
     std::string unused;  // load_config refused a choice this build cannot run
     mt::kernels::cpu::resolve_matmul_backends(base.train.cpu_matmul, libs, unused);
     mt::kernels::cpu::set_matmul_backends(libs);
+    // The time-sharing probe's child (started by the probe below with this process's own arguments): the model's
+    // passes at the micro-batch it is given.
+    mt::plan::StageShape probe;
+    probe.blocks = std::min(base.model.n_layer, 4);
+    const int per_rank = std::max(1, std::min(base.train.micro_batch, base.train.global_batch / a.world));
+    probe.B = a.time_sharing_child > 0 ? a.time_sharing_child : per_rank;
+    probe.dtype = base.precision.compute;
+    probe.inflight = 2;
+    if (a.time_sharing_child > 0) return mt::plan::time_sharing_child(base.model, probe, o.step.threads, 0.4);
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;
@@ -200,6 +227,40 @@ int main(int argc, char** argv) {
       mt::input_error("no layout of {} runs on {} ranks (e.g. {}: {})", a.config, a.world, mt::plan::describe(plain),
                       why);
     }
+    // Ranks beyond the cores take turns: what that costs is measured once per rank count (kept with the timings).
+    std::string slicing_source = "none: the threads fit the cores";
+    if (o.time && a.world * o.step.threads > o.step.cores) {
+      if (a.time_slicing) {
+        o.step.slicing = *a.time_slicing;
+        slicing_source = "--time-slicing";
+      } else if (cal.slicing(a.world) >= 0) {
+        o.step.slicing = cal.slicing(a.world);
+        slicing_source = "from " + a.calibration;
+      } else {
+        std::vector<std::string> child = {self_path()};
+        for (int i = 1; i < argc; ++i) child.push_back(argv[i]);
+        child.insert(child.end(), {"--time-sharing-child", std::to_string(probe.B)});
+        mt::plan::TimeSharing ts;
+        try {
+          ts = mt::plan::measure_time_sharing(child, a.world, o.step.threads, o.step.cores);
+        } catch (const std::runtime_error& e) {  // a plan without the term beats no plan
+          std::fprintf(stderr, "planner: warning: %s; planning without its cost (time slicing 0)\n", e.what());
+          ts.slicing = -1;
+        }
+        if (ts.slicing >= 0) {
+          cal.set_slicing(a.world, ts.slicing);
+          o.step.slicing = ts.slicing;
+          slicing_source = "measured";
+          std::fprintf(stderr, "planner: %d ranks taking turns on %g cores: a forward and backward pass "
+                               "(micro-batch %d) took %.1f ms alone and %.1f ms with all at once, %.2fx the cores' "
+                               "share: time slicing %.3f\n", a.world, o.step.cores, probe.B, ts.alone_us / 1000,
+                       ts.shared_us / 1000, ts.shared_us * ts.share / ts.alone_us, ts.slicing);
+        } else {
+          slicing_source = "the probe failed";
+        }
+      }
+    }
+
     // What the time model leaves out: said once, on stderr, so that the JSON stays clean.
     if (o.time) {
       if (base.comm.compress != mt::CompressMethod::None && base.comm.compress != mt::CompressMethod::BF16)
@@ -244,13 +305,13 @@ int main(int argc, char** argv) {
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
         std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, poll share {:g}, sync latency {:g} "
-                                      "us, step sync {:g} us, ring sync {:g} us (the last three per thread per core); "
-                                      "'=' marks rows within {:.0f}% of the first (a tie: runs of one layout differ "
-                                      "by that much{})\n",
+                                      "us, step sync {:g} us, ring sync {:g} us (the last three per thread per core), "
+                                      "time slicing {:.3f} ({}); '=' marks rows within {:.0f}% of the first (a tie: "
+                                      "runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
-                                      o.step.net.oversubscribed_ring_us,
+                                      o.step.net.oversubscribed_ring_us, o.step.slicing, slicing_source,
                                       100 * fit.spread, a.runtime.empty() ? ", the default; --runtime gives the "
                                                                             "measured spread" : "")
                               .c_str());

@@ -510,6 +510,10 @@ TEST_CASE("timeline: ranks beyond the cores share them", "[planner]") {
   CHECK(t[0].list_end == Approx(10 + 7 + 10 + 25 + 7 + 25));
   CHECK(shared_rate(3, 2, 4) == Approx(4.0 / 6));
   CHECK(shared_rate(1, 8, 2) == Approx(1.0));  // one rank's own oversubscription is in its measured time
+  // Taking turns costs `slicing` more time per thread beyond one per core, and nothing while the threads fit.
+  CHECK(shared_rate(4, 1, 2, 0, 0.2) == Approx(0.5 / 1.2));
+  CHECK(shared_rate(8, 1, 2, 0, 0.2) == Approx(0.25 / 1.6));
+  CHECK(shared_rate(2, 1, 2, 0, 0.2) == Approx(1.0));
 }
 
 TEST_CASE("a layout applies its keys and describes itself", "[planner]") {

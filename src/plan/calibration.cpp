@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "plan/null_communicator.h"
+#include "plan/stage_passes.h"
 #include "train/model_config.h"
 
 namespace mt::plan {
@@ -28,27 +29,14 @@ using Clock = std::chrono::steady_clock;
 constexpr double kMinSeconds = 0.25;  // per measured shape, when its passes are short
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
-// The lower quartile of the repetitions: a typical pass, but robust to bursts of outside load (which only ever
-// add time): on a quiet machine it lies ~2-3% below the median, and a burst over a quarter of the repetitions
+// The median of the repetitions: a run's step is a sum of passes and runs at their typical speed, slow moments
+// included (the lower quartile, used before, lay 5% below the median on a 2-core VM whose speed varies, and the
+// trainer's passes near the median), while a burst of outside load over less than half of the repetitions
 // leaves it untouched.
 double typical(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[(v.size() - 1) / 4];
-}
-
-// Deterministic values of a modest scale (no denormals, nothing that overflows) into any float tensor.
-void fill(const Tensor& t, double scale, uint32_t salt) {
-  Tensor f = Tensor::empty(t.shape(), DType::F32);
-  float* p = f.data_as<float>();
-  uint32_t x = 2463534242u ^ salt;
-  for (int64_t i = 0; i < f.numel(); ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    p[i] = float(scale * ((x & 0xffff) / 32768.0 - 1.0));
-  }
-  copy_convert(t, f);
+  return v[(v.size() - 1) / 2];
 }
 
 }  // namespace
@@ -108,55 +96,12 @@ const TpTraffic& Calibration::traffic(const StageShape& s) {
 
 PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
   set_compute_threads(opts_.threads);
-  // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
-  GPTConfig g = gpt_config(model_);
-  g.recompute = s.recompute;
-  ModelPart part;
-  part.sharding = {s.tp, 0, s.sp};
-  part.blocks.begin = s.first ? 0 : 1;
-  part.blocks.end = part.blocks.begin + s.blocks;
-  g.n_layer = part.blocks.end + (s.last ? 0 : 1);
-  GPT model(g, part, s.dtype);
-  model.init(1234, model_.init_std > 0 ? model_.init_std : 0.02);
-  CountingCommunicator tp(s.tp, 0), ring(s.cp, 0);
-  if (s.tp > 1) model.set_tp_comm(&tp);
-  if (s.cp > 1) model.set_cp_comm(&ring);  // rank 0 of the ring: every cp rank does the same attention work
-
-  const int T = model_.seq_len / s.cp;
-  // k records in flight, used in 1F1B's steady-state order (the forward of the newest, the backward of the
-  // oldest), so that k - 1 other passes run between a micro-batch's forward and its backward, as in a schedule
-  // that holds k records: with k > 1 the backward finds its record out of the caches, as it does in a run.
-  const int k = std::max(1, s.inflight);
-  Arena records, scratch(Device::CPU, size_t(16) << 20);
-  std::vector<Activations> acts;
-  for (int i = 0; i < k; ++i) {
-    acts.push_back(model.alloc_activations(records, s.B, T, s.split));
-    Activations& a = acts.back();
-    int32_t* tok = a.tokens.data_as<int32_t>();
-    int32_t* tgt = a.targets.data_as<int32_t>();
-    for (int64_t j = 0; j < a.tokens.numel(); ++j) {
-      tok[j] = int32_t((j * 7919 + i) % model_.vocab_size);
-      tgt[j] = int32_t((j * 104729 + 1) % model_.vocab_size);
-    }
-    if (!s.first) fill(a.input(), 1.0, 1 + i);  // a later stage's input: forward reads it, nothing writes it
-  }
-  const Tensor none;
-  Tensor dout, dinput, loss_sum = Tensor::zeros({1}, DType::F32);
-  const Shape rows = acts[0].input().shape();
-  if (!s.last) {
-    dout = Tensor::empty(rows, s.dtype);
-    fill(dout, 1e-3, 2);
-  }
-  if (!s.first) dinput = Tensor::empty(rows, s.dtype);
-  const double dloss = 1.0 / (double(s.B) * T);
-
-  auto forward = [&](Activations& a) {
-    const auto t0 = Clock::now();
-    model.forward(a, s.last ? dloss : 0.0, s.last ? loss_sum : none);
-    return us_since(t0);
-  };
+  StagePasses passes(model_, s);
+  CountingCommunicator &tp = passes.tp, &ring = passes.ring;
+  const int k = passes.inflight();
+  auto forward = [&](int record) { return passes.forward(record); };
   std::vector<double> f, b, bi, bw;
-  for (int i = 0; i + 1 < k; ++i) forward(acts[i]);  // fill the pipeline
+  for (int i = 0; i + 1 < k; ++i) forward(i);  // fill the pipeline
   // At least opts_.reps repetitions, more (up to 8x) while they take under kMinSeconds: short passes are noisy.
   const auto started = Clock::now();
   for (int rep = 0; rep <= opts_.reps || (rep <= 8 * opts_.reps && us_since(started) < kMinSeconds * 1e6); ++rep) {
@@ -172,19 +117,13 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
     };
     tp.ops.clear();
     ring.ops.clear();
-    const double tf = forward(acts[j % k]);
+    const double tf = forward(j);
     note(traffic.fwd);
-    Activations& a = acts[(j - (k - 1)) % k];
-    scratch.reset();
-    auto t0 = Clock::now();
-    model.backward(a, scratch, {}, s.split ? BackwardPart::InputOnly : BackwardPart::All, dout, dinput);
-    const double tb = us_since(t0);
+    const double tb = passes.backward(j - (k - 1));
     note(s.split ? traffic.bwd_input : traffic.bwd);
     double tw = 0;
     if (s.split) {
-      t0 = Clock::now();
-      model.backward_weights(a, {});
-      tw = us_since(t0);
+      tw = passes.backward_weights(j - (k - 1));
       note(traffic.bwd_weight);
     }
     if (rep == 0) continue;  // warm-up: first touches of the memory
@@ -225,15 +164,15 @@ double Calibration::optimizer_us(int64_t numel, DType compute) {
   OptimizerSettings os;
   Optimizer opt({seg}, numel, DType::F32, Device::CPU, os, nullptr, nullptr, nullptr, masters);
   Tensor params = Tensor::empty({numel}, compute), grads = Tensor::empty({numel}, DType::F32);
-  fill(params, 0.02, 3);
+  fill_values(params, 0.02, 3);
   if (masters) {
     Tensor full = Tensor::empty({numel}, DType::F32);
-    fill(full, 0.02, 3);
+    fill_values(full, 0.02, 3);
     opt.load_masters(full);
   }
   std::vector<double> t;
   for (int rep = 0; rep <= opts_.reps; ++rep) {
-    fill(grads, 1e-3, 4);  // outside the timing: the backward pass writes them in a run
+    fill_values(grads, 1e-3, 4);  // outside the timing: the backward pass writes them in a run
     const auto t0 = Clock::now();
     opt.step(params, grads, 1e-3);
     if (rep > 0) t.push_back(us_since(t0));
@@ -255,7 +194,7 @@ double Calibration::zero_grads_us(int64_t numel) {
   Tensor grads = Tensor::empty({numel}, DType::F32);
   std::vector<double> t;
   for (int rep = 0; rep <= opts_.reps; ++rep) {
-    fill(grads, 1e-3, 5);  // a step leaves them written (and in cache as far as they fit)
+    fill_values(grads, 1e-3, 5);  // a step leaves them written (and in cache as far as they fit)
     const auto t0 = Clock::now();
     zero_(grads);
     if (rep > 0) t.push_back(us_since(t0));
@@ -265,10 +204,15 @@ double Calibration::zero_grads_us(int64_t numel) {
   return zeroing_[numel] = us;
 }
 
+double Calibration::slicing(int copies) const {
+  auto it = slicing_.find(copies);
+  return it == slicing_.end() ? -1.0 : it->second;
+}
+
 std::string Calibration::header() const {
   // The matmul libraries too: a file timed with another library (train.cpu_matmul) holds other times.
-  return fmt::format("meshtrain planner calibration v4: {} n_head {} n_kv_head {} d_model {} ffn_hidden {} seq_len {} "
-                     "vocab {} threads {} timed_blocks {} matmul {}",
+  return fmt::format("meshtrain planner calibration v5 (medians): {} n_head {} n_kv_head {} d_model {} ffn_hidden {} "
+                     "seq_len {} vocab {} threads {} timed_blocks {} matmul {}",
                      name_of(model_.arch), model_.n_head, model_.n_kv_head, model_.d_model,
                      gpt_config(model_).mlp_hidden(), model_.seq_len, model_.vocab_size, opts_.threads,
                      opts_.max_timed_blocks, kernels::cpu::describe(kernels::cpu::matmul_backends()));
@@ -315,6 +259,11 @@ int Calibration::load(const std::string& path) {
       double us = 0;
       in >> numel >> us;
       if (in) zeroing_[numel] = us, ++n;
+    } else if (kind == "slicing") {
+      int copies = 0;
+      double value = 0;
+      in >> copies >> value;
+      if (in && value >= 0) slicing_[copies] = value, ++n;
     }
   }
   return n;
@@ -338,6 +287,7 @@ void Calibration::save(const std::string& path) const {
   }
   for (const auto& [k, us] : optim_) f << fmt::format("optimizer {} {} {:.3f}\n", k.first, k.second, us);
   for (const auto& [n, us] : zeroing_) f << fmt::format("zero {} {:.3f}\n", n, us);
+  for (const auto& [copies, value] : slicing_) f << fmt::format("slicing {} {:.4f}\n", copies, value);
 }
 
 }  // namespace mt::plan

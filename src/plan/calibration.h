@@ -52,7 +52,7 @@ struct TpTraffic {
 
 struct CalibrationOptions {
   int threads = 1;           // compute threads of one rank
-  int reps = 5;              // timed repetitions per shape (their lower quartile counts), after one warm-up
+  int reps = 5;              // timed repetitions per shape (their median counts), after one warm-up
   int max_timed_blocks = 4;  // a stage of more blocks is timed with this many and extrapolated per block
   bool verbose = false;      // print each measurement to stderr
   bool progress = false;     // keep one line on stderr up to date: shapes timed and seconds spent
@@ -72,6 +72,10 @@ class Calibration {
   double optimizer_us(int64_t numel, DType compute);
   // Zeroing a gradient buffer of `numel` fp32 elements (the step's start), in us.
   double zero_grads_us(int64_t numel);
+  // What taking turns on the cores costs when `copies` ranks share them (plan/time_sharing.h: TimeSharing::slicing),
+  // as measured by the caller and kept here with the timings; -1 when not measured yet.
+  double slicing(int copies) const;
+  void set_slicing(int copies, double slicing) { slicing_[copies] = slicing; }
 
   // A calibration file: the measurements as text lines, headed by what they depend on (the model's widths, the
   // threads, the timed-blocks limit). load() takes a file's measurements when its header matches and returns
@@ -93,6 +97,7 @@ class Calibration {
   std::map<StageShape, TpTraffic> traffic_;
   std::map<std::pair<int64_t, int>, double> optim_;
   std::map<int64_t, double> zeroing_;
+  std::map<int, double> slicing_;
   int measurements_ = 0;
   double seconds_ = 0;
 };

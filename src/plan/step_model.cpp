@@ -187,6 +187,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   in.ranks_per_stage = x.replicas * tp;
   in.threads = o.threads;
   in.cores = o.cores;
+  in.slicing = o.slicing;
   if (p > 1) in.poll_share.assign(p, o.net.poll_share);
   in.chunks.assign(p, std::vector<ChunkCost>(v));
   x.stage_cfg.assign(p, std::vector<StageConfig>(v));
@@ -388,7 +389,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
 void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const RankState& st, StepPrediction& out) {
   const Config& cfg = x.cfg;
   if (x.world > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
-  const double rate = shared_rate(x.world, o.threads, o.cores);
+  const double rate = shared_rate(x.world, o.threads, o.cores, 0, o.slicing);
   double norm_ar = 0;
   const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
   if (x.tp > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.tp, x.links.tp) + x.step_sync;
@@ -461,7 +462,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   out.pipeline_ms = span / 1000.0;
   out.bubble_ms = p > 1 ? std::max(0.0, span - min_busy) / 1000.0 : 0.0;
   out.compute_ms = std::max(0.0, out.step_ms - out.exposed_comm_ms - out.bubble_ms);
-  out.core_share = shared_rate(double(world), o.threads, o.cores);
+  out.core_share = shared_rate(double(world), o.threads, o.cores, 0, o.slicing);
   summarise_param_gathers(x, out);
   return out;
 }

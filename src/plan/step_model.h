@@ -16,6 +16,7 @@ namespace mt::plan {
 struct StepOptions {
   int threads = 1;   // compute threads per rank (train.threads, else default_compute_threads(world))
   double cores = 1;  // cores of the machine the ranks share (all ranks on one machine, as mpiexec runs them here)
+  double slicing = 0;  // what taking turns on a core costs beyond the share (timeline.h's shared_rate)
   NetOptions net;
 };
 

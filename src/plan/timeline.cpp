@@ -12,13 +12,13 @@
 
 namespace mt::plan {
 
-double shared_rate(double busy_ranks, int threads, double cores) { return shared_rate(busy_ranks, threads, cores, 0); }
-
-double shared_rate(double busy_ranks, int threads, double cores, double other) {
-  // Every runnable thread gets an equal share of the cores (the kernel's fair scheduler, to first order); a
-  // rank's own threads beyond the cores are already in its measured time.
+double shared_rate(double busy_ranks, int threads, double cores, double other, double slicing) {
+  // Every runnable thread gets an equal share of the cores (the kernel's fair scheduler, to first order), less
+  // what the turns themselves cost (caches refilled after each switch); a rank's own threads beyond the cores are
+  // already in its measured time.
   const double want = busy_ranks * threads + other, have = std::max(cores, double(threads));
-  return want <= have ? 1.0 : have / want;
+  if (want <= have) return 1.0;
+  return have / want / (1 + slicing * (want / have - 1));
 }
 
 std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
@@ -120,7 +120,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
       for (int r = 0; r < p; ++r)
         if (phase[r] == Cpu && work[r] > 0)
           demand += in.ranks_per_stage * (work[r] / rate + spin * wall[r]) / (work[r] / rate + wall[r]);
-      const double next = shared_rate(demand, in.threads, in.cores, other);
+      const double next = shared_rate(demand, in.threads, in.cores, other, in.slicing);
       if (std::fabs(next - rate) < 1e-9) break;
       rate = next;
     }

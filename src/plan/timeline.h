@@ -34,6 +34,7 @@ struct TimelineInput {
   // Per pipeline rank: the core share its communication thread, polling the step's outstanding receives, takes
   // from the cores while the rank computes (waking every 25-200 us, it preempts compute threads); empty: none.
   std::vector<double> poll_share;
+  double slicing = 0;  // shared_rate's cost of taking turns on a core
   // Per pipeline rank, per action of its list: a blocking wait added to that pass beyond its chunk's cost (ZeRO-3's
   // parameter gathers, which differ from pass to pass); empty: none.
   std::vector<std::vector<double>> action_wait_us;
@@ -57,9 +58,10 @@ struct TimelineRank {
 // Throws std::runtime_error if the lists deadlock (they never should: tests/test_schedule.cpp).
 std::vector<TimelineRank> simulate_timeline(const TimelineInput& in);
 
-// The speed of each computing rank when `busy` ranks of `threads` threads compute at once on `cores` cores.
-double shared_rate(double busy_ranks, int threads, double cores);
-// The same with `other` cores' worth of other threads (communication threads polling) competing for the cores.
-double shared_rate(double busy_ranks, int threads, double cores, double other);
+// The speed of each computing rank when `busy` ranks of `threads` threads compute at once on `cores` cores, with
+// `other` cores' worth of other threads (communication threads polling) competing for them. `slicing` is what
+// taking turns costs beyond the share: the extra time per unit of work for each thread beyond one per core
+// (measured on the machine: plan/time_sharing.h; 0 = pure processor sharing).
+double shared_rate(double busy_ranks, int threads, double cores, double other = 0, double slicing = 0);
 
 }  // namespace mt::plan

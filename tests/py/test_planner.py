@@ -4,8 +4,8 @@
 parallelism, sequence parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline
 rank; ZeRO-3's predicted gather traffic per step (once per step without parallel.reshard_after_forward, in every
 forward and backward pass with it); the JSON's fields and order; the table; the waits of ranks sharing cores
-charged per thread per core; scripts/validate_planner.py's --fit (with --fit-also) on results made from the
-planner's own predictions; and every bad input answered with exit status 2.
+charged per thread per core; the cost of taking turns on a core measured, kept and overridden;
+scripts/validate_planner.py's --fit (with --fit-also) on results made from the planner's own predictions; and every bad input answered with exit status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
 usage: test_planner.py PLANNER TRAINER MPIEXEC SOURCE_DIR WORK_DIR
@@ -334,7 +334,7 @@ def waits_per_thread():
                 # One thread reuses the shared timings; two are timed once, with as few repetitions as allowed.
                 timings = CALIBRATION if threads == 1 else os.path.join(WORK, "waits2.calibration")
                 cmd = ["taskset", "-c", "0", PLANNER, "--config", TINY, "--world", "2", "--json", flag, str(value),
-                       "--calibration", timings, "--reps", "1"]
+                       "--calibration", timings, "--reps", "1", "--time-slicing", "0"]
                 p = subprocess.run(cmd + sets(["train.threads=%d" % threads]), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, timeout=120)
                 if p.returncode != 0:
@@ -345,6 +345,38 @@ def waits_per_thread():
         check(len(ratios) == len(growth[1]) > 0 and all(1.6 < x < 2.4 for x in ratios),
               "%s is charged per thread per core: %d rows grow %.2f-%.2fx as much at 4 threads per core as at 2" %
               (flag, len(growth[1]), min(ratios or [0]), max(ratios or [0])))
+
+
+def time_slicing():
+    # On one core (taskset) 2 ranks take turns: the planner measures what that costs once (2 processes running the
+    # passes at once against one alone), says so, keeps it in the calibration file and reuses it; --time-slicing
+    # overrides it, and the dp 2 rows' passes slow by 1 + slicing (ZeRO-3's have gather waits inside them).
+    timings = os.path.join(WORK, "slicing.calibration")
+    if os.path.exists(timings):
+        os.remove(timings)
+    cmd = ["taskset", "-c", "0", PLANNER, "--config", TINY, "--world", "2", "--json", "--calibration", timings,
+           "--reps", "1"]
+    runs = [subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            for c in (cmd, [a for a in cmd if a != "--json"])]
+    lines = [l.split() for l in open(timings) if l.startswith("slicing ")] if os.path.exists(timings) else []
+    check(all(p.returncode == 0 for p in runs) and "2 ranks taking turns on 1 cores" in runs[0].stderr and
+          len(lines) == 1 and lines[0][1] == "2" and float(lines[0][2]) >= 0,
+          "time slicing: measured on one core and saved with the timings (%s)" %
+          (" ".join(lines[0][1:]) if lines else runs[0].stderr.strip()[-300:]))
+    header = "time slicing %.3f (from %s)" % (float(lines[0][2]), timings) if lines else "?"
+    check(runs[1].returncode == 0 and "taking turns" not in runs[1].stderr and header in runs[1].stdout,
+          "time slicing: read back from the calibration file, not measured again ('%s' in the table's header)" % header)
+    steps = {}
+    for value in ("0", "0.5"):
+        p = subprocess.run(cmd + ["--time-slicing", value], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+        steps[value] = {k: r for k, r in keyed(json.loads(p.stdout or "[]")).items() if k[0] == 2 and k[7] < 3}
+        if p.returncode != 0:
+            steps[value] = {}
+    ratios = [steps["0.5"][k]["pipeline_ms"] / steps["0"][k]["pipeline_ms"] for k in steps["0"] if k in steps["0.5"]]
+    check(len(ratios) > 0 and all(abs(x - 1.5) < 1e-3 for x in ratios),
+          "--time-slicing 0.5: the passes of %d dp 2 rows on one core take %.4f-%.4fx as long as with 0" %
+          (len(ratios), min(ratios or [0]), max(ratios or [0])))
 
 
 def runtime_file(rows):
@@ -426,6 +458,7 @@ def bad_inputs():
         (["--config", TINY, "--world", "2", "--frobnicate"], "unknown argument"),
         (["--config", TINY, "--world", "2", "--memory-limit-mb", "x"], "--memory-limit-mb"),
         (["--config", TINY, "--world", "2", "--top", "-1"], "--top"),
+        (["--config", TINY, "--world", "2", "--time-slicing", "-0.1"], "--time-slicing"),
     ]
     for args, needle in cases:
         p = subprocess.run([PLANNER] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
@@ -448,6 +481,7 @@ zero3_gather_traffic(tiny2)
 comm_thread_cpu(tiny2)
 runtime_file(tiny2)
 waits_per_thread()
+time_slicing()
 fit_from_results()
 llama_step_model()
 bad_inputs()

@@ -1,0 +1,33 @@
+// What taking turns on the cores costs beyond each thread's share. When a layout's ranks outnumber the cores, the
+// kernel gives each runnable thread its turn, and every turn begins with caches that the others have refilled. How
+// much that costs depends on the machine (its caches, a hypervisor's scheduling) and it is the planner's largest
+// error on two cores (docs/planner.md, "Taking turns on the cores"), so it is measured, not fitted: several
+// processes run the same passes at once, as mpiexec starts a layout's ranks, against one of them alone.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/calibration.h"
+
+namespace mt::plan {
+
+struct TimeSharing {
+  double alone_us = 0;   // one forward and backward pass with the process alone (the mean of a run before and after)
+  double shared_us = 0;  // the same while `copies` processes run them at once (their mean)
+  double share = 1;      // the share of the cores each copy's threads get: cores / (copies x threads), at most 1
+  // shared_rate's term (timeline.h): the extra time per unit of work for each thread beyond one per core,
+  // (shared_us / (alone_us / share) - 1) / (1 / share - 1), and 0 where taking turns cost nothing or the threads
+  // fit the cores.
+  double slicing = 0;
+};
+
+// The probe's child process: builds the stage, runs one forward and backward pass, prints "ready", waits for a line
+// on stdin, then runs passes for `seconds` and prints "<passes> <us>": the forward and backward passes completed
+// and the time they took. Returns its exit status.
+int time_sharing_child(const ModelConfig& model, const StageShape& shape, int threads, double seconds);
+
+// Starts `command` (argv of a program that runs time_sharing_child) alone, then `copies` times at once, then alone
+// again, each released at the same moment once all are ready. Throws std::runtime_error when a child fails.
+TimeSharing measure_time_sharing(const std::vector<std::string>& command, int copies, int threads, double cores);
+
+}  // namespace mt::plan
