@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     probe.B = a.time_sharing_child > 0 ? a.time_sharing_child : per_rank;
     probe.dtype = base.precision.compute;
     probe.inflight = 2;
-    if (a.time_sharing_child > 0) return mt::plan::time_sharing_child(base.model, probe, o.step.threads, 0.4);
+    if (a.time_sharing_child > 0) return mt::plan::time_sharing_child(base.model, probe, o.step.threads, 0.25);
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "planner: %d ranks taking turns on %g cores: a forward and backward pass "
                                "(micro-batch %d) took %.1f ms alone and %.1f ms with all at once, %.2fx the cores' "
                                "share: time slicing %.3f\n", a.world, o.step.cores, probe.B, ts.alone_us / 1000,
-                       ts.shared_us / 1000, ts.shared_us * ts.share / ts.alone_us, ts.slicing);
+                       ts.shared_us / 1000, ts.ratio, ts.slicing);
         } else {
           slicing_source = "the probe failed";
         }

@@ -22,7 +22,11 @@ three and five samples).
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
-and is repeated after a pause while that exceeds --max-other cores; the column 'other' shows it. Stdlib only.
+and is repeated after a pause while that exceeds --max-other cores; the column 'other' shows it. A machine can
+also change speed by itself (a VM whose host is busy): one rank alone trains a few steps beside the calibration
+and again before each layout, and the column 'speed' is that rank's step time then against beside the
+calibration. Layouts measured at a speed more than --max-drift away are marked, and the errors are given over the
+others too: there the planner's calibration no longer describes the machine. Stdlib only.
 """
 import argparse
 import json
@@ -106,6 +110,21 @@ def run_once(args, cmd, run_dir):
     return [s for s in steps if s["step"] > args.warmup], mem, other
 
 
+def speed_probe(args, sets):
+    """One rank of one thread alone, 12 steps at micro-batch 2 (no network): its median step_ms after 2 steps. The
+    same beside the calibration, divided by this, is how fast the machine runs now against then."""
+    run_dir = os.path.join(args.out, "speed")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [os.path.join(args.build, "trainer"), "--config", args.config] + sets_args(sets + [
+        "parallel.dp=1", "parallel.cp=1", "parallel.tp=1", "parallel.pp=1", "train.threads=1", "train.micro_batch=2",
+        "train.global_batch=2", "train.steps=12", "run.dir=%s" % run_dir, "run.resume=none", "run.log_every=1000"])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit("speed probe failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stdout[-3000:]))
+    steps = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
+    return statistics.median(s["step_ms"] for s in steps if s["step"] > 2)
+
+
 def run_trainer(args, sets, row, run_dir):
     cmd = [args.mpiexec, "-n", str(args.world), os.path.join(args.build, "trainer"), "--config", args.config]
     cmd += sets_args(sets + layout_sets(row) + ["train.steps=%d" % args.steps, "run.dir=%s" % run_dir,
@@ -151,6 +170,9 @@ def main():
     ap.add_argument("--max-other", type=float, default=0.15,
                     help="cores other processes may use during a run before it is repeated (default 0.15)")
     ap.add_argument("--retries", type=int, default=3, help="repeats of a disturbed run (default 3)")
+    ap.add_argument("--max-drift", type=float, default=0.15,
+                    help="mark layouts measured while one rank alone ran this much faster or slower than beside the "
+                         "calibration (default 0.15)")
     ap.add_argument("--pause", type=float, default=20, help="seconds to wait before repeating a disturbed run")
     ap.add_argument("--runtime", default="", help="the planner's runtime constants from a --fit (build/planner "
                     "--runtime)")
@@ -170,7 +192,10 @@ def main():
 
     sets = ["comm.emulate.latency_us=%g" % args.latency_us, "comm.emulate.bandwidth_gbps=%g" % args.bandwidth_gbps,
             "train.eval_every=0"] + args.set
+    speed_before = None if args.from_results else speed_probe(args, sets)
     rows, planner_s = run_planner(args, sets)
+    # The machine's speed beside the calibration: the probe before and after the planner timed the passes.
+    speed_ms = None if args.from_results else (speed_before + speed_probe(args, sets)) / 2
     chosen = rows[:args.best]
     # The sample is drawn from the other layouts in a fixed order (not the predicted one, which moves with the
     # calibration's noise), so a seed picks the same layouts from run to run unless they are among the best.
@@ -182,9 +207,9 @@ def main():
           (len(rows), os.path.relpath(args.config, ROOT), args.world, planner_s, len(chosen), min(args.best, len(rows)),
            len(chosen) - min(args.best, len(rows)), args.seed, args.repeats, args.steps, args.warmup + 1, args.steps,
            args.latency_us, args.bandwidth_gbps), flush=True)
-    hdr = "%-4s %-28s %9s %9s %7s %10s %10s %7s %6s   %s" % ("rank", "layout", "pred_ms", "meas_ms", "err",
-                                                            "pred_MiB", "meas_MiB", "err", "other",
-                                                            "compute/exposed/bubble ms: measured (predicted)")
+    hdr = "%-4s %-28s %9s %9s %7s %10s %10s %7s %6s %6s   %s" % ("rank", "layout", "pred_ms", "meas_ms", "err",
+                                                                "pred_MiB", "meas_MiB", "err", "other", "speed",
+                                                                "compute/exposed/bubble ms: measured (predicted)")
     print(hdr)
     results = []
     saved = os.path.join(args.out, "results.json")
@@ -197,13 +222,18 @@ def main():
             chosen.append(by_key[KEY(old)])
             measured.append(m)
     for i, row in enumerate(chosen):
-        m = measured[i] if args.from_results else run_trainer(args, sets, row, os.path.join(args.out, "run"))
+        if args.from_results:
+            m = measured[i]
+        else:
+            speed = speed_ms / speed_probe(args, sets)  # 0.8: the machine at 80% of its speed beside the calibration
+            m = dict(run_trainer(args, sets, row, os.path.join(args.out, "run")), speed=speed)
         et = (row["step_ms"] - m["step_ms"]) / m["step_ms"]
         em = (row["memory_bytes"] - m["memory_bytes"]) / m["memory_bytes"]
         results.append((row, m, et, em))
-        print("%-4d %-28s %9.2f %9.2f %+6.1f%% %10.2f %10.2f %+6.1f%% %6.2f   %.1f/%.1f/%.1f (%.1f/%.1f/%.1f)" %
+        print("%-4d %-28s %9.2f %9.2f %+6.1f%% %10.2f %10.2f %+6.1f%% %6.2f %6s   %.1f/%.1f/%.1f (%.1f/%.1f/%.1f)" %
               (row["rank"], describe(row), row["step_ms"], m["step_ms"], 100 * et, row["memory_bytes"] / 2**20,
-               m["memory_bytes"] / 2**20, 100 * em, m["other"], m["compute_ms"], m["exposed_comm_ms"],
+               m["memory_bytes"] / 2**20, 100 * em, m["other"],
+               "%.2f" % m["speed"] if "speed" in m else "-", m["compute_ms"], m["exposed_comm_ms"],
                m["bubble_ms"], row["compute_ms"], row["exposed_comm_ms"], row["bubble_ms"]), flush=True)
     if not args.from_results:
         with open(saved, "w") as f:
@@ -220,6 +250,14 @@ def main():
     fastest = min(results, key=lambda r: r[1]["step_ms"])
     print("fastest measured: %s (planner rank %d; target: 3 or better: %s)" %
           (describe(fastest[0]), fastest[0]["rank"], "met" if fastest[0]["rank"] <= 3 else "MISSED"))
+    drifted = [r for r in results if abs(r[1].get("speed", 1) - 1) > args.max_drift]
+    if drifted:
+        steady = [abs(r[2]) for r in results if r not in drifted]
+        print("WARNING: %d layout(s) ran while the machine was more than %.0f%% faster or slower than beside the "
+              "calibration (speed %s)%s" % (
+                  len(drifted), 100 * args.max_drift, ", ".join("%.2f" % r[1]["speed"] for r in drifted),
+                  "; over the other %d: mean %.1f%%, max %.1f%%" % (len(steady), 100 * statistics.mean(steady),
+                                                                     100 * max(steady)) if steady else ""))
     disturbed = [r for r in results if r[1]["other"] > args.max_other]
     if disturbed:
         print("WARNING: %d run(s) shared the machine with other processes (> %.2f cores) even after %d retries; "

@@ -22,6 +22,13 @@ namespace mt::plan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kRounds = 5;  // shared rounds, each between two rounds alone
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 struct Child {
   pid_t pid = -1;
@@ -129,16 +136,25 @@ TimeSharing measure_time_sharing(const std::vector<std::string>& command, int co
   t.share = std::min(1.0, std::max(cores, double(threads)) / (double(copies) * threads));
   // A child that dies must not take the planner with it when it is told to start.
   void (*old)(int) = std::signal(SIGPIPE, SIG_IGN);
+  // The machine's own speed can change from one second to the next (a VM's host), so the shared rounds alternate
+  // with rounds alone, each shared one is compared with the two beside it, and the median of those ratios counts.
+  std::vector<double> alone, shared, ratio;
   try {
-    const double before = round_us(command, 1);
-    t.shared_us = round_us(command, copies);
-    t.alone_us = (before + round_us(command, 1)) / 2;
+    alone.push_back(round_us(command, 1));
+    for (int i = 0; i < kRounds; ++i) {
+      shared.push_back(round_us(command, copies));
+      alone.push_back(round_us(command, 1));
+      ratio.push_back(shared.back() / ((alone[i] + alone[i + 1]) / 2));
+    }
   } catch (...) {
     std::signal(SIGPIPE, old);
     throw;
   }
   std::signal(SIGPIPE, old);
-  if (t.share < 1) t.slicing = std::max(0.0, (t.shared_us * t.share / t.alone_us - 1) / (1 / t.share - 1));
+  t.alone_us = median(alone);
+  t.shared_us = median(shared);
+  t.ratio = median(ratio) * t.share;
+  if (t.share < 1) t.slicing = std::max(0.0, (t.ratio - 1) / (1 / t.share - 1));
   return t;
 }
 

@@ -12,12 +12,13 @@
 namespace mt::plan {
 
 struct TimeSharing {
-  double alone_us = 0;   // one forward and backward pass with the process alone (the mean of a run before and after)
-  double shared_us = 0;  // the same while `copies` processes run them at once (their mean)
+  double alone_us = 0;   // one forward and backward pass with the process alone (the median of its rounds)
+  double shared_us = 0;  // the same while `copies` processes run them at once (the median of its rounds' means)
   double share = 1;      // the share of the cores each copy's threads get: cores / (copies x threads), at most 1
+  double ratio = 1;      // shared time x share / alone time: the median over the shared rounds, each against the
+                         // rounds alone before and after it
   // shared_rate's term (timeline.h): the extra time per unit of work for each thread beyond one per core,
-  // (shared_us / (alone_us / share) - 1) / (1 / share - 1), and 0 where taking turns cost nothing or the threads
-  // fit the cores.
+  // (ratio - 1) / (1 / share - 1), and 0 where taking turns cost nothing or the threads fit the cores.
   double slicing = 0;
 };
 
@@ -27,7 +28,8 @@ struct TimeSharing {
 int time_sharing_child(const ModelConfig& model, const StageShape& shape, int threads, double seconds);
 
 // Starts `command` (argv of a program that runs time_sharing_child) alone, then `copies` times at once, then alone
-// again, each released at the same moment once all are ready. Throws std::runtime_error when a child fails.
+// again, five times over (11 rounds), each round's children released at the same moment once all are ready.
+// Throws std::runtime_error when a child fails.
 TimeSharing measure_time_sharing(const std::vector<std::string>& command, int copies, int threads, double cores);
 
 }  // namespace mt::plan
