@@ -52,6 +52,9 @@ const char* kUsage =
     "  --memory-only        skip the time model (no timing runs); layouts in enumeration order\n"
     "  --reps N             timed repetitions per measured shape, at least (the median counts;\n"
     "                       default 5)\n"
+    "  --rounds N           time every shape this many times, in rounds over all shapes, and count each pass's\n"
+    "                       median over them (default 3): on a machine whose speed changes over seconds, one\n"
+    "                       round makes the shapes timed in a slow moment look slow\n"
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
@@ -87,7 +90,7 @@ struct Args {
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::optional<double> time_slicing;
   std::string calibration;
-  int top = 20, reps = 5;
+  int top = 20, reps = 5, rounds = 3;
   int time_sharing_child = 0;  // > 0: run as the time-sharing probe's child at this micro-batch (time_sharing.h)
 };
 
@@ -138,6 +141,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--memory-limit-mb") a.memory_limit_mb = parse_double("--memory-limit-mb", next());
     else if (f == "--top") a.top = int(parse_int("--top", next(), 0));
     else if (f == "--reps") a.reps = int(parse_int("--reps", next(), 1));
+    else if (f == "--rounds") a.rounds = int(parse_int("--rounds", next(), 1));
     else if (f == "--overhead-us") a.net.op_overhead_us = parse_double("--overhead-us", next());
     else if (f == "--p2p-latency-us") a.p2p_latency_us = parse_double("--p2p-latency-us", next());
     else if (f == "--poll-share") a.poll_share = parse_double("--poll-share", next());
@@ -275,7 +279,12 @@ int main(int argc, char** argv) {
                              "parameter average every %d steps is not in the step time\n",
                      base.optim.sync_every, base.optim.sync_every);
     }
-    const std::vector<mt::plan::PlanRow> rows = mt::plan::plan_layouts(base, o, cal);
+    std::vector<mt::plan::PlanRow> rows = mt::plan::plan_layouts(base, o, cal);
+    // The shapes timed above again, in rounds over all of them; then the plan with their medians.
+    if (o.time && cal.measurements() > 0 && a.rounds > 1) {
+      for (int r = 1; r < a.rounds; ++r) cal.retime();
+      rows = mt::plan::plan_layouts(base, o, cal);
+    }
     if (cal.measurements() > 0 && co.progress) std::fputc('\n', stderr);  // ends the progress line
     if (!a.calibration.empty() && o.time) cal.save(a.calibration);
     const mt::plan::RunContext run{a.config, a.world, a.sets};
@@ -297,9 +306,10 @@ int main(int argc, char** argv) {
                                     o.step.threads == 1 ? "" : "s", o.step.cores, network)
                             .c_str());
       if (o.time)
-        std::printf("%s", fmt::format("compute timed in {:.1f} s ({} measurements{}); step_ms is predicted, "
+        std::printf("%s", fmt::format("compute timed in {:.1f} s ({} measurements{}{}); step_ms is predicted, "
                                       "memory_mb the largest rank's peak tensor memory\n",
                                       cal.seconds(), cal.measurements(),
+                                      cal.measurements() > 0 ? fmt::format(" in {} rounds", a.rounds) : "",
                                       loaded ? fmt::format(", {} more from {}", loaded, a.calibration) : "")
                               .c_str());
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);

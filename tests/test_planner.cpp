@@ -252,6 +252,20 @@ TEST_CASE("tp traffic: the calibration's count of the passes' collectives, extra
     const TpTraffic& back = loaded.traffic(s);
     CHECK((back.fwd == t.fwd && back.bwd == t.bwd && back.bwd_input == t.bwd_input && back.bwd_weight == t.bwd_weight));
     CHECK(loaded.measurements() == 0);  // nothing measured again
+    // Another round times the shapes measured here (the timed 2 blocks and the middle stage), not loaded ones, and
+    // keeps the traffic; a slicing measured for 4 ranks is saved and read back.
+    CHECK(loaded.retime() == 0);
+    CHECK(cal.retime() == 2);
+    CHECK(cal.measurements() == 4);
+    const TpTraffic& again = cal.traffic(s);
+    CHECK((again.fwd == t.fwd && again.bwd == t.bwd && again.bwd_weight == t.bwd_weight));
+    CHECK(cal.stage(s).fwd > 0);
+    cal.set_slicing(4, 0.125);
+    cal.save(file);
+    Calibration reloaded(m, opts);
+    reloaded.load(file);
+    CHECK(reloaded.slicing(4) == Approx(0.125));
+    CHECK(reloaded.slicing(8) == -1);
   }
 }
 

@@ -36,7 +36,8 @@ double us_since(Clock::time_point t0) { return std::chrono::duration<double, std
 double typical(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[(v.size() - 1) / 2];
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
@@ -57,6 +58,7 @@ PassTimes Calibration::stage(const StageShape& s) {
     ++measurements_;
     if (opts_.progress)
       std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
+    rounds_[s].push_back(t);
     return stages_[s] = t;
   }
   // More blocks than are timed: K blocks with the stage's ends, plus the rest at a middle stage's time per block.
@@ -67,6 +69,27 @@ PassTimes Calibration::stage(const StageShape& s) {
   const double extra = double(s.blocks - K) / K;
   return {a.fwd + extra * b.fwd, a.bwd + extra * b.bwd, a.bwd_input + extra * b.bwd_input,
           a.bwd_weight + extra * b.bwd_weight};
+}
+
+int Calibration::retime() {
+  // The shapes in key order, not in the order the layouts asked for them.
+  for (auto& [s, rounds] : rounds_) {
+    const auto t0 = Clock::now();
+    TpTraffic unused;
+    rounds.push_back(measure(s, unused));
+    seconds_ += us_since(t0) * 1e-6;
+    ++measurements_;
+    if (opts_.progress)
+      std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
+    auto median_of = [&](double PassTimes::*pass) {
+      std::vector<double> v;
+      for (const PassTimes& t : rounds) v.push_back(t.*pass);
+      return typical(v);
+    };
+    stages_[s] = {median_of(&PassTimes::fwd), median_of(&PassTimes::bwd), median_of(&PassTimes::bwd_input),
+                  median_of(&PassTimes::bwd_weight)};
+  }
+  return int(rounds_.size());
 }
 
 const TpTraffic& Calibration::traffic(const StageShape& s) {

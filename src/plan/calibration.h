@@ -64,6 +64,10 @@ class Calibration {
 
   // The stage's pass times (measured once per shape, then cached).
   PassTimes stage(const StageShape& s);
+  // Times every shape measured so far (not those loaded from a file) once more, in another order, and keeps for
+  // each pass the median of its rounds: a machine whose speed changes over seconds (a VM) then no longer makes one
+  // shape look fast and another slow by the moment each was timed. Returns the shapes timed.
+  int retime();
   // The tensor-parallel collectives its passes asked for while they were timed (a stage of more blocks than are
   // timed: the timed stage's, plus a middle stage's per block for the rest).
   const TpTraffic& traffic(const StageShape& s);
@@ -94,6 +98,7 @@ class Calibration {
   ModelConfig model_;
   CalibrationOptions opts_;
   std::map<StageShape, PassTimes> stages_;
+  std::map<StageShape, std::vector<PassTimes>> rounds_;  // each round's times of the shapes measured here
   std::map<StageShape, TpTraffic> traffic_;
   std::map<std::pair<int64_t, int>, double> optim_;
   std::map<int64_t, double> zeroing_;
