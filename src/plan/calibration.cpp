@@ -11,11 +11,9 @@
 #include <sstream>
 #include <vector>
 
-#include "core/arena.h"
 #include "core/errors.h"
 #include "core/threads.h"
 #include "kernels/cpu/matmul_backend.h"
-#include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "plan/null_communicator.h"
 #include "plan/stage_passes.h"
