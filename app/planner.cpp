@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
         }
         if (ts.slicing >= 0) {
           cal.set_slicing(a.world, ts.slicing);
-          o.step.slicing = ts.slicing;
+          o.step.slicing = cal.slicing(a.world);  // as the file keeps it
           slicing_source = "measured";
           std::fprintf(stderr, "planner: %d ranks taking turns on %g cores: a forward and backward pass "
                                "(micro-batch %d) took %.1f ms alone and %.1f ms with all at once, %.2fx the cores' "

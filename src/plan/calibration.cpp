@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -38,6 +39,11 @@ double typical(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// A time as the calibration file keeps it (3 decimals of a us): a plan made from the file then equals, to the
+// bit, the plan that wrote it.
+double kept(double us) { return std::round(us * 1000) / 1000; }
+PassTimes kept(const PassTimes& t) { return {kept(t.fwd), kept(t.bwd), kept(t.bwd_input), kept(t.bwd_weight)}; }
+
 }  // namespace
 
 Calibration::Calibration(const ModelConfig& model, const CalibrationOptions& opts) : model_(model), opts_(opts) {
@@ -51,7 +57,7 @@ PassTimes Calibration::stage(const StageShape& s) {
     auto it = stages_.find(s);
     if (it != stages_.end()) return it->second;
     const auto t0 = Clock::now();
-    const PassTimes t = measure(s, traffic_[s]);
+    const PassTimes t = kept(measure(s, traffic_[s]));
     seconds_ += us_since(t0) * 1e-6;
     ++measurements_;
     if (opts_.progress)
@@ -74,7 +80,7 @@ int Calibration::retime() {
   for (auto& [s, rounds] : rounds_) {
     const auto t0 = Clock::now();
     TpTraffic unused;
-    rounds.push_back(measure(s, unused));
+    rounds.push_back(kept(measure(s, unused)));
     seconds_ += us_since(t0) * 1e-6;
     ++measurements_;
     if (opts_.progress)
@@ -203,7 +209,7 @@ double Calibration::optimizer_us(int64_t numel, DType compute) {
   ++measurements_;
   if (opts_.verbose) std::fprintf(stderr, "calibration: optimizer over %lld elements (%s): %.0f us\n",
                                   static_cast<long long>(numel), dtype_name(compute), us);
-  return optim_[key] = us;
+  return optim_[key] = kept(us);
 }
 
 double Calibration::zero_grads_us(int64_t numel) {
@@ -222,8 +228,10 @@ double Calibration::zero_grads_us(int64_t numel) {
   }
   const double us = typical(t);
   seconds_ += us_since(start) * 1e-6;
-  return zeroing_[numel] = us;
+  return zeroing_[numel] = kept(us);
 }
+
+void Calibration::set_slicing(int copies, double slicing) { slicing_[copies] = std::round(slicing * 1e4) / 1e4; }
 
 double Calibration::slicing(int copies) const {
   auto it = slicing_.find(copies);

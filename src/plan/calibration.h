@@ -79,7 +79,7 @@ class Calibration {
   // What taking turns on the cores costs when `copies` ranks share them (plan/time_sharing.h: TimeSharing::slicing),
   // as measured by the caller and kept here with the timings; -1 when not measured yet.
   double slicing(int copies) const;
-  void set_slicing(int copies, double slicing) { slicing_[copies] = slicing; }
+  void set_slicing(int copies, double slicing);  // kept to 4 decimals, as the file keeps it
 
   // A calibration file: the measurements as text lines, headed by what they depend on (the model's widths, the
   // threads, the timed-blocks limit). load() takes a file's measurements when its header matches and returns
