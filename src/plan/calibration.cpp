@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,26 +17,20 @@
 #include "optim/optimizer.h"
 #include "plan/null_communicator.h"
 #include "plan/stage_passes.h"
+#include "plan/timing.h"
 #include "train/model_config.h"
 
 namespace mt::plan {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr double kMinSeconds = 0.25;  // per measured shape, when its passes are short
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 // The median of the repetitions: a run's step is a sum of passes and runs at their typical speed, slow moments
 // included (the lower quartile, used before, lay 5% below the median on a 2-core VM whose speed varies, and the
 // trainer's passes near the median), while a burst of outside load over less than half of the repetitions
 // leaves it untouched.
-double typical(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+double typical(std::vector<double> v) { return median(std::move(v)); }
 
 // A time as the calibration file keeps it (3 decimals of a us): a plan made from the file then equals, to the
 // bit, the plan that wrote it.

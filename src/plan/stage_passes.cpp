@@ -2,26 +2,23 @@
 #include "plan/stage_passes.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "plan/timing.h"
 #include "train/model_config.h"
 
 namespace mt::plan {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
 // A stage of s.blocks blocks with or without the ends; n_layer only sets names and the init scale.
-GPTConfig stage_config(const ModelConfig& model, const StageShape& s) {
+GPTConfig stage_gpt_config(const ModelConfig& model, const StageShape& s) {
   GPTConfig g = gpt_config(model);
   g.recompute = s.recompute;
   g.n_layer = (s.first ? 0 : 1) + s.blocks + (s.last ? 0 : 1);
   return g;
 }
 
-ModelPart stage_part(const StageShape& s) {
+ModelPart stage_model_part(const StageShape& s) {
   ModelPart part;
   part.sharding = {s.tp, 0, s.sp};
   part.blocks.begin = s.first ? 0 : 1;
@@ -45,7 +42,7 @@ void fill_values(const Tensor& t, double scale, uint32_t salt) {
 }
 
 StagePasses::StagePasses(const ModelConfig& model, const StageShape& s)
-    : tp(s.tp, 0), ring(s.cp, 0), s_(s), model_(stage_config(model, s), stage_part(s), s.dtype),
+    : tp(s.tp, 0), ring(s.cp, 0), s_(s), model_(stage_gpt_config(model, s), stage_model_part(s), s.dtype),
       scratch_(Device::CPU, size_t(16) << 20), loss_sum_(Tensor::zeros({1}, DType::F32)) {
   model_.init(1234, model.init_std > 0 ? model.init_std : 0.02);
   if (s.tp > 1) model_.set_tp_comm(&tp);

@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <stdexcept>
 
 #include "core/threads.h"
 #include "plan/stage_passes.h"
+#include "plan/timing.h"
 
 extern char** environ;
 
@@ -21,14 +21,7 @@ namespace mt::plan {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int kRounds = 5;  // shared rounds, each between two rounds alone
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 struct Child {
   pid_t pid = -1;
@@ -124,7 +117,7 @@ int time_sharing_child(const ModelConfig& model, const StageShape& shape, int th
     passes.forward(int(n + 1));
     passes.backward(int(n + 1) - (passes.inflight() - 1));
     ++n;
-    us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    us = us_since(start);
   }
   std::printf("%lld %.1f\n", n, us);
   std::fflush(stdout);
