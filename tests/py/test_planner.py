@@ -374,6 +374,7 @@ def time_slicing():
         if p.returncode != 0:
             steps[value] = {}
     ratios = [steps["0.5"][k]["pipeline_ms"] / steps["0"][k]["pipeline_ms"] for k in steps["0"] if k in steps["0.5"]]
+    # 1e-3: the JSON's pipeline_ms has 4 decimals, so a ratio of two of them is exact only to about 1e-4.
     check(len(ratios) > 0 and all(abs(x - 1.5) < 1e-3 for x in ratios),
           "--time-slicing 0.5: the passes of %d dp 2 rows on one core take %.4f-%.4fx as long as with 0" %
           (len(ratios), min(ratios or [0]), max(ratios or [0])))
