@@ -47,21 +47,22 @@ Config tiny() {
 
 TEST_CASE("enumeration: the count of layouts equals a hand count", "[planner]") {
   const Config c = tiny();  // n_layer 2, n_head 2, d_model 32, global_batch 4
-  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2) x zero 0, 1, 2, 3.
-  CHECK(enumerate_layouts(c, 1).size() == 3 * 3 * 4);
-  // Below, each count is per zero stage (x 4).
-  // world 2: dp2 (mb 1, 2: 2 x 3 = 6), tp2 (mb 1, 2, 4: 9), pp2 (1f1b, gpipe, zb1 at mb 1, 2, 4: 9, plus
-  // interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 2; v2 needs 4 stages of 2 blocks: none), cp2
-  // (seq_len 16 in 4 chunks; mb 1, 2, 4: 9) = 35.
-  CHECK(enumerate_layouts(c, 2).size() == 4 * (6 + 9 + 9 + 2 + 9));
-  // world 4: dp4 (mb 1: 3), dp2 x tp2 (mb 1, 2: 6), dp2 x pp2 (mb 1, 2: 6, interleaved v1 at mb 1: 1),
-  // tp2 x pp2 (mb 1, 2, 4: 9, interleaved v1 at mb 1, 2: 2); tp4 (n_head 2) and pp4 (2 blocks) are invalid.
-  // With cp: dp2 x cp2 (as dp2 x tp2: 6), cp2 x tp2 (9), cp2 x pp2 (as tp2 x pp2: 11), cp4 (8 chunks of 2 tokens: 9).
-  CHECK(enumerate_layouts(c, 4).size() == 4 * (3 + 6 + 7 + 11 + 6 + 9 + 11 + 9));
+  // world 1: micro_batch 1, 2, 4 x schedules 1f1b, gpipe, zb1 (interleaved needs pp >= 2), zero 0 only: with one
+  // dp x cp replica ZeRO shards nothing.
+  CHECK(enumerate_layouts(c, 1).size() == 3 * 3);
+  // Below, each mesh with dp x cp > 1 counts zero 0 to 3 (x 4), every other zero 0 alone.
+  // world 2: dp2 (mb 1, 2: 2 x 3 = 6), cp2 (seq_len 16 in 4 chunks; mb 1, 2, 4: 9); tp2 (mb 1, 2, 4: 9), pp2 (1f1b,
+  // gpipe, zb1 at mb 1, 2, 4: 9, plus interleaved v1 where m = 4/mb is a multiple of 2, mb 1, 2: 2; v2 needs 4 stages
+  // of 2 blocks: none).
+  CHECK(enumerate_layouts(c, 2).size() == 4 * (6 + 9) + (9 + 9 + 2));
+  // world 4: dp4 (mb 1: 3), dp2 x tp2 (mb 1, 2: 6), dp2 x pp2 (mb 1, 2: 6, interleaved v1 at mb 1: 1), with cp:
+  // dp2 x cp2 (as dp2 x tp2: 6), cp2 x tp2 (9), cp2 x pp2 (as tp2 x pp2: 11), cp4 (8 chunks of 2 tokens: 9); and
+  // tp2 x pp2 (mb 1, 2, 4: 9, interleaved v1 at mb 1, 2: 2). tp4 (n_head 2) and pp4 (2 blocks) are invalid.
+  CHECK(enumerate_layouts(c, 4).size() == 4 * (3 + 6 + 7 + 6 + 9 + 11 + 9) + 11);
   // optim.zero_reduce=step is ZeRO-2's alone: the trainer refuses it with ZeRO-3, so the planner lists no ZeRO-3.
   Config step = c;
   step.optim.zero_reduce = ZeroReduce::Step;
-  CHECK(enumerate_layouts(step, 2).size() == 3 * (6 + 9 + 9 + 2 + 9));
+  CHECK(enumerate_layouts(step, 2).size() == 3 * (6 + 9) + (9 + 9 + 2));
   // seq_len 12 cuts into 4 chunks but not 8: cp2 is listed on 4 ranks, cp4 is not.
   Config twelve = c;
   twelve.model.seq_len = 12;
@@ -84,9 +85,10 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
     const std::set<Layout> got(listed.begin(), listed.end());
     CHECK(got.size() == listed.size());  // no duplicates
     CHECK(std::is_sorted(listed.begin(), listed.end()));
-    // A superset of candidates: every size up to world whose product is world (validate requires it), every schedule, v up to n_layer + 1, every micro-batch
-    // up to global_batch + 1, and ZeRO 0 to 3. A ZeRO stage only adds refusals (compression, local SGD,
-    // staleness, comm.adapt: none set here), so the stages above 0 are tried where ZeRO 0 validates.
+    // A superset of candidates: every size up to world whose product is world (validate requires it), every
+    // schedule, v up to n_layer + 1, every micro-batch up to global_batch + 1, and ZeRO 0 to 3 (0 alone without
+    // dp x cp replicas to shard over). A ZeRO stage only adds refusals (compression, local SGD, staleness,
+    // comm.adapt: none set here), so the stages above 0 are tried where ZeRO 0 validates.
     std::set<Layout> want;
     auto valid = [&](const Layout& l) {
       try {
@@ -106,7 +108,7 @@ TEST_CASE("enumeration: every listed layout validates and none is missing", "[pl
               for (int mb = 1; mb <= c.train.global_batch + 1; ++mb) {
                 Layout l{dp, tp, pp, s, v, mb, 0, cp};
                 if (!valid(l)) continue;
-                for (l.zero = 0; l.zero <= 3; ++l.zero)
+                for (l.zero = 0; l.zero <= (dp * cp > 1 ? 3 : 0); ++l.zero)
                   if (valid(l)) want.insert(l);
               }
     INFO("world " << world);

@@ -66,7 +66,10 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
       for (int v = 1; v <= vmax; ++v)
         for (int mb = 1; mb <= gb; ++mb) {
           if (gb % mb || (gb / mb) % dp) continue;  // global_batch / (dp * mb) whole
-          for (int zero = 0; zero <= 3; ++zero) {
+          // ZeRO shards over the dp x cp replicas: with one replica a stage above 0 shards nothing, yet its
+          // gathers and reduce-scatters still run (measured up to 1.35x zero 0's step), so it is never a candidate.
+          const int zero_max = dp * cp > 1 ? 3 : 0;
+          for (int zero = 0; zero <= zero_max; ++zero) {
             Layout l{dp, tp, pp, sched, v, mb, zero, cp};
             if (layout_valid(base, l, world)) out.push_back(l);
           }

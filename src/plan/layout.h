@@ -32,10 +32,10 @@ Config apply_layout(const Config& base, const Layout& l);
 bool layout_valid(const Config& base, const Layout& l, int world, std::string* why = nullptr);
 
 // Every valid layout for `world` ranks, in Layout's order: dp*cp*tp*pp = world (cp from 1 while seq_len divides by
-// 2 cp, as the ring's zigzag split needs), each schedule, virtual_stages
-// 1..n_layer for interleaved (1 otherwise), micro_batch over the divisors of global_batch / dp, zero 0 to 3;
-// kept when layout_valid. Throws InputError when world < 1. parallel.reshard_after_forward (ZeRO-3) is not a
-// layout key: it comes from the config, as every other key does.
+// 2 cp, as the ring's zigzag split needs), each schedule, virtual_stages 1..n_layer for interleaved (1 otherwise),
+// micro_batch over the divisors of global_batch / dp, and zero 0 to 3 where dp x cp > 1 (ZeRO shards over those
+// replicas; with one, zero 0 only); kept when layout_valid. Throws InputError when world < 1.
+// parallel.reshard_after_forward (ZeRO-3) is not a layout key: it comes from the config, as every other key does.
 std::vector<Layout> enumerate_layouts(const Config& base, int world);
 
 // The --set overrides that turn `base` into the layout: each layout key whose value differs from base's

@@ -133,8 +133,8 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(optim.beta1, "AdamW beta1"),
       MT_KEY(optim.beta2, "AdamW beta2"),
       MT_KEY(optim.eps, "AdamW epsilon"),
-      MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over dp, 2 = gradients sharded too, 3 = "
-                         "parameters sharded too (each block gathered before its passes)"),
+      MT_KEY(optim.zero, "ZeRO stage: 0 = off, 1 = optimizer state sharded over the dp x cp replicas, 2 = "
+                         "gradients sharded too, 3 = parameters sharded too (each block gathered before its passes)"),
       MT_KEY(optim.zero_reduce, "ZeRO-2 under gradient accumulation: micro_batch (reduce-scatter after every "
                                 "micro-batch: no whole gradient buffer) | step (once, on the last micro-batch: "
                                 "a whole gradient buffer, ZeRO-1's memory, 1/m of the traffic)"),

@@ -303,6 +303,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   if (cfg.optim.zero != 3 && cfg.parallel.reshard_after_forward != Reshard::Auto && rank0)
     spdlog::warn("parallel.reshard_after_forward={} is ignored: it applies to optim.zero=3 only",
                  name_of(cfg.parallel.reshard_after_forward));
+  if (cfg.optim.zero > 0 && mesh.replicas() == 1 && rank0)
+    spdlog::warn("optim.zero={} shards nothing here: ZeRO shards over the dp x cp replicas and this mesh has one; its "
+                 "gathers and reductions still run, so optim.zero=0 is faster", cfg.optim.zero);
   if (cfg.data.source == DataSource::Synthetic && !cfg.data.path.empty() && rank0)
     spdlog::warn("data.path={} is ignored: data.source=synthetic generates its tokens (set data.source=text or "
                  "tokens to train on the file)", cfg.data.path);
