@@ -36,14 +36,6 @@ int64_t compressed_reducer_bytes(const Config& cfg, int dp, const ParamTable& ta
   return int64_t(host_tensor_bytes() - before);
 }
 
-// The most elements of one parameter in `table`: ZeRO-3 draws a new model parameter by parameter, each into an fp32
-// tensor of its own (training_run.cpp's init_sharded).
-int64_t largest_param(const ParamTable& table) {
-  int64_t most = 0;
-  for (const ParamSpec& p : table.specs()) most = std::max(most, p.numel());
-  return most;
-}
-
 // The one-element tensors alive while a rank trains: the optimizer's four scalars, the loss sum, the ring of
 // run.stop_signals' votes (optim.staleness + 1 of them; not armed under local SGD, which writes no checkpoints:
 // trainer.cpp's arm_stop_signals) and, under local SGD on dp > 1, the two of the step's finiteness vote over dp
@@ -135,11 +127,11 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
     s.small = small_tensors(cfg, replicas) * one;
     // With 16-bit compute the full fp32 masters exist while the optimizer (and the reducers before it) is built.
     // ZeRO-3, in any dtype, holds such a whole fp32 buffer only for a loaded model (model.init_from); a new one is
-    // drawn after the optimizer exists, one parameter at a time.
+    // drawn after the optimizer exists, one parameter at a time, into that parameter's fp32 gradient buffer
+    // (training_run.cpp's init_sharded): nothing beyond the state.
     const double state_then = s.params + s.grads + s.dp_state + s.optimizer + 4 * one;
     if (zero3)
-      s.setup = state_then + double(tensor_bytes(cfg.model.init_from.empty() ? largest_param(rank_table) : n,
-                                                 DType::F32));
+      s.setup = state_then + (cfg.model.init_from.empty() ? 0.0 : double(tensor_bytes(n, DType::F32)));
     else if (mixed)
       s.setup = state_then + double(tensor_bytes(n, DType::F32));
     if (local_sgd) {

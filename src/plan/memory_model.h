@@ -24,8 +24,8 @@ struct StageMemory {
   double scratch = 0;      // the backward pass's scratch arena, and under cp an attention call's temporaries
   double small = 0;        // one-element tensors (loss, metrics, optimizer scalars)
   double setup = 0;        // the set-up moment with 16-bit compute: the full fp32 masters before the optimizer
-                           // takes its share (0 in fp32); ZeRO-3: its largest parameter drawn in fp32 once the
-                           // optimizer exists, or a loaded model's whole fp32 buffer
+                           // takes its share (0 in fp32); ZeRO-3: the state alone (a new model is drawn into the
+                           // gradients' buffers), or with a loaded model's whole fp32 buffer
   double training() const { return params + grads + optimizer + dp_state + activations + buffers + scratch + small; }
   double peak() const { return training() > setup ? training() : setup; }
 };
