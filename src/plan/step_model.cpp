@@ -228,10 +228,12 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
         for (const TpOp& op : ops)
           if (op.kind == CommKind::Send)  // its transfer may hide behind the blocks; its rendezvous does not
             ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers), pc.wall_us += x.ring_sync;
-          else  // with the cores full, the collective's copies and sums and its thread's hand-over run at the
-                // shared speed like the compute (measured below the prediction by 10-36% without it)
-            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + tp_sync,
-            pc.work_us += x.cores_full ? x.net.cpu_us(op.kind, op.bytes, tp) : 0.0;
+          else {
+            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + tp_sync;
+            // With the cores full, its copies and sums and its thread's hand-over run at the shared speed, as the
+            // compute does (charged as wall time only, tp layouts ran up to 36% slower than predicted).
+            if (x.cores_full) pc.work_us += x.net.cpu_us(op.kind, op.bytes, tp);
+          }
         pc.wall_us += ring_wait_us(g, x.cp, ring_us, work_us, weight_pass);
         return pc;
       };
