@@ -26,11 +26,10 @@ namespace {
 
 constexpr double kMinSeconds = 0.25;  // per measured shape, when its passes are short
 
-// The median of the repetitions: a run's step is a sum of passes and runs at their typical speed, slow moments
-// included (the lower quartile, used before, lay 5% below the median on a 2-core VM whose speed varies, and the
-// trainer's passes near the median), while a burst of outside load over less than half of the repetitions
+// Each time is the median of its repetitions: a run's step is a sum of passes and runs at their typical speed, slow
+// moments included (the lower quartile, used before, lay 5% below the median on a 2-core VM whose speed varies, and
+// the trainer's passes near the median), while a burst of outside load over less than half of the repetitions
 // leaves it untouched.
-double typical(std::vector<double> v) { return median(std::move(v)); }
 
 // A time as the calibration file keeps it (3 decimals of a us): a plan made from the file then equals, to the
 // bit, the plan that wrote it.
@@ -81,7 +80,7 @@ int Calibration::retime() {
     auto median_of = [&](double PassTimes::*pass) {
       std::vector<double> v;
       for (const PassTimes& t : rounds) v.push_back(t.*pass);
-      return typical(v);
+      return median(v);
     };
     stages_[s] = {median_of(&PassTimes::fwd), median_of(&PassTimes::bwd), median_of(&PassTimes::bwd_input),
                   median_of(&PassTimes::bwd_weight)};
@@ -152,12 +151,12 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
     bw.push_back(tw);
   }
   PassTimes t;
-  t.fwd = typical(f);
+  t.fwd = median(f);
   if (s.split) {
-    t.bwd_input = typical(bi);
-    t.bwd_weight = typical(bw);
+    t.bwd_input = median(bi);
+    t.bwd_weight = median(bw);
   } else {
-    t.bwd = typical(b);
+    t.bwd = median(b);
   }
   if (opts_.verbose)
     std::fprintf(stderr, "calibration: %d block%s%s%s B=%d tp=%d%s cp=%d %s%s, %d in flight (%zu reps): fwd %.0f us, "
@@ -197,7 +196,7 @@ double Calibration::optimizer_us(int64_t numel, DType compute) {
     opt.step(params, grads, 1e-3);
     if (rep > 0) t.push_back(us_since(t0));
   }
-  const double us = typical(t);
+  const double us = median(t);
   seconds_ += us_since(start) * 1e-6;
   ++measurements_;
   if (opts_.verbose) std::fprintf(stderr, "calibration: optimizer over %lld elements (%s): %.0f us\n",
@@ -219,7 +218,7 @@ double Calibration::zero_grads_us(int64_t numel) {
     zero_(grads);
     if (rep > 0) t.push_back(us_since(t0));
   }
-  const double us = typical(t);
+  const double us = median(t);
   seconds_ += us_since(start) * 1e-6;
   return zeroing_[numel] = kept(us);
 }

@@ -42,8 +42,9 @@ struct NetOptions {
   // The CPU time a collective costs its rank's communication thread: per operation (waking for the emulated link's
   // delays, handing over) and per byte the ring moves (the shared-memory copies and sums). When the ranks' compute
   // threads fill the cores, the data-parallel reductions and gathers that overlap the passes take that time from
-  // them, and a pass runs its tensor-parallel collectives' share at the shared speed, as compute. Chosen by hand 2026-11-28 on the 2-core Intel Xeon from metrics.jsonl's comm_cpu_ms and compute_ms
-  // (ZeRO-0, -1 and -3 at dp 2 and 4 on an emulated link: docs/planner.md, "The communication thread's CPU").
+  // them, and a pass runs its tensor-parallel collectives' share at the shared speed, as compute. Chosen by hand
+  // 2026-11-28 on the 2-core Intel Xeon from metrics.jsonl's comm_cpu_ms and compute_ms (ZeRO-0, -1 and -3 at dp 2
+  // and 4 on an emulated link: docs/planner.md, "The communication thread's CPU").
   double comm_cpu_op_us = 80;
   double comm_cpu_ns_per_byte = 0.7;
 };

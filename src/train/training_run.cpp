@@ -98,9 +98,10 @@ void load_weights(TrainingRun& r, const Tensor& part, int64_t offset) {
 }
 
 // ZeRO-3's new model, parameter by parameter (each drawn whole, GPT::init_param), so that no rank holds more than
-// one parameter beyond its shards. Each is drawn into its own gradient's buffer (a ring slot, or a pinned unit's),
-// which nothing uses before the first backward pass, so the set-up needs no memory beyond the step's (a fresh
-// buffer of the largest parameter, the embedding in a large-vocabulary model, raised the set-up's peak above it).
+// one parameter beyond its shards. Each is drawn into its own gradient's buffer (a ring slot, or a pinned unit's):
+// nothing reads it before the first step zeroes it (begin_step, and a shared ring slot by slot), so the set-up needs
+// no memory beyond the step's (a fresh buffer of the largest parameter, the embedding in a large-vocabulary model,
+// raised the set-up's peak above it).
 void init_sharded(TrainingRun& r) {
   PipelineChunks& model = *r.model;
   for (int c = 0; c < model.size(); ++c) {
@@ -109,10 +110,8 @@ void init_sharded(TrainingRun& r) {
       const Tensor grad = model.chunk(c).grad(p);
       const bool in_grad = grad.device() == Device::CPU && grad.dtype() == DType::F32;  // else a buffer of its own
       const Tensor part = in_grad ? grad.view({t[p].numel()}) : Tensor::zeros({t[p].numel()}, DType::F32);
-      if (in_grad) zero_(part);  // as a new buffer: what init_param does not write (vocabulary padding) stays 0
-      model.chunk(c).init_param(r.cfg.train.seed, r.cfg.model.init_std, p, part);
+      model.chunk(c).init_param(r.cfg.train.seed, r.cfg.model.init_std, p, part);  // every element, padding too
       load_weights(r, part, model.base(c) + t[p].offset);
-      if (in_grad) zero_(part);
     }
   }
 }
