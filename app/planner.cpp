@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
     probe.B = a.time_sharing_child > 0 ? a.time_sharing_child : per_rank;
     probe.dtype = base.precision.compute;
     probe.inflight = 2;
-    if (a.time_sharing_child > 0) return mt::plan::time_sharing_child(base.model, probe, o.step.threads, 0.25);
+    if (a.time_sharing_child > 0)
+      return mt::plan::time_sharing_child(base.model, probe, o.step.threads, mt::plan::kTimeSharingRoundSeconds);
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;

@@ -22,6 +22,11 @@ struct TimeSharing {
   double slicing = 0;
 };
 
+// How long each child runs its passes per round. 1 s: over six calibrations on 4 ranks, rounds of 0.25 s measured
+// the slicing at 0.077-0.167 (mean 0.123), rounds of 1 s over eight at 0.065-0.108 (mean 0.087); 2 s did no better
+// (docs/planner.md, "Taking turns on the cores: measured").
+constexpr double kTimeSharingRoundSeconds = 1.0;
+
 // The probe's child process: builds the stage, runs one forward and backward pass, prints "ready", waits for a line
 // on stdin, then runs passes for `seconds` and prints "<passes> <us>": the forward and backward passes completed
 // and the time they took. Returns its exit status.
