@@ -441,9 +441,15 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   const bool oversubscribed = double(world) * o.threads > o.cores;
   const double per_core = oversubscribed ? double(world) * o.threads / o.cores : 0.0;
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
+  // Except where data parallelism is all there is: a rank that reaches a step collective early sleeps (shared memory's
+  // waits never spin, MPI's polled ones only for their first millisecond) and its core goes to the ranks still
+  // computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes are chained (pipeline messages, tp and cp collectives), a
+  // late rank holds the chain up. Measured: dp 4 on 2 cores 28.7-30.7 ms, predicted 37 with the charge and 31-33
+  // without; dp 8 36.7-41.0 ms, predicted 48 and 36-40 (docs/planner.md, "Data parallelism alone").
+  const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us,
-                per_core * o.net.oversubscribed_step_sync_us, per_core * o.net.oversubscribed_ring_us,
+                chained ? per_core * o.net.oversubscribed_step_sync_us : 0.0, per_core * o.net.oversubscribed_ring_us,
                 double(world) * o.threads >= o.cores, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

@@ -329,9 +329,11 @@ def waits_per_thread():
     # (taskset), 2 ranks of 1 thread are 2 threads per core and 2 ranks of 2 threads are 4: raising a wait's constant
     # from 0 to 1000 us lengthens the rows it applies to about twice as much in the second (not exactly: the waits
     # also change how the ranks share the core). --sync-latency-us on the tp 2 rows (their collectives in the
-    # passes), --step-sync-us on the dp 2 rows (the step's collectives), --ring-sync-us on the cp 2 rows.
-    for flag, axis in (("--sync-latency-us", 2), ("--step-sync-us", 0), ("--ring-sync-us", 1)):
-        growth = {}
+    # passes), --step-sync-us on the pp 2 rows (the step's collectives), --ring-sync-us on the cp 2 rows. The step's
+    # collectives cost nothing more where data parallelism is all there is (a rank waiting early leaves its core to
+    # the others): the dp 2 rows do not move with --step-sync-us.
+    for flag, axis in (("--sync-latency-us", 2), ("--step-sync-us", 3), ("--ring-sync-us", 1)):
+        growth, dp_only = {}, {}
         for threads in (1, 2):
             steps = {}
             for value in (0, 1000):
@@ -343,8 +345,14 @@ def waits_per_thread():
                                    stderr=subprocess.PIPE, text=True, timeout=120)
                 if p.returncode != 0:
                     sys.exit("planner failed: %s\n%s" % (" ".join(cmd), p.stderr))
-                steps[value] = {k: r["step_ms"] for k, r in keyed(json.loads(p.stdout)).items() if k[axis] == 2}
+                rows = keyed(json.loads(p.stdout))
+                steps[value] = {k: r["step_ms"] for k, r in rows.items() if k[axis] == 2}
+                dp_only[threads, value] = {k: r["step_ms"] for k, r in rows.items() if k[0] == 2}
             growth[threads] = {k: steps[1000][k] - steps[0][k] for k in steps[0]}
+            if flag == "--step-sync-us":
+                same = dp_only[threads, 0]
+                check(same and all(abs(dp_only[threads, 1000][k] - same[k]) < 1e-6 for k in same),
+                      "--step-sync-us leaves the %d dp-only rows alone (%d thread(s) per rank)" % (len(same), threads))
         ratios = [growth[2][k] / growth[1][k] for k in growth[1] if growth[1][k] > 0]
         check(len(ratios) == len(growth[1]) > 0 and all(1.6 < x < 2.4 for x in ratios),
               "%s is charged per thread per core: %d rows grow %.2f-%.2fx as much at 4 threads per core as at 2" %
