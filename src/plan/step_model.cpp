@@ -72,6 +72,7 @@ struct StepContext {
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
+  double pass_sync;        // and per gradient pass of ZeRO-2/3's ring where nothing else chains the ranks
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -320,6 +321,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
     double overlapped_cpu = 0;  // the communication thread's CPU time while the rank computes
+    int ring_passes = 0;        // gradient passes through a sharded gradient ring
     for (int c = x.v - 1; c >= 0; --c) {
       const StageConfig& g = x.stage_cfg[r][c];
       const ParamTable table = gpt_param_table(g.model, g.part);
@@ -333,6 +335,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
       const auto pts = ready_points(g, table, split);
       std::vector<std::pair<double, double>> passes{{x.tl[r].final_start[c], x.tl[r].final_end[c]}};
       if (sharded) passes = x.tl[r].grad_passes[c];
+      if (sharded) ring_passes += int(passes.size());
       for (const Bucket& b : buckets) {
         const double dur = x.net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
                                        b.numel() * int64_t(wire), dp, x.links.dp, x.links.dp_sharers);
@@ -372,7 +375,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     const double cpu = x.cores_full ? overlapped_cpu : 0.0, passes_end = x.t[r];
     if (passes_end > 0)
       for (auto& op : early) op.first += cpu * std::min(1.0, op.first / passes_end);
-    const double t = passes_end + cpu;
+    const double t = passes_end + cpu + x.pass_sync * ring_passes;
     std::stable_sort(early.begin(), early.end());
     double free = 0, busy = st.gather[r];
     for (const auto& op : early) free = std::max(free, op.first) + op.second, busy += op.second;
@@ -446,10 +449,15 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes are chained (pipeline messages, tp and cp collectives), a
   // late rank holds the chain up. Measured: dp 4 on 2 cores 28.7-30.7 ms, predicted 37 with the charge and 31-33
   // without; dp 8 36.7-41.0 ms, predicted 48 and 36-40 (docs/planner.md, "Data parallelism alone").
+  // ZeRO-2 and -3 chain them too, once per gradient pass: a unit's gradients wait for the ring slot of the unit two
+  // back, whose reduction completes when the slowest rank has computed it, so the ranks leave each gradient pass
+  // together, as they leave a step collective. Measured (dp 4 and 8 on 2 cores, one micro-batch): ZeRO-2 2-5 ms
+  // slower than ZeRO-1, one step sync (2 and 4 ms there) (docs/planner.md, "Data parallelism alone").
   const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
+  const double drift = per_core * o.net.oversubscribed_step_sync_us;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
-                mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us,
-                chained ? per_core * o.net.oversubscribed_step_sync_us : 0.0, per_core * o.net.oversubscribed_ring_us,
+                mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
+                per_core * o.net.oversubscribed_ring_us, !chained && sharded_gradients(cfg) ? drift : 0.0,
                 double(world) * o.threads >= o.cores, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
