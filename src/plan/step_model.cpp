@@ -334,8 +334,10 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
       const int64_t limit = x.S > 1 && g.model.tied() && wte >= 0 ? table[wte].offset : INT64_MAX;
       const auto pts = ready_points(g, table, split);
       std::vector<std::pair<double, double>> passes{{x.tl[r].final_start[c], x.tl[r].final_end[c]}};
-      if (sharded) passes = x.tl[r].grad_passes[c];
-      if (sharded) ring_passes += int(passes.size());
+      if (sharded) {
+        passes = x.tl[r].grad_passes[c];
+        ring_passes += int(passes.size());
+      }
       for (const Bucket& b : buckets) {
         const double dur = x.net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
                                        b.numel() * int64_t(wire), dp, x.links.dp, x.links.dp_sharers);
@@ -444,15 +446,15 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   const bool oversubscribed = double(world) * o.threads > o.cores;
   const double per_core = oversubscribed ? double(world) * o.threads / o.cores : 0.0;
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
-  // Except where data parallelism is all there is: a rank that reaches a step collective early sleeps (shared memory's
-  // waits never spin, MPI's polled ones only for their first millisecond) and its core goes to the ranks still
-  // computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes are chained (pipeline messages, tp and cp collectives), a
-  // late rank holds the chain up. Measured: dp 4 on 2 cores 28.7-30.7 ms, predicted 37 with the charge and 31-33
-  // without; dp 8 36.7-41.0 ms, predicted 48 and 36-40 (docs/planner.md, "Data parallelism alone").
-  // ZeRO-2 and -3 chain them too, once per gradient pass: a unit's gradients wait for the ring slot of the unit two
-  // back, whose reduction completes when the slowest rank has computed it, so the ranks leave each gradient pass
-  // together, as they leave a step collective. Measured (dp 4 and 8 on 2 cores, one micro-batch): ZeRO-2 2-5 ms
-  // slower than ZeRO-1, one step sync (2 and 4 ms there) (docs/planner.md, "Data parallelism alone").
+  // Except where data parallelism is all there is: a rank that reaches a step collective early sleeps (shared
+  // memory's waits never spin, MPI's polled ones only for their first millisecond) and its core goes to the ranks
+  // still computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes
+  // are chained (pipeline messages, tp and cp collectives), a late rank holds the chain up. Measured: dp 4 on 2
+  // cores 28.7-30.7 ms, predicted 37 with the charge and 31-33 without; dp 8 36.7-41.0 ms, predicted 48 and 36-40
+  // (docs/planner.md, "Data parallelism alone"). ZeRO-2 and -3 chain them too, once per gradient pass: a unit's
+  // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest rank has
+  // computed it, so the ranks leave each gradient pass together, as they leave a step collective. Measured (dp 4 and
+  // 8 on 2 cores, one micro-batch): ZeRO-2 2-8 ms slower than ZeRO-1, about one step sync (2 and 4 ms there).
   const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
