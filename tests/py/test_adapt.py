@@ -69,14 +69,16 @@ check("comm.adapt from step" in out and "expected" in out, "the log gives each d
 d = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(rows, static))
 check(d <= 1e-5, f"bucket sizes change nothing but rounding: losses within {d:.1e} of the static run")
 
-# Per-message cost first (large buckets pay), then bandwidth (small buckets pay).
+# Per-message cost first (large buckets pay), then bandwidth (small buckets pay). After the change the link is the
+# first case's, where smaller buckets gain ~20% of the step: on 20 us / 0.02 GB/s (87 ms on the wire, a 4 ms backward)
+# the gain was ~4%, next to the 3% hysteresis, and the controller stayed at 25 MiB in 3 of 12 idle runs.
 fast = ["comm.emulate.latency_us=1000", "comm.emulate.bandwidth_gbps=2"]
-out, rows = run("adapt_change", *fast, "comm.adapt=true", "comm.emulate.schedule=16:20:0.02", "train.steps=40")
+out, rows = run("adapt_change", *fast, "comm.adapt=true", "comm.emulate.schedule=16:10:0.2", "train.steps=40")
 # Settled within 20 steps of the change: no decision after step 36, and small buckets for the bandwidth-bound link.
 # (Whether a decision says "the link changed" depends on timing: on a loaded machine the controller may have just
 # moved, and then it settles by measuring; the detection itself is tested on synthetic figures in test_comm_adapt.)
 late = [r["step"] for r in rows if r["step"] > 36 and "adapt" in r]
-check("from step 16 the emulated link is 20 us / 0.02 GB/s" in out, "the log says when the link changes")
+check("from step 16 the emulated link is 10 us / 0.2 GB/s" in out, "the log says when the link changes")
 check(not late and rows[-1]["bucket_mb"] <= 1,
       f"settled within 20 steps of the change (decisions after step 36: {late}) on small buckets "
       f"({rows[-1]['bucket_mb']} MiB)")
