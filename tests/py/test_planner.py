@@ -348,12 +348,16 @@ def waits_per_thread():
                     sys.exit("planner failed: %s\n%s" % (" ".join(cmd), p.stderr))
                 rows = keyed(json.loads(p.stdout))
                 steps[value] = {k: r["step_ms"] for k, r in rows.items() if k[axis] == 2}
-                dp_only[threads, value] = {k: r["step_ms"] for k, r in rows.items() if k[0] == 2}
+                if flag == "--step-sync-us":
+                    dp_only[threads, value] = {k: r["step_ms"] for k, r in rows.items() if k[0] == 2}
             growth[threads] = {k: steps[1000][k] - steps[0][k] for k in steps[0]}
             if flag == "--step-sync-us":
                 before, after = dp_only[threads, 0], dp_only[threads, 1000]
                 same = [k for k in before if k[7] < 2]
                 ring = [k for k in before if k[7] >= 2]
+                # Unchanged: the rows are equal to the JSON's last digit. Lengthened: one gradient pass's charge is
+                # 2 or 4 ms here (2 or 4 threads per core x 1000 us); 0.5 ms tells it from rounding whatever the
+                # reductions it overlaps.
                 check(same and ring and all(abs(after[k] - before[k]) < 1e-6 for k in same) and
                       all(after[k] > before[k] + 0.5 for k in ring),
                       "--step-sync-us leaves the %d dp-only rows without ZeRO-2/3 alone and lengthens the %d with it "
