@@ -72,7 +72,7 @@ struct StepContext {
   MeshLinks links;
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
-  double pass_sync;        // and per gradient pass of ZeRO-2/3's ring where nothing else chains the ranks
+  double pass_sync;        // and per micro-batch's gradient pass through ZeRO-2/3's ring
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -321,7 +321,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   for (int r = 0; r < p; ++r) {
     std::vector<std::pair<double, double>> early, held;  // (launch time, duration)
     double overlapped_cpu = 0;  // the communication thread's CPU time while the rank computes
-    int ring_passes = 0;        // gradient passes through a sharded gradient ring
+    size_t ring_passes = 0;     // micro-batches whose gradient passes go through a sharded gradient ring
     for (int c = x.v - 1; c >= 0; --c) {
       const StageConfig& g = x.stage_cfg[r][c];
       const ParamTable table = gpt_param_table(g.model, g.part);
@@ -336,7 +336,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
       std::vector<std::pair<double, double>> passes{{x.tl[r].final_start[c], x.tl[r].final_end[c]}};
       if (sharded) {
         passes = x.tl[r].grad_passes[c];
-        ring_passes += int(passes.size());
+        ring_passes = std::max(ring_passes, passes.size());  // an interleaved micro-batch's chunks count once
       }
       for (const Bucket& b : buckets) {
         const double dur = x.net.op_us(zero ? CommKind::ReduceScatter : CommKind::AllReduce,
@@ -377,7 +377,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     const double cpu = x.cores_full ? overlapped_cpu : 0.0, passes_end = x.t[r];
     if (passes_end > 0)
       for (auto& op : early) op.first += cpu * std::min(1.0, op.first / passes_end);
-    const double t = passes_end + cpu + x.pass_sync * ring_passes;
+    const double t = passes_end + cpu + x.pass_sync * double(ring_passes);
     std::stable_sort(early.begin(), early.end());
     double free = 0, busy = st.gather[r];
     for (const auto& op : early) free = std::max(free, op.first) + op.second, busy += op.second;
@@ -399,12 +399,19 @@ void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const 
   const Config& cfg = x.cfg;
   if (x.world > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
   const double rate = shared_rate(x.world, o.threads, o.cores, 0, o.slicing);
-  double norm_ar = 0;
   const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
-  if (x.tp > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.tp, x.links.tp) + x.step_sync;
-  if (cfg.optim.zero >= 1)
-    norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.replicas, x.links.dp) + (x.replicas > 1 ? x.step_sync : 0.0);
-  if (x.p > 1) norm_ar += x.net.op_us(CommKind::AllReduce, 4, x.p, pp_inter) + x.step_sync;
+  // The gradient norm's all-reduces (tp, the replicas, the pipeline) run back to back after its local sum
+  // (Optimizer::step): the first waits for the ranks' drift like the step's other collectives, the rest find them
+  // together and wait as a collective in the passes does. A step sync each predicted layouts with two or three of
+  // them 10-24% slow (docs/planner.md, "The gradient norm's all-reduces").
+  double norm_ar = 0, norm_wait = x.step_sync;
+  auto norm_all_reduce = [&](int ranks, bool inter) {
+    norm_ar += x.net.op_us(CommKind::AllReduce, 4, ranks, inter);
+    if (ranks > 1) norm_ar += std::exchange(norm_wait, x.sync);
+  };
+  if (x.tp > 1) norm_all_reduce(x.tp, x.links.tp);
+  if (cfg.optim.zero >= 1) norm_all_reduce(x.replicas, x.links.dp);
+  if (x.p > 1) norm_all_reduce(x.p, pp_inter);
   for (int r = 0; r < x.p; ++r) {
     const double opt = (cal.zero_grads_us(int64_t(st.param_numel[r])) +
                         cal.optimizer_us(int64_t(st.state_numel[r]), x.dt)) / rate;
@@ -451,15 +458,19 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // still computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes
   // are chained (pipeline messages, tp and cp collectives), a late rank holds the chain up. Measured: dp 4 on 2
   // cores 28.7-30.7 ms, predicted 37 with the charge and 31-33 without; dp 8 36.7-41.0 ms, predicted 48 and 36-40
-  // (docs/planner.md, "Data parallelism alone"). ZeRO-2 and -3 chain them too, once per gradient pass: a unit's
-  // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest rank has
-  // computed it, so the ranks leave each gradient pass together, as they leave a step collective. Measured (dp 4 and
-  // 8 on 2 cores, one micro-batch): ZeRO-2 2-8 ms slower than ZeRO-1, about one step sync (2 and 4 ms there).
+  // (docs/planner.md, "Data parallelism alone").
+  // ZeRO-2 and -3 chain the replicas (dp x cp) once per micro-batch's gradient pass, on every mesh: a unit's
+  // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest replica has
+  // computed it. The wait grows with the replicas to wait for, as a tp collective's (net_model.h): log2(replicas) / 2
+  // step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores (docs/planner.md, "ZeRO-2 and -3's ring"), per
+  // micro-batch in step syncs: 0.46-1.05 at 2 replicas, 0.6-1.6 at 4, 1.4-1.5 at 8; an interleaved micro-batch's
+  // two chunk passes together cost what one pass costs elsewhere.
   const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
-                per_core * o.net.oversubscribed_ring_us, !chained && sharded_gradients(cfg) ? drift : 0.0,
+                per_core * o.net.oversubscribed_ring_us,
+                sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
                 double(world) * o.threads >= o.cores, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

@@ -332,9 +332,11 @@ def waits_per_thread():
     # passes), --step-sync-us on the pp 2 rows (the step's collectives), --ring-sync-us on the cp 2 rows. The step's
     # collectives cost nothing more where data parallelism is all there is (a rank waiting early leaves its core to
     # the others): the dp 2 rows do not move with --step-sync-us, except under ZeRO-2 and -3, whose gradient ring
-    # makes each gradient pass's end a wait of its own.
+    # makes each gradient pass's end a wait of its own. That ring chains the cp 2 rows' replicas too: at micro-batch 1
+    # (4 micro-batches) they grow more under ZeRO-2 than under ZeRO-1 (with fewer, the reductions' end, which ZeRO-1
+    # waits for too, hides the charge).
     for flag, axis in (("--sync-latency-us", 2), ("--step-sync-us", 3), ("--ring-sync-us", 1)):
-        growth, dp_only = {}, {}
+        growth, dp_only, cp_rows = {}, {}, {}
         for threads in (1, 2):
             steps = {}
             for value in (0, 1000):
@@ -350,6 +352,7 @@ def waits_per_thread():
                 steps[value] = {k: r["step_ms"] for k, r in rows.items() if k[axis] == 2}
                 if flag == "--step-sync-us":
                     dp_only[threads, value] = {k: r["step_ms"] for k, r in rows.items() if k[0] == 2}
+                    cp_rows[threads, value] = {k: r["step_ms"] for k, r in rows.items() if k[1] == 2}
             growth[threads] = {k: steps[1000][k] - steps[0][k] for k in steps[0]}
             if flag == "--step-sync-us":
                 before, after = dp_only[threads, 0], dp_only[threads, 1000]
@@ -362,10 +365,38 @@ def waits_per_thread():
                       all(after[k] > before[k] + 0.5 for k in ring),
                       "--step-sync-us leaves the %d dp-only rows without ZeRO-2/3 alone and lengthens the %d with it "
                       "(%d thread(s) per rank)" % (len(same), len(ring), threads))
+                # One micro-batch's ring charge is half a step sync at 2 replicas: 1 or 2 ms here, 4 or 8 in all.
+                grew = {k: cp_rows[threads, 1000][k] - cp_rows[threads, 0][k] for k in cp_rows[threads, 0]}
+                extra = [grew[k] - grew[k[:7] + (1,)] for k in grew if k[6] == 1 and k[7] == 2 and k[:7] + (1,) in grew]
+                check(extra and min(extra) > 0.5,
+                      "--step-sync-us lengthens the %d cp 2 rows at micro-batch 1 more under ZeRO-2 than under ZeRO-1: by "
+                      "%.2f-%.2f ms "
+                      "(%d thread(s) per rank)" % (len(extra), min(extra or [0]), max(extra or [0]), threads))
         ratios = [growth[2][k] / growth[1][k] for k in growth[1] if growth[1][k] > 0]
         check(len(ratios) == len(growth[1]) > 0 and all(1.6 < x < 2.4 for x in ratios),
               "%s is charged per thread per core: %d rows grow %.2f-%.2fx as much at 4 threads per core as at 2" %
               (flag, len(growth[1]), min(ratios or [0]), max(ratios or [0])))
+
+
+def norm_waits():
+    # The gradient norm's all-reduces run back to back: only the first pays a step sync. On one core 4 ranks are 4
+    # threads per core, so a step sync of 1000 us costs 4 ms, and a row's growth counts its step syncs: dp 1 x tp 2 x
+    # pp 2 pays the tied embedding's sum, the loss and the norms' first (the pipeline's all-reduce follows the tp
+    # one), dp 2 x tp 2 under ZeRO-1 the reduction's end, the loss and the norms' first (the replicas' follows).
+    timings = os.path.join(WORK, "norms4.calibration")
+    steps = {}
+    for value in (0, 1000):
+        cmd = ["taskset", "-c", "0", PLANNER, "--config", TINY, "--world", "4", "--json", "--step-sync-us", str(value),
+               "--calibration", timings, "--reps", "1", "--time-slicing", "0"]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        if p.returncode != 0:
+            sys.exit("planner failed: %s\n%s" % (" ".join(cmd), p.stderr))
+        steps[value] = {k: r["step_ms"] for k, r in keyed(json.loads(p.stdout)).items()}
+    for (dp, tp, pp, zero) in ((1, 2, 2, 0), (2, 2, 1, 1)):
+        grew = [steps[1000][k] - steps[0][k] for k in steps[0] if (k[0], k[2], k[3], k[7]) == (dp, tp, pp, zero)]
+        check(grew and all(abs(g - 12) < 0.05 for g in grew),
+              "--step-sync-us 1000 lengthens the %d rows of dp %d x tp %d x pp %d, ZeRO-%d, on one core by three step "
+              "syncs (12 ms): %.2f-%.2f" % (len(grew), dp, tp, pp, zero, min(grew or [0]), max(grew or [0])))
 
 
 def time_slicing():
@@ -503,6 +534,7 @@ zero3_gather_traffic(tiny2)
 comm_thread_cpu(tiny2)
 runtime_file(tiny2)
 waits_per_thread()
+norm_waits()
 time_slicing()
 fit_from_results()
 llama_step_model()
