@@ -66,7 +66,7 @@ const char* kUsage =
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
     "                       exceed the cores, charged per thread per core (ranks x threads / cores; default 75)\n"
     "  --step-sync-us US    the same for the step's collectives between its phases, where pp, tp or cp chain the\n"
-    "                       ranks (default 1000; for data parallelism alone once per ZeRO-2/3 gradient pass)\n"
+    "                       ranks (default 1000; and log2(replicas) / 2 times per micro-batch of ZeRO-2/3's ring)\n"
     "  --ring-sync-us US    the same for each message of the context-parallel ring (default 200)\n"
     "  --comm-cpu-op-us US  CPU time a data-parallel or tensor-parallel collective costs its communication\n"
     "                       thread, which the ranks' compute loses when they fill the cores (default 80)\n"

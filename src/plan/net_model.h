@@ -34,8 +34,9 @@ struct NetOptions {
   // 4 and 8 ranks was predicted 13-37% fast; log2 is chosen from those runs, not derived; docs/planner.md).
   double oversubscribed_sync_us = 75;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
-  // gradient norm, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks drift further. Where
-  // data parallelism is all there is, only once per gradient pass of ZeRO-2/3 (predict_step says why).
+  // gradient norm's first all-reduce, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks
+  // drift further. Not where data parallelism is all there is; and log2(replicas) / 2 of it per micro-batch of
+  // ZeRO-2/3's gradient ring, on every mesh (predict_step says why).
   double oversubscribed_step_sync_us = 1000;
   // The same for each message of the context-parallel ring: the receiving rank blocks until its peer has run to
   // its send.

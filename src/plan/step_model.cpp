@@ -403,7 +403,7 @@ void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const 
   // The gradient norm's all-reduces (tp, the replicas, the pipeline) run back to back after its local sum
   // (Optimizer::step): the first waits for the ranks' drift like the step's other collectives, the rest find them
   // together and wait as a collective in the passes does. A step sync each predicted layouts with two or three of
-  // them 10-24% slow (docs/planner.md, "The gradient norm's all-reduces").
+  // them 10-24% slow (docs/planner.md, "ZeRO-2 and -3's ring on every mesh, and the gradient norm's all-reduces").
   double norm_ar = 0, norm_wait = x.step_sync;
   auto norm_all_reduce = [&](int ranks, bool inter) {
     norm_ar += x.net.op_us(CommKind::AllReduce, 4, ranks, inter);
@@ -462,9 +462,9 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // ZeRO-2 and -3 chain the replicas (dp x cp) once per micro-batch's gradient pass, on every mesh: a unit's
   // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest replica has
   // computed it. The wait grows with the replicas to wait for, as a tp collective's (net_model.h): log2(replicas) / 2
-  // step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores (docs/planner.md, "ZeRO-2 and -3's ring"), per
-  // micro-batch in step syncs: 0.46-1.05 at 2 replicas, 0.6-1.6 at 4, 1.4-1.5 at 8; an interleaved micro-batch's
-  // two chunk passes together cost what one pass costs elsewhere.
+  // step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2
+  // replicas, 0.6-1.6 at 4, 1.4-1.5 at 8; an interleaved micro-batch's two chunk passes together cost what one pass
+  // costs elsewhere (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
   const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
