@@ -367,11 +367,12 @@ def waits_per_thread():
                       "(%d thread(s) per rank)" % (len(same), len(ring), threads))
                 # One micro-batch's ring charge is half a step sync at 2 replicas: 1 or 2 ms here, 4 or 8 in all.
                 grew = {k: cp_rows[threads, 1000][k] - cp_rows[threads, 0][k] for k in cp_rows[threads, 0]}
-                extra = [grew[k] - grew[k[:7] + (1,)] for k in grew if k[6] == 1 and k[7] == 2 and k[:7] + (1,) in grew]
+                extra = [grew[k] - grew[k[:7] + (1,)] for k in grew
+                         if k[6] == 1 and k[7] == 2 and k[:7] + (1,) in grew]
                 check(extra and min(extra) > 0.5,
-                      "--step-sync-us lengthens the %d cp 2 rows at micro-batch 1 more under ZeRO-2 than under ZeRO-1: by "
-                      "%.2f-%.2f ms "
-                      "(%d thread(s) per rank)" % (len(extra), min(extra or [0]), max(extra or [0]), threads))
+                      "--step-sync-us lengthens the %d cp 2 rows at micro-batch 1 more under ZeRO-2 than under ZeRO-1: "
+                      "by %.2f-%.2f ms (%d thread(s) per rank)" %
+                      (len(extra), min(extra or [0]), max(extra or [0]), threads))
         ratios = [growth[2][k] / growth[1][k] for k in growth[1] if growth[1][k] > 0]
         check(len(ratios) == len(growth[1]) > 0 and all(1.6 < x < 2.4 for x in ratios),
               "%s is charged per thread per core: %d rows grow %.2f-%.2fx as much at 4 threads per core as at 2" %
