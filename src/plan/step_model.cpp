@@ -76,6 +76,9 @@ struct StepContext {
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
+  // What a rank's data-parallel communication CPU costs its step per unit (0 where the cores are not full; see
+  // dp_reduction_phase).
+  double comm_cpu_scale;
   std::vector<std::vector<StageConfig>> stage_cfg;  // [rank][chunk]
   std::vector<std::vector<PassGathers>> gathers;  // ZeRO-3: [rank][action of its list], each pass's gathers
   std::vector<TimelineRank> tl;
@@ -371,10 +374,13 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
       for (const PassGathers& g : x.gathers[r]) overlapped_cpu += g.cpu_us;
     // The passes ran longer by what the communication thread took from their cores, spread evenly over them: each
     // launch moves later by its share, and the reductions run against the longer passes (on a link slower than the
-    // passes the stretch takes the place of a wait). Out of the rank's own share: with ranks time-sharing the
-    // cores, charging it at their slowdown (2x at dp 4 on 2 cores) predicted ZeRO-3 14% slow, presumably because
-    // the ranks' waits leave the cores slack for it (docs/planner.md, "The communication thread's CPU").
-    const double cpu = x.cores_full ? overlapped_cpu : 0.0, passes_end = x.t[r];
+    // passes the stretch takes the place of a wait). Every rank's thread takes from the cores all ranks share, so
+    // where they take turns on them it costs more than its own time, yet less than their slowdown: charged at the
+    // square root of the threads per core. At the full slowdown (2x at dp 4 on 2 cores) ZeRO-3 was predicted 14%
+    // slow, presumably because the ranks' waits leave the cores slack for it; at 1x, dp 8 ran 13-23% slower than
+    // predicted, its communication threads copying twice what dp 4's do (docs/planner.md, "The communication
+    // thread's CPU").
+    const double cpu = overlapped_cpu * x.comm_cpu_scale, passes_end = x.t[r];
     if (passes_end > 0)
       for (auto& op : early) op.first += cpu * std::min(1.0, op.first / passes_end);
     const double t = passes_end + cpu + x.pass_sync * double(ring_passes);
@@ -471,7 +477,8 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                double(world) * o.threads >= o.cores, {}, {}, {},
+                double(world) * o.threads >= o.cores,
+                double(world) * o.threads >= o.cores ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;

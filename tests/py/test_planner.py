@@ -11,6 +11,7 @@ No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 usage: test_planner.py PLANNER TRAINER MPIEXEC SOURCE_DIR WORK_DIR
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -379,6 +380,30 @@ def waits_per_thread():
               (flag, len(growth[1]), min(ratios or [0]), max(ratios or [0])))
 
 
+def comm_cpu_per_core():
+    # Where ranks take turns on the cores, a rank's data-parallel communication CPU costs its step the square root of
+    # the threads per core times its own time: on one core 2 ranks of one thread (2 per core) and of two (4 per
+    # core) lengthen their dp 2 rows by it in the ratio 2 / sqrt(2). 0.01: the rows' 4 decimals.
+    growth = {}
+    for threads in (1, 2):
+        timings = CALIBRATION if threads == 1 else os.path.join(WORK, "waits2.calibration")
+        steps = {}
+        for cpu in (True, False):
+            cmd = ["taskset", "-c", "0", PLANNER, "--config", TINY, "--world", "2", "--json", "--calibration", timings,
+                   "--reps", "1", "--time-slicing", "0"] + ([] if cpu else ["--comm-cpu-op-us", "0",
+                                                                          "--comm-cpu-ns-per-byte", "0"])
+            p = subprocess.run(cmd + sets(["train.threads=%d" % threads]), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+            if p.returncode != 0:
+                sys.exit("planner failed: %s\n%s" % (" ".join(cmd), p.stderr))
+            steps[cpu] = {k: r["step_ms"] for k, r in keyed(json.loads(p.stdout)).items() if k[0] == 2}
+        growth[threads] = {k: steps[True][k] - steps[False][k] for k in steps[True]}
+    ratios = [growth[2][k] / growth[1][k] for k in growth[1] if growth[1][k] > 0.1]
+    check(len(ratios) == len(growth[1]) > 0 and all(abs(x - math.sqrt(2)) < 0.01 for x in ratios),
+          "communication thread's CPU per thread per core: %d dp 2 rows grow %.3f-%.3fx as much at 4 threads per "
+          "core as at 2 (sqrt(2))" % (len(growth[1]), min(ratios or [0]), max(ratios or [0])))
+
+
 def norm_waits():
     # The gradient norm's all-reduces run back to back: only the first pays a step sync. On one core 4 ranks are 4
     # threads per core, so a step sync of 1000 us costs 4 ms, and a row's growth counts its step syncs: dp 1 x tp 2 x
@@ -535,6 +560,7 @@ zero3_gather_traffic(tiny2)
 comm_thread_cpu(tiny2)
 runtime_file(tiny2)
 waits_per_thread()
+comm_cpu_per_core()
 norm_waits()
 time_slicing()
 fit_from_results()
