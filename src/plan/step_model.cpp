@@ -456,7 +456,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // Ranks that time-share the cores wait for each other at every blocking collective and message; the step's own
   // collectives (between its phases) follow long stretches of compute, over which time-sliced ranks drift
   // further apart. Each wait is charged per thread taking turns on a core: a peer is one of that many.
-  const bool oversubscribed = double(world) * o.threads > o.cores;
+  const bool oversubscribed = double(world) * o.threads > o.cores, cores_full = double(world) * o.threads >= o.cores;
   const double per_core = oversubscribed ? double(world) * o.threads / o.cores : 0.0;
   const int dp = resolved_dp(cfg, world), cp = cfg.parallel.cp;
   // Except where data parallelism is all there is: a rank that reaches a step collective early sleeps (shared
@@ -477,8 +477,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                double(world) * o.threads >= o.cores,
-                double(world) * o.threads >= o.cores ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
+                cores_full, cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
