@@ -293,11 +293,12 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       {ModelArch::Llama, false, 1, 3, 3, true, Recompute::Light},  // untied last stage: the head in the first unit
       {ModelArch::Llama, true, 0, 2, 2, false, Recompute::Full},   // tied, one stage
   };
-  // Resharding with a ring of its own (2 slots) or shared with the gradients (3), and keeping every unit.
+  // Resharding with a ring of its own or shared with the gradients (written over the parameters), and keeping
+  // every unit.
+  enum Mode { Keep, OwnRing, SharedRing };
   for (const Case& k : cases)
-    for (const int mode : {2, 3, 0}) {
-      const bool reshard = mode > 0;
-      const int slots = reshard ? mode : 2;
+    for (const Mode mode : {OwnRing, SharedRing, Keep}) {
+      const bool reshard = mode != Keep, shared = mode == SharedRing;
       GPTConfig g;
       g.arch = k.arch;
       g.tie_embeddings = k.tied;
@@ -311,8 +312,8 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
         g.n_kv_head = 1;
         g.ffn_hidden = 24;
       }
-      INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {} slots {}", name_of(k.arch),
-                       k.tied, k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard, slots));
+      INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {} shared ring {}",
+                       name_of(k.arch), k.tied, k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard, shared));
       const StageConfig stage{g, {BlockSlice{k.begin, k.end}, {}}};
       GPT model(g, stage.part, DType::F32);
       const ParamTable& t = model.table();
@@ -320,11 +321,23 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       const bool embedding = t.index_of(k.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight") >= 0;
       const std::vector<GradUnit> units = grad_units(t, g.tied() && embedding, !reshard);
       NullCommunicator dp(2, 0);
-      const Tensor ring = slots == 3 ? Tensor::zeros({3 * ring_slot_numel(units)}, DType::F32) : Tensor();
+      // A ring shared with the gradients is never used under the split backward (sharded_grads_options).
+      if (shared && k.split) continue;
+      const Tensor ring = shared ? Tensor::zeros({2 * ring_slot_numel(units)}, DType::F32) : Tensor();
       const std::vector<Bucket> buckets = unit_buckets(t, units, 4, 4.0 * 200);
       ShardedParams store(dp, t, units, buckets, DType::F32, Device::CPU, {}, ring);
       model.set_param_views(store.param_views());
       model.set_param_read_hook(store.reader());  // the trainer's: reads wait bucket by bucket
+      if (shared) {  // the ring units' gradients written over their parameters, the pinned units' apart
+        std::vector<Tensor> grads = store.param_views();
+        for (int p = 0; p < t.size(); ++p) {
+          size_t u = 0;
+          while (t[p].offset >= units[u].end) ++u;
+          if (units[u].pinned) grads[p] = model.grads().slice(t[p].offset, t[p].shape);
+        }
+        model.set_grad_views(grads);
+        model.set_grads_over_params(true);
+      }
       // Each unit's gather takes 1 us, spread over its buckets; `whole` is the same store waiting unit by unit.
       std::vector<std::vector<GatherBucket>> per_unit(units.size());
       for (const Bucket& b : buckets) {
@@ -332,8 +345,8 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
         while (b.begin >= units[u].end) ++u;
         per_unit[u].push_back({b.begin, b.end, 1.0 * double(b.numel()) / double(units[u].end - units[u].begin)});
       }
-      ChunkParamGathers mirror(stage, t, units, std::vector<double>(units.size(), 1.0), 4, slots, {}, per_unit);
-      ChunkParamGathers whole(stage, t, units, std::vector<double>(units.size(), 1.0), 4, slots);
+      ChunkParamGathers mirror(stage, t, units, std::vector<double>(units.size(), 1.0), 4, shared, {}, per_unit);
+      ChunkParamGathers whole(stage, t, units, std::vector<double>(units.size(), 1.0), 4, shared);
       double waited = 0, waited_whole = 0;  // the forward passes' waits
       Arena rec, scratch;
       Activations a = model.alloc_activations(rec, 1, g.seq_len, k.split);
@@ -345,15 +358,6 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
       if (!model.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
       if (!model.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
       const auto need = [&](int64_t lo, int64_t hi) { store.backward_needs(lo, hi); };
-      // A ring shared with the gradients (never under the split backward: sharded_grads_options) gets each unit's
-      // slot back once the unit's gradients are final, as ShardedGrads::set_slot_release tells the trainer's store.
-      if (slots == 3 && k.split) continue;
-      std::function<void(int64_t)> ready;
-      if (slots == 3)
-        ready = [&](int64_t end) {
-          for (size_t u = 0; u < units.size(); ++u)
-            if (!units[u].pinned && units[u].end <= end) store.release(static_cast<int>(u));
-        };
       int64_t step_gathers = 0, early = 0;  // early: issued by prefetch_forward_start, counted in the next pass
       auto pass = [&](ActionKind kind, const std::function<void()>& run) {
         const int64_t issued = store.gathers_issued() - early, missed = store.gathers_not_prefetched();
@@ -393,7 +397,7 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
           scratch.reset();
           if (!k.split) {
             pass(ActionKind::Backward,
-                 [&] { model.backward(a, scratch, ready, BackwardPart::All, dout, dinput, need); });
+                 [&] { model.backward(a, scratch, {}, BackwardPart::All, dout, dinput, need); });
             continue;
           }
           pass(ActionKind::BackwardInput,

@@ -217,12 +217,14 @@ TEST_CASE("ShardedGrads: every pass reduce-scattered and added into this rank's 
   }
 }
 
-// ZeRO-3's shared ring (sharded_grads.h): three slots hold the gathered parameters and the gradients. The
-// parameter store gathers each unit into the slot that the reduction of the unit two before it is still reading,
-// and a forward pass between backward passes gathers over the last unit's reduction too. The shards must still be
-// the averages of what the passes wrote, as in the test above: with 3 passes (reductions staged, then added) and
-// with one (reduced straight into the shards). The parameters are large, so a gradient slot not zeroed before its
-// unit writes into it, or a reduction read after a gather overwrote it, gives wrong shards.
+// ZeRO-3's shared ring (sharded_grads.h): two slots hold the gathered parameters, and each unit's gradients are
+// written over its parameters, as the model does (GPT::set_grads_over_params: each parameter reported as read, then
+// zeroed, then accumulated into). The parameter store gathers each unit into the slot that the reduction of the unit
+// two before it is still reading, and a forward pass between backward passes gathers over the last unit's reduction
+// too. The shards must still be the averages of what the passes wrote, as in the test above: with 3 passes
+// (reductions staged, then added) and with one (reduced straight into the shards). The parameters are large, so a
+// reduction read after a gather overwrote it, or a gather still landing after the gradients were written, gives
+// wrong shards.
 TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every reduction", "[zero][sharded]") {
   CommOptions o;
   o.timeout_s = 60;
@@ -234,15 +236,15 @@ TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every 
   for (const int passes : {3, 1})
   for (const bool reads : {false, true}) {
     // reads: the passes report each parameter they read, as the trainer's model does, so no request waits for a
-    // whole unit; the backward pass reads no bias, so those buckets are waited for only when the gradients take
-    // their slot (ShardedGrads::set_slot_release).
+    // whole unit; the backward pass reads no bias, so those buckets are waited for only when their gradients are
+    // written (GPT::grad reports them as reads).
     INFO("passes " << passes << (reads ? ", reads reported, biases not read backward" : ""));
     ShardedGradsOptions opts;
     opts.shared_ring = true;
     opts.reduces_once = passes == 1;
     const std::vector<Bucket> buckets = unit_buckets(t, units, 4, 4.0 * 900);
     ShardedGrads z(*dp, t, units, buckets, DType::F32, DType::F32, Device::CPU, {}, opts);
-    REQUIRE(z.ring_slots().numel() == 3 * ring_slot_numel(units));
+    REQUIRE(z.ring_slots().numel() == 2 * ring_slot_numel(units));
     CHECK(z.bytes() == int64_t(4 * (sharded_grads_size(units, buckets, P, r, opts).store +
                                     sharded_grads_size(units, buckets, P, r, opts).staging)));
     ShardedParams params(*dp, t, units, buckets, DType::F32, Device::CPU, {}, z.ring_slots());
@@ -251,9 +253,8 @@ TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every 
     params.load_shards(weights);
     const std::vector<Tensor> views = z.grad_views(), weight_views = params.param_views();
     const std::function<void(int)> read = reads ? params.reader() : std::function<void(int)>();
-    if (reads) z.set_slot_release([&](int u) { params.release(u); });
     // What a pass reads of unit u once it asked for it: the weights, never a slot's gradients (a unit kept from the
-    // forward pass, prefetched two ahead, or left in a slot the gradients took).
+    // forward pass, or left in a slot the gradients took).
     auto reads_weights = [&](int u, bool biases) {
       for (int p = 0; p < t.size(); ++p) {
         const bool bias = t[p].name.size() > 4 && t[p].name.compare(t[p].name.size() - 4, 4, "bias") == 0;
@@ -277,6 +278,11 @@ TEST_CASE("ShardedGrads: a ring shared with the gathered parameters keeps every 
       for (int u = 0; u < n; ++u) {
         params.backward_needs(units[u].begin, units[u].end);
         CHECK(reads_weights(u, !reads));
+        for (int p = 0; p < t.size(); ++p)  // each gradient written over its parameter
+          if (t[p].offset >= units[u].begin && t[p].offset < units[u].end && !units[u].pinned) {
+            if (read) read(p);
+            zero_(views[p]);
+          }
         add_pass_grads(t, units[u], views, r, k);
         z.grads_ready(units[u].end);
       }

@@ -76,14 +76,23 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     check_acc_dtype(dbias, inp.dtype(), op, "dbias"), check_same_device(dbias, inp, op, "dbias", "inp");
     CHECK(dbias.numel() == OC, "{}: dbias has {} elements, expected {}", op, dbias.numel(), OC);
   }
-  if (inp.device() == Device::CUDA)
-    MT_ON_CUDA(op, gpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout));
-  dispatch_storage(inp.dtype(), [&](auto s) {
-    using S = decltype(s);
-    using A = cpu::acc_t<S>;
-    cpu::matmul_backward<S>(storage_ptr<S>(dinp), storage_ptr<A>(dweight), storage_ptr<A>(dbias),
-                            storage_ptr<S>(dout), storage_ptr<S>(inp), storage_ptr<S>(weight), N, C, OC, layout);
-  });
+  // The products themselves (dinp reads the weight; dweight and dbias do not).
+  auto run = [&](const Tensor& dx, const Tensor& dw, const Tensor& db) {
+    if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::matmul_backward(dx, dw, db, dout, inp, weight, N, C, OC, layout));
+    dispatch_storage(inp.dtype(), [&](auto s) {
+      using S = decltype(s);
+      using A = cpu::acc_t<S>;
+      cpu::matmul_backward<S>(storage_ptr<S>(dx), storage_ptr<A>(dw), storage_ptr<A>(db), storage_ptr<S>(dout),
+                              storage_ptr<S>(inp), storage_ptr<S>(weight), N, C, OC, layout);
+    });
+  };
+  if (dweight.defined() && dweight.data() == weight.data()) {
+    if (dinp.defined()) run(dinp, Tensor(), Tensor());
+    zero_(dweight);
+    if (dbias.defined()) zero_(dbias);
+    return run(Tensor(), dweight, dbias);
+  }
+  run(dinp, dweight, dbias);
 }
 
 void matmul_bias_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& weight,

@@ -25,6 +25,8 @@ void matmul_bias_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor
 // dinp[N, C] = dout @ W^T    (overwritten; skipped when dinp is undefined)
 // dweight   += inp^T @ dout  (accumulated in A, in the weight's layout; skipped when dweight is undefined)
 // dbias     += sum_n dout    (accumulated in A; skipped when dbias is undefined)
+// When dweight is the weight's own storage (ZeRO-3's gradients written over the gathered parameters), dinp is
+// computed first, then dweight and dbias are zeroed and take the gradients: the weight is read no further.
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, WeightLayout layout);
 

@@ -27,7 +27,7 @@ class LayerNorm final : public Norm {
                 const Tensor& scratch) const override {
     replicated_param_grads(p.tp, {p.grad(w_), p.grad(b_)}, scratch, [&](const std::vector<Tensor>& g) {
       kernels::layernorm_backward(dx, g[0], g[1], dy, x, p.param(w_), r.mean, r.rstd);
-    });
+    }, p.model.grads_over_params());
   }
   Shape scratch_shape(int64_t C) const override { return {2, C}; }
 
@@ -57,7 +57,7 @@ class RMSNorm final : public Norm {
                 const Tensor& scratch) const override {
     replicated_param_grads(p.tp, {p.grad(w_)}, scratch, [&](const std::vector<Tensor>& g) {
       kernels::rmsnorm_backward(dx, g[0], dy, x, p.param(w_), r.rstd);
-    });
+    }, p.model.grads_over_params());
   }
   Shape scratch_shape(int64_t C) const override { return {C}; }
 

@@ -138,6 +138,7 @@ void GPT::set_param_views(std::vector<Tensor> views) {
   param_views_ = std::move(views);
 }
 Tensor GPT::grad(int i) const {
+  if (grads_over_params_ && on_param_read_) on_param_read_(i);
   if (!grad_views_.empty()) return grad_views_[i];
   CHECK(grads_.defined(), "GPT: no gradient storage (set_grad_views() gives it)");
   return grads_.slice(table_[i].offset, table_[i].shape);
@@ -343,7 +344,7 @@ BlockScratch GPT::backward_scratch(Arena& arena, const Activations& a, bool spli
   s.dln_full = sp ? arena.alloc({N, C}, dtype_) : s.dln;
   s.dres_full = sp ? arena.alloc({N, C}, dtype_) : s.dres;
   blocks_[0]->alloc_scratch(s, arena, *this, a, split);
-  if (sp) s.norm_scratch = arena.alloc(blocks_[0]->input_norm().scratch_shape(C), grad_dtype());
+  if (sp || grads_over_params_) s.norm_scratch = arena.alloc(blocks_[0]->input_norm().scratch_shape(C), grad_dtype());
   return s;
 }
 
@@ -357,6 +358,9 @@ int64_t GPT::attention_temp_bytes(int B, int T) const {
 
 void GPT::embedding_backward(const TensorParallel& tp, const ContextParallel& cp, const Tensor& demb,
                              const Tensor& tokens) {
+  // The embeddings' backward never reads their weights: gradients written over them start from zero.
+  for (int i : {wte_, wpe_})
+    if (i >= 0 && grads_over_params_ && grad(i).data() == param(i).data()) zero_(grad(i));
   if (wpe_ < 0 || !cp.on())
     return vocab_embedding_backward(tp, grad(wte_), wpe_ >= 0 ? grad(wpe_) : Tensor(), demb, tokens, vocab_begin(), vp_);
   // The position rows' gradients at this rank's positions, then scattered into wpe's.

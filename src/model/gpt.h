@@ -184,6 +184,12 @@ class GPT {
   // Called with a parameter's index each time param() gives its view, before anything reads it: ZeRO waits there
   // for the gather of that parameter's bucket (ShardedParams::reader, ParamGather::reader). None when empty.
   void set_param_read_hook(std::function<void(int)> on_read) { on_param_read_ = std::move(on_read); }
+  // ZeRO-3's shared ring: some gradient views are their parameters' views, and a backward pass writes each of those
+  // gradients over its parameter after the parameter's last read in the pass (kernels::matmul_backward computes the
+  // input's gradient first; the norms and the embeddings through scratch). grad() then calls the read hook too, so
+  // that no gather is still writing where the gradient goes.
+  void set_grads_over_params(bool on) { grads_over_params_ = on; }
+  bool grads_over_params() const { return grads_over_params_; }
   int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
 
   // GPT-2 initialisation: weights ~ N(0, std^2) (c_proj weights scaled by 1/sqrt(2L)), biases 0, LayerNorm
@@ -284,6 +290,7 @@ class GPT {
   std::vector<Tensor> grad_views_;  // per parameter, when set (then grads_ is undefined)
   std::vector<Tensor> param_views_;  // per parameter, when set (then the passes do not read params_)
   std::function<void(int)> on_param_read_;  // set_param_read_hook's
+  bool grads_over_params_ = false;           // set_grads_over_params'
   // GPT-2: wte (also the head), wpe. Llama: model.embed_tokens (wte_), the head (lm_head, or the embedding when
   // tied), no wpe.
   int wte_ = -1, wpe_ = -1, head_ = -1;

@@ -102,12 +102,13 @@ class Gpt2Block final : public Block {
     // MLP branch: dres is d/d(block output) here.
     const Tensor dfch = split ? kept->dfch : s.dfch;
     const Tensor d_fcproj = row_linear_output_grad(tp, s.dres, s.dres_full);
-    if (ready) {  // the block's first gradients in the layout, before the input's: their bucket can go now
+    if (ready && !p.model.grads_over_params()) {  // the block's first gradients in the layout: their bucket can go now
       row_linear_backward(none, G(FCPROJ_W), G(FCPROJ_B), d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
       ready(P(FCPROJ_B));
       row_linear_backward(dfch, none, none, d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
-    } else {
+    } else {  // (a gradient written over its weight comes after the weight's last read)
       row_linear_backward(dfch, G(FCPROJ_W), G(FCPROJ_B), d_fcproj, la.fch_gelu, W(p, FCPROJ_W));
+      if (ready) ready(P(FCPROJ_B));
     }
     if (split) copy_convert(kept->d_fcproj, d_fcproj);
     kernels::gelu_backward(dfch, la.fch, dfch);

@@ -163,12 +163,13 @@ class LlamaBlock final : public Block {
     recompute(p, la, x);
     // MLP branch: dres is d/d(block output).
     const Tensor d_down = row_linear_output_grad(tp, s.dres, s.dres_full);
-    if (ready) {  // the block's first gradient in the layout, before the input's: its bucket can go now
+    if (ready && !p.model.grads_over_params()) {  // the block's first gradient in the layout: its bucket can go now
       row_linear_backward(none, G(DOWN_W), none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
       ready(P(DOWN_W));
       row_linear_backward(s.dswiglu, none, none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
-    } else {
+    } else {  // (a gradient written over its weight comes after the weight's last read)
       row_linear_backward(s.dswiglu, G(DOWN_W), none, d_down, la.swiglu, W(p, DOWN_W), WeightLayout::OutIn);
+      if (ready) ready(P(DOWN_W));
     }
     if (split) copy_convert(kept->d_fcproj, d_down);
     const Tensor dgate = split ? kept->dgate : s.dgate, dup = split ? kept->dup : s.dup;
@@ -267,7 +268,7 @@ class LlamaBlock final : public Block {
     const ParamSpec& s = p.model.table()[k];
     const int64_t n = s.numel(), parts = s.shard.parts, at = s.shard.part * n;
     copied_param_grads(p.tp, {p.grad(k), p.grad(v)}, {kv_sum_.slice(at, s.shape), kv_sum_.slice(parts * n + at, s.shape)},
-                       kv_sum_, [&](const std::vector<Tensor>& g) { compute(g[0], g[1]); });
+                       kv_sum_, [&](const std::vector<Tensor>& g) { compute(g[0], g[1]); }, p.model.grads_over_params());
   }
 
   Recompute recompute_;

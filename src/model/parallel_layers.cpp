@@ -115,8 +115,8 @@ void vocab_cross_entropy(const TensorParallel& tp, const Tensor& losses, const T
 }
 
 void replicated_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const Tensor& scratch,
-                            const std::function<void(const std::vector<Tensor>&)>& backward) {
-  if (!tp.sp()) return backward(grads);
+                            const std::function<void(const std::vector<Tensor>&)>& backward, bool over_params) {
+  if (!tp.sp() && !over_params) return backward(grads);
   std::vector<Tensor> partial;
   int64_t at = 0;
   for (const Tensor& g : grads) {
@@ -126,16 +126,23 @@ void replicated_param_grads(const TensorParallel& tp, const std::vector<Tensor>&
   const Tensor used = scratch.slice(0, {at});
   zero_(used);
   backward(partial);
-  tp.comm().all_reduce(used, ReduceOp::Sum);
-  for (size_t i = 0; i < grads.size(); ++i) kernels::accumulate(grads[i], partial[i]);
+  if (tp.sp()) tp.comm().all_reduce(used, ReduceOp::Sum);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (over_params) zero_(grads[i]);
+    kernels::accumulate(grads[i], partial[i]);
+  }
 }
 
 void copied_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const std::vector<Tensor>& slots,
-                        const Tensor& scratch, const std::function<void(const std::vector<Tensor>&)>& backward) {
+                        const Tensor& scratch, const std::function<void(const std::vector<Tensor>&)>& backward,
+                        bool over_params) {
   zero_(scratch);
   backward(slots);
   tp.comm().all_reduce(scratch, ReduceOp::Sum);
-  for (size_t i = 0; i < grads.size(); ++i) kernels::accumulate(grads[i], slots[i]);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (over_params) zero_(grads[i]);
+    kernels::accumulate(grads[i], slots[i]);
+  }
 }
 
 }  // namespace mt

@@ -108,15 +108,19 @@ void vocab_cross_entropy(const TensorParallel& tp, const Tensor& losses, const T
 // A replicated parameter's gradient computed from this rank's rows only (sequence parallelism): `backward` writes
 // this micro-batch's share into the given tensors (zeroed scratch laid out like `grads`, from `scratch`), which are
 // summed over tp and then accumulated into `grads` (summing grads() itself would count earlier micro-batches tp
-// times). Without sequence parallelism `backward` accumulates into `grads` directly.
+// times). Without sequence parallelism `backward` accumulates into `grads` directly, unless they are the parameters'
+// own storage (over_params: ZeRO-3's shared ring), which `backward` still reads: then it writes into the scratch too,
+// and `grads` are overwritten afterwards.
 void replicated_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const Tensor& scratch,
-                            const std::function<void(const std::vector<Tensor>&)>& backward);
+                            const std::function<void(const std::vector<Tensor>&)>& backward, bool over_params);
 
 // Parameters held in copies by several tp ranks, each copy's gradient only its ranks' share (Llama's k and v when kv
 // heads are fewer than tp ranks: a copy sees its ranks' query heads). `backward` writes this micro-batch's shares
 // into `slots` (views of `scratch`, each part of the weight in its own place, zero elsewhere), `scratch` is summed
-// over tp, which sums every part's copies at once, and each slot is accumulated into its gradient.
+// over tp, which sums every part's copies at once, and each slot is accumulated into its gradient (over_params: the
+// gradients are the parameters' own storage, overwritten instead).
 void copied_param_grads(const TensorParallel& tp, const std::vector<Tensor>& grads, const std::vector<Tensor>& slots,
-                        const Tensor& scratch, const std::function<void(const std::vector<Tensor>&)>& backward);
+                        const Tensor& scratch, const std::function<void(const std::vector<Tensor>&)>& backward,
+                        bool over_params);
 
 }  // namespace mt

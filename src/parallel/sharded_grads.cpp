@@ -81,7 +81,7 @@ int64_t staging_numel(const std::vector<GradUnit>& units, const std::vector<Buck
 ShardedGradsSize sharded_grads_size(const std::vector<GradUnit>& units, const std::vector<Bucket>& buckets, int dp,
                                     int rank, const ShardedGradsOptions& opts, bool wire16) {
   ShardedGradsSize s;
-  s.store = grad_ring_slots(opts) * ring_slot_numel(units);
+  s.store = kGradRingSlots * ring_slot_numel(units);
   for (const GradUnit& u : units) s.store += u.pinned ? u.end - u.begin : 0;
   s.staging = staging_numel(units, buckets, dp, rank, opts, wire16);
   for (const Bucket& b : buckets) s.shard += shard_range(b.numel(), dp, rank).size();
@@ -92,24 +92,21 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
                            std::vector<Bucket> buckets, DType dtype, DType wire, Device device,
                            const Tensor& shards, ShardedGradsOptions opts)
     : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), opts_(opts), table_(table) {
-  // The ring slots come first in the store, the pinned units follow. Ring unit r takes slot r % 2 in a ring of
-  // its own, slot (r + 2) % 3 in a shared one (the header says why).
-  const int slots = grad_ring_slots(opts_);
+  // The ring slots come first in the store, the pinned units follow. Ring unit r takes slot r % 2, in a shared
+  // ring the slot its parameters are gathered into (the header says why).
+  const int slots = kGradRingSlots;
   slot_numel_ = ring_slot_numel(units_);
   int64_t pinned_at = slots * slot_numel_;
   int ring = 0, last_ring = -1;
-  next_ring_.assign(units_.size(), -1);
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (units_[u].pinned) {
       unit_offset_.push_back(pinned_at);
       pinned_at += units_[u].end - units_[u].begin;
       prev_ring_.push_back(-1);
     } else {
-      unit_offset_.push_back((opts_.shared_ring ? (ring + 2) % 3 : ring % 2) * slot_numel_);
+      unit_offset_.push_back((ring % 2) * slot_numel_);
       ++ring;
       prev_ring_.push_back(last_ring);
-      if (last_ring >= 0) next_ring_[last_ring] = u;
-      if (first_ring_ < 0) first_ring_ = u;
       last_ring = u;
     }
   }
@@ -153,11 +150,7 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
 }
 
 Tensor ShardedGrads::ring_slots() const {
-  return opts_.shared_ring ? store_.slice(0, {3 * slot_numel_}) : Tensor();
-}
-
-Tensor ShardedGrads::unit_slot(int u) const {
-  return store_.slice(unit_offset_[u], {units_[u].end - units_[u].begin});
+  return opts_.shared_ring ? store_.slice(0, {2 * slot_numel_}) : Tensor();
 }
 
 bool ShardedGrads::staged(int b) const {
@@ -181,7 +174,7 @@ Tensor ShardedGrads::bucket_store(int b, const Tensor& buf) const {
 
 void ShardedGrads::zero() {
   for (const WorkPtr& w : work_) CHECK(!w, "ZeRO-2: the gradients zeroed while a reduction is in flight");
-  const int64_t ring = opts_.shared_ring ? 3 * slot_numel_ : 0;  // a shared ring is zeroed slot by slot
+  const int64_t ring = opts_.shared_ring ? 2 * slot_numel_ : 0;  // a shared ring holds parameters until written
   if (store_.numel() > ring) zero_(store_.slice(ring, {store_.numel() - ring}));
   zero_(shards_);
   std::fill(reduced_.begin(), reduced_.end(), 0);
@@ -209,7 +202,7 @@ void ShardedGrads::settle(int b) {
   work_[b]->wait();
   work_[b].reset();
   const Tensor mine = shards_.slice(shard_offset(b), {shard(b).size()});
-  if (staged(b)) {  // the slot may hold parameters by now; it is zeroed when a unit next takes it
+  if (staged(b)) {  // the slot may hold parameters by now
     if (!opts_.reduces_once) kernels::accumulate(mine, staging_.slice(staging_at_[b], {shard(b).size()}));
     return;
   }
@@ -225,7 +218,6 @@ void ShardedGrads::settle_unit(int u) {
 
 bool ShardedGrads::begin_pass(bool, bool overlap) {
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) settle(b);
-  if (opts_.shared_ring && first_ring_ >= 0) zero_(unit_slot(first_ring_));
   next_ = 0;
   overlap_ = overlap;
   return true;
@@ -242,14 +234,10 @@ void ShardedGrads::grads_ready(int64_t end) {
     if (!overlap_) settle(b);
     if (units_[u].pinned || buckets_[b].end != units_[u].end) continue;
     // Ring unit u is final: the unit before it frees the slot that the next one writes into (in a shared ring,
-    // u's own parameters' slot is the next unit's).
+    // the slot the next unit's parameters are gathered into, after that reduction in the communicator's order).
     CHECK(++completed == 1, "ZeRO-2: the backward pass reported two blocks' gradients final at once, so they "
           "shared a buffer (element {})", end);
     if (prev_ring_[u] >= 0) settle_unit(prev_ring_[u]);
-    if (opts_.shared_ring && next_ring_[u] >= 0) {
-      if (release_) release_(u);
-      zero_(unit_slot(next_ring_[u]));
-    }
   }
 }
 

@@ -14,15 +14,15 @@
 // pass writes the rest. Reductions still in flight at the start of the chunk's next gradient pass are waited
 // for there, so forward passes in between hide them.
 //
-// A shared ring (ZeRO-3 resharding, compute dtype = gradient dtype): three slots hold both the gradients and
-// ZeRO-3's gathered parameters (ShardedParams), where separate rings would hold four. In the backward pass, ring
-// unit r reads its parameters from slot r % 3 and writes its gradients to slot (r + 2) % 3, the slot of the unit
-// before it, whose parameters it no longer needs (zeroed when unit r - 1's gradients are final). Unit r - 1's
-// gradients, in slot (r + 1) % 3, are reduce-scattered while unit r computes, and unit r + 1's parameters are
-// gathered into that same slot: the dp communicator runs its operations in issue order, and the reduction is
-// issued first, so the gather overwrites the gradients only after they have been sent. That is why a shared
-// ring's reductions land outside the slot: straight in the shards when each unit is reduced once per step, else
-// in a staging buffer of one unit's shards, added to the shards when waited for.
+// A shared ring (ZeRO-3 resharding, compute dtype = gradient dtype): two slots hold both ZeRO-3's gathered
+// parameters (ShardedParams) and the gradients, where separate rings would hold four. Ring unit r's gradients are
+// its own parameters' slot, r % 2: the backward pass writes each gradient over its parameter after the parameter's
+// last read (GPT::set_grads_over_params), so a unit needs one slot, not one for its parameters and one for its
+// gradients. Unit r - 1's gradients, in the other slot, are reduce-scattered while unit r computes, and unit r + 1's
+// parameters are gathered into that same slot: the dp communicator runs its operations in issue order, and the
+// reduction is issued first, so the gather overwrites the gradients only after they have been sent. That is why a
+// shared ring's reductions land outside the slot: straight in the shards when each unit is reduced once per step,
+// else in a staging buffer of one unit's shards, added to the shards when waited for.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -49,11 +49,12 @@ std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool a
 int64_t ring_slot_numel(const std::vector<GradUnit>& units);
 
 struct ShardedGradsOptions {
-  bool shared_ring = false;   // three slots shared with ZeRO-3's parameter store (ring_slots()), not two of its own
+  bool shared_ring = false;   // its two slots shared with ZeRO-3's parameter store (ring_slots()), the gradients
+                              // written over the parameters
   bool reduces_once = false;  // one gradient pass per step: a shared ring's reductions land in the shards directly
 };
-// The ring slots a ShardedGrads keeps: 2, or 3 when they are shared with the parameters.
-inline int grad_ring_slots(const ShardedGradsOptions& o) { return o.shared_ring ? 3 : 2; }
+// The ring slots a ShardedGrads keeps (shared or not).
+constexpr int kGradRingSlots = 2;
 
 // Buckets of at most bucket_bytes over the layout that never cross a unit's boundary (make_buckets within each).
 std::vector<Bucket> unit_buckets(const ParamTable& table, const std::vector<GradUnit>& units, size_t elem_bytes,
@@ -78,12 +79,11 @@ class ShardedGrads : public ChunkGradSync {
 
   // Each parameter's gradient view (table order), for GPT::set_grad_views.
   std::vector<Tensor> grad_views() const;
-  // The step starts: the unit buffers and the shard buffer zeroed (nothing may be in flight). A shared ring's
-  // slots are zeroed as each unit takes its slot, since the parameters' gathers may be writing them.
+  // The step starts: the unit buffers and the shard buffer zeroed (nothing may be in flight); not a shared ring's
+  // slots, which hold parameters until the backward pass writes their gradients over them.
   void zero();
   // Waits for every reduction still in flight and adds it to the shards; then, from the next pass on, reports
   // the gradients as they finish (without overlap each bucket's reduction is waited for when it launches).
-  // With a shared ring, the parameter store's begin_pass comes first: the pass's first slot is zeroed here.
   bool begin_pass(bool final, bool overlap) override;
   void grads_ready(int64_t end) override;
   // The step's end: launches the buckets held back (the tied embedding, summed between stages by now) and
@@ -98,12 +98,8 @@ class ShardedGrads : public ChunkGradSync {
   const Tensor& shard_grads() const { return shards_; }
   DType wire_dtype() const { return wire_.defined() ? wire_.dtype() : store_.dtype(); }
   int64_t bytes() const;  // the unit buffers (and their wire copies) it allocated; shard_grads() is counted apart
-  // A shared ring's three slots, for ZeRO-3's parameter store (undefined otherwise).
+  // A shared ring's two slots, for ZeRO-3's parameter store (undefined otherwise).
   Tensor ring_slots() const;
-  // A shared ring: called with ring unit u before its parameters' slot is zeroed for the next unit's gradients, so
-  // that the store's gathers into it are complete (a backward pass does not read a unit's biases: their buckets are
-  // waited for here, not by a read).
-  void set_slot_release(std::function<void(int)> release) { release_ = std::move(release); }
 
  private:
   Tensor bucket_store(int b, const Tensor& buf) const;  // bucket b's elements in `buf` (store_ or wire_)
@@ -111,15 +107,12 @@ class ShardedGrads : public ChunkGradSync {
   void settle(int b);          // wait for b's reduction, add its shard, zero its elements (unless in a shared slot)
   void settle_unit(int u);     // every bucket of unit u that is in flight
   bool staged(int b) const;    // a shared ring's bucket, reduced outside its slot
-  Tensor unit_slot(int u) const;
   Communicator& dp_;
   std::vector<GradUnit> units_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_unit_;      // per bucket
   std::vector<int64_t> unit_offset_;  // per unit: where its elements start in store_
   std::vector<int> prev_ring_;        // per ring unit: the ring unit before it, or -1
-  std::vector<int> next_ring_;        // per ring unit: the ring unit after it, or -1
-  int first_ring_ = -1;               // the ring unit a backward pass writes first
   std::vector<int64_t> staging_at_;   // per bucket: where its reduced shard lands in staging_
   std::vector<char> reduced_;         // per bucket: reduced this step (reduces_once)
   ShardedGradsOptions opts_;
@@ -128,7 +121,6 @@ class ShardedGrads : public ChunkGradSync {
   ParamTable table_;
   Tensor store_, wire_, shards_, staging_;
   std::vector<WorkPtr> work_;  // per bucket, while in flight
-  std::function<void(int)> release_;  // set_slot_release's
   int next_ = 0;               // buckets [0, next_) launched this pass
   bool overlap_ = true;
 };

@@ -8,7 +8,7 @@
 namespace mt {
 
 int64_t sharded_params_store_numel(const std::vector<GradUnit>& units, bool shared_ring) {
-  int64_t n = shared_ring ? 0 : 2 * ring_slot_numel(units);
+  int64_t n = shared_ring ? 0 : kGradRingSlots * ring_slot_numel(units);
   for (const GradUnit& u : units) n += u.pinned ? u.end - u.begin : 0;
   return n;
 }
@@ -27,14 +27,14 @@ ShardedParams::ShardedParams(Communicator& dp, const ParamTable& table, std::vec
   // The ring units take the slots in turn (consecutive units in either pass order never share one); the pinned
   // units have store_, after its own ring slots.
   const bool shared = shared_ = ring.defined();
-  const int slots = shared ? 3 : 2;
+  const int slots = kGradRingSlots;
   const int64_t slot_numel = ring_slot_numel(units_);
-  CHECK(!shared || (ring.numel() == 3 * slot_numel && ring.dtype() == dtype),
-        "ShardedParams: a shared ring of {} {} elements for three slots of {} {}", ring.numel(),
+  CHECK(!shared || (ring.numel() == slots * slot_numel && ring.dtype() == dtype),
+        "ShardedParams: a shared ring of {} {} elements for two slots of {} {}", ring.numel(),
         dtype_name(ring.dtype()), slot_numel, dtype_name(dtype));
   store_ = Tensor::zeros({std::max<int64_t>(1, sharded_params_store_numel(units_, shared))}, dtype, device);
   const Tensor& slot_store = shared ? ring : store_;
-  int64_t at = shared ? 0 : 2 * slot_numel;
+  int64_t at = shared ? 0 : slots * slot_numel;
   for (int u = 0, r = 0; u < n; ++u) {
     const int64_t numel = units_[u].end - units_[u].begin;
     if (units_[u].pinned) {
@@ -124,14 +124,13 @@ void ShardedParams::begin_pass(PassOrder order) {
     // A pass that starts where the chunk's previous pass ended keeps the units that pass read last, in their slots,
     // instead of gathering them again. A backward pass after a forward pass asks first for the ring's first two
     // units (the head's parameters and the last block; torchtitan leaves the last block gathered after the forward
-    // pass for the same reason); a third slot would not do, since in a shared ring it takes the first unit's
-    // gradients (ShardedGrads::begin_pass zeroes it). A forward pass after a backward pass (the next micro-batch)
-    // asks first for the ring's last units (block 0, or an untied embedding the backward pass prefetched): the last
-    // two of a ring of its own, the last one of a shared ring, whose other slots hold gradients.
+    // pass for the same reason). A forward pass after a backward pass (the next micro-batch) asks first for the
+    // ring's last two units (block 0, or an untied embedding the backward pass prefetched), unless the ring is
+    // shared: the backward pass wrote their gradients over them.
     const int ring_units = static_cast<int>(std::count_if(slot_.begin(), slot_.end(), [](int s) { return s >= 0; }));
     int keep_from = ring_units, keep_to = ring_units;  // the ring units [keep_from, keep_to) stay
     if (order_ == PassOrder::Forward && order == PassOrder::Backward) keep_from = 0, keep_to = 2;
-    if (order_ == PassOrder::Backward && order == PassOrder::Forward) keep_from = ring_units - (shared_ ? 1 : 2);
+    if (order_ == PassOrder::Backward && order == PassOrder::Forward && !shared_) keep_from = ring_units - 2;
     for (int u = 0, ring = 0; u < static_cast<int>(units_.size()); ++u) {
       if (slot_[u] < 0) continue;
       const int r = ring++;
@@ -159,10 +158,6 @@ void ShardedParams::forward_needs(int64_t begin) {
     }
   if (lowest < 0) return;
   prefetch(lowest - 1);  // the forward pass walks down the layout
-  // A third slot (shared with the gradients, which a forward pass leaves alone) takes the unit after that one, in
-  // the slot of the unit the pass has just left: the gathers queue up one unit further ahead, so a block whose
-  // gather outlasts the block before it can borrow the slack of the blocks before that.
-  if (shared_ && lowest >= 1 && state_[lowest - 1] != Absent) prefetch(lowest - 2);
 }
 
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
@@ -176,9 +171,9 @@ void ShardedParams::backward_needs(int64_t begin, int64_t end) {
       highest = u;
       if (lowest_ring < 0 && slot_[u] >= 0) lowest_ring = u;
     }
-  // A shared ring gives the slots of the units the pass has left to their gradients (zeroed there), so those
-  // units are no longer resident (their gathers were waited for before the slot was zeroed: release()). A request
-  // for a pinned unit alone (the tied head) leaves none.
+  // In a shared ring the units the pass has left hold their gradients, so they are no longer resident (their
+  // gathers were waited for before the first gradient was written: GPT::grad's read). A request for a pinned unit
+  // alone (the tied head) leaves none.
   for (int u = 0; shared_ && u < lowest_ring; ++u)
     if (slot_[u] >= 0 && state_[u] != Absent) {
       CHECK(state_[u] == Resident, "ShardedParams: unit {}'s slot was given to gradients during its gather", u);

@@ -6,7 +6,8 @@
 // Buffers: the unpinned units take turns in ring slots, each as large as the largest such unit: the unit a pass
 // computes and the next one, gathered meanwhile. The forward pass asks for the next block's input norm only at the
 // end of a block (the norm fused into it), so two blocks suffice there too. The ring is two slots of its own, or
-// three shared with the gradients (ShardedGrads' ring_slots(): unit r in slot r % 3, sharded_grads.h says why).
+// two shared with the gradients (ShardedGrads' ring_slots(): unit r in slot r % 2, its gradients written over its
+// parameters; sharded_grads.h says why).
 // A gather reads this rank's shard from shards() and writes the whole unit into its slot, so issuing it never
 // touches the slot: a shared slot's gradients may still be waiting to be sent. A pinned unit keeps a buffer of
 // its own: the tied embedding, which every forward pass reads first and last.
@@ -17,13 +18,12 @@
 // gathers and each read waits for its own bucket: a unit's buckets are gathered in the order the pass reads them,
 // so a block starts computing when its first weights have arrived instead of all of them (the step's first block
 // after the optimizer, whose gather nothing else hides, most of all). A backward pass never reads some buckets (a
-// block's biases): a shared ring waits for them before the slot takes gradients (release()), and every pass's
-// start waits for whatever is still in flight. A request also
-// prefetches the next unit in the pass's order, unless that would evict a unit of the same request (the first
-// request of a forward pass touches the embeddings and block 0), and in a forward pass over three slots the unit
-// after that one too. begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
+// block's biases): in a shared ring GPT::grad reports them as reads before their gradients are written, and every
+// pass's start waits for whatever is still in flight. A request also prefetches the next unit in the pass's order,
+// unless that would evict a unit of the same request (the first request of a forward pass touches the embeddings
+// and block 0). begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
 // again), except those it starts with that the chunk's previous pass ended with (a backward pass after a forward
-// pass, and a forward pass after a backward pass). begin_step() forgets every unit, since an optimizer step changed
+// pass, and a forward pass after a backward pass unless the ring is shared). begin_step() forgets every unit, since an optimizer step changed
 // the shards.
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
@@ -50,7 +50,7 @@ int64_t sharded_params_store_numel(const std::vector<GradUnit>& units, bool shar
 class ShardedParams {
  public:
   // table: the chunk's parameters; dtype: the compute dtype; shards: where this rank's packed shards live
-  // (shard_numel() elements of dtype), or undefined to allocate them; ring: three slots shared with the gradients
+  // (shard_numel() elements of dtype), or undefined to allocate them; ring: two slots shared with the gradients
   // (ShardedGrads::ring_slots(), the same units), or undefined for two of its own.
   ShardedParams(Communicator& dp, const ParamTable& table, std::vector<GradUnit> units, std::vector<Bucket> buckets,
                 DType dtype, Device device, const Tensor& shards = {}, const Tensor& ring = {});
@@ -82,8 +82,6 @@ class ShardedParams {
   void forward_needs(int64_t begin);
   // GPT::backward's params_needed: the elements [begin, end) are read next.
   void backward_needs(int64_t begin, int64_t end);
-  // ShardedGrads::set_slot_release's hook: unit u's gathers complete, since its slot is about to be zeroed.
-  void release(int u) { wait(u); }
   // Tests (MESHTRAIN_INJECT=late-gather): issuing a unit only notes its buckets, and each is gathered when a read
   // or a wait asks for it, so a parameter read without asking sees the slot's old contents on every run.
   void set_on_demand() { on_demand_ = true; }

@@ -31,8 +31,10 @@ int64_t record_bytes(const StageConfig& g, int B, int T, DType dt, bool split, i
   return int64_t(counter.high_water_bytes());
 }
 
-int64_t backward_scratch_bytes(const StageConfig& g, int B, int T, DType dt, bool split, int cp) {
-  const CountingStage stage(g, dt, cp);
+int64_t backward_scratch_bytes(const StageConfig& g, int B, int T, DType dt, bool split, int cp,
+                               bool grads_over_params) {
+  CountingStage stage(g, dt, cp);
+  stage.model.set_grads_over_params(grads_over_params);
   const GPT& model = stage.model;
   Arena records{Arena::CountOnly{}}, scratch{Arena::CountOnly{}};
   model.alloc_backward_scratch(scratch, model.alloc_activations(records, B, T, split), split);

@@ -24,8 +24,10 @@ inline int64_t tensor_bytes(int64_t numel, DType t) {
 // cp > 1, T is a cp rank's tokens of each sequence and attention keeps the ring's record (its log-sum-exp).
 int64_t record_bytes(const StageConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
 
-// What one backward pass of stage `g` takes from the executor's scratch arena (held until the next backward).
-int64_t backward_scratch_bytes(const StageConfig& g, int B, int T, DType dtype, bool split, int cp = 1);
+// What one backward pass of stage `g` takes from the executor's scratch arena (held until the next backward);
+// grads_over_params: ZeRO-3's shared ring (GPT::set_grads_over_params: the norms' gradients go through scratch).
+int64_t backward_scratch_bytes(const StageConfig& g, int B, int T, DType dtype, bool split, int cp = 1,
+                               bool grads_over_params = false);
 
 // What one attention call of stage `g` allocates for its time under context parallelism (GPT::attention_temp_bytes):
 // 0 with cp = 1.

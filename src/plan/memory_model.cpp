@@ -115,7 +115,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
       s.records += use.records[c];
       // Under context parallelism a block's attention allocates the ring's temporaries per call, while the scratch
       // is held (tensors of their own: Tensor::empty).
-      s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split, cp) +
+      s.scratch = std::max(s.scratch, double(backward_scratch_bytes(g, B, T, dt, split, cp, ring.shared_ring) +
                                              attention_temp_bytes(g, B, T, dt, cp)));
     }
     if (sharded) s.grads += double(tensor_bytes(std::max<int64_t>(1, grad_shards), DType::F32));

@@ -139,16 +139,16 @@ std::vector<ParamRequest> param_requests(const StageConfig& s, const ParamTable&
 }
 
 ChunkParamGathers::ChunkParamGathers(const StageConfig& s, const ParamTable& t, std::vector<GradUnit> units,
-                                     std::vector<double> unit_us, int elem_bytes, int slots,
+                                     std::vector<double> unit_us, int elem_bytes, bool shared_ring,
                                      std::vector<double> unit_cpu_us, std::vector<std::vector<GatherBucket>> buckets)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), unit_cpu_us_(std::move(unit_cpu_us)),
-      buckets_(std::move(buckets)), elem_bytes_(elem_bytes),
+      buckets_(std::move(buckets)), elem_bytes_(elem_bytes), shared_(shared_ring),
       forward_(param_requests(s, t, ActionKind::Forward)), backward_(param_requests(s, t, ActionKind::Backward)),
       weight_(param_requests(s, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
       early_(units_.size(), 0.0), early_in_flight_(units_.size(), false) {
   for (size_t u = 0, ring = 0; u < units_.size(); ++u)
-    slot_.push_back(units_[u].pinned ? -1 : int(ring++ % slots));
-  occupant_.assign(slots, -1);
+    slot_.push_back(units_[u].pinned ? -1 : int(ring++ % kGradRingSlots));
+  occupant_.assign(kGradRingSlots, -1);
   unit_cpu_us_.resize(units_.size(), 0.0);
 }
 
@@ -178,13 +178,12 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
   const int n = static_cast<int>(units_.size());
   const bool down = kind == ActionKind::Forward;  // the forward pass walks down the layout, the backward up
   // ShardedParams::begin_pass: every gather still in flight is waited for, and the unpinned units go, but for the
-  // ring's first two when a backward pass follows a forward pass, and its last one (shared) or two when a forward
-  // pass follows a backward pass.
+  // ring's first two when a backward pass follows a forward pass, and its last two when a forward pass follows a
+  // backward pass in a ring of its own (a shared one holds their gradients).
   const int ring_units = static_cast<int>(std::count_if(slot_.begin(), slot_.end(), [](int s) { return s >= 0; }));
   int keep_from = ring_units, keep_to = ring_units;
   if (last_pass_ == ActionKind::Forward && !down) keep_from = 0, keep_to = 2;
-  if (last_pass_ != ActionKind::Forward && down)
-    keep_from = ring_units - (occupant_.size() == 3 ? 1 : 2);
+  if (last_pass_ != ActionKind::Forward && down && !shared_) keep_from = ring_units - 2;
   last_pass_ = kind;
   for (int u = 0, ring = 0; u < n; ++u) {
     if (units_[u].pinned) continue;
@@ -276,13 +275,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       resident_[u] = true;
       edge = u;
     }
-    // The prefetch; a forward pass in a ring of three slots also prefetches the unit after it, into the slot of
-    // the unit the pass just left.
-    if (edge >= 0) {
-      const int next = down ? edge - 1 : edge + 1;
-      prefetch(next);
-      if (down && occupant_.size() == 3 && next >= 0 && (resident_[next] || flying[next])) prefetch(next - 1);
-    }
+    if (edge >= 0) prefetch(down ? edge - 1 : edge + 1);
     if (!buckets_.empty()) reads(q, q.work_after * work_us);
     else t += q.work_after * work_us;
   }

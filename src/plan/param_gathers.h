@@ -2,9 +2,9 @@
 // The requests are the model's own (GPT::forward's and backward's params_needed, mirrored here), and the store's
 // rules decide what each one gathers: a request gathers every unit it touches that is not resident and waits for
 // it, then prefetches the next unit in the pass's order (the forward pass walks down the layout, the backward pass
-// up; over three slots a forward pass the unit after it too), whose gather then overlaps the compute up to the next
-// request. A pass's start forgets the unpinned units (a backward pass right after a forward pass keeps the ring's
-// first two, a forward pass after a backward pass its last one or two), the step's start every unit. So with
+// up), whose gather then overlaps the compute up to the next request. A pass's start forgets the unpinned units (a
+// backward pass right after a forward pass keeps the ring's first two, a forward pass after a backward pass its last
+// two unless the ring is shared with the gradients), the step's start every unit. So with
 // parallel.reshard_after_forward each forward and backward pass gathers its units again, and the pass waits for
 // its first units in full and for what each prefetch outlasts; without it (every unit pinned) the gathers issued
 // after the optimizer bring them all (counted in the chunk's first forward pass), and nothing gathers after them.
@@ -63,12 +63,12 @@ struct PassGathers {
 class ChunkParamGathers {
  public:
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
-  // all-gathers one after another); elem_bytes: the compute dtype's size; slots: the ring's (2, or 3 shared with
-  // the gradients); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty);
+  // all-gathers one after another); elem_bytes: the compute dtype's size; shared_ring: the ring's two slots are
+  // shared with the gradients (ShardedGradsOptions); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty);
   // buckets: each unit's buckets in layout order, when a pass waits for each parameter's bucket alone
   // (ShardedParams::reader), else empty (a request waits for its units in full).
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
-                    int elem_bytes, int slots, std::vector<double> unit_cpu_us = {},
+                    int elem_bytes, bool shared_ring, std::vector<double> unit_cpu_us = {},
                     std::vector<std::vector<GatherBucket>> buckets = {});
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
@@ -85,6 +85,7 @@ class ChunkParamGathers {
   std::vector<double> unit_us_, unit_cpu_us_;
   std::vector<std::vector<GatherBucket>> buckets_;
   int elem_bytes_;
+  bool shared_;                // the ring's slots are shared with the gradients
   std::vector<ParamRequest> forward_, backward_, weight_;
   std::vector<bool> resident_;
   std::vector<double> early_;  // per unit: when prefetch_forward_start's gather completes, from the next pass's start

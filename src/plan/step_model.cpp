@@ -114,9 +114,9 @@ ChunkParamGathers chunk_param_gathers(const StepContext& x, const StageConfig& g
     unit_buckets[u].push_back({b.begin, b.end, us});
     unit_cpu[u] += x.net.cpu_us(CommKind::AllGather, b.numel() * elem, x.replicas);
   }
-  const int slots = sharded_grads_options(x.cfg, x.dp, x.dt, DType::F32).shared_ring ? 3 : 2;
+  const bool shared = sharded_grads_options(x.cfg, x.dp, x.dt, DType::F32).shared_ring;
   // The trainer's forward passes report their reads (ShardedParams::reader): each waits for its bucket alone.
-  return ChunkParamGathers(g, table, units, unit_us, elem, slots, unit_cpu, unit_buckets);
+  return ChunkParamGathers(g, table, units, unit_us, elem, shared, unit_cpu, unit_buckets);
 }
 
 // A pass's measured compute (us at full speed).

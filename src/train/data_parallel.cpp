@@ -224,8 +224,7 @@ class FullySharded final : public Synchronous {
       if (on_demand) params_[c]->set_on_demand();
       chunk.set_param_views(params_[c]->param_views());
       chunk.set_param_read_hook(params_[c]->reader());
-      if (red_.sharded[c]->ring_slots().defined())
-        red_.sharded[c]->set_slot_release([p = params_[c].get()](int u) { p->release(u); });
+      chunk.set_grads_over_params(red_.sharded[c]->ring_slots().defined());
       hooks_[c].params = params_[c].get();
       buffers += params_[c]->buffer_bytes();
     }
@@ -239,12 +238,8 @@ class FullySharded final : public Synchronous {
                                      name_of(cfg.parallel.reshard_after_forward),
                                      cfg.parallel.pp > 1 ? " with pipeline parallelism" : ""),
                    shards_.nbytes() / 1048576.0, buffers / 1048576.0,
-                   red_.sharded[0]->ring_slots().defined() ? ", and three ring slots shared with the gradients" : "");
-  }
-
-  ~FullySharded() override {
-    for (auto& g : red_.sharded)
-      if (g) g->set_slot_release({});  // it points into params_
+                   red_.sharded[0]->ring_slots().defined()
+                       ? ", and two ring slots shared with the gradients, written over the parameters" : "");
   }
 
   std::vector<OptimSegment> optimizer_segments(const PipelineChunks& model, int64_t& state_numel,

@@ -87,7 +87,7 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
                  "MiB ({}{}, and this rank's shards)",
                  cfg.optim.zero, buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
                  bytes / 1048576.0,
-                 opts.shared_ring ? "three blocks' in turn, shared with the gathered parameters" : "two blocks' in turn",
+                 opts.shared_ring ? "two blocks' in turn, written over the gathered parameters" : "two blocks' in turn",
                  held ? fmt::format(", {:.2f} MiB kept for the step ({})", held / 1048576.0,
                                     split ? "zb1: every unit" : "the tied embedding")
                       : "");

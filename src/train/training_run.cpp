@@ -99,7 +99,8 @@ void load_weights(TrainingRun& r, const Tensor& part, int64_t offset) {
 
 // ZeRO-3's new model, parameter by parameter (each drawn whole, GPT::init_param), so that no rank holds more than
 // one parameter beyond its shards. Each is drawn into its own gradient's buffer (a ring slot, or a pinned unit's):
-// nothing reads it before the first step zeroes it (begin_step, and a shared ring slot by slot), so the set-up needs
+// nothing reads it before the first step zeroes it (begin_step) or a gather or a gradient overwrites it (a ring
+// shared with the parameters), so the set-up needs
 // no memory beyond the step's (a fresh buffer of the largest parameter, the embedding in a large-vocabulary model,
 // raised the set-up's peak above it).
 void init_sharded(TrainingRun& r) {
@@ -226,12 +227,13 @@ void check_activation_memory(const TrainingRun& r) {
   if (r.dev != Device::CPU) return;
   const bool split = r.cfg.parallel.schedule == PipelineSchedule::ZB1;
   double need = 0, scratch = 0;
+  const bool over_params = r.model->size() > 0 && r.model->chunk(0).grads_over_params();
   for (int c = 0; c < r.model->size(); ++c) {
     const GPT& g = r.model->chunk(c);
     const plan::StageConfig stage{g.config(), g.part()};
     need += double(plan::record_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp()));
     scratch = std::max(scratch,
-                       double(plan::backward_scratch_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp())));
+                       double(plan::backward_scratch_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp(), over_params)));
   }
   need += scratch;
   const double available = available_host_bytes();

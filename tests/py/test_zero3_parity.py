@@ -11,13 +11,13 @@
      or another unit's weights) shows as 1e-2 at the first step.
   2. With one micro-batch and no clipping, ZeRO-3 is ZeRO-2 bit for bit in bf16 and fp16 (the same fp32
      gradients, masters and shards; the forward and backward passes read the same gathered 16-bit weights), and
-     in fp32 with and without bf16 gradient reduction (the gradients in the ring shared with the parameters).
+     in fp32 with and without bf16 gradient reduction (the gradients written over the parameters in their ring).
   3. What it gathers, from traces: with 4 micro-batches on dp 2, reshard_after_forward=false gathers what ZeRO-2
      gathers (every unit once per step), and true (2 x 4 - 1) gathers more of every unit but the pinned tied
      embedding (each unit again before each of the 8 passes), to the byte; one all-gather per unit and pass, not
      one per parameter.
   4. Memory (memory.json): on 8 blocks and dp 2 the parameters and gradients are this rank's half of the shards,
-     three ring slots of one block that the two share, the pinned tied embedding's, and under accumulation one
+     two ring slots of one block that the two share, the pinned tied embedding's, and under accumulation one
      unit's shard of staged reductions; reshard_after_forward=false holds every unit and two gradient slots.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
      under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. A loaded model (model.init_from)
@@ -39,7 +39,7 @@ BASE = ["--config", TINY, "--set", "model.n_layer=4", "--set", "model.n_head=4",
         "--set", "train.micro_batch=2", "--set", "train.steps=20", "--set", "run.log_every=100",
         "--set", "comm.timeout_s=120", "--set", "comm.bucket_mb=0.004", "--set", "train.eval_every=10",
         "--set", "train.eval_batches=2", "--set", "optim.lr=3e-3", "--set", "optim.min_lr=3e-4"]
-LLAMA = ["model.arch=llama", "model.n_kv_head=2", "model.ffn_hidden=96", "model.tie_embeddings=true"]
+LLAMA = ["model.arch=llama", "model.n_kv_head=1", "model.ffn_hidden=96", "model.tie_embeddings=true"]
 Z3 = ["optim.zero=3"]
 failures = 0
 
@@ -74,7 +74,8 @@ CASES = [  # name, dp, tp, pp, settings, reference
      "gpt2"),
     ("dp2_m4_recompute_full", 2, 1, 1, Z3 + ["train.recompute=full"], "gpt2"),
     ("dp2_m4_no_reshard", 2, 1, 1, Z3 + ["parallel.reshard_after_forward=false"], "gpt2"),
-    ("llama_dp2_tp2_pp2_tied", 2, 2, 2, Z3 + LLAMA, "llama"),
+    # One kv head on two tp ranks: each holds a copy whose gradients are summed over tp (copied_param_grads).
+    ("llama_dp2_tp2_pp2_tied_reshard", 2, 2, 2, Z3 + LLAMA + ["parallel.reshard_after_forward=true"], "llama"),
 ]
 for name, dp, tp, pp, sets, ref in CASES:
     losses, log, _ = run(name, dp, tp, pp, sets)
@@ -96,10 +97,9 @@ for name, sets in (("bf16", ["precision.compute=bf16"]), ("fp16", ["precision.co
 # 3. What is gathered, from traces of 3 steps of 4 micro-batches on dp 2 without evaluation (each rank's
 # collectives are all in its trace, whatever step's row their bytes land in: counted there, not from metrics.jsonl).
 # A unit is one all-gather with these buckets, sending this rank's half of it. With resharding, per step 4 forward
-# passes gather the 5 unpinned units (4 blocks and ln_f), but for block 0 in the 3 that follow a backward pass (it
-# ends with block 0, which the forward pass reads first); 4 backward passes the 3 that their forward pass did not
-# leave in the ring (it ends with block 3 and ln_f, which the backward pass reads first); and the step's first pass
-# the pinned tied embedding's unit. Without, every unit once per step, as ZeRO-2's gather after the optimizer.
+# passes gather the 5 unpinned units (4 blocks and ln_f; a backward pass leaves its last units' gradients in the
+# ring, not their weights); 4 backward passes the 3 that their forward pass did not leave in the ring (it ends with
+# block 3 and ln_f, which the backward pass reads first); and the step's first pass the pinned tied embedding's unit. Without, every unit once per step, as ZeRO-2's gather after the optimizer.
 # After the last step ZeRO-3's optimizer gathers the next step's first units for a step that never comes (resharding:
 # the embeddings and block 0; without: every unit), and the export gathers every unit once more (ZeRO-2 exports its
 # whole fp32 weights without a gather). tiny.yaml's d_model 32, vocabulary 64, 16 positions.
@@ -123,17 +123,17 @@ def traced_gathers(name, sets):
 count, resharded, other = traced_gathers("gathers_reshard", Z3)
 _, kept, _ = traced_gathers("gathers_keep", Z3 + ["parallel.reshard_after_forward=false"])
 _, zero2, _ = traced_gathers("gathers_zero2", ["optim.zero=2"])
-want = 3 * (4 * 5 - 3 + 4 * 3 + 1) + 2 + 6
+want = 3 * (4 * 5 + 4 * 3 + 1) + 2 + 6
 whole = 4 * n_params // 2  # every unit once: the export's gather, and the last prefetch without resharding
 prefetched = 4 * (embedding + block) // 2  # the last prefetch with resharding
-extra = 3 * ((2 * 4 - 1) * (n_params - embedding) - 4 * (block + 2 * C) - 3 * block) * 4 // 2 + prefetched - whole
+extra = 3 * ((2 * 4 - 1) * (n_params - embedding) - 4 * (block + 2 * C)) * 4 // 2 + prefetched - whole
 check(count == other == want, f"dp all-gathers in 3 traced steps: {count} and {other} per rank, {want} expected (one "
       f"per unit and pass, where one per parameter would be 12 per block: DeepSpeed #5047's many tiny gathers)")
 check(kept - zero2 == 2 * whole and resharded - kept == extra,
       f"bytes gathered in 3 steps: reshard_after_forward=false {kept} = ZeRO-2's {zero2} + the last prefetch's "
       f"{whole} + the export's {whole}; true {resharded - kept} more, {extra} expected (7 more gathers of the "
-      f"{n_params - embedding} unpinned parameters per step, less block 3 and ln_f in the 4 backward passes and "
-      f"block 0 in 3 forward passes, and a last prefetch of {prefetched})")
+      f"{n_params - embedding} unpinned parameters per step, less block 3 and ln_f in the 4 backward passes, and "
+      f"a last prefetch of {prefetched})")
 
 
 # 4. Memory: the parameters and gradients on 8 blocks and dp 2 (4 micro-batches per step, or 1).
@@ -148,16 +148,17 @@ half = n // 2  # rank 0's shard of each bucket is half of it, rounded up
 shared = state_bytes("memory_zero3", [])
 once = state_bytes("memory_zero3_m1", ["train.micro_batch=8"])
 every = state_bytes("memory_zero3_no_reshard", ["parallel.reshard_after_forward=false"])
-# Parameters: the pinned tied embedding and the shards. Gradients: three ring slots (shared with the gathered
-# parameters), the pinned embedding's, the shards, and with 4 micro-batches half a block of staged reductions.
-want_shared = (4 * (embedding + half), 4 * (3 * block + embedding + half + (block + 1) // 2))
+# Parameters: the pinned tied embedding and the shards. Gradients: two ring slots (the gathered parameters, each
+# gradient written over its own), the pinned embedding's, the shards, and with 4 micro-batches half a block of staged
+# reductions.
+want_shared = (4 * (embedding + half), 4 * (2 * block + embedding + half + (block + 1) // 2))
 want_once = (want_shared[0], want_shared[1] - 4 * ((block + 1) // 2))
 # Without resharding the parameters keep every unit, and the gradients two ring slots of their own.
 want_every = (4 * (n + half), 4 * (2 * block + embedding + half))
 near = lambda got, want: all(w <= g <= w + 4 * 100 for g, w in zip(got, want))  # round-ups
 check(near(shared, want_shared) and near(once, want_once) and near(every, want_every),
       f"8 blocks, dp 2: ZeRO-3 holds {shared} parameter and gradient bytes, {want_shared} + round-ups expected "
-      f"(three block slots shared by both, the tied embedding, half the shards, half a block of staged "
+      f"(two block slots shared by both, the tied embedding, half the shards, half a block of staged "
       f"reductions); {once} with one micro-batch ({want_once}: no staging); without resharding {every} "
       f"({want_every}: every unit, two gradient slots)")
 
@@ -188,7 +189,7 @@ check(sorted(exported) == sorted(single_weights) and worst < 1e-5,
 # 6. Every read waits for its own bucket, in both passes: with MESHTRAIN_INJECT=late-gather a bucket is gathered only
 # when a read or a wait asks for it, so a parameter read without asking sees whatever its slot held (another unit's
 # weights, or gradients) on every run. Four micro-batches in fp32 (the ring shared with the gradients: a backward
-# pass reads no bias, whose buckets are gathered when the unit's gradients are final), and Llama with full
+# pass reads no bias, whose buckets are gathered when its gradient is written over it), and Llama with full
 # recomputation (a block's forward pass again inside the backward pass).
 os.environ["MESHTRAIN_INJECT"] = "late-gather@1"
 for name, sets, ref in [("late_gather_dp2_m4", Z3, "gpt2"),
