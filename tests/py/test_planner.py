@@ -183,10 +183,10 @@ def zero3_gather_traffic(rows):
     # parallel.reshard_after_forward each is gathered once per step: the chunk's parameters once. With it every
     # forward pass gathers the 3 unpinned units again and the pinned embedding stays; a backward pass right after a
     # forward pass keeps the final norm and block 1, which that pass ended with, and gathers block 0 (B bytes), any
-    # other backward pass all 3; a forward pass right after a backward pass keeps block 0 (the ring shared with the
-    # gradients keeps one unit). With m micro-batches, 1f1b alternates the passes: m (P - E) + B + E bytes in
-    # 3m + 2 gathers; zb1 too, but its weight pass (which reads none) comes between, and its ring is its own:
-    # m (P - E + B) + E bytes in 4m + 1 gathers; gpipe runs m forward passes, then m backward passes.
+    # other backward pass all 3; a forward pass right after a backward pass gathers all 3 too (in fp32 the ring is
+    # shared with the gradients, written over the units the backward pass ended with). With m micro-batches, 1f1b
+    # alternates the passes: m (P - E + B) + E bytes in 4m + 1 gathers; zb1 the same, with its weight pass (which
+    # reads none) between and a ring of its own; gpipe runs m forward passes, then m backward passes.
     keep = planner(2, ["parallel.reshard_after_forward=false"], ["--reps", "1", "--calibration", CALIBRATION])
     # The rows given are the config's own: tiny.yaml leaves parallel.reshard_after_forward at its default, which
     # reshards on one pipeline stage.
@@ -203,10 +203,8 @@ def zero3_gather_traffic(rows):
                 want = (4, P)
             elif r["schedule"] == "gpipe":
                 want = (6 * m - 1, (2 * m - 1) * (P - E) + B + E)  # only the first backward pass keeps two
-            elif r["schedule"] == "zb1":
-                want = (4 * m + 1, m * (P - E + B) + E)
             else:
-                want = (3 * m + 2, m * (P - E) + B + E)
+                want = (4 * m + 1, m * (P - E + B) + E)
             what = "%s mb%d (m %d), reshard_after_forward %s" % (r["schedule"], r["micro_batch"], m,
                                                                  "false" if want_keep else "true")
             check((g.get("count"), g.get("bytes")) == want and g.get("wait_ms", -1) > 0,
