@@ -78,7 +78,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   }
   // The products themselves (dinp reads the weight; dweight and dbias do not).
   auto run = [&](const Tensor& dx, const Tensor& dw, const Tensor& db) {
-    if (inp.device() == Device::CUDA) MT_ON_CUDA(op, gpu::matmul_backward(dx, dw, db, dout, inp, weight, N, C, OC, layout));
+    if (inp.device() == Device::CUDA)
+      MT_ON_CUDA(op, gpu::matmul_backward(dx, dw, db, dout, inp, weight, N, C, OC, layout));
     dispatch_storage(inp.dtype(), [&](auto s) {
       using S = decltype(s);
       using A = cpu::acc_t<S>;

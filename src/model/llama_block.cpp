@@ -268,7 +268,8 @@ class LlamaBlock final : public Block {
     const ParamSpec& s = p.model.table()[k];
     const int64_t n = s.numel(), parts = s.shard.parts, at = s.shard.part * n;
     copied_param_grads(p.tp, {p.grad(k), p.grad(v)}, {kv_sum_.slice(at, s.shape), kv_sum_.slice(parts * n + at, s.shape)},
-                       kv_sum_, [&](const std::vector<Tensor>& g) { compute(g[0], g[1]); }, p.model.grads_over_params());
+                       kv_sum_, [&](const std::vector<Tensor>& g) { compute(g[0], g[1]); },
+                       p.model.grads_over_params());
   }
 
   Recompute recompute_;

@@ -94,9 +94,8 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
     : dp_(dp), units_(std::move(units)), buckets_(std::move(buckets)), opts_(opts), table_(table) {
   // The ring slots come first in the store, the pinned units follow. Ring unit r takes slot r % 2, in a shared
   // ring the slot its parameters are gathered into (the header says why).
-  const int slots = kGradRingSlots;
   slot_numel_ = ring_slot_numel(units_);
-  int64_t pinned_at = slots * slot_numel_;
+  int64_t pinned_at = kGradRingSlots * slot_numel_;
   int ring = 0, last_ring = -1;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (units_[u].pinned) {
@@ -104,7 +103,7 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
       pinned_at += units_[u].end - units_[u].begin;
       prev_ring_.push_back(-1);
     } else {
-      unit_offset_.push_back((ring % 2) * slot_numel_);
+      unit_offset_.push_back((ring % kGradRingSlots) * slot_numel_);
       ++ring;
       prev_ring_.push_back(last_ring);
       last_ring = u;
@@ -150,7 +149,7 @@ ShardedGrads::ShardedGrads(Communicator& dp, const ParamTable& table, std::vecto
 }
 
 Tensor ShardedGrads::ring_slots() const {
-  return opts_.shared_ring ? store_.slice(0, {2 * slot_numel_}) : Tensor();
+  return opts_.shared_ring ? store_.slice(0, {kGradRingSlots * slot_numel_}) : Tensor();
 }
 
 bool ShardedGrads::staged(int b) const {
@@ -174,7 +173,7 @@ Tensor ShardedGrads::bucket_store(int b, const Tensor& buf) const {
 
 void ShardedGrads::zero() {
   for (const WorkPtr& w : work_) CHECK(!w, "ZeRO-2: the gradients zeroed while a reduction is in flight");
-  const int64_t ring = opts_.shared_ring ? 2 * slot_numel_ : 0;  // a shared ring holds parameters until written
+  const int64_t ring = opts_.shared_ring ? kGradRingSlots * slot_numel_ : 0;  // holds parameters until written
   if (store_.numel() > ring) zero_(store_.slice(ring, {store_.numel() - ring}));
   zero_(shards_);
   std::fill(reduced_.begin(), reduced_.end(), 0);

@@ -21,10 +21,10 @@
 // block's biases): in a shared ring GPT::grad reports them as reads before their gradients are written, and every
 // pass's start waits for whatever is still in flight. A request also prefetches the next unit in the pass's order,
 // unless that would evict a unit of the same request (the first request of a forward pass touches the embeddings
-// and block 0). begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them
-// again), except those it starts with that the chunk's previous pass ended with (a backward pass after a forward
-// pass, and a forward pass after a backward pass unless the ring is shared). begin_step() forgets every unit, since an optimizer step changed
-// the shards.
+// and block 0). begin_pass() forgets the unpinned units (reshard after forward: the next pass gathers them again),
+// except those it starts with that the chunk's previous pass ended with (a backward pass after a forward pass, and a
+// forward pass after a backward pass unless the ring is shared). begin_step() forgets every unit, since an optimizer
+// step changed the shards.
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
 #pragma once
 #include <cstdint>

@@ -232,8 +232,8 @@ void check_activation_memory(const TrainingRun& r) {
     const GPT& g = r.model->chunk(c);
     const plan::StageConfig stage{g.config(), g.part()};
     need += double(plan::record_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp()));
-    scratch = std::max(scratch,
-                       double(plan::backward_scratch_bytes(stage, r.mb, r.T_rank, g.dtype(), split, r.mesh.cp(), over_params)));
+    scratch = std::max(scratch, double(plan::backward_scratch_bytes(stage, r.mb, r.T_rank, g.dtype(), split,
+                                                                    r.mesh.cp(), over_params)));
   }
   need += scratch;
   const double available = available_host_bytes();
