@@ -64,7 +64,8 @@ class ChunkParamGathers {
  public:
   // units: the chunk's parameter units (chunk_param_units); unit_us: each unit's gather time (its buckets'
   // all-gathers one after another); elem_bytes: the compute dtype's size; shared_ring: the ring's two slots are
-  // shared with the gradients (ShardedGradsOptions); unit_cpu_us: each unit's gather's CPU time on the communication thread (none when empty);
+  // shared with the gradients (ShardedGradsOptions); unit_cpu_us: each unit's gather's CPU time on the
+  // communication thread (none when empty);
   // buckets: each unit's buckets in layout order, when a pass waits for each parameter's bucket alone
   // (ShardedParams::reader), else empty (a request waits for its units in full).
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,

@@ -4,8 +4,9 @@
      units too) within 1e-5 relative of one rank over 20 steps: GPT-2 on dp 8, dp2 x tp2 x pp2 (1f1b and
      interleaved), dp4 x tp2 with sequence parallelism, dp 2 accumulating 4 micro-batches (resharding, the default
      without pipeline parallelism, and not), dp2 x pp2 zb1 on uneven stages with light recomputation (whose weight
-     pass reads parameters), full recomputation; Llama with grouped-query attention on dp2 x tp2 x pp2 with the
-     embedding tied across stages. With pipeline parallelism the default keeps the units for the step; the
+     pass reads parameters), full recomputation; Llama with one kv head (its copies on two tp ranks) on dp2 x tp2 x
+     pp2 with the embedding tied across stages, resharding. With pipeline parallelism the default keeps the units
+     for the step; the
      interleaved and zb1 cases reshard. The gradients take ZeRO-2's path (a reduce-scatter per micro-batch), so
      only the summation order differs from one rank: about 1e-7 per step. A unit read before its gather (a stale
      or another unit's weights) shows as 1e-2 at the first step.
@@ -100,7 +101,8 @@ for name, sets in (("bf16", ["precision.compute=bf16"]), ("fp16", ["precision.co
 # A unit is one all-gather with these buckets, sending this rank's half of it. With resharding, per step 4 forward
 # passes gather the 5 unpinned units (4 blocks and ln_f; a backward pass leaves its last units' gradients in the
 # ring, not their weights); 4 backward passes the 3 that their forward pass did not leave in the ring (it ends with
-# block 3 and ln_f, which the backward pass reads first); and the step's first pass the pinned tied embedding's unit. Without, every unit once per step, as ZeRO-2's gather after the optimizer.
+# block 3 and ln_f, which the backward pass reads first); and the step's first pass the pinned tied embedding's unit.
+# Without, every unit once per step, as ZeRO-2's gather after the optimizer.
 # After the last step ZeRO-3's optimizer gathers the next step's first units for a step that never comes (resharding:
 # the embeddings and block 0; without: every unit), and the export gathers every unit once more (ZeRO-2 exports its
 # whole fp32 weights without a gather). tiny.yaml's d_model 32, vocabulary 64, 16 positions.
