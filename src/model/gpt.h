@@ -186,8 +186,8 @@ class GPT {
   void set_param_read_hook(std::function<void(int)> on_read) { on_param_read_ = std::move(on_read); }
   // ZeRO-3's shared ring: some gradient views are their parameters' views, and a backward pass writes each of those
   // gradients over its parameter after the parameter's last read in the pass (kernels::matmul_backward computes the
-  // input's gradient first; the norms and the embeddings through scratch). grad() then calls the read hook too, so
-  // that no gather is still writing where the gradient goes.
+  // input's gradient first; the norms go through scratch; the embeddings, never read backward, are zeroed first).
+  // grad() then calls the read hook too, so that no gather is still writing where the gradient goes.
   void set_grads_over_params(bool on) { grads_over_params_ = on; }
   bool grads_over_params() const { return grads_over_params_; }
   int64_t num_parameters() const;  // unpadded, as GPT-2 counts them (the tied head counted once)
