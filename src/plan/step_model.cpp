@@ -84,11 +84,12 @@ struct StepContext {
   std::vector<TimelineRank> tl;
   std::vector<double> t, exposed;
   // A collective of the step between its phases, which rank r starts at t[r] and every rank leaves together: the
-  // last to arrive plus its duration.
+  // last to arrive plus its duration. An early rank's wait does not shorten it (when it did, an early rank with the
+  // longer optimizer hid part of a step sync, on some machines' timings and not on others').
   void together(double dur) {
     const double last = *std::max_element(t.begin(), t.end());
     for (size_t r = 0; r < t.size(); ++r) {
-      const double done = std::max(last, t[r] + dur);
+      const double done = last + dur;
       exposed[r] += done - t[r];
       t[r] = done;
     }
@@ -284,7 +285,7 @@ void tied_sum_phase(StepContext& x) {
   const double P = x.net.op_us(CommKind::AllReduce, wte * 4, 2, x.links.emb) + x.step_sync;
   const double late = std::max(x.t[0], x.t[p - 1]);
   for (int r : {0, p - 1}) {
-    const double done = x.t[r] >= late ? late + P : std::max(late, x.t[r] + P);
+    const double done = late + P;
     x.exposed[r] += done - x.t[r];
     x.t[r] = done;
   }
