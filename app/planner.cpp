@@ -60,7 +60,8 @@ const char* kUsage =
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
     "  --runtime FILE       the seven constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
-    "  The communication runtime's costs beyond the network (defaults fit on the 2-core development machine):\n"
+    "  The communication runtime's costs beyond the network (the defaults are an older fit on other 2-core VMs;\n"
+    "  without --runtime the planner says so on stderr):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
     "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
@@ -191,6 +192,14 @@ int main(int argc, char** argv) {
     // The runtime constants: the defaults, then --runtime's, then the flags.
     mt::plan::RuntimeFit fit;
     if (!a.runtime.empty()) fit = mt::plan::load_runtime_fit(a.runtime);
+    // The constants move from machine to machine (and day to day on one VM), and the defaults are no fit of this
+    // one: say so where they shape the answer rather than let a ranking mislead without a word.
+    if (a.runtime.empty() && o.time && a.world > 1 && a.time_sharing_child == 0)
+      std::fprintf(stderr,
+                   "planner: the runtime constants are the defaults, not fit on this machine (on the 2-core Intel Xeon "
+                   "of docs/planner.md they put the mean error at 35-58%% over six samples, refit 6-13%%): fit them "
+                   "once, /usr/bin/python3 scripts/validate_planner.py --fit runtime.json (about 5 minutes), and "
+                   "plan with --runtime runtime.json\n");
     o.step.net = fit.net;
     o.step.net.op_overhead_us = a.net.op_overhead_us;
     if (a.p2p_latency_us) o.step.net.p2p_latency_us = *a.p2p_latency_us;

@@ -474,6 +474,13 @@ def runtime_file(rows):
     check(p.returncode == 0 and "from " + path in p.stdout and "within 50% of the first" in p.stdout and
           ("   =2  " in p.stdout) == ordered[1]["ties_first"],
           "the table names the runtime file and the spread, and marks ties with '='")
+    # Without --runtime the defaults shape the ranking: the planner says so, and how to fit them (not with a file).
+    bare = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "1", "--calibration", CALIBRATION,
+                           "--reps", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    warning = "runtime constants are the defaults, not fit on this machine"
+    check(bare.returncode == 0 and warning in bare.stderr and "validate_planner.py --fit" in bare.stderr and
+          warning not in p.stderr,
+          "without --runtime the planner warns that its constants are not fit here, with --runtime it does not")
     json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
