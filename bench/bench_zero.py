@@ -37,6 +37,7 @@ stress case.
 Usage: /usr/bin/python3 bench/bench_zero.py [--dp 2,4] [--micro-batches 1] [--runs 3] [--steps 25]
            [--latency-us 20] [--comm-fraction 0.6] [--bucket-mb 0.25] [--backend auto|shm|mpi]
            [--comm-wait auto|poll|block] [--thread-priority auto|realtime|normal] [--threads N] [--json PATH]
+           [--runtime FILE]
 Defaults: 2 x (1 + 3 x 5) trainer runs and 2 x 3 planner runs (about 20 s each), about 15 minutes on a 2-core
 machine; timings mean something only on an idle machine.
 """
@@ -127,7 +128,7 @@ def predict(args, dp, m, link):
     out = {}
     for reduce in ["micro_batch"] + (["step"] if m > 1 else []):
         cmd = [os.path.join(ROOT, "build", "planner"), "--config", os.path.join(ROOT, "configs", "gpt.yaml"),
-               "--world", str(dp), "--json"]
+               "--world", str(dp), "--json"] + (["--runtime", args.runtime] if args.runtime else [])
         for s in (f"train.global_batch={8 * dp * m}", "train.eval_every=0", f"comm.bucket_mb={args.bucket_mb}",
                   f"comm.emulate.bandwidth_gbps={link['bandwidth_gbps']}",
                   f"comm.emulate.latency_us={link['latency_us']}", f"optim.zero_reduce={reduce}"):
@@ -223,6 +224,8 @@ def main():
     ap.add_argument("--threads", type=int_at_least(0), default=0,
                     help="train.threads and OMP_NUM_THREADS for the runs (0: leave both to the user's defaults)")
     ap.add_argument("--json", default="", help="write every row (and each run's figures) to this JSON file")
+    ap.add_argument("--runtime", default="", help="the planner's runtime constants for this machine "
+                    "(scripts/validate_planner.py --fit FILE); default: its built-in defaults")
     args = ap.parse_args()
     dps = [int(x) for x in args.dp.split(",")]
     ms = [int(x) for x in args.micro_batches.split(",")]
