@@ -17,6 +17,8 @@ add_test(NAME bad_inputs
 add_test(NAME default_config_converges
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_convergence.py $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR}
                  ${MT_WORK}/convergence)
+# The trainer and sweep commands in README.md and docs/*.md: each point's ranks and global batch let it start.
+add_test(NAME doc_commands COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_doc_commands.py ${CMAKE_SOURCE_DIR})
 add_test(NAME trainer_help COMMAND $<TARGET_FILE:trainer> --help)
 set_tests_properties(trainer_help PROPERTIES PASS_REGULAR_EXPRESSION "model.n_layer.*optim.lr")
 set_tests_properties(pytorch_parity llama_parity bad_inputs default_config_converges PROPERTIES
