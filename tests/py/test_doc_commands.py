@@ -75,15 +75,12 @@ def commands(text):
     text = text.replace("\\\n", " ")
     for line in text.split("\n"):
         line = line.strip().strip("`").split("  #", 1)[0]
-        if "build/trainer" not in line and "scripts/sweep.py" not in line:
-            continue
-        start = min(i for i in (line.find("mpirun"), line.find("mpiexec"), line.find("scripts/sweep.py")) if i >= 0) \
-            if any(x in line for x in ("mpirun", "mpiexec", "scripts/sweep.py")) else -1
-        if start < 0:
+        start = re.search(r"\b(mpirun|mpiexec) .*build/trainer|scripts/sweep\.py", line)
+        if not start:
             continue
         try:
-            yield shlex.split(line[start:].split("`", 1)[0])
-        except ValueError:
+            yield shlex.split(line[start.start():].split("`", 1)[0])
+        except ValueError:  # an unbalanced quote: prose, not a command
             continue
 
 
