@@ -44,7 +44,8 @@ def problem(world, values):
 
 
 def sets_of(words, flag):
-    return [w for i, w in enumerate(words[:-1]) if words[i] == flag for w in [words[i + 1]]]
+    """The value after each `flag`."""
+    return [words[i + 1] for i in range(len(words) - 1) if words[i] == flag]
 
 
 def points(words):
