@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "model/pipeline_chunks.h"
@@ -86,13 +87,18 @@ struct StepContext {
   // A collective of the step between its phases, which rank r starts at t[r] and every rank leaves together: the
   // last to arrive plus its duration. An early rank's wait does not shorten it (when it did, an early rank with the
   // longer optimizer hid part of a step sync, on some machines' timings and not on others').
-  void together(double dur) {
-    const double last = *std::max_element(t.begin(), t.end());
-    for (size_t r = 0; r < t.size(); ++r) {
-      const double done = last + dur;
-      exposed[r] += done - t[r];
-      t[r] = done;
+  void together(double dur, const std::vector<size_t>& ranks) {
+    double last = 0;
+    for (size_t r : ranks) last = std::max(last, t[r]);
+    for (size_t r : ranks) {
+      exposed[r] += last + dur - t[r];
+      t[r] = last + dur;
     }
+  }
+  void together(double dur) {
+    std::vector<size_t> all(t.size());
+    std::iota(all.begin(), all.end(), size_t(0));
+    together(dur, all);
   }
 };
 
@@ -282,13 +288,7 @@ void tied_sum_phase(StepContext& x) {
   const StageConfig& last = x.stage_cfg[p - 1][x.v - 1];
   const ParamTable head = gpt_param_table(last.model, last.part);
   const int64_t wte = head[head.index_of(embedding_name(x.cfg))].numel();
-  const double P = x.net.op_us(CommKind::AllReduce, wte * 4, 2, x.links.emb) + x.step_sync;
-  const double late = std::max(x.t[0], x.t[p - 1]);
-  for (int r : {0, p - 1}) {
-    const double done = late + P;
-    x.exposed[r] += done - x.t[r];
-    x.t[r] = done;
-  }
+  x.together(x.net.op_us(CommKind::AllReduce, wte * 4, 2, x.links.emb) + x.step_sync, {0, size_t(p - 1)});
 }
 
 // ZeRO-3: rank r's parameter gathers as operations on its dp communicator, (launch time, duration): each issued
