@@ -50,6 +50,8 @@ Shape attention_record_shape(Device d, int64_t B, int64_t NH, int64_t T) {
   return d == Device::CUDA ? Shape{B, NH, T} : Shape{B, NH, T, T};
 }
 
+DType attention_record_dtype(Device d, DType S) { return d == Device::CUDA ? acc_dtype(S) : S; }
+
 void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int n_head) {
   const char* op = "attention_forward";
   int64_t B, T, C;

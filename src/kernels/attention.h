@@ -27,6 +27,9 @@ bool gpu_attention_has_cudnn();  // this build has the cuDNN path
 
 // The shape of att and datt on device d: cpu {B, NH, T, T}; cuda {B, NH, T}.
 Shape attention_record_shape(Device d, int64_t B, int64_t NH, int64_t T);
+// att's dtype on device d for activations in S: cpu S (the probabilities); cuda acc_dtype(S) (the log-sum-exp).
+// datt is in acc_dtype(S) on both.
+DType attention_record_dtype(Device d, DType S);
 
 // out[B, T, C] = softmax(q k^T / sqrt(HS) + causal mask) v, per head; att saves what the backward pass needs
 // (cpu: the probabilities, entries above the diagonal written as 0; cuda: the log-sum-exp). out and att are

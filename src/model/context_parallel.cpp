@@ -63,7 +63,7 @@ Shape attention_record_shape_cp(const ContextParallel& cp, Device d, int64_t B, 
 }
 
 DType attention_record_dtype_cp(const ContextParallel& cp, Device d, DType S) {
-  return cp.on() || d == Device::CUDA ? acc_dtype(S) : S;
+  return cp.on() ? acc_dtype(S) : kernels::attention_record_dtype(d, S);
 }
 
 namespace {

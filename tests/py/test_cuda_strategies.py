@@ -6,9 +6,13 @@ tensors staged through host memory), as cuda_parity runs dp, tp and pp:
    GPU run, 10 steps: GPT-2 on cp 2, Llama with grouped-query heads and selective recomputation on cp 2, and
    dp2 x cp2 with ZeRO-3 (4 ranks). fp32: every loss within 1e-5 relative, the bound of the CPU parity tests (the
    same function; the one-rank run's flash attention and the ring's blocks differ in summation order only). bf16:
-   the first loss within 1e-3 and every loss within 1e-2: the flash kernel and the blocks round the probabilities
-   to bf16 at other points (a few bf16 ulps per element, as cuda_parity's bf16 bound says), and over 10 steps of
-   AdamW two such runs drift as any two bf16 runs do.
+   the first loss within 1e-3 of the one-rank bf16 run (the same weights; the flash kernel, cuDNN's where the build
+   has it, and the blocks round the probabilities to bf16 at other points, a few bf16 ulps per element, as
+   cuda_parity's bf16 bound says). Later steps are held to the exact function instead of to the other bf16 run:
+   over 10 steps of AdamW two bf16 runs that round at other points drift apart by as much as each departs from
+   fp32 (GPT-2 cp2 ended 1.7e-2 from the one-rank bf16 run on an H200, 2026-12-04), so the cp run may depart
+   from the one-rank fp32 run by at most twice as much as the one-rank bf16 run does. A ring that lost precision
+   (a buffer or the log-sum-exp rounded to bf16) departs further.
 2. The flight recorder with device tensors: dp2 x tp2 on one GPU, the last rank skipping the step's loss all-reduce
    at step 3 (MESHTRAIN_FAULT=skip@3): the job ends non-zero, every rank dumps, and scripts/flight.py names rank 3
    and the world communicator; and reducing 2 elements instead of 1 (size@3), which the step's digest check names
@@ -59,9 +63,12 @@ flight_case("size", "size@3", ["desync", "world", "rank 3"])
 flight_case("check", "check@3", ["rank 3", "fatal error", "CHECK failed"])
 
 for model_name, model in (("gpt2", []), ("llama", LLAMA)):
-    for precision in ("fp32", "bf16"):
+    one_fp32 = None
+    for precision in ("fp32", "bf16"):  # fp32 first: the bf16 runs are held to it
         args = BASE + model + ["--set", f"precision.compute={precision}"]
         one, _ = run_trainer(mpiexec, trainer, 1, args, os.path.join(work, f"{model_name}_{precision}_1rank"))
+        if precision == "fp32":
+            one_fp32 = one
         layouts = [("cp2", 2, ["--set", "parallel.cp=2"])]
         if model_name == "gpt2" and precision == "fp32":
             layouts.append(("dp2_cp2_zero3", 4, ["--set", "parallel.cp=2", "--set", "parallel.dp=2", "--set",
@@ -74,7 +81,12 @@ for model_name, model in (("gpt2", []), ("llama", LLAMA)):
                 ok, bound = d <= 1e-5, "1e-5"
             else:
                 d1 = max_relative_loss_difference(losses[:1], one[:1])
-                ok, bound = d1 <= 1e-3 and d <= 1e-2, f"1e-2, the first {d1:.2e} against 1e-3"
+                departs, one_departs = (max_relative_loss_difference(x, one_fp32) for x in (losses, one))
+                ok = d1 <= 1e-3 and departs <= 2 * one_departs
+                bound = (f"the first {d1:.2e} against 1e-3; {departs:.2e} from one rank in fp32, the one-rank bf16 "
+                         f"run {one_departs:.2e}, bound twice that")
+                print(f"     losses: one rank fp32 {one_fp32}\n             one rank bf16 {one}\n"
+                      f"             {name} bf16 {losses}")
             report(ok and len(losses) == len(one), f"{model_name} {precision} {name} on one GPU: {len(losses)} "
                                                    f"losses within {d:.2e} of one rank (bound {bound})")
 t.finish()
