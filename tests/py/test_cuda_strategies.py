@@ -10,9 +10,10 @@ tensors staged through host memory), as cuda_parity runs dp, tp and pp:
    has it, and the blocks round the probabilities to bf16 at other points, a few bf16 ulps per element, as
    cuda_parity's bf16 bound says). Later steps are held to the exact function instead of to the other bf16 run:
    over 10 steps of AdamW two bf16 runs that round at other points drift apart by as much as each departs from
-   fp32 (GPT-2 cp2 ended 1.7e-2 from the one-rank bf16 run on an H200, 2026-12-04), so the cp run may depart
-   from the one-rank fp32 run by at most twice as much as the one-rank bf16 run does. A ring that lost precision
-   (a buffer or the log-sum-exp rounded to bf16) departs further.
+   fp32, so the cp run may depart from the one-rank fp32 run by at most twice as much as the one-rank bf16 run
+   does. A ring that lost precision (a buffer or the log-sum-exp rounded to bf16) departs further. On an H200
+   (2026-12-04), GPT-2 cp2 in bf16 ended 1.7e-2 from the one-rank bf16 run, while departing 3.1e-3 from fp32
+   against the one-rank bf16 run's 1.4e-2 (Llama: 8.1e-3 against 1.8e-2).
 2. The flight recorder with device tensors: dp2 x tp2 on one GPU, the last rank skipping the step's loss all-reduce
    at step 3 (MESHTRAIN_FAULT=skip@3): the job ends non-zero, every rank dumps, and scripts/flight.py names rank 3
    and the world communicator; and reducing 2 elements instead of 1 (size@3), which the step's digest check names

@@ -42,6 +42,7 @@ def sets(args):
 # The planner's runtime constants as it defaults them, for runtime files that change some of them.
 RUNTIME_DEFAULTS = {"p2p_latency_us": 2000, "poll_share": 0.15, "sync_latency_us": 75, "step_sync_us": 1000,
                     "ring_sync_us": 200}
+WAIT_US = 100000  # the wait constants that waits_per_thread raises from 0 (it says why so long)
 CALIBRATION = os.path.join(WORK, "tiny.calibration")  # the timed plans of tiny on 2 ranks share their timings
 
 
@@ -295,14 +296,16 @@ def one_core_steps(world, timings, extra, threads=1):
 
 def comm_thread_cpu(rows):
     # The communication thread's CPU (--comm-cpu-op-us, --comm-cpu-ns-per-byte): where the 2 ranks' compute threads
-    # fill the cores (the default threads, cores / 2 each, do on an even core count), a layout whose gradients are
-    # averaged over 2 replicas (dp 2 or cp 2), or whose passes hold tensor-parallel collectives (tp 2), runs longer
-    # by it; pp 2 (its messages are charged otherwise) does not change.
+    # fill the cores (OMP_NUM_THREADS each, as ctest sets it, else cores / 2, which do on an even core count), a
+    # layout whose gradients are averaged over 2 replicas (dp 2 or cp 2), or whose passes hold tensor-parallel
+    # collectives (tp 2), runs longer by it; pp 2 (its messages are charged otherwise) does not change. Elsewhere (a
+    # 16-core machine at one thread per rank) nothing changes.
     free = keyed(planner(2, [], ["--calibration", CALIBRATION, "--comm-cpu-op-us", "0",
                                  "--comm-cpu-ns-per-byte", "0"]))
     plain = keyed(rows)
     cores = len(os.sched_getaffinity(0))
-    full = 2 * max(1, cores // 2) >= cores
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or max(1, cores // 2)  # the planner's, as the trainer's
+    full = 2 * threads >= cores
     charged = [k for k in plain if k[0] * k[1] == 2 or k[2] == 2]
     check(charged and any(k[2] == 2 for k in charged) and
           all((plain[k]["step_ms"] > free[k]["step_ms"] + 1e-6) == full for k in charged) and
@@ -337,8 +340,10 @@ def comm_thread_cpu(rows):
 def waits_per_thread():
     # The waits of ranks that time-share the cores are charged per thread taking turns on a core. On one core
     # (taskset), 2 ranks of 1 thread are 2 threads per core and 2 ranks of 2 threads are 4: raising a wait's constant
-    # from 0 to 1000 us lengthens the rows it applies to about twice as much in the second (not exactly: the waits
-    # also change how the ranks share the core). --sync-latency-us on the tp 2 rows (their collectives in the
+    # from 0 to WAIT_US lengthens the rows it applies to about twice as much in the second (not exactly: a rank's wait
+    # partly overlaps the other rank's compute, which then has the core to itself). WAIT_US is 100 ms so that the
+    # waits outweigh the passes on any machine: at 1 ms, the 2-thread passes timed on one core of a 16-core Xeon
+    # (no oneDNN) were long enough that rows grew only 1.17-1.96x as much (2026-12-04). --sync-latency-us on the tp 2 rows (their collectives in the
     # passes), --step-sync-us on the pp 2 rows (the step's collectives), --ring-sync-us on the cp 2 rows. The step's
     # collectives cost nothing more where data parallelism is all there is (a rank waiting early leaves its core to
     # the others): the dp 2 rows do not move with --step-sync-us, except under ZeRO-2 and -3, whose gradient ring
@@ -349,7 +354,7 @@ def waits_per_thread():
         growth, dp_only, cp_rows = {}, {}, {}
         for threads in (1, 2):
             steps = {}
-            for value in (0, 1000):
+            for value in (0, WAIT_US):
                 # One thread reuses the shared timings; two are timed once.
                 timings = CALIBRATION if threads == 1 else os.path.join(WORK, "waits2.calibration")
                 rows = one_core_steps(2, timings, [flag, str(value)], threads)
@@ -357,20 +362,21 @@ def waits_per_thread():
                 if flag == "--step-sync-us":
                     dp_only[threads, value] = {k: v for k, v in rows.items() if k[0] == 2}
                     cp_rows[threads, value] = {k: v for k, v in rows.items() if k[1] == 2}
-            growth[threads] = {k: steps[1000][k] - steps[0][k] for k in steps[0]}
+            growth[threads] = {k: steps[WAIT_US][k] - steps[0][k] for k in steps[0]}
             if flag == "--step-sync-us":
-                before, after = dp_only[threads, 0], dp_only[threads, 1000]
+                before, after = dp_only[threads, 0], dp_only[threads, WAIT_US]
                 same = [k for k in before if k[7] < 2]
                 ring = [k for k in before if k[7] >= 2]
                 # Unchanged: the rows are equal to the JSON's last digit. Lengthened: one gradient pass's charge is
-                # 2 or 4 ms here (2 or 4 threads per core x 1000 us); 0.5 ms tells it from rounding whatever the
+                # 200 or 400 ms here (2 or 4 threads per core x WAIT_US); 0.5 ms tells it from rounding whatever the
                 # reductions it overlaps.
                 check(same and ring and all(abs(after[k] - before[k]) < 1e-6 for k in same) and
                       all(after[k] > before[k] + 0.5 for k in ring),
                       "--step-sync-us leaves the %d dp-only rows without ZeRO-2/3 alone and lengthens the %d with it "
                       "(%d thread(s) per rank)" % (len(same), len(ring), threads))
-                # One micro-batch's ring charge is half a step sync at 2 replicas: 1 or 2 ms here, 4 or 8 in all.
-                grew = {k: cp_rows[threads, 1000][k] - cp_rows[threads, 0][k] for k in cp_rows[threads, 0]}
+                # One micro-batch's ring charge is half a step sync at 2 replicas: 100 or 200 ms here, 400 or 800 in
+                # all.
+                grew = {k: cp_rows[threads, WAIT_US][k] - cp_rows[threads, 0][k] for k in cp_rows[threads, 0]}
                 extra = [grew[k] - grew[k[:7] + (1,)] for k in grew
                          if k[6] == 1 and k[7] == 2 and k[:7] + (1,) in grew]
                 check(extra and min(extra) > 0.5,
