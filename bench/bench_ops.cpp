@@ -70,14 +70,6 @@ Tensor randt(mt::Shape s, unsigned seed, float scale = 1.0f) {
   }
   return t;
 }
-// The same values rounded to the dtype `d` of the activations and compute weights.
-Tensor randd(DType d, mt::Shape s, unsigned seed, float scale = 1.0f) {
-  Tensor f = randt(s, seed, scale);
-  if (d == DType::F32) return f;
-  Tensor t = Tensor::empty(s, d);
-  mt::copy_convert(t, f);
-  return t;
-}
 
 struct Config {
   const char* name;
