@@ -73,7 +73,8 @@ OpCase attention_case(int64_t B, int64_t T, int64_t NH, int64_t HS) {
             const int64_t C = NH * HS;
             Tensor qkv = r.act_random({B, T, 3 * C}, 1), out = r.act_out({B, T, C});
             const Shape rec = attention_record_shape(r.device(), B, NH, T);
-            Tensor att = Tensor::empty(rec, attention_record_dtype(r.device(), r.act()), r.device()), datt = Tensor::empty(rec, r.acc(), r.device());
+            Tensor att = Tensor::empty(rec, attention_record_dtype(r.device(), r.act()), r.device());
+            Tensor datt = Tensor::empty(rec, r.acc(), r.device());
             Tensor dout = r.act_random({B, T, C}, 2), dqkv = r.act_out({B, T, 3 * C});
             return [=] {
               attention_forward(out, att, qkv, int(NH));

@@ -340,16 +340,16 @@ def comm_thread_cpu(rows):
 def waits_per_thread():
     # The waits of ranks that time-share the cores are charged per thread taking turns on a core. On one core
     # (taskset), 2 ranks of 1 thread are 2 threads per core and 2 ranks of 2 threads are 4: raising a wait's constant
-    # from 0 to WAIT_US lengthens the rows it applies to about twice as much in the second (not exactly: a rank's wait
-    # partly overlaps the other rank's compute, which then has the core to itself). WAIT_US is 100 ms so that the
-    # waits outweigh the passes on any machine: at 1 ms, the 2-thread passes timed on one core of a 16-core Xeon
-    # (no oneDNN) were long enough that rows grew only 1.17-1.96x as much (2026-12-04). --sync-latency-us on the tp 2 rows (their collectives in the
-    # passes), --step-sync-us on the pp 2 rows (the step's collectives), --ring-sync-us on the cp 2 rows. The step's
-    # collectives cost nothing more where data parallelism is all there is (a rank waiting early leaves its core to
-    # the others): the dp 2 rows do not move with --step-sync-us, except under ZeRO-2 and -3, whose gradient ring
-    # makes each gradient pass's end a wait of its own. That ring chains the cp 2 rows' replicas too: at micro-batch 1
-    # (4 micro-batches) they grow more under ZeRO-2 than under ZeRO-1 (with fewer, the reductions' end, which ZeRO-1
-    # waits for too, hides the charge).
+    # from 0 to WAIT_US lengthens the rows it applies to about twice as much in the second (not exactly: a rank's
+    # wait partly overlaps the other rank's compute, which then has the core to itself). WAIT_US is 100 ms so that
+    # the waits outweigh the passes on any machine: at 1 ms, the 2-thread passes timed on one core of a 16-core Xeon
+    # (no oneDNN) were long enough that rows grew only 1.17-1.96x as much (2026-12-04). --sync-latency-us on the
+    # tp 2 rows (their collectives in the passes), --step-sync-us on the pp 2 rows (the step's collectives),
+    # --ring-sync-us on the cp 2 rows. The step's collectives cost nothing more where data parallelism is all there
+    # is (a rank waiting early leaves its core to the others): the dp 2 rows do not move with --step-sync-us, except
+    # under ZeRO-2 and -3, whose gradient ring makes each gradient pass's end a wait of its own. That ring chains the
+    # cp 2 rows' replicas too: at micro-batch 1 (4 micro-batches) they grow more under ZeRO-2 than under ZeRO-1
+    # (with fewer, the reductions' end, which ZeRO-1 waits for too, hides the charge).
     for flag, axis in (("--sync-latency-us", 2), ("--step-sync-us", 3), ("--ring-sync-us", 1)):
         growth, dp_only, cp_rows = {}, {}, {}
         for threads in (1, 2):
