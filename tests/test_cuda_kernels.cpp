@@ -104,10 +104,11 @@ double rel_l2(const Tensor& got, const Tensor& ref) {
   REQUIRE(g.size() == r.size());
   double num = 0, den = 0;
   for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isfinite(r[i])) {
-      INFO("element " << i << ": gpu " << g[i] << ", cpu " << r[i]);
-      REQUIRE(std::isfinite(g[i]));
-    }
+    // A Catch2 message and assertion per element cost 0.5-0.75 us each (10M in 7.5 s on a 2-core AMD EPYC): most
+    // of the embedding test's 170 s on an H200's host, 155M elements over its tables in four dtypes. So only a
+    // failure says which element.
+    if (std::isfinite(r[i]) && !std::isfinite(g[i]))
+      FAIL("element " << i << ": gpu " << g[i] << ", cpu " << r[i] << " (not finite: left unwritten?)");
     num += (g[i] - r[i]) * (g[i] - r[i]), den += r[i] * r[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
