@@ -9,16 +9,17 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
                                                [--runtime FILE] [--fit FILE [--fit-also DIR]...]
 
---fit FILE refits the planner's seven runtime constants (--p2p-latency-us, --poll-share, --sync-latency-us,
---step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a coordinate search (the
-compute timings held fixed) that minimises the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the
+--fit FILE refits the planner's eight runtime constants (--p2p-latency-us, --p2p-wake-us, --poll-share,
+--sync-latency-us, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a
+coordinate search (the compute timings held fixed) that minimises the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the
 targets of issue 38), then saves them as JSON with the runs' measured run-to-run spread, which `build/planner
 --runtime FILE` reads (and this script, with --runtime FILE, validates on other layouts: --seed). The
 measurements are kept in OUT/results.json, and --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
 scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank.
 Constants fit to one sample of 12 layouts can miss on the next (docs/planner.md has figures for fits to one, two,
-three and five samples).
+three and five samples). --include LAYOUT (repeatable) measures a layout beside the sample, named as the rows
+print it ('1x1x4 gpipe mb1 z0').
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
@@ -180,9 +181,14 @@ def main():
     ap.add_argument("--fit-also", action="append", default=[], metavar="DIR",
                     help="with --fit: fit to the layouts an earlier run measured too (its --out; the same config "
                          "and link, any --world or --seed), each run scored on its own (repeatable)")
+    ap.add_argument("--include", action="append", default=[], metavar="LAYOUT",
+                    help="measure this layout too, named as the rows print it (e.g. '1x1x4 gpipe mb1 z0'; "
+                         "repeatable)")
     ap.add_argument("--from-results", action="store_true",
                     help="take the layouts and measurements from OUT/results.json (an earlier run) instead of running")
     args = ap.parse_args()
+    if args.include and args.from_results:
+        ap.error("--include measures more layouts: --from-results takes the earlier run's, without running")
     if args.fit_also and not args.fit:
         ap.error("--fit-also adds runs to a fit: give --fit FILE too")
     for folder in args.fit_also:
@@ -202,10 +208,19 @@ def main():
     rest = sorted(rows[args.best:], key=lambda r: tuple(r[k] for k in LAYOUT_KEYS))
     rng = random.Random(args.seed)
     chosen += rng.sample(rest, min(args.sample, len(rest)))
-    print("planner: %d layouts of %s on %d ranks in %.1f s; running %d (best %d + %d sampled, seed %d), %d x %d "
+    by_name = {describe(r): r for r in rows}
+    for name in args.include:
+        if name not in by_name:
+            sys.exit("--include %s: not among the planner's %d layouts (name them as the rows print them)" %
+                     (name, len(rows)))
+        if by_name[name] not in chosen:
+            chosen.append(by_name[name])
+    print("planner: %d layouts of %s on %d ranks in %.1f s; running %d (best %d + %d sampled, seed %d%s), %d x %d "
           "steps each, median of steps %d-%d; network %g us / %g GB/s" %
           (len(rows), os.path.relpath(args.config, ROOT), args.world, planner_s, len(chosen), min(args.best, len(rows)),
-           len(chosen) - min(args.best, len(rows)), args.seed, args.repeats, args.steps, args.warmup + 1, args.steps,
+           min(args.sample, len(rest)), args.seed,
+           " + %d named" % (len(chosen) - min(args.best, len(rows)) - min(args.sample, len(rest)))
+           if args.include else "", args.repeats, args.steps, args.warmup + 1, args.steps,
            args.latency_us, args.bandwidth_gbps), flush=True)
     hdr = "%-4s %-28s %9s %9s %7s %10s %10s %7s %6s %6s   %s" % ("rank", "layout", "pred_ms", "meas_ms", "err",
                                                                 "pred_MiB", "meas_MiB", "err", "other", "speed",
@@ -283,6 +298,7 @@ KEY = lambda row: tuple(row[k] for k in LAYOUT_KEYS)  # noqa: E731
 # The runtime constants: planner flag, key in the runtime file, default, the values the search tries.
 CONSTANTS = [
     ("--p2p-latency-us", "p2p_latency_us", 2000, [0, 100, 250, 500, 1000, 1500, 2000, 3000, 4000]),
+    ("--p2p-wake-us", "p2p_wake_us", 0, [0, 100, 250, 500, 750, 1000, 1500]),
     ("--poll-share", "poll_share", 0.15, [0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65]),
     ("--sync-latency-us", "sync_latency_us", 75, [0, 25, 50, 75, 100, 150, 200, 300]),
     ("--step-sync-us", "step_sync_us", 1000, [0, 250, 500, 750, 1000, 1500, 2000, 3000]),

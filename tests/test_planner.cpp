@@ -536,6 +536,37 @@ TEST_CASE("timeline: ranks beyond the cores share them", "[planner]") {
   CHECK(shared_rate(2, 1, 2, 0, 0.2) == Approx(1.0));
 }
 
+TEST_CASE("timeline: a rank blocked on a message waits to be woken while the others take the cores",
+          "[planner]") {
+  // GPipe on 2 stages of 1 rank, 2 micro-batches, one core: F = 10, B = 20, messages of 7 us, waking 50 us.
+  TimelineInput in;
+  in.schedule = PipelineSchedule::GPipe;
+  in.p = 2;
+  in.m = 2;
+  ChunkCost c;
+  c.fwd = {10, 0};
+  c.bwd = {20, 0};
+  in.chunks = {{c}, {c}};
+  in.xfer_us = {7};
+  in.cores = 1;
+  in.wake_us = 50;
+  std::vector<TimelineRank> t = simulate_timeline(in);
+  // Stage 1's first activation arrives at 17 while stage 0 computes its second forward (10-20): stage 1 is woken
+  // at 67. Its second activation (arrived at 27) is there when it asks: no charge. Its forwards and backwards run
+  // 67-127, alone on the core; its first gradient arrives at 114 while it computes, so stage 0 is woken at 164;
+  // the second (134) is there when asked. Nothing ever shares the core.
+  CHECK(t[1].list_end == Approx(127));
+  CHECK(t[0].list_end == Approx(204));
+  // A core each: nobody takes the receiver's core, so waking costs nothing and the timeline is as without it.
+  in.cores = 2;
+  t = simulate_timeline(in);
+  const double with_cores = t[0].list_end;
+  in.wake_us = 0;
+  t = simulate_timeline(in);
+  CHECK(with_cores == Approx(t[0].list_end));
+  CHECK(t[0].list_end == Approx(104));  // stage 1: 17-77; its gradients arrive at 64 and 84; stage 0's B: 64-104
+}
+
 TEST_CASE("a layout applies its keys and describes itself", "[planner]") {
   const Config c = tiny();
   const Layout l{2, 1, 2, PipelineSchedule::Interleaved, 1, 1, 1};

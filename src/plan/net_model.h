@@ -21,6 +21,9 @@ struct NetOptions {
   // A pipeline message's extra delay: the sender's communication thread picking it up, the receiver's noticing
   // it (it polls outstanding receives every 25-200 us) and waking the compute thread, each needing a core.
   double p2p_latency_us = 2000;
+  // What a rank blocked on a pipeline message waits beyond its arrival when the other ranks' compute threads take
+  // every core (the timeline's wake_us, plan/timeline.h).
+  double p2p_wake_us = 0;
   // The core share each pipeline rank's communication thread takes from the rank's compute while it polls the
   // step's receives (refit 2026-11-27 from 0.65: docs/planner.md, "Refit of the poll share").
   double poll_share = 0.15;

@@ -205,6 +205,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   in.threads = o.threads;
   in.cores = o.cores;
   in.slicing = o.slicing;
+  in.wake_us = o.net.p2p_wake_us;
   if (p > 1) in.poll_share.assign(p, o.net.poll_share);
   in.chunks.assign(p, std::vector<ChunkCost>(v));
   x.stage_cfg.assign(p, std::vector<StageConfig>(v));

@@ -32,6 +32,7 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
   std::vector<double> left(p, 1), work(p, 0), wall(p, 0), pass_start(p, 0);
   std::vector<double> computing(p, 0);  // wall time of the current pass spent computing (the rest: its waits)
   std::vector<bool> in_pass(p, false);
+  std::vector<bool> woken(p, false);  // its awaited message arrived and it was charged its wake-up
   // The index of each chunk's final gradient pass in each list.
   std::vector<std::vector<int>> final_idx(p, std::vector<int>(in.v, -1));
   for (int r = 0; r < p; ++r) {
@@ -62,6 +63,22 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
     if (!in.action_wait_us.empty()) c.wall_us += in.action_wait_us[r][i];
     return c;
   };
+  auto is_pass = [](ActionKind k) {
+    return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::BackwardInput ||
+           k == ActionKind::BackwardWeight;
+  };
+  // Whether the compute threads of the ranks other than r take every core now (a rank at the boundary of a pass
+  // counts as computing).
+  auto cores_taken = [&](int r) {
+    double threads = 0;
+    for (int o = 0; o < p; ++o) {
+      if (o == r) continue;
+      const bool computing = (phase[o] == Cpu && work[o] > 0) ||
+                             (phase[o] == Ready && pc[o] < lists[o].size() && is_pass(lists[o][pc[o]].kind));
+      if (computing) threads += double(in.ranks_per_stage) * in.threads;
+    }
+    return threads >= in.cores;
+  };
   for (;;) {
     // Run every ready rank up to its next pass or wait.
     for (int r = 0; r < p; ++r) {
@@ -85,6 +102,12 @@ std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
         } else if (a.kind == ActionKind::RecvAct || a.kind == ActionKind::RecvGrad) {
           auto it = arrival.find({a.kind == ActionKind::RecvGrad ? 1 : 0, stage, a.micro_batch});
           if (it != arrival.end() && it->second <= now + eps) {
+            if (phase[r] == Blocked && in.wake_us > 0 && !woken[r] && cores_taken(r)) {
+              it->second = now + in.wake_us;
+              woken[r] = true;
+              break;
+            }
+            woken[r] = false;
             ++pc[r];
             phase[r] = Ready;
           } else {

@@ -35,6 +35,10 @@ struct TimelineInput {
   // from the cores while the rank computes (waking every 25-200 us, it preempts compute threads); empty: none.
   std::vector<double> poll_share;
   double slicing = 0;  // shared_rate's cost of taking turns on a core
+  // What a rank blocked on a pipeline message waits beyond the message's arrival when, at that moment, the other
+  // ranks' compute threads take every core: its compute thread, asleep, is woken behind a running thread's turn.
+  // A message that arrives before its receiver asks for it costs nothing here.
+  double wake_us = 0;
   // Per pipeline rank, per action of its list: a blocking wait added to that pass beyond its chunk's cost (ZeRO-3's
   // parameter gathers, which differ from pass to pass); empty: none.
   std::vector<std::vector<double>> action_wait_us;

@@ -491,6 +491,38 @@ def runtime_file(rows):
     check(bare.returncode == 0 and warning in bare.stderr and "validate_planner.py --fit" in bare.stderr and
           warning not in p.stderr,
           "without --runtime the planner warns that its constants are not fit here, with --runtime it does not")
+    # p2p_wake_us: a rank blocked on a pipeline message while the other ranks' threads take every core waits that
+    # much more. Two ranks on one core (taskset): a pipeline of several micro-batches has such a wait (its last
+    # stage waits for the first activation while the first stage computes the next forward), and so does zb1's of
+    # one (the first stage waits for the gradient while the last computes its weight pass); another pipeline of
+    # one micro-batch never (whoever waits, the other rank waits too), nor does a mesh without a pipeline.
+    one_core = ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+    no_slicing = ["--calibration", os.path.join(WORK, "tiny-one-core.calibration"), "--reps", "1",
+                  "--time-slicing", "0"]
+    # Messages as fast as the link (no p2p or sync latency), so that they arrive while the passes run; 16
+    # micro-batches of one sequence.
+    json.dump(dict(RUNTIME_DEFAULTS, p2p_latency_us=0, sync_latency_us=0, p2p_wake_us=5000, spread=0.1),
+              open(path, "w"))
+    cmd = [PLANNER, "--config", TINY, "--world", "2", "--json"] + no_slicing + sets(["train.global_batch=16"])
+
+    def one_core_rows(extra):
+        p = subprocess.run(one_core + cmd + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+        if p.returncode != 0:
+            sys.exit("planner failed: %s\n%s" % (" ".join(one_core + cmd + extra), p.stderr))
+        return keyed(json.loads(p.stdout))
+    woken, plain1 = one_core_rows(["--runtime", path]), one_core_rows(["--runtime", path, "--p2p-wake-us", "0"])
+    by_kind = {"pipelined": [], "one micro-batch": [], "no pipeline": []}
+    for k, r in plain1.items():
+        kind = ("no pipeline" if r["pp"] == 1 else
+                "one micro-batch" if r["micro_batches"] == 1 and r["schedule"] != "zb1" else "pipelined")
+        by_kind[kind].append(woken[k]["step_ms"] - r["step_ms"])
+    check(by_kind["pipelined"] and min(by_kind["pipelined"]) > 1 and by_kind["no pipeline"] and
+          max(abs(d) for d in by_kind["no pipeline"] + by_kind["one micro-batch"]) < 1e-6,
+          "p2p_wake_us 5000 from the file, 2 ranks on one core: pipelines of several micro-batches (and zb1's) "
+          "%.1f-%.1f ms longer, %d rows of one micro-batch and %d without a pipeline unchanged; --p2p-wake-us 0 overrides it" %
+          (min(by_kind["pipelined"] or [0]), max(by_kind["pipelined"] or [0]), len(by_kind["one micro-batch"]),
+           len(by_kind["no pipeline"])))
     json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
@@ -527,6 +559,16 @@ def fit_from_results():
           fitted["fit"]["also"][0]["folder"] == runs["B"],
           "validate_planner --fit with --fit-also: the p2p latency behind the 'measurements' of A and B, 500 us "
           "(got %g)" % fitted["p2p_latency_us"])
+    # --include names a layout to measure beside the sample, as the rows print it; one the planner does not list
+    # stops the run before anything trains.
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "scripts", "validate_planner.py"), "--build",
+                        os.path.dirname(PLANNER), "--config", TINY, "--world", "2", "--out", runs["A"],
+                        "--include", "2x1x1 gpipe mb2 z0", "--include", "9x1x1 gpipe mb2 z0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    check(p.returncode != 0 and "--include 9x1x1 gpipe mb2 z0: not among the planner's" in p.stdout and
+          "pred_ms" not in p.stdout,  # the table's header: nothing ran
+          "validate_planner --include of a layout the planner does not list: stops naming it: %s" %
+          p.stdout.strip()[-200:])
 
 
 def bad_inputs():
