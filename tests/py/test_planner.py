@@ -520,7 +520,8 @@ def runtime_file(rows):
     check(by_kind["pipelined"] and min(by_kind["pipelined"]) > 1 and by_kind["no pipeline"] and
           max(abs(d) for d in by_kind["no pipeline"] + by_kind["one micro-batch"]) < 1e-6,
           "p2p_wake_us 5000 from the file, 2 ranks on one core: pipelines of several micro-batches (and zb1's) "
-          "%.1f-%.1f ms longer, %d rows of one micro-batch and %d without a pipeline unchanged; --p2p-wake-us 0 overrides it" %
+          "%.1f-%.1f ms longer, %d rows of one micro-batch and %d without a pipeline unchanged; --p2p-wake-us 0 "
+          "overrides it" %
           (min(by_kind["pipelined"] or [0]), max(by_kind["pipelined"] or [0]), len(by_kind["one micro-batch"]),
            len(by_kind["no pipeline"])))
     json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
