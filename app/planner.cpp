@@ -58,13 +58,15 @@ const char* kUsage =
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
-    "  --runtime FILE       the eight constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
+    "  --runtime FILE       the nine constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
     "  The communication runtime's costs beyond the network (the defaults are an older fit on other 2-core VMs;\n"
     "  without --runtime the planner says so on stderr):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
     "  --p2p-wake-us US     what a rank blocked on a pipeline message waits beyond its arrival when the other\n"
     "                       ranks' compute threads take every core (default 0)\n"
+    "  --pass-refill-us US  work each pass adds at its start where ranks x threads exceed the cores: its caches\n"
+    "                       refilled after the other threads on its core (default 0)\n"
     "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
     "                       exceed the cores, charged per thread per core (ranks x threads / cores; default 75)\n"
@@ -91,7 +93,7 @@ struct Args {
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
   // The runtime constants given as flags (they override --runtime's).
-  std::optional<double> p2p_latency_us, p2p_wake_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
+  std::optional<double> p2p_latency_us, p2p_wake_us, pass_refill_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::optional<double> time_slicing;
   std::string calibration;
@@ -150,6 +152,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--overhead-us") a.net.op_overhead_us = parse_double("--overhead-us", next());
     else if (f == "--p2p-latency-us") a.p2p_latency_us = parse_double("--p2p-latency-us", next());
     else if (f == "--p2p-wake-us") a.p2p_wake_us = parse_double("--p2p-wake-us", next());
+    else if (f == "--pass-refill-us") a.pass_refill_us = parse_double("--pass-refill-us", next());
     else if (f == "--poll-share") a.poll_share = parse_double("--poll-share", next());
     else if (f == "--sync-latency-us") a.sync_latency_us = parse_double("--sync-latency-us", next());
     else if (f == "--step-sync-us") a.step_sync_us = parse_double("--step-sync-us", next());
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
     o.step.net.op_overhead_us = a.net.op_overhead_us;
     if (a.p2p_latency_us) o.step.net.p2p_latency_us = *a.p2p_latency_us;
     if (a.p2p_wake_us) o.step.net.p2p_wake_us = *a.p2p_wake_us;
+    if (a.pass_refill_us) o.step.net.pass_refill_us = *a.pass_refill_us;
     if (a.poll_share) o.step.net.poll_share = *a.poll_share;
     if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
     if (a.step_sync_us) o.step.net.oversubscribed_step_sync_us = *a.step_sync_us;
@@ -330,12 +334,14 @@ int main(int argc, char** argv) {
                               .c_str());
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
-        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, poll share {:g}, "
+        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, pass refill {:g} us, "
+                                      "poll share {:g}, "
                                       "sync latency {:g} us, step sync {:g} us, ring sync {:g} us (the last three per "
                                       "thread per core), time slicing {:.3f} ({}); '=' marks rows within {:.0f}% of "
                                       "the first (a tie: runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
-                                      o.step.net.p2p_latency_us, o.step.net.p2p_wake_us, o.step.net.poll_share,
+                                      o.step.net.p2p_latency_us, o.step.net.p2p_wake_us, o.step.net.pass_refill_us,
+                                      o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
                                       o.step.net.oversubscribed_ring_us, o.step.slicing, slicing_source,
                                       100 * fit.spread, a.runtime.empty() ? ", the default; --runtime gives the "

@@ -43,6 +43,7 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   read("comm_cpu_op_us", fit.net.comm_cpu_op_us, 1e6, true);
   read("comm_cpu_ns_per_byte", fit.net.comm_cpu_ns_per_byte, 1e3, true);
   read("p2p_wake_us", fit.net.p2p_wake_us, 1e6, true);  // since 2026-12-04
+  read("pass_refill_us", fit.net.pass_refill_us, 1e6, true);
   return fit;
 }
 

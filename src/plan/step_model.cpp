@@ -265,6 +265,9 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       cc.bwd = cost(traffic.bwd, pt.bwd);
       cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
       cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight, true);
+      if (double(x.world) * o.threads > o.cores)  // ranks take turns: each pass starts on caches another refilled
+        for (PassCost* pc : {&cc.fwd, &cc.bwd, &cc.bwd_input, &cc.bwd_weight})
+          if (pc->work_us > 0) pc->work_us += o.net.pass_refill_us;
     }
   const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
   for (int s = 0; s + 1 < x.S; ++s) {

@@ -524,6 +524,21 @@ def runtime_file(rows):
           "overrides it" %
           (min(by_kind["pipelined"] or [0]), max(by_kind["pipelined"] or [0]), len(by_kind["one micro-batch"]),
            len(by_kind["no pipeline"])))
+    # pass_refill_us: where the ranks take turns on the cores (two on one core), every pass does that much more work,
+    # at the shared speed; where each rank has a core of its own, nothing changes.
+    json.dump(dict(RUNTIME_DEFAULTS, pass_refill_us=1000, spread=0.1), open(path, "w"))
+    refilled, plain_refill = one_core_rows(["--runtime", path]), one_core_rows(["--runtime", path,
+                                                                               "--pass-refill-us", "0"])
+    grown = [refilled[k]["step_ms"] - r["step_ms"] for k, r in plain_refill.items()]
+    shared_cores = cmd + ["--runtime", path]
+    own_cores = [keyed(json.loads(subprocess.run(shared_cores + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 text=True, timeout=300, check=True).stdout))
+                 for extra in ([], ["--pass-refill-us", "0"])]
+    check(min(grown) >= 2 - 1e-3 and
+          (len(os.sched_getaffinity(0)) < 2 or
+           all(abs(own_cores[0][k]["step_ms"] - own_cores[1][k]["step_ms"]) < 1e-6 for k in own_cores[1])),
+          "pass_refill_us 1000 from the file: on one core every row's step %.1f-%.1f ms longer (at least a forward "
+          "and a backward pass, 1 ms more work each); on a core per rank unchanged" % (min(grown), max(grown)))
     json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
