@@ -93,7 +93,8 @@ struct Args {
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
   // The runtime constants given as flags (they override --runtime's).
-  std::optional<double> p2p_latency_us, p2p_wake_us, pass_refill_us, poll_share, sync_latency_us, step_sync_us, ring_sync_us;
+  std::optional<double> p2p_latency_us, p2p_wake_us, pass_refill_us, poll_share, sync_latency_us, step_sync_us;
+  std::optional<double> ring_sync_us;
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::optional<double> time_slicing;
   std::string calibration;
@@ -334,8 +335,8 @@ int main(int argc, char** argv) {
                               .c_str());
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
-        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, pass refill {:g} us, "
-                                      "poll share {:g}, "
+        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, pass refill "
+                                      "{:g} us, poll share {:g}, "
                                       "sync latency {:g} us, step sync {:g} us, ring sync {:g} us (the last three per "
                                       "thread per core), time slicing {:.3f} ({}); '=' marks rows within {:.0f}% of "
                                       "the first (a tie: runs of one layout differ by that much{})\n",
