@@ -74,6 +74,7 @@ struct StepContext {
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
   double pass_sync;        // and per micro-batch's gradient pass through ZeRO-2/3's ring
+  double pass_refill;      // the work each pass adds where ranks take turns on the cores (its caches refilled)
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -265,9 +266,8 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       cc.bwd = cost(traffic.bwd, pt.bwd);
       cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
       cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight, true);
-      if (double(x.world) * o.threads > o.cores)  // ranks take turns: each pass starts on caches another refilled
-        for (PassCost* pc : {&cc.fwd, &cc.bwd, &cc.bwd_input, &cc.bwd_weight})
-          if (pc->work_us > 0) pc->work_us += o.net.pass_refill_us;
+      for (PassCost* pc : {&cc.fwd, &cc.bwd, &cc.bwd_input, &cc.bwd_weight})
+        if (pc->work_us > 0) pc->work_us += x.pass_refill;
     }
   const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
   for (int s = 0; s + 1 < x.S; ++s) {
@@ -488,7 +488,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                cores_full, cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
+                oversubscribed ? o.net.pass_refill_us : 0.0, cores_full, cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
