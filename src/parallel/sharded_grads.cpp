@@ -21,6 +21,17 @@ int block_of(const std::string& name) {
   return -1;
 }
 
+// Whether a block's parameter starts a unit of its own under sub-block units: the attention's output projection
+// (with the QKV projection and the input norm after it in the layout) and the MLP's input projection (with the
+// norm before the MLP); the MLP's output projection leads the block.
+bool starts_sublayer(const std::string& name) {
+  for (const char* suffix : {".attn.c_proj.weight", ".mlp.c_fc.weight", ".self_attn.o_proj.weight", ".mlp.up_proj.weight"}) {
+    const std::string x = suffix;
+    if (name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int64_t ring_slot_numel(const std::vector<GradUnit>& units) {
@@ -30,13 +41,13 @@ int64_t ring_slot_numel(const std::vector<GradUnit>& units) {
   return slot;
 }
 
-std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned) {
+std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned, bool sublayers) {
   std::vector<GradUnit> units;
   int current = -2;  // the block of the unit being built (-1: no block)
   bool seen_block = false;
   for (const ParamSpec& p : table.specs()) {
     const int block = block_of(p.name);
-    if (units.empty() || block != current) {
+    if (units.empty() || block != current || (sublayers && block >= 0 && starts_sublayer(p.name))) {
       // Parameters outside blocks after a block are the embedding unit.
       const bool embedding = block < 0 && seen_block;
       units.push_back({p.offset, p.offset, all_pinned || (embedding && tied_head)});

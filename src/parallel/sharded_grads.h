@@ -43,7 +43,10 @@ struct GradUnit {
 
 // The units of a chunk's layout, in layout order. Parameters named h.N.* or model.layers.N.* belong to block N.
 // tied_head: the embedding unit holds the tied head's weight. all_pinned: the zero-bubble split backward.
-std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned);
+// sublayers (optim.zero_unit: sublayer): each block is three units, in layout order its MLP's output projection, its
+// MLP's input projection(s) with the norm before the MLP, and its attention with the input norm; about a third of
+// a block each, their boundaries where the block's backward pass reports gradients final (model/block.h).
+std::vector<GradUnit> grad_units(const ParamTable& table, bool tied_head, bool all_pinned, bool sublayers = false);
 
 // Each ring slot (ShardedGrads', ShardedParams'): as large as the largest unpinned unit.
 int64_t ring_slot_numel(const std::vector<GradUnit>& units);

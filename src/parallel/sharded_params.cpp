@@ -107,6 +107,7 @@ void ShardedParams::begin_step() {
   std::fill(state_.begin(), state_.end(), Absent);
   std::fill(occupant_.begin(), occupant_.end(), -1);
   fresh_ = true;
+  in_pass_ = false;
 }
 
 void ShardedParams::prefetch_forward_start() {
@@ -142,10 +143,13 @@ void ShardedParams::begin_pass(PassOrder order) {
   fresh_ = false;
   order_ = order;
   forward_end_ = table_.total_numel();
+  current_ = -1;
+  in_pass_ = true;
 }
 
 void ShardedParams::forward_needs(int64_t begin) {
   CHECK(order_ == PassOrder::Forward, "ShardedParams: a forward request in a backward pass");
+  if (read_driven_) return;
   const int64_t end = forward_end_;
   forward_end_ = std::min(forward_end_, begin);
   ++request_;
@@ -162,6 +166,7 @@ void ShardedParams::forward_needs(int64_t begin) {
 
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
+  if (read_driven_) return;
   ++request_;
   int lowest_ring = -1, highest = -1;  // the first ring unit the request touches; the last unit
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
@@ -171,15 +176,31 @@ void ShardedParams::backward_needs(int64_t begin, int64_t end) {
       highest = u;
       if (lowest_ring < 0 && slot_[u] >= 0) lowest_ring = u;
     }
-  // In a shared ring the units the pass has left hold their gradients, so they are no longer resident (their
-  // gathers were waited for before the first gradient was written: GPT::grad's read). A request for a pinned unit
-  // alone (the tied head) leaves none.
-  for (int u = 0; shared_ && u < lowest_ring; ++u)
-    if (slot_[u] >= 0 && state_[u] != Absent) {
-      CHECK(state_[u] == Resident, "ShardedParams: unit {}'s slot was given to gradients during its gather", u);
-      state_[u] = Absent, occupant_[slot_[u]] = -1;
-    }
+  // A request for a pinned unit alone (the tied head) leaves none.
+  if (lowest_ring >= 0) release_left(lowest_ring);
   if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
+}
+
+void ShardedParams::release_left(int u) {
+  // In a shared ring the units the pass has left hold their gradients, so they are no longer resident (their
+  // gathers were waited for before the first gradient was written: GPT::grad's read).
+  for (int v = 0; shared_ && v < u; ++v)
+    if (slot_[v] >= 0 && state_[v] != Absent) {
+      CHECK(state_[v] == Resident, "ShardedParams: unit {}'s slot was given to gradients during its gather", v);
+      state_[v] = Absent, occupant_[slot_[v]] = -1;
+    }
+}
+
+void ShardedParams::enter(int u) {
+  // A unit read again after the pass left it may have been evicted (or, in a shared ring, hold its gradients).
+  CHECK(current_ < 0 || (order_ == PassOrder::Forward ? u < current_ : u > current_),
+        "ShardedParams: a {} pass read unit {} after unit {} (sub-block units are read in order)",
+        order_ == PassOrder::Forward ? "forward" : "backward", u, current_);
+  current_ = u;
+  ++request_;
+  if (order_ == PassOrder::Backward) release_left(u);
+  request(u);
+  prefetch(order_ == PassOrder::Forward ? u - 1 : u + 1);
 }
 
 void ShardedParams::request(int u) {
@@ -254,6 +275,10 @@ void ShardedParams::read(int64_t begin, int64_t end) {
   int u = 0;
   while (u < static_cast<int>(units_.size()) && begin >= units_[u].end) ++u;
   CHECK(u < static_cast<int>(units_.size()), "ShardedParams: a read of [{}, {}) past the chunk's units", begin, end);
+  if (read_driven_ && in_pass_) {  // (the set-up draws parameters through GPT::grad, outside any pass)
+    if (slot_[u] < 0) request(u);       // a pinned unit: the ring's walk goes on around it
+    else if (u != current_) enter(u);
+  }
   if (state_[u] != InFlight) return;
   bool all = true;
   for (int j = 0; j < static_cast<int>(unit_buckets_[u].size()); ++j) {

@@ -26,6 +26,15 @@
 // forward pass after a backward pass unless the ring is shared). begin_step() forgets every unit, since an optimizer
 // step changed the shards.
 // parallel.reshard_after_forward: false pins every unit, so a unit gathered once stays for the whole step.
+//
+// Units smaller than a block (optim.zero_unit: sublayer; set_read_driven()) do not fit the model's requests, which
+// ask for a whole block at once: two slots cannot hold its three units. There the reads drive the ring instead and
+// the requests are not used: a pass's first read of a ring unit is that unit's request (gathered then if absent,
+// its buckets waited for as they are read) and prefetches the next unit in the pass's order into the slot of the
+// unit before it, which the pass has finished reading (the model reads each block's units in order, never going
+// back without recomputation: config_validate.cpp refuses train.recompute light and full). In a shared ring that
+// unit's gradients are on their way: its backward pass reported them final before reading the next unit (the
+// block's ready points), so their reduction was issued first.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -82,6 +91,8 @@ class ShardedParams {
   void forward_needs(int64_t begin);
   // GPT::backward's params_needed: the elements [begin, end) are read next.
   void backward_needs(int64_t begin, int64_t end);
+  // Sub-block units: the reads drive the ring, the requests are ignored (the header says why). Needs reader().
+  void set_read_driven() { read_driven_ = true; }
   // Tests (MESHTRAIN_INJECT=late-gather): issuing a unit only notes its buckets, and each is gathered when a read
   // or a wait asks for it, so a parameter read without asking sees the slot's old contents on every run.
   void set_on_demand() { on_demand_ = true; }
@@ -101,6 +112,8 @@ class ShardedParams {
   void issue(int u, PassOrder order);    // its buckets in the order that pass reads them
   void wait(int u);
   void read(int64_t begin, int64_t end);  // the elements [begin, end) of one unit waited for
+  void enter(int u);                      // read-driven: the pass's first read of ring unit u
+  void release_left(int u);               // a shared ring's units a backward pass has left before ring unit u
   void launch(int u, int j);              // unit u's j-th bucket's all-gather issued
   void finish(int u, int j);              // and waited for (issued now when on demand)
   void wait_all();
@@ -126,6 +139,9 @@ class ShardedParams {
   bool shared_ = false;      // the ring's slots are shared with the gradients
   bool reads_reported_ = false;  // reader() was taken: a request does not wait
   bool on_demand_ = false;       // set_on_demand()
+  bool read_driven_ = false;     // set_read_driven()
+  int current_ = -1;             // read-driven: the ring unit the pass reads now
+  bool in_pass_ = false;         // between begin_pass and the next begin_step
   std::function<void(double, double)> on_read_wait_;
   int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;

@@ -138,6 +138,9 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(optim.zero_reduce, "ZeRO-2 under gradient accumulation: micro_batch (reduce-scatter after every "
                                 "micro-batch: no whole gradient buffer) | step (once, on the last micro-batch: "
                                 "a whole gradient buffer, ZeRO-1's memory, 1/m of the traffic)"),
+      MT_KEY(optim.zero_unit, "ZeRO-2 and -3's units of gathered parameters and reduced gradients: block (each "
+                              "transformer block) | sublayer (each block's attention, MLP input and MLP output "
+                              "projection apart: a third of a block's buffers, more and smaller collectives)"),
       MT_KEY(optim.name, "optimizer: adamw | sgd (with momentum)"),
       MT_KEY(optim.momentum, "SGD momentum (optim.name=sgd)"),
       MT_KEY(optim.sync_every, "local SGD: 0 = synchronous (gradients averaged every step); H >= 1 = replicas step "

@@ -40,6 +40,12 @@ inline const auto& enum_names(Reshard) {
   static constexpr EnumName<Reshard> names[] = {{Reshard::Auto, "auto"}, {Reshard::Yes, "true"}, {Reshard::No, "false"}};
   return names;
 }
+// optim.zero_unit (ZeRO-2 and -3): what a unit of gathered parameters and sharded gradients holds.
+enum class ZeroUnit : uint8_t { Block, Sublayer };
+inline const auto& enum_names(ZeroUnit) {
+  static constexpr EnumName<ZeroUnit> names[] = {{ZeroUnit::Block, "block"}, {ZeroUnit::Sublayer, "sublayer"}};
+  return names;
+}
 inline const auto& enum_names(ZeroReduce) {
   static constexpr EnumName<ZeroReduce> names[] = {{ZeroReduce::MicroBatch, "micro_batch"},
                                                    {ZeroReduce::Step, "step"}};
@@ -132,6 +138,9 @@ struct OptimConfig {
   // ZeRO-2 under gradient accumulation: reduce-scatter after every micro-batch's backward pass (no whole gradient
   // buffer; m times the traffic) or once on the last (a whole gradient buffer to accumulate into: ZeRO-1's memory).
   ZeroReduce zero_reduce = ZeroReduce::MicroBatch;
+  // ZeRO-2 and -3's units: whole blocks, or each block's attention, MLP input and MLP output projections apart
+  // (a third of a block each: the two ring slots hold two thirds of a block instead of two blocks).
+  ZeroUnit zero_unit = ZeroUnit::Block;
   OptimizerKind name = OptimizerKind::AdamW;  // or SGD with momentum (weight decay decoupled as in AdamW)
   double momentum = 0.9;       // sgd only
   // Local SGD (docs/local_sgd.md): 0 = synchronous data parallelism (gradients averaged every step); H >= 1 = each

@@ -293,6 +293,14 @@ void validate_values(const Config& c) {
   require(o.zero != 3 || o.zero_reduce == ZeroReduce::MicroBatch,
           "optim.zero_reduce=step needs optim.zero=2: under optim.zero=3 no rank holds a whole gradient buffer to "
           "accumulate into, so the gradients are reduce-scattered after every micro-batch");
+  // ZeRO-3's sub-block units are gathered as the pass first reads each one, in order; a recomputed forward inside the
+  // backward pass reads a block's three units again before its backward reads them in reverse.
+  require(o.zero != 3 || o.zero_unit == ZeroUnit::Block ||
+              (c.train.recompute != Recompute::Full && c.train.recompute != Recompute::Light),
+          "optim.zero_unit=sublayer with train.recompute={} under optim.zero=3: the recomputation reads a block's "
+          "attention and MLP weights again at the start of its backward pass, when two ring slots hold only two of "
+          "its three units; use train.recompute=none or selective, or optim.zero_unit=block",
+          name_of(c.train.recompute));
   require(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got {}", o.momentum);
   require(o.sync_every >= 0, "optim.sync_every must be >= 0 (0 = synchronous), got {}", o.sync_every);
   require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);

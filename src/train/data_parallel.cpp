@@ -222,6 +222,7 @@ class FullySharded final : public Synchronous {
           red_.sharded[c]->buckets(), model.dtype(), model.device(),
           shards_.slice(at[c], {red_.sharded[c]->shard_numel()}), red_.sharded[c]->ring_slots());
       if (on_demand) params_[c]->set_on_demand();
+      if (cfg.optim.zero_unit == ZeroUnit::Sublayer) params_[c]->set_read_driven();
       chunk.set_param_views(params_[c]->param_views());
       chunk.set_param_read_hook(params_[c]->reader());
       chunk.set_grads_over_params(red_.sharded[c]->ring_slots().defined());

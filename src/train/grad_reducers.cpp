@@ -17,7 +17,8 @@ bool holds_tied_embedding(const GPTConfig& g, const ParamTable& table) {
 }  // namespace
 
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
-  return grad_units(table, holds_tied_embedding(g, table), cfg.parallel.schedule == PipelineSchedule::ZB1);
+  return grad_units(table, holds_tied_embedding(g, table), cfg.parallel.schedule == PipelineSchedule::ZB1,
+                    cfg.optim.zero_unit == ZeroUnit::Sublayer);
 }
 
 bool reshards_after_forward(const Config& cfg) {
@@ -26,7 +27,8 @@ bool reshards_after_forward(const Config& cfg) {
 }
 
 std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
-  return grad_units(table, holds_tied_embedding(g, table), !reshards_after_forward(cfg));
+  return grad_units(table, holds_tied_embedding(g, table), !reshards_after_forward(cfg),
+                    cfg.optim.zero_unit == ZeroUnit::Sublayer);
 }
 
 ShardedGradsOptions sharded_grads_options(const Config& cfg, int dp, DType compute, DType grads) {

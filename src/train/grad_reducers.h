@@ -29,7 +29,8 @@ bool sharded_gradients(const Config& cfg);
 // Under ZeRO-2 with optim.zero_reduce=step the buckets are ZeRO-1's (a whole gradient buffer, reduced once).
 // host_dp: where dp is NCCL, a host transport over the same group for the compressors' collectives (GradReducer).
 // ZeRO-2: the gradient units of a chunk of stage config `g` with parameter table `table` (sharded_grads.h): its
-// embedding unit is pinned when it holds the tied head, every unit under the zb1 schedule.
+// embedding unit is pinned when it holds the tied head, every unit under the zb1 schedule; blocks cut in three under
+// optim.zero_unit: sublayer.
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table);
 // ZeRO-3: whether each pass gathers the units again (parallel.reshard_after_forward, auto resolved: not with pp).
 bool reshards_after_forward(const Config& cfg);

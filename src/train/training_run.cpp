@@ -307,6 +307,9 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
                  cfg.precision.loss_scale);
   if (cfg.optim.zero != 2 && cfg.optim.zero_reduce != ZeroReduce::MicroBatch && rank0)
     spdlog::warn("optim.zero_reduce={} is ignored: it applies to optim.zero=2 only", name_of(cfg.optim.zero_reduce));
+  if (!sharded_gradients(cfg) && cfg.optim.zero_unit != ZeroUnit::Block && rank0)
+    spdlog::warn("optim.zero_unit={} is ignored: it applies to optim.zero=3 and to optim.zero=2 reducing every "
+                 "micro-batch only", name_of(cfg.optim.zero_unit));
   if (cfg.optim.zero != 3 && cfg.parallel.reshard_after_forward != Reshard::Auto && rank0)
     spdlog::warn("parallel.reshard_after_forward={} is ignored: it applies to optim.zero=3 only",
                  name_of(cfg.parallel.reshard_after_forward));
