@@ -297,120 +297,126 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
   // every unit.
   enum Mode { Keep, OwnRing, SharedRing };
   for (const Case& k : cases)
-    for (const Mode mode : {OwnRing, SharedRing, Keep}) {
-      const bool reshard = mode != Keep, shared = mode == SharedRing;
-      GPTConfig g;
-      g.arch = k.arch;
-      g.tie_embeddings = k.tied;
-      g.recompute = k.rc;
-      g.n_layer = k.n_layer;
-      g.n_head = 2;
-      g.d_model = 16;
-      g.seq_len = 8;
-      g.vocab_size = 40;
-      if (k.arch == ModelArch::Llama) {
-        g.n_kv_head = 1;
-        g.ffn_hidden = 24;
-      }
-      INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {} shared ring {}",
-                       name_of(k.arch), k.tied, k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard, shared));
-      const StageConfig stage{g, {BlockSlice{k.begin, k.end}, {}}};
-      GPT model(g, stage.part, DType::F32);
-      const ParamTable& t = model.table();
-      // chunk_param_units: the embedding pinned where it holds the tied head, every unit without resharding.
-      const bool embedding = t.index_of(k.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight") >= 0;
-      const std::vector<GradUnit> units = grad_units(t, g.tied() && embedding, !reshard);
-      NullCommunicator dp(2, 0);
-      // A ring shared with the gradients is never used under the split backward (sharded_grads_options).
-      if (shared && k.split) continue;
-      const Tensor ring = shared ? Tensor::zeros({2 * ring_slot_numel(units)}, DType::F32) : Tensor();
-      const std::vector<Bucket> buckets = unit_buckets(t, units, 4, 4.0 * 200);
-      ShardedParams store(dp, t, units, buckets, DType::F32, Device::CPU, {}, ring);
-      model.set_param_views(store.param_views());
-      model.set_param_read_hook(store.reader());  // the trainer's: reads wait bucket by bucket
-      if (shared) {  // the ring units' gradients written over their parameters, the pinned units' apart
-        std::vector<Tensor> grads = store.param_views();
-        for (int p = 0; p < t.size(); ++p) {
-          size_t u = 0;
-          while (t[p].offset >= units[u].end) ++u;
-          if (units[u].pinned) grads[p] = model.grads().slice(t[p].offset, t[p].shape);
+    for (const Mode mode : {OwnRing, SharedRing, Keep})
+      for (const bool sublayers : {false, true}) {  // optim.zero_unit: block, sublayer (read-driven)
+        // The trainer refuses sub-block units with recomputation that reads parameters, and with zb1's split.
+        if (sublayers && (k.split || k.rc == Recompute::Light || k.rc == Recompute::Full)) continue;
+        const bool reshard = mode != Keep, shared = mode == SharedRing;
+        GPTConfig g;
+        g.arch = k.arch;
+        g.tie_embeddings = k.tied;
+        g.recompute = k.rc;
+        g.n_layer = k.n_layer;
+        g.n_head = 2;
+        g.d_model = 16;
+        g.seq_len = 8;
+        g.vocab_size = 40;
+        if (k.arch == ModelArch::Llama) {
+          g.n_kv_head = 1;
+          g.ffn_hidden = 24;
         }
-        model.set_grad_views(grads);
-        model.set_grads_over_params(true);
-      }
-      // Each unit's gather takes 1 us, spread over its buckets; `whole` is the same store waiting unit by unit.
-      std::vector<std::vector<GatherBucket>> per_unit(units.size());
-      for (const Bucket& b : buckets) {
-        size_t u = 0;
-        while (b.begin >= units[u].end) ++u;
-        per_unit[u].push_back({b.begin, b.end, 1.0 * double(b.numel()) / double(units[u].end - units[u].begin)});
-      }
-      ChunkParamGathers mirror(stage, t, units, std::vector<double>(units.size(), 1.0), 4, shared, {}, per_unit);
-      ChunkParamGathers whole(stage, t, units, std::vector<double>(units.size(), 1.0), 4, shared);
-      double waited = 0, waited_whole = 0;  // the forward passes' waits
-      Arena rec, scratch;
-      Activations a = model.alloc_activations(rec, 1, g.seq_len, k.split);
-      for (int64_t i = 0; i < a.tokens.numel(); ++i) {
-        a.tokens.data_as<int32_t>()[i] = int32_t(i % g.vocab_size);
-        a.targets.data_as<int32_t>()[i] = int32_t((i + 1) % g.vocab_size);
-      }
-      Tensor dout, dinput, loss = Tensor::zeros({1}, DType::F32);
-      if (!model.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
-      if (!model.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
-      const auto need = [&](int64_t lo, int64_t hi) { store.backward_needs(lo, hi); };
-      int64_t step_gathers = 0, early = 0;  // early: issued by prefetch_forward_start, counted in the next pass
-      auto pass = [&](ActionKind kind, const std::function<void()>& run) {
-        const int64_t issued = store.gathers_issued() - early, missed = store.gathers_not_prefetched();
-        const int64_t early_pass = early;  // the mirror issues them at the pass's start
-        early = 0;
-        store.begin_pass(kind == ActionKind::Forward ? PassOrder::Forward : PassOrder::Backward);
-        run();
-        const PassGathers p = mirror.pass(kind, 100.0), w = whole.pass(kind, 100.0);
-        INFO(action_kind_name(kind));
-        CHECK(p.units == w.units);  // the same gathers; a pass waits less, or as long
-        CHECK(p.wait_us <= w.wait_us + 1e-9);
-        waited += p.wait_us, waited_whole += w.wait_us;
-        if (early_pass) CHECK(std::count(p.issued.begin(), p.issued.end(), 0.0) >= early_pass);
-        CHECK(store.gathers_issued() - issued == int64_t(p.units.size()));
-        CHECK(store.gathers_not_prefetched() - missed == p.not_prefetched);
-        step_gathers += int64_t(p.units.size());
-      };
-      for (int step = 0; step < 2; ++step) {
-        store.begin_step();
-        mirror.begin_step();
-        whole.begin_step();
-        step_gathers = 0;
-        if (step == 1) {  // the trainer's gathers after the optimizer, for the next step's first forward pass
-          const int64_t before = store.gathers_issued();
-          store.prefetch_forward_start();
-          mirror.prefetch_forward_start(0.0);
-          whole.prefetch_forward_start(0.0);
-          early = store.gathers_issued() - before;
-          // Every unit when the passes keep them all (nothing waits for a ring slot), else the first two.
-          CHECK(early == (reshard ? std::min<int64_t>(2, units.size()) : int64_t(units.size())));
-        }
-        for (int mb = 0; mb < 2; ++mb) {
-          pass(ActionKind::Forward, [&] {
-            model.forward(a, model.last_stage() ? 1.0 : 0.0, model.last_stage() ? loss : Tensor(),
-                          [&](int64_t begin) { store.forward_needs(begin); });
-          });
-          scratch.reset();
-          if (!k.split) {
-            pass(ActionKind::Backward,
-                 [&] { model.backward(a, scratch, {}, BackwardPart::All, dout, dinput, need); });
-            continue;
+        INFO(fmt::format("{} tied {} stage [{}, {}) of {} split {} recompute {} reshard {} shared ring {} sublayers {}",
+                         name_of(k.arch), k.tied, k.begin, k.end, k.n_layer, k.split, name_of(k.rc), reshard, shared,
+                         sublayers));
+        const StageConfig stage{g, {BlockSlice{k.begin, k.end}, {}}};
+        GPT model(g, stage.part, DType::F32);
+        const ParamTable& t = model.table();
+        // chunk_param_units: the embedding pinned where it holds the tied head, every unit without resharding.
+        const bool embedding = t.index_of(k.arch == ModelArch::Llama ? "model.embed_tokens.weight" : "wte.weight") >= 0;
+        const std::vector<GradUnit> units = grad_units(t, g.tied() && embedding, !reshard, sublayers);
+        NullCommunicator dp(2, 0);
+        // A ring shared with the gradients is never used under the split backward (sharded_grads_options).
+        if (shared && k.split) continue;
+        const Tensor ring = shared ? Tensor::zeros({2 * ring_slot_numel(units)}, DType::F32) : Tensor();
+        const std::vector<Bucket> buckets = unit_buckets(t, units, 4, 4.0 * 200);
+        ShardedParams store(dp, t, units, buckets, DType::F32, Device::CPU, {}, ring);
+        model.set_param_views(store.param_views());
+        model.set_param_read_hook(store.reader());  // the trainer's: reads wait bucket by bucket
+        if (sublayers) store.set_read_driven();
+        if (shared) {  // the ring units' gradients written over their parameters, the pinned units' apart
+          std::vector<Tensor> grads = store.param_views();
+          for (int p = 0; p < t.size(); ++p) {
+            size_t u = 0;
+            while (t[p].offset >= units[u].end) ++u;
+            if (units[u].pinned) grads[p] = model.grads().slice(t[p].offset, t[p].shape);
           }
-          pass(ActionKind::BackwardInput,
-               [&] { model.backward(a, scratch, {}, BackwardPart::InputOnly, dout, dinput, need); });
-          pass(ActionKind::BackwardWeight, [&] { model.backward_weights(a, {}, need); });
+          model.set_grad_views(grads);
+          model.set_grads_over_params(true);
         }
-        // Without resharding every unit is gathered once per step, in the first forward pass.
-        if (!reshard) CHECK(step_gathers == int64_t(units.size()));
+        // Each unit's gather takes 1 us, spread over its buckets; `whole` is the same store waiting unit by unit.
+        std::vector<std::vector<GatherBucket>> per_unit(units.size());
+        for (const Bucket& b : buckets) {
+          size_t u = 0;
+          while (b.begin >= units[u].end) ++u;
+          per_unit[u].push_back({b.begin, b.end, 1.0 * double(b.numel()) / double(units[u].end - units[u].begin)});
+        }
+        ChunkParamGathers mirror(stage, t, units, std::vector<double>(units.size(), 1.0), 4, shared, {}, per_unit,
+                                 sublayers);
+        ChunkParamGathers whole(stage, t, units, std::vector<double>(units.size(), 1.0), 4, shared, {}, {}, sublayers);
+        double waited = 0, waited_whole = 0;  // the forward passes' waits
+        Arena rec, scratch;
+        Activations a = model.alloc_activations(rec, 1, g.seq_len, k.split);
+        for (int64_t i = 0; i < a.tokens.numel(); ++i) {
+          a.tokens.data_as<int32_t>()[i] = int32_t(i % g.vocab_size);
+          a.targets.data_as<int32_t>()[i] = int32_t((i + 1) % g.vocab_size);
+        }
+        Tensor dout, dinput, loss = Tensor::zeros({1}, DType::F32);
+        if (!model.last_stage()) dout = Tensor::zeros(a.output().shape(), DType::F32);
+        if (!model.first_stage()) dinput = rec.alloc(a.input().shape(), DType::F32);
+        const auto need = [&](int64_t lo, int64_t hi) { store.backward_needs(lo, hi); };
+        int64_t step_gathers = 0, early = 0;  // early: issued by prefetch_forward_start, counted in the next pass
+        auto pass = [&](ActionKind kind, const std::function<void()>& run) {
+          const int64_t issued = store.gathers_issued() - early, missed = store.gathers_not_prefetched();
+          const int64_t early_pass = early;  // the mirror issues them at the pass's start
+          early = 0;
+          store.begin_pass(kind == ActionKind::Forward ? PassOrder::Forward : PassOrder::Backward);
+          run();
+          const PassGathers p = mirror.pass(kind, 100.0), w = whole.pass(kind, 100.0);
+          INFO(action_kind_name(kind));
+          CHECK(p.units == w.units);  // the same gathers; a pass waits less, or as long
+          CHECK(p.wait_us <= w.wait_us + 1e-9);
+          waited += p.wait_us, waited_whole += w.wait_us;
+          if (early_pass) CHECK(std::count(p.issued.begin(), p.issued.end(), 0.0) >= early_pass);
+          CHECK(store.gathers_issued() - issued == int64_t(p.units.size()));
+          CHECK(store.gathers_not_prefetched() - missed == p.not_prefetched);
+          step_gathers += int64_t(p.units.size());
+        };
+        for (int step = 0; step < 2; ++step) {
+          store.begin_step();
+          mirror.begin_step();
+          whole.begin_step();
+          step_gathers = 0;
+          if (step == 1) {  // the trainer's gathers after the optimizer, for the next step's first forward pass
+            const int64_t before = store.gathers_issued();
+            store.prefetch_forward_start();
+            mirror.prefetch_forward_start(0.0);
+            whole.prefetch_forward_start(0.0);
+            early = store.gathers_issued() - before;
+            // Every unit when the passes keep them all (nothing waits for a ring slot), else the first two.
+            CHECK(early == (reshard ? std::min<int64_t>(2, units.size()) : int64_t(units.size())));
+          }
+          for (int mb = 0; mb < 2; ++mb) {
+            pass(ActionKind::Forward, [&] {
+              model.forward(a, model.last_stage() ? 1.0 : 0.0, model.last_stage() ? loss : Tensor(),
+                            [&](int64_t begin) { store.forward_needs(begin); });
+            });
+            scratch.reset();
+            if (!k.split) {
+              pass(ActionKind::Backward,
+                   [&] { model.backward(a, scratch, {}, BackwardPart::All, dout, dinput, need); });
+              continue;
+            }
+            pass(ActionKind::BackwardInput,
+                 [&] { model.backward(a, scratch, {}, BackwardPart::InputOnly, dout, dinput, need); });
+            pass(ActionKind::BackwardWeight, [&] { model.backward_weights(a, {}, need); });
+          }
+          // Without resharding every unit is gathered once per step, in the first forward pass.
+          if (!reshard) CHECK(step_gathers == int64_t(units.size()));
+        }
+        // The step's first forward pass gathers its first units itself: a unit of several buckets is waited for only
+        // as far as each read needs it.
+        CHECK(waited < waited_whole);
       }
-      // The step's first forward pass gathers its first units itself: a unit of several buckets is waited for only
-      // as far as each read needs it.
-      CHECK(waited < waited_whole);
-    }
 }
 
 TEST_CASE("record counts per chunk match the schedules' activation bounds", "[planner]") {

@@ -25,7 +25,8 @@ int block_of(const std::string& name) {
 // (with the QKV projection and the input norm after it in the layout) and the MLP's input projection (with the
 // norm before the MLP); the MLP's output projection leads the block.
 bool starts_sublayer(const std::string& name) {
-  for (const char* suffix : {".attn.c_proj.weight", ".mlp.c_fc.weight", ".self_attn.o_proj.weight", ".mlp.up_proj.weight"}) {
+  for (const char* suffix :
+       {".attn.c_proj.weight", ".mlp.c_fc.weight", ".self_attn.o_proj.weight", ".mlp.up_proj.weight"}) {
     const std::string x = suffix;
     if (name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0) return true;
   }

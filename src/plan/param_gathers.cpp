@@ -138,13 +138,43 @@ std::vector<ParamRequest> param_requests(const StageConfig& s, const ParamTable&
   }
 }
 
+std::vector<ParamRequest> unit_reads(const StageConfig& s, const ParamTable& t, const std::vector<GradUnit>& units,
+                                     ActionKind pass) {
+  if (pass != ActionKind::Forward && pass != ActionKind::Backward) return {};
+  const StageWork w = stage_work(s, false);
+  const bool llama = s.model.llama();
+  // A unit's compute, by the part its first parameter (in layout order) belongs to.
+  auto work_of = [&](const GradUnit& u) {
+    std::string first;
+    for (const ParamSpec& p : t.specs())
+      if (p.offset == u.begin) first = p.name;
+    auto has = [&](const char* x) { return first.find(x) != std::string::npos; };
+    if (has(llama ? "mlp.down_proj" : "mlp.c_proj")) return w.mlp_out;
+    if (has(llama ? "mlp.up_proj" : "mlp.c_fc")) return w.mlp - w.mlp_out;
+    if (has(llama ? "self_attn.o_proj" : "attn.c_proj")) return w.attn;
+    if (has(llama ? "embed_tokens" : "wpe") || (!llama && has("wte"))) return w.embedding;
+    return w.head;  // the final norm (with an untied head)
+  };
+  std::vector<ParamRequest> r;
+  const int n = static_cast<int>(units.size());
+  for (int i = 0; i < n; ++i) {
+    const GradUnit& u = units[pass == ActionKind::Forward ? n - 1 - i : i];  // the forward pass walks down the layout
+    r.push_back({u.begin, u.end, work_of(u)});
+  }
+  return normalised(r);
+}
+
 ChunkParamGathers::ChunkParamGathers(const StageConfig& s, const ParamTable& t, std::vector<GradUnit> units,
                                      std::vector<double> unit_us, int elem_bytes, bool shared_ring,
-                                     std::vector<double> unit_cpu_us, std::vector<std::vector<GatherBucket>> buckets)
+                                     std::vector<double> unit_cpu_us, std::vector<std::vector<GatherBucket>> buckets,
+                                     bool read_driven)
     : units_(std::move(units)), unit_us_(std::move(unit_us)), unit_cpu_us_(std::move(unit_cpu_us)),
-      buckets_(std::move(buckets)), elem_bytes_(elem_bytes), shared_(shared_ring),
-      forward_(param_requests(s, t, ActionKind::Forward)), backward_(param_requests(s, t, ActionKind::Backward)),
-      weight_(param_requests(s, t, ActionKind::BackwardWeight)), resident_(units_.size(), false),
+      buckets_(std::move(buckets)), elem_bytes_(elem_bytes), shared_(shared_ring), read_driven_(read_driven),
+      forward_(read_driven ? unit_reads(s, t, units_, ActionKind::Forward) : param_requests(s, t, ActionKind::Forward)),
+      backward_(read_driven ? unit_reads(s, t, units_, ActionKind::Backward)
+                            : param_requests(s, t, ActionKind::Backward)),
+      weight_(read_driven ? std::vector<ParamRequest>{} : param_requests(s, t, ActionKind::BackwardWeight)),
+      resident_(units_.size(), false),
       early_(units_.size(), 0.0), early_in_flight_(units_.size(), false) {
   for (size_t u = 0, ring = 0; u < units_.size(); ++u)
     slot_.push_back(units_[u].pinned ? -1 : int(ring++ % kGradRingSlots));
@@ -275,7 +305,7 @@ PassGathers ChunkParamGathers::pass(ActionKind kind, double work_us) {
       resident_[u] = true;
       edge = u;
     }
-    if (edge >= 0) prefetch(down ? edge - 1 : edge + 1);
+    if (edge >= 0 && !(read_driven_ && units_[edge].pinned)) prefetch(down ? edge - 1 : edge + 1);
     if (!buckets_.empty()) reads(q, q.work_after * work_us);
     else t += q.work_after * work_us;
   }

@@ -41,6 +41,10 @@ struct ParamRequest {
 // requests), or zb1's BackwardWeight (which reads parameters only under train.recompute: light). A pass that
 // computes before its first request starts with an empty request.
 std::vector<ParamRequest> param_requests(const StageConfig& g, const ParamTable& t, ActionKind pass);
+// Under read-driven units: each unit in the order a Forward or Backward pass first reads it, with the compute
+// that follows (its own parts' multiply-adds).
+std::vector<ParamRequest> unit_reads(const StageConfig& g, const ParamTable& t, const std::vector<GradUnit>& units,
+                                     ActionKind pass);
 
 // One bucket of a unit's gather: its elements and its all-gather's time.
 struct GatherBucket {
@@ -68,9 +72,11 @@ class ChunkParamGathers {
   // communication thread (none when empty);
   // buckets: each unit's buckets in layout order, when a pass waits for each parameter's bucket alone
   // (ShardedParams::reader), else empty (a request waits for its units in full).
+  // read_driven: sub-block units (optim.zero_unit: sublayer, ShardedParams::set_read_driven): each unit is a request
+  // of its own when the pass first reads it (a pinned unit's prefetches nothing), needs `buckets`.
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
                     int elem_bytes, bool shared_ring, std::vector<double> unit_cpu_us = {},
-                    std::vector<std::vector<GatherBucket>> buckets = {});
+                    std::vector<std::vector<GatherBucket>> buckets = {}, bool read_driven = false);
   void begin_step();  // the optimizer changed the shards: no unit is resident
   // After begin_step: the next forward pass's first units (the end of the layout: the embeddings and the first
   // block; every unit when all are pinned) gathered in the background since head_start_us before that pass starts,
@@ -87,6 +93,7 @@ class ChunkParamGathers {
   std::vector<std::vector<GatherBucket>> buckets_;
   int elem_bytes_;
   bool shared_;                // the ring's slots are shared with the gradients
+  bool read_driven_;           // one request per unit, at its first read
   std::vector<ParamRequest> forward_, backward_, weight_;
   std::vector<bool> resident_;
   std::vector<double> early_;  // per unit: when prefetch_forward_start's gather completes, from the next pass's start

@@ -124,7 +124,8 @@ ChunkParamGathers chunk_param_gathers(const StepContext& x, const StageConfig& g
   }
   const bool shared = sharded_grads_options(x.cfg, x.dp, x.dt, DType::F32).shared_ring;
   // The trainer's forward passes report their reads (ShardedParams::reader): each waits for its bucket alone.
-  return ChunkParamGathers(g, table, units, unit_us, elem, shared, unit_cpu, unit_buckets);
+  return ChunkParamGathers(g, table, units, unit_us, elem, shared, unit_cpu, unit_buckets,
+                           x.cfg.optim.zero_unit == ZeroUnit::Sublayer);
 }
 
 // A pass's measured compute (us at full speed).

@@ -301,6 +301,10 @@ void validate_values(const Config& c) {
           "attention and MLP weights again at the start of its backward pass, when two ring slots hold only two of "
           "its three units; use train.recompute=none or selective, or optim.zero_unit=block",
           name_of(c.train.recompute));
+  require(o.zero != 3 || o.zero_unit == ZeroUnit::Block || c.parallel.schedule != PipelineSchedule::ZB1,
+          "optim.zero_unit=sublayer with parallel.schedule=zb1 under optim.zero=3: the weight pass walks each block "
+          "again after the input pass has left it, and would gather its units a second time; use "
+          "optim.zero_unit=block, or another schedule");
   require(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got {}", o.momentum);
   require(o.sync_every >= 0, "optim.sync_every must be >= 0 (0 = synchronous), got {}", o.sync_every);
   require(o.outer_lr > 0, "optim.outer_lr must be > 0, got {}", o.outer_lr);
