@@ -5,7 +5,8 @@
      interleaved), dp4 x tp2 with sequence parallelism, dp 2 accumulating 4 micro-batches (resharding, the default
      without pipeline parallelism, and not), dp2 x pp2 zb1 on uneven stages with light recomputation (whose weight
      pass reads parameters), full recomputation; Llama with one kv head (its copies on two tp ranks) on dp2 x tp2 x
-     pp2 with the embedding tied across stages, resharding. With pipeline parallelism the default keeps the units
+     pp2 with the embedding tied across stages, resharding; sub-block units (optim.zero_unit=sublayer) on dp 2
+     accumulating and on that Llama mesh. With pipeline parallelism the default keeps the units
      for the step; the
      interleaved and zb1 cases reshard. The gradients take ZeRO-2's path (a reduce-scatter per micro-batch), so
      only the summation order differs from one rank: about 1e-7 per step. A unit read before its gather (a stale
@@ -20,12 +21,13 @@
   4. Memory (memory.json): on 8 blocks and dp 2 the parameters and gradients are this rank's half of the shards,
      two ring slots of one block that the two share, the pinned tied embedding's, and under accumulation one
      unit's shard of staged reductions; reshard_after_forward=false holds every unit and two gradient slots. At dp
-     4 on a Llama whose states dominate, ZeRO-3 peaks below a quarter of ZeRO-0's peak plus three blocks.
+     4 on a Llama whose states dominate, ZeRO-3 peaks below a quarter of ZeRO-0's peak plus three blocks; on a
+     GPT-2 whose activations are 1.4 blocks, so with sub-block units.
   5. Checkpoints: written under ZeRO-3 on dp2 x pp2, resumed on one rank without ZeRO; written on one rank, resumed
      under ZeRO-3 on dp4 x tp2; both continue the single-rank run within 1e-5. A loaded model (model.init_from)
      trains as on one rank. The export of a ZeRO-3 run holds the one-rank run's weights.
   6. Every parameter read waits for its own bucket, forward and backward: with each bucket gathered only when a read
-     or a wait asks for it (MESHTRAIN_INJECT=late-gather), the runs still match one rank.
+     or a wait asks for it (MESHTRAIN_INJECT=late-gather), the runs still match one rank, with sub-block units too.
 Usage: test_zero3_parity.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
 import os
@@ -61,6 +63,7 @@ def run(name, dp, tp, pp, sets=()):
     return run_mesh(mpiexec, trainer, BASE, os.path.join(work, name), dp, tp, pp, sets)[:3]
 
 
+SUB = ["optim.zero_unit=sublayer"]
 # 1. Exactness against one rank.
 single, _, single_weights = run("single", 1, 1, 1, ["run.checkpoint_every=10"])
 refs = {"gpt2": single, "llama": run("single_llama", 1, 1, 1, LLAMA)[0]}
@@ -78,6 +81,9 @@ CASES = [  # name, dp, tp, pp, settings, reference
     ("dp2_m4_no_reshard", 2, 1, 1, Z3 + ["parallel.reshard_after_forward=false"], "gpt2"),
     # One kv head on two tp ranks: each holds a copy whose gradients are summed over tp (copied_param_grads).
     ("llama_dp2_tp2_pp2_tied_reshard", 2, 2, 2, Z3 + LLAMA + ["parallel.reshard_after_forward=true"], "llama"),
+    # Sub-block units (optim.zero_unit=sublayer): the reads drive the two-slot ring, three units per block.
+    ("dp2_m4_sublayer", 2, 1, 1, Z3 + SUB, "gpt2"),
+    ("llama_dp2_tp2_pp2_tied_sublayer", 2, 2, 2, Z3 + LLAMA + SUB + ["parallel.reshard_after_forward=true"], "llama"),
 ]
 for name, dp, tp, pp, sets, ref in CASES:
     losses, log, _ = run(name, dp, tp, pp, sets)
@@ -184,6 +190,22 @@ block_bytes = 4 * sum(len(v[1]) for k, v in bar_weights.items() if k.startswith(
 bound = peaks[0] // 4 + 3 * block_bytes
 check(peaks[3] <= bound, f"dp 4, ZeRO-3's peak {peaks[3]} bytes <= ZeRO-0's {peaks[0]} / 4 + 3 blocks of {block_bytes} "
       f"= {bound} ({(peaks[3] / bound - 1) * 100:+.1f}%)")
+# Where the activations outgrow the block the two slots leave free (GPT-2, T 32, no recomputation: 1.4 blocks, 2.7%
+# over with whole blocks), sub-block units hold two thirds of a block in the slots instead of two blocks.
+BAR32 = ["--config", os.path.join(src, "configs", "gpt.yaml"), "--set", "model.n_layer=8", "--set", "model.d_model=256",
+         "--set", "model.seq_len=32", "--set", "train.micro_batch=1", "--set", "train.global_batch=4", "--set",
+         "train.steps=2", "--set", "train.eval_every=0", "--set", "run.log_every=100"]
+peaks32 = {}
+for z, sets in ((0, []), (3, SUB)):
+    shutil.rmtree(os.path.join(work, f"bar32_zero{z}"), ignore_errors=True)
+    _, _, bar_weights, _ = run_mesh(mpiexec, trainer, BAR32, os.path.join(work, f"bar32_zero{z}"), 4, 1, 1,
+                                    [f"optim.zero={z}"] + sets)
+    ranks = json.load(open(os.path.join(work, f"bar32_zero{z}", "memory.json")))["ranks"]
+    peaks32[z] = max(r["peak_tensor_bytes"] for r in ranks)
+block_bytes = 4 * sum(len(v[1]) for k, v in bar_weights.items() if k.startswith("h.0."))
+bound = peaks32[0] // 4 + 3 * block_bytes
+check(peaks32[3] <= bound, f"GPT-2 at T 32, dp 4, ZeRO-3 with sub-block units: peak {peaks32[3]} bytes <= ZeRO-0's "
+      f"{peaks32[0]} / 4 + 3 blocks of {block_bytes} = {bound} ({(peaks32[3] / bound - 1) * 100:+.1f}%)")
 
 # 5. Checkpoints across ZeRO-3 and other meshes, and the export.
 run("ckpt_zero3", 2, 1, 2, Z3 + ["run.checkpoint_every=10"])
@@ -215,7 +237,7 @@ check(sorted(exported) == sorted(single_weights) and worst < 1e-5,
 # pass reads no bias, whose buckets are gathered when its gradient is written over it), and Llama with full
 # recomputation (a block's forward pass again inside the backward pass).
 os.environ["MESHTRAIN_INJECT"] = "late-gather@1"
-for name, sets, ref in [("late_gather_dp2_m4", Z3, "gpt2"),
+for name, sets, ref in [("late_gather_dp2_m4", Z3, "gpt2"), ("late_gather_dp2_m4_sublayer", Z3 + SUB, "gpt2"),
                         ("late_gather_llama_dp2_recompute_full", Z3 + LLAMA + ["train.recompute=full"], "llama")]:
     losses, log, _ = run(name, 2, 1, 1, sets)
     worst = max_relative_loss_difference(losses, refs[ref])

@@ -71,6 +71,8 @@ CASES = [  # name, dp, tp, pp, settings, reference
     ("dp4_tp2_sp", 4, 2, 1, Z2 + ["parallel.sequence_parallel=true"], "gpt2"),
     ("dp2_m4", 2, 1, 1, Z2 + ["run.profile=true"], "gpt2"),
     ("dp2_m4_no_overlap", 2, 1, 1, Z2 + ["comm.overlap=false"], "gpt2"),
+    # Each block three units (attention, MLP input, MLP output projection) in two ring slots.
+    ("dp2_m4_sublayer", 2, 1, 1, Z2 + ["optim.zero_unit=sublayer"], "gpt2"),
     ("dp2_m4_reduce_step", 2, 1, 1, Z2 + ["optim.zero_reduce=step", "run.profile=true"], "gpt2"),
     ("dp2_pp2_zb1_uneven_light", 2, 1, 2, Z2 + ["parallel.schedule=zb1", "parallel.stage_layers=[3,1]",
                                               "train.recompute=light"], "gpt2"),
