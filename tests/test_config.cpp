@@ -394,6 +394,11 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"optim.zero=-1"}), Contains("optim.zero must be 0, 1, 2 or 3"));
   CHECK_THAT(validate_error({"optim.zero=3", "optim.zero_reduce=step"}),
              Contains("optim.zero_reduce=step needs optim.zero=2") && Contains("optim.zero=3"));
+  for (const char* rc : {"train.recompute=light", "train.recompute=full"})
+    CHECK_THAT(validate_error({"optim.zero=3", "optim.zero_unit=sublayer", rc}),
+               Contains("optim.zero_unit=sublayer") && Contains(rc) && Contains("optim.zero=3"));
+  CHECK_THAT(validate_error({"optim.zero=3", "optim.zero_unit=sublayer", "parallel.pp=2", "parallel.schedule=zb1"}, 2),
+             Contains("optim.zero_unit=sublayer") && Contains("parallel.schedule=zb1") && Contains("optim.zero=3"));
   CHECK_THAT(validate_error({"train.threads=-1"}), Contains("train.threads"));
   CHECK_THAT(validate_error({"data.val_fraction=1"}), Contains("data.val_fraction must be in [0, 1)"));
   CHECK_THAT(validate_error({"parallel.tp=0"}), Contains("parallel.tp must be >= 1"));
@@ -508,7 +513,8 @@ TEST_CASE("to_yaml round-trips every key") {
       "train.straggler.delay_sigma=0.5", "train.recompute=selective",
       "optim.lr=3e-4",
       "optim.min_lr=1e-300", "optim.warmup_steps=0", "optim.schedule=linear", "optim.weight_decay=0",
-      "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "optim.zero_reduce=step", "optim.name=sgd",
+      "optim.beta1=0.8", "optim.beta2=0.999", "optim.eps=1e-12", "optim.zero=1", "optim.zero_reduce=step",
+      "optim.zero_unit=sublayer", "optim.name=sgd",
       "optim.momentum=0.5", "optim.outer=nesterov", "optim.outer_lr=0.5",
       "optim.outer_momentum=0.8", "precision.compute=bf16",
       "precision.grad_reduce=bf16", "precision.loss_scale=1024", "data.source=tokens", "data.path='true'",
@@ -600,6 +606,7 @@ TEST_CASE("every enum key round-trips each of its names, and refuses others nami
        [](const Config& c) { return int(c.train.recompute); }},
       {"optim.schedule", {"cosine", "linear", "constant"}, [](const Config& c) { return int(c.optim.schedule); }},
       {"optim.zero_reduce", {"micro_batch", "step"}, [](const Config& c) { return int(c.optim.zero_reduce); }},
+      {"optim.zero_unit", {"block", "sublayer"}, [](const Config& c) { return int(c.optim.zero_unit); }},
       {"optim.name", {"adamw", "sgd"}, [](const Config& c) { return int(c.optim.name); }},
       {"optim.outer", {"none", "nesterov"}, [](const Config& c) { return int(c.optim.outer); }},
       {"optim.staleness_policy", {"newest", "fixed"}, [](const Config& c) { return int(c.optim.staleness_policy); }},

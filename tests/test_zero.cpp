@@ -106,6 +106,48 @@ TEST_CASE("gradient units: the head's parameters, one unit per block, the embedd
   CHECK(!ul[4].pinned);
 }
 
+TEST_CASE("gradient units: sub-block units cut each block in three, about a third of it each", "[zero]") {
+  // optim.zero_unit: sublayer. GPT-2 (C = 16): the MLP's output projection (4 C^2 + C), its input projection with
+  // ln_2 (4 C^2 + 4 C + 2 C), the attention with ln_1 (C^2 + C + 3 C^2 + 3 C + 2 C); the head's and the embeddings'
+  // units as before.
+  const GPTConfig g = gpt2(3);
+  const ParamTable t = gpt_param_table(g);
+  const std::vector<GradUnit> units = grad_units(t, true, false, true);
+  check_tiling(units, t.total_numel());
+  REQUIRE(units.size() == 1 + 3 * 3 + 1);
+  const int64_t C = 16;
+  for (int l = 0; l < 3; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    const int u = 1 + 3 * (2 - l);  // layout order: ln_f, block 2, 1, 0, the embeddings
+    CHECK(units[u].begin == t[t.index_of(h + "mlp.c_proj.weight")].offset);
+    CHECK(units[u + 1].begin == t[t.index_of(h + "mlp.c_fc.weight")].offset);
+    CHECK(units[u + 2].begin == t[t.index_of(h + "attn.c_proj.weight")].offset);
+    CHECK(units[u].end - units[u].begin == 4 * C * C + C);
+    CHECK(units[u + 1].end - units[u + 1].begin == 4 * C * C + 6 * C);
+    CHECK(units[u + 2].end - units[u + 2].begin == 4 * C * C + 6 * C);
+    CHECK(units[u + 2].end == t[t.index_of(h + "ln_1.bias")].offset + C);
+  }
+  CHECK(ring_slot_numel(units) == 4 * C * C + 6 * C);  // two slots: two thirds of a block, not two blocks
+  CHECK(units.back().pinned);
+  CHECK(grad_units(t, true, false, false).size() == 5);
+
+  GPTConfig llama = g;  // Llama: the down projection; up, gate and the post-attention norm; o, v, k, q, input norm
+  llama.arch = ModelArch::Llama;
+  llama.n_kv_head = 1;
+  llama.multiple_of = 16;
+  const ParamTable tl = gpt_param_table(llama);
+  const std::vector<GradUnit> ul = grad_units(tl, false, false, true);
+  check_tiling(ul, tl.total_numel());
+  REQUIRE(ul.size() == 1 + 3 * 3 + 1);
+  for (int l = 0; l < 3; ++l) {
+    const int u = 1 + 3 * (2 - l);
+    CHECK(ul[u].begin == tl[tl.index_of(llama_layer_name(l, 8))].offset);      // mlp.down_proj
+    CHECK(ul[u + 1].begin == tl[tl.index_of(llama_layer_name(l, 7))].offset);  // mlp.up_proj
+    CHECK(ul[u + 2].begin == tl[tl.index_of(llama_layer_name(l, 4))].offset);  // self_attn.o_proj
+    CHECK(ul[u + 2].end == tl[tl.index_of(llama_layer_name(l, 0))].offset + C);
+  }
+}
+
 TEST_CASE("gradient buckets: a quarter of the size within bucket_bytes of either end of the layout", "[zero]") {
   const ParamTable t = gpt_param_table(gpt2(3));
   const int64_t n = t.total_numel();

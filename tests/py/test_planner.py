@@ -152,6 +152,10 @@ def zero3_memory_cases():
         # Units gathered in every pass, bf16 shards and buckets, the tied embedding pinned on both stages.
         ("w4_dp_pp_zero3_bf16", 4, dict(dp=2, tp=1, pp=2, schedule="1f1b", virtual_stages=1, micro_batch=1, zero=3),
          ["precision.compute=bf16", "precision.grad_reduce=bf16", "parallel.reshard_after_forward=true"], False),
+        # Sub-block units (three per block) in two slots shared with the gradients, Llama tied across the stages.
+        ("w4_llama_dp_pp_zero3_sublayer", 4,
+         dict(dp=2, tp=1, pp=2, schedule="1f1b", virtual_stages=1, micro_batch=1, zero=3),
+         llama + ["optim.zero_unit=sublayer", "parallel.reshard_after_forward=true"], False),
         # Every unit kept from the first pass (a whole chunk's buffers), Llama's head tied across the stages.
         ("w4_llama_dp_pp_zero3_keep", 4,
          dict(dp=2, tp=1, pp=2, schedule="gpipe", virtual_stages=1, micro_batch=1, zero=3),
