@@ -4,7 +4,9 @@ of the parameters) and 2 (gradients reduce-scattered after every micro-batch's b
 block-sized buffers in turn), plus zero 2 with optim.zero_reduce=step (one reduction on the last micro-batch, ZeRO-1's
 machinery) when a step has more than one micro-batch, and 3 (zero 2's gradients, and the parameters sharded too: each
 block all-gathered before each forward and backward pass, the next one prefetched), plus zero 3 with
-parallel.reshard_after_forward=false ("zero3-keep": each block gathered once per step and kept to its end).
+parallel.reshard_after_forward=false ("zero3-keep": each block gathered once per step and kept to its end). With
+--sublayer, zero 2 and 3 again with optim.zero_unit=sublayer ("zero2-sub", "zero3-sub": each block three units, a
+third of a block each, in the two ring slots).
 
 For each --dp (default 2,4) ranks train configs/gpt.yaml (GPT-2, L=4, C=128, T=64, V=256, ~0.83M parameters, 3.3 MB
 of fp32 gradients) with micro-batches of 8 sequences, M of them per rank and step (--micro-batches, default 1; a
@@ -34,7 +36,7 @@ median of the predictions, its error against the measured median, and the range 
 dp > cores the ranks are oversubscribed and compete for cores with the communication threads: read those rows as a
 stress case.
 
-Usage: /usr/bin/python3 bench/bench_zero.py [--dp 2,4] [--micro-batches 1] [--runs 3] [--steps 25]
+Usage: /usr/bin/python3 bench/bench_zero.py [--dp 2,4] [--micro-batches 1] [--runs 3] [--steps 25] [--sublayer]
            [--latency-us 20] [--comm-fraction 0.6] [--bucket-mb 0.25] [--backend auto|shm|mpi]
            [--comm-wait auto|poll|block] [--thread-priority auto|realtime|normal] [--threads N] [--json PATH]
            [--runtime FILE]
@@ -60,15 +62,19 @@ MEMORY = re.compile(r"memory per rank: parameters ([0-9.]+) MiB \([^)]*\), gradi
                     r"optimizer state ([0-9.]+) MiB \((\d+) bytes\)")
 
 
-def arms(m):
-    """(name, optim.zero, optim.zero_reduce or None, parallel.reshard_after_forward) of each arm at m micro-batches
-    per step."""
-    a = [("zero0", 0, None, True), ("zero1", 1, None, True), ("zero2", 2, "micro_batch", True)]
-    return a + ([("zero2-step", 2, "step", True)] if m > 1 else []) + [("zero3", 3, None, True),
-                                                                       ("zero3-keep", 3, None, False)]
+def arms(m, sublayer=False):
+    """(name, optim.zero, optim.zero_reduce or None, parallel.reshard_after_forward, optim.zero_unit) of each arm at m
+    micro-batches per step; with sublayer, zero 2 and 3 with sub-block units too ("zero2-sub", "zero3-sub")."""
+    a = [("zero0", 0, None, True, "block"), ("zero1", 1, None, True, "block"),
+         ("zero2", 2, "micro_batch", True, "block")]
+    a += [("zero2-step", 2, "step", True, "block")] if m > 1 else []
+    a += [("zero3", 3, None, True, "block"), ("zero3-keep", 3, None, False, "block")]
+    return a + ([("zero2-sub", 2, "micro_batch", True, "sublayer"), ("zero3-sub", 3, None, True, "sublayer")]
+                if sublayer else [])
 
 
-def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps=0.0, latency_us=0.0, reshard=True):
+def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps=0.0, latency_us=0.0, reshard=True,
+        unit="block"):
     """One trainer run; returns the medians over steps WARMUP+1..N, the memory line's figures (or None) and the log."""
     run_dir = os.path.join(work, tag)
     cmd = ["mpiexec", "-n", str(dp), os.path.join(ROOT, "build", "trainer"), "--config",
@@ -84,6 +90,8 @@ def run(tag, args, work, dp, m, zero, reduce, bucket_mb, overlap, bandwidth_gbps
         cmd += ["--set", f"optim.zero_reduce={reduce}"]
     if not reshard:
         cmd += ["--set", "parallel.reshard_after_forward=false"]
+    if unit != "block":
+        cmd += ["--set", f"optim.zero_unit={unit}"]
     env = dict(os.environ)
     if args.threads:
         cmd += ["--set", f"train.threads={args.threads}"]
@@ -126,12 +134,14 @@ def calibrate(args, work, dp):
 def predict(args, dp, m, link):
     """build/planner's step_ms for each arm of (dp, M) on the calibrated link (the 1f1b row of that layout)."""
     out = {}
-    for reduce in ["micro_batch"] + (["step"] if m > 1 else []):
+    variants = [("micro_batch", "block")] + ([("step", "block")] if m > 1 else [])
+    for reduce, unit in variants + ([("micro_batch", "sublayer")] if args.sublayer else []):
         cmd = [os.path.join(ROOT, "build", "planner"), "--config", os.path.join(ROOT, "configs", "gpt.yaml"),
                "--world", str(dp), "--json"] + (["--runtime", args.runtime] if args.runtime else [])
         for s in (f"train.global_batch={8 * dp * m}", "train.eval_every=0", f"comm.bucket_mb={args.bucket_mb}",
                   f"comm.emulate.bandwidth_gbps={link['bandwidth_gbps']}",
-                  f"comm.emulate.latency_us={link['latency_us']}", f"optim.zero_reduce={reduce}"):
+                  f"comm.emulate.latency_us={link['latency_us']}", f"optim.zero_reduce={reduce}",
+                  f"optim.zero_unit={unit}"):
             cmd += ["--set", s]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
@@ -141,16 +151,19 @@ def predict(args, dp, m, link):
                 continue
             name = {0: "zero0", 1: "zero1", 2: "zero2" if reduce == "micro_batch" else "zero2-step",
                     3: "zero3"}[r["zero"]]
-            if reduce == "micro_batch" or name == "zero2-step":
+            if unit == "sublayer":
+                if r["zero"] >= 2:
+                    out[name + "-sub"] = r["step_ms"]
+            elif reduce == "micro_batch" or name == "zero2-step":
                 out[name] = r["step_ms"]
     return out
 
 
-def summarize(dp, m, link, per_run, predicted):
+def summarize(dp, m, link, per_run, predicted, sublayer):
     """Rows for one (dp, M): per_run[k][arm name] = (medians, memory) of run k; predicted[k][arm name] = the planner's
     step_ms in run k."""
     rows = []
-    for name, zero, reduce, _ in arms(m):
+    for name, zero, reduce, _, _ in arms(m, sublayer):
         meds = [r[name][0] for r in per_run]
         ratios = [r[name][0]["step_ms"] / r["zero1"][0]["step_ms"] for r in per_run]
         shares = [x["exposed_comm_ms"] / max(x["comm_ms"], 1e-9) for x in meds]
@@ -223,6 +236,8 @@ def main():
                     help="comm.thread_priority: auto | realtime | normal")
     ap.add_argument("--threads", type=int_at_least(0), default=0,
                     help="train.threads and OMP_NUM_THREADS for the runs (0: leave both to the user's defaults)")
+    ap.add_argument("--sublayer", action="store_true",
+                    help="also zero 2 and 3 with optim.zero_unit=sublayer (arms zero2-sub and zero3-sub)")
     ap.add_argument("--json", default="", help="write every row (and each run's figures) to this JSON file")
     ap.add_argument("--runtime", default="", help="the planner's runtime constants for this machine "
                     "(scripts/validate_planner.py --fit FILE); default: its built-in defaults")
@@ -256,15 +271,16 @@ def main():
                     # predicts, keeps a drift of the machine's speed out of its error.
                     predicted[m].append(predict(args, dp, m, link))
                     res = {}
-                    for name, zero, reduce, reshard in arms(m):
+                    for name, zero, reduce, reshard, unit in arms(m, args.sublayer):
                         med, mem, _ = run(f"dp{dp}_m{m}_{name}_r{k}", args, work, dp, m, zero, reduce,
-                                          args.bucket_mb, True, link["bandwidth_gbps"], link["latency_us"], reshard)
+                                          args.bucket_mb, True, link["bandwidth_gbps"], link["latency_us"], reshard,
+                                          unit)
                         res[name] = (med, mem)
                     per_run[m].append(res)
                 print(f"[dp {dp}] run {k + 1}/{args.runs}: " + "; ".join(
                     f"M={m} " + " ".join(f"{n} {x[0]['step_ms']:.1f}" for n, x in per_run[m][-1].items())
                     for m in ms) + " (step_ms)", flush=True)
-            rows = [r for m in ms for r in summarize(dp, m, link, per_run[m], predicted[m])]
+            rows = [r for m in ms for r in summarize(dp, m, link, per_run[m], predicted[m], args.sublayer)]
             print_table(rows, args.runs)
             all_rows += rows
 
