@@ -351,19 +351,22 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
   llama.n_kv_head = 1;
   llama.multiple_of = 16;
   for (const GPTConfig& c : {gpt2(4), llama})
-  for (const bool reads : {false, true}) {
+  for (const int mode : {0, 1, 2}) {
     INFO((c.llama() ? "llama (untied head: no pinned unit)" : "gpt2 (tied: the embedding pinned)"));
     // reads: the model reports each parameter it reads (the trainer's way), so a forward request waits for no
-    // whole unit and each read waits for its own bucket.
-    INFO((reads ? "reads reported: waits bucket by bucket" : "waits unit by unit"));
+    // whole unit and each read waits for its own bucket. Sub-block units (three per block) follow the reads.
+    const bool reads = mode > 0, sublayers = mode == 2;
+    INFO((sublayers ? "sub-block units, following the reads"
+                    : reads ? "reads reported: waits bucket by bucket" : "waits unit by unit"));
     GPT flat(c, DType::F64), viewed(c, DType::F64);
     flat.init(11, 0.2);
     const ParamTable& t = flat.table();
-    const std::vector<GradUnit> units = grad_units(t, c.tied(), false);
+    const std::vector<GradUnit> units = grad_units(t, c.tied(), false, sublayers);
     ShardedParams z(*dp, t, units, unit_buckets(t, units, 8, 8.0 * 700), DType::F64, Device::CPU);
     z.load_shards(flat.params());
     viewed.set_param_views(z.param_views());
     if (reads) viewed.set_param_read_hook(z.reader());
+    if (sublayers) z.set_read_driven();
     {
       // The trainer's initialisation: each parameter drawn alone (GPT::init_param) and its elements' shards loaded,
       // which must give the shards of the whole model's init.
@@ -407,7 +410,8 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
       // Each unit gathered once per forward pass (the pinned ones once per step), not once per request; the step's
       // first pass finds its first units in flight (prefetch_forward_start), and the second keeps the last two ring
       // units the backward pass before it ended with (block 0 and block 1, or Llama's untied embeddings and block
-      // 0), which it reads first. Every other unit is prefetched.
+      // 0; with sub-block units block 0's last two, or the embeddings and its attention), which it reads first.
+      // Every other unit is prefetched.
       CHECK(z.gathers_issued() - before == (pass == 0 ? ring + pinned : ring - 2));
       CHECK(z.gathers_not_prefetched() - missed == 0);
       scratch.reset();
@@ -417,7 +421,8 @@ TEST_CASE("ShardedParams: a model reading its gathered units computes the whole 
       const int64_t missed_bwd = z.gathers_not_prefetched(), issued_bwd = z.gathers_issued();
       viewed.backward(b, scratch, {}, BackwardPart::All, {}, {},
                       [&](int64_t lo, int64_t hi) { z.backward_needs(lo, hi); });
-      // The head's unit and the last block stay from the forward pass; every other unit is prefetched.
+      // The head's unit and the last block (its MLP output projection) stay from the forward pass; every other unit
+      // is prefetched.
       CHECK(z.gathers_issued() - issued_bwd == ring - 2);
       CHECK(z.gathers_not_prefetched() - missed_bwd == 0);
     }

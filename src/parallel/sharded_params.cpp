@@ -149,6 +149,7 @@ void ShardedParams::begin_pass(PassOrder order) {
 
 void ShardedParams::forward_needs(int64_t begin) {
   CHECK(order_ == PassOrder::Forward, "ShardedParams: a forward request in a backward pass");
+  CHECK(!read_driven_ || reads_reported_, "ShardedParams: sub-block units follow the reads, and no reader() was taken");
   if (read_driven_) return;
   const int64_t end = forward_end_;
   forward_end_ = std::min(forward_end_, begin);
@@ -166,6 +167,7 @@ void ShardedParams::forward_needs(int64_t begin) {
 
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
+  CHECK(!read_driven_ || reads_reported_, "ShardedParams: sub-block units follow the reads, and no reader() was taken");
   if (read_driven_) return;
   ++request_;
   int lowest_ring = -1, highest = -1;  // the first ring unit the request touches; the last unit

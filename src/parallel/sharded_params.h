@@ -32,7 +32,7 @@
 // the requests are not used: a pass's first read of a ring unit is that unit's request (gathered then if absent,
 // its buckets waited for as they are read) and prefetches the next unit in the pass's order into the slot of the
 // unit before it, which the pass has finished reading (the model reads each block's units in order, never going
-// back without recomputation: config_validate.cpp refuses train.recompute light and full). In a shared ring that
+// back: config_validate.cpp refuses train.recompute light and full, and zb1's weight pass). In a shared ring that
 // unit's gradients are on their way: its backward pass reported them final before reading the next unit (the
 // block's ready points), so their reduction was issued first.
 #pragma once
