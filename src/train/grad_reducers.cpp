@@ -84,12 +84,14 @@ ChunkReducers make_sharded(const Config& cfg, const PipelineChunks& model, Commu
   if (log) {
     int64_t bytes = int64_t(out.shard_grads.nbytes());
     for (const auto& s : out.sharded) bytes += s->bytes();
-    spdlog::info("data parallel: ZeRO-{}, {} gradient buckets of up to {} MiB within blocks, reduce-scatter after "
+    const bool thirds = cfg.optim.zero_unit == ZeroUnit::Sublayer;
+    spdlog::info("data parallel: ZeRO-{}, {} gradient buckets of up to {} MiB within {}, reduce-scatter after "
                  "every micro-batch ({:.3f} MiB from this rank per micro-batch), overlap {}; gradient buffers {:.2f} "
-                 "MiB ({}{}, and this rank's shards)",
-                 cfg.optim.zero, buckets, cfg.comm.bucket_mb, pass_bytes / 1048576.0, cfg.comm.overlap ? "on" : "off",
-                 bytes / 1048576.0,
-                 opts.shared_ring ? "two blocks' in turn, written over the gathered parameters" : "two blocks' in turn",
+                 "MiB ({}' in turn{}{}, and this rank's shards)",
+                 cfg.optim.zero, buckets, cfg.comm.bucket_mb,
+                 thirds ? "thirds of blocks (optim.zero_unit=sublayer)" : "blocks", pass_bytes / 1048576.0,
+                 cfg.comm.overlap ? "on" : "off", bytes / 1048576.0, thirds ? "two units" : "two blocks",
+                 opts.shared_ring ? ", written over the gathered parameters" : "",
                  held ? fmt::format(", {:.2f} MiB kept for the step ({})", held / 1048576.0,
                                     split ? "zb1: every unit" : "the tied embedding")
                       : "");
