@@ -44,7 +44,8 @@ const char* kUsage =
     "                       zero, step_ms, tokens_per_s, memory_mb, the time breakdown and memory parts, command and\n"
     "                       sweep_command; ZeRO-3 rows also param_gathers: the unit gathers per step) instead of a\n"
     "                       table\n"
-    "  --memory-limit-mb MB leave out layouts whose predicted peak memory per rank exceeds MB MiB\n"
+    "  --memory-limit-mb MB leave out layouts whose predicted peak memory per rank exceeds MB MiB (the table also\n"
+    "                       counts the ZeRO-2/3 layouts that optim.zero_unit=sublayer would fit)\n"
     "  --top K              table rows to print (default 20; 0 = all); the JSON always lists all\n"
     "  --every-layout       the table lists every layout; by default only the fastest of each mesh (dp x cp x tp\n"
     "                       x pp), its schedule, micro-batch and ZeRO stage being the finer choice. Each row is\n"
@@ -351,6 +352,22 @@ int main(int argc, char** argv) {
       std::fputs(mt::plan::format_table(shown, a.top, base, run, rows.size() - shown.size(), fit.spread).c_str(),
                  stdout);
       if (rows.empty()) std::printf("no layout fits within %g MiB per rank\n", a.memory_limit_mb);
+      // The limit left out ZeRO-2/3 layouts that sub-block units would fit: say so (the planner does not search
+      // optim.zero_unit; it comes from the config).
+      if (a.memory_limit_mb > 0 && base.optim.zero_unit == mt::ZeroUnit::Block) {
+        mt::Config thirds = base;
+        thirds.optim.zero_unit = mt::ZeroUnit::Sublayer;
+        mt::plan::PlanOptions mo = o;
+        mo.time = false;
+        int more = 0;
+        for (const mt::plan::PlanRow& r : mt::plan::plan_layouts(thirds, mo, cal))
+          more += r.layout.zero >= 2 && std::none_of(rows.begin(), rows.end(), [&](const mt::plan::PlanRow& k) {
+                    return k.layout == r.layout;
+                  });
+        if (more > 0)
+          std::printf("%d more ZeRO-2/3 layout%s would fit within %g MiB with --set optim.zero_unit=sublayer (units "
+                      "of a third of a block)\n", more, more == 1 ? "" : "s", a.memory_limit_mb);
+      }
     }
     return 0;
   } catch (const mt::InputError& e) {

@@ -236,6 +236,18 @@ def json_fields(rows):
     kept = planner(2, [], ["--memory-only", "--memory-limit-mb", str(lim)])
     check(0 < len(kept) < len(rows) and all(r["memory_mb"] <= lim for r in kept),
           "--memory-limit-mb %.3f keeps %d of %d layouts, each within it" % (lim, len(kept), len(rows)))
+    # A limit that leaves out ZeRO-2/3 layouts whose sub-block units would fit: the table says how many.
+    key = lambda r: tuple(r[k] for k in ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch", "zero"))
+    blocks = {key(r): r["memory_mb"] for r in planner(4, [], ["--memory-only"])}
+    thirds = {key(r): r["memory_mb"] for r in planner(4, ["optim.zero_unit=sublayer"], ["--memory-only"])}
+    lim = sorted(m for k, m in thirds.items() if k[7] == 3)[0] + 1e-3
+    more = sum(1 for k, m in thirds.items() if k[7] >= 2 and m <= lim and not blocks.get(k, lim + 1) <= lim)
+    p = subprocess.run([PLANNER, "--config", TINY, "--world", "4", "--memory-only", "--memory-limit-mb", "%.4f" % lim],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0 and more > 0 and "%d more ZeRO-2/3 layout%s would fit within" % (more, "s" * (more > 1))
+          in p.stdout and "optim.zero_unit=sublayer" in p.stdout,
+          "--memory-limit-mb %.4f on 4 ranks: the table names the %d ZeRO-2/3 layouts sub-block units would fit"
+          % (lim, more))
     table = ["--calibration", CALIBRATION, "--reps", "1"]
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "5", "--every-layout"] + table,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
