@@ -275,7 +275,8 @@ TEST_CASE("ZeRO-3 gathers: the mirror gathers what ShardedParams gathers in the 
   // The step model charges each pass the gathers plan/param_gathers.h predicts. Here a real store (over a
   // do-nothing communicator of 2 ranks) sits behind the model's passes and counts what it issues, pass by pass,
   // over two steps of two micro-batches: every kind of stage, both backward splits, the weight pass reading (light
-  // recomputation) or not, tied and untied heads, and both parallel.reshard_after_forward settings.
+  // recomputation) or not, tied and untied heads, both parallel.reshard_after_forward settings, and whole-block or
+  // sub-block units (optim.zero_unit; the store following the reads, the mirror one request per unit).
   struct Case {
     ModelArch arch;
     bool tied;
