@@ -107,7 +107,6 @@ void ShardedParams::begin_step() {
   std::fill(state_.begin(), state_.end(), Absent);
   std::fill(occupant_.begin(), occupant_.end(), -1);
   fresh_ = true;
-  in_pass_ = false;
 }
 
 void ShardedParams::prefetch_forward_start() {
@@ -144,13 +143,11 @@ void ShardedParams::begin_pass(PassOrder order) {
   order_ = order;
   forward_end_ = table_.total_numel();
   current_ = -1;
-  in_pass_ = true;
 }
 
 void ShardedParams::forward_needs(int64_t begin) {
   CHECK(order_ == PassOrder::Forward, "ShardedParams: a forward request in a backward pass");
-  CHECK(!read_driven_ || reads_reported_, "ShardedParams: sub-block units follow the reads, and no reader() was taken");
-  if (read_driven_) return;
+  if (follows_reads()) return;
   const int64_t end = forward_end_;
   forward_end_ = std::min(forward_end_, begin);
   ++request_;
@@ -167,8 +164,7 @@ void ShardedParams::forward_needs(int64_t begin) {
 
 void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   CHECK(order_ == PassOrder::Backward, "ShardedParams: a backward request in a forward pass");
-  CHECK(!read_driven_ || reads_reported_, "ShardedParams: sub-block units follow the reads, and no reader() was taken");
-  if (read_driven_) return;
+  if (follows_reads()) return;
   ++request_;
   int lowest_ring = -1, highest = -1;  // the first ring unit the request touches; the last unit
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
@@ -181,6 +177,11 @@ void ShardedParams::backward_needs(int64_t begin, int64_t end) {
   // A request for a pinned unit alone (the tied head) leaves none.
   if (lowest_ring >= 0) release_left(lowest_ring);
   if (highest >= 0) prefetch(highest + 1);  // the backward pass walks up the layout
+}
+
+bool ShardedParams::follows_reads() const {
+  CHECK(!read_driven_ || reads_reported_, "ShardedParams: sub-block units follow the reads, and no reader() was taken");
+  return read_driven_;
 }
 
 void ShardedParams::release_left(int u) {
@@ -277,7 +278,7 @@ void ShardedParams::read(int64_t begin, int64_t end) {
   int u = 0;
   while (u < static_cast<int>(units_.size()) && begin >= units_[u].end) ++u;
   CHECK(u < static_cast<int>(units_.size()), "ShardedParams: a read of [{}, {}) past the chunk's units", begin, end);
-  if (read_driven_ && in_pass_) {  // (the set-up draws parameters through GPT::grad, outside any pass)
+  if (read_driven_ && !fresh_) {  // (the set-up draws parameters through GPT::grad, outside any pass)
     if (slot_[u] < 0) request(u);       // a pinned unit: the ring's walk goes on around it
     else if (u != current_) enter(u);
   }

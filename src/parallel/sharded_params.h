@@ -112,6 +112,7 @@ class ShardedParams {
   void issue(int u, PassOrder order);    // its buckets in the order that pass reads them
   void wait(int u);
   void read(int64_t begin, int64_t end);  // the elements [begin, end) of one unit waited for
+  bool follows_reads() const;             // read-driven: the model's requests are not used
   void enter(int u);                      // read-driven: the pass's first read of ring unit u
   void release_left(int u);               // a shared ring's units a backward pass has left before ring unit u
   void launch(int u, int j);              // unit u's j-th bucket's all-gather issued
@@ -141,7 +142,6 @@ class ShardedParams {
   bool on_demand_ = false;       // set_on_demand()
   bool read_driven_ = false;     // set_read_driven()
   int current_ = -1;             // read-driven: the ring unit the pass reads now
-  bool in_pass_ = false;         // between begin_pass and the next begin_step
   std::function<void(double, double)> on_read_wait_;
   int64_t request_ = 0;      // requests so far
   int64_t gathers_ = 0, misses_ = 0;

@@ -152,7 +152,7 @@ std::vector<ParamRequest> unit_reads(const StageConfig& s, const ParamTable& t, 
     if (has(llama ? "mlp.down_proj" : "mlp.c_proj")) return w.mlp_out;
     if (has(llama ? "mlp.up_proj" : "mlp.c_fc")) return w.mlp - w.mlp_out;
     if (has(llama ? "self_attn.o_proj" : "attn.c_proj")) return w.attn;
-    if (has(llama ? "embed_tokens" : "wpe") || (!llama && has("wte"))) return w.embedding;
+    if (has(llama ? "embed_tokens" : "wte") || has("wpe")) return w.embedding;
     return w.head;  // the final norm (with an untied head)
   };
   std::vector<ParamRequest> r;

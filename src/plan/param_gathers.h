@@ -73,7 +73,7 @@ class ChunkParamGathers {
   // buckets: each unit's buckets in layout order, when a pass waits for each parameter's bucket alone
   // (ShardedParams::reader), else empty (a request waits for its units in full).
   // read_driven: sub-block units (optim.zero_unit: sublayer, ShardedParams::set_read_driven): each unit is a request
-  // of its own when the pass first reads it (a pinned unit's prefetches nothing), needs `buckets`.
+  // of its own when the pass first reads it (a pinned unit's prefetches nothing).
   ChunkParamGathers(const StageConfig& g, const ParamTable& t, std::vector<GradUnit> units, std::vector<double> unit_us,
                     int elem_bytes, bool shared_ring, std::vector<double> unit_cpu_us = {},
                     std::vector<std::vector<GatherBucket>> buckets = {}, bool read_driven = false);

@@ -489,7 +489,8 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                oversubscribed ? o.net.pass_refill_us : 0.0, cores_full, cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
+                oversubscribed ? o.net.pass_refill_us : 0.0, cores_full,
+                cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
