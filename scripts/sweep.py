@@ -23,6 +23,9 @@ Grid and points:
   --from-plan PLAN.json the points are build/planner --json's rows (the first --plan-top, default 8): each row's
                         rank count and layout, with the planner's own --set flags; summary.csv then has each
                         point's plan_rank and predicted_step_ms beside what it measured (plot.py predicted).
+                        As the planner's table, it takes the fastest row of each mesh (dp x cp x tp x pp);
+                        --plan-every-layout takes the rows in rank order (the best mesh's schedules, micro-batches
+                        and ZeRO stages first).
 parallel.dp is set to 0 (dp = ranks / (tp*pp)) unless given, so a grid over tp and pp at a fixed np (or over np)
 gets its dp from the rank count. run.resume is none unless given: a point always starts afresh.
 Threads: when a point's ranks x OMP_NUM_THREADS (or x 1 when unset) exceed the cores, it runs with one compute
@@ -179,15 +182,18 @@ def parse_point(text):
     return point
 
 
-def plan_points(path, top):
+def plan_points(path, top, every_layout=False):
     """The first `top` rows of build/planner --json as points (np and the layout's overrides, from each row's
-    sweep_command), their (rank, predicted step_ms), and the planner's own --set flags."""
+    sweep_command), their (rank, predicted step_ms), and the planner's own --set flags. Unless `every_layout`,
+    only the rows that are the fastest of their mesh (mesh_best; a plan without the field counts every row)."""
     try:
         rows = json.load(open(path))
         assert isinstance(rows, list) and rows and all("sweep_command" in r for r in rows)
     except (OSError, ValueError, AssertionError):
         die(f"--from-plan {path}: not build/planner --json output (a list of rows with sweep_command)")
     points, predicted, sets = [], [], []
+    if not every_layout:
+        rows = [r for r in rows if r.get("mesh_best", True)]
     for r in rows[:top]:
         words = shlex.split(r["sweep_command"])
         point = {"np": words[words.index("--np") + 1]}
@@ -550,7 +556,10 @@ def parse_args(argv):
                     help="stop each point after S seconds (SIGTERM: it finishes its step): the same wall time each")
     ap.add_argument("--target-loss", type=float, default=None, metavar="L",
                     help="summary.csv's time_to_target_s and tokens_to_target: when each point first reached L")
-    ap.add_argument("--plan-top", type=int, default=8, metavar="N", help="with --from-plan: its first N rows (8)")
+    ap.add_argument("--plan-top", type=int, default=8, metavar="N",
+                    help="with --from-plan: its first N rows (8), the fastest of each mesh")
+    ap.add_argument("--plan-every-layout", action="store_true",
+                    help="with --from-plan: every row in rank order, not only the fastest of each mesh")
     ap.add_argument("--price-per-device-hour", type=float, default=0.0, metavar="P",
                     help="a device-hour's price: summary.csv then gives each point's cost and cost per 10^9 tokens")
     ap.add_argument("--dry-run", action="store_true", help="print each point's command and run nothing")
@@ -569,6 +578,8 @@ def parse_args(argv):
         die(f"--trainer {args.trainer}: no such file (build it: cmake --build build --target trainer)")
     if args.plan_top < 1 or args.repeat < 1:
         die("--plan-top and --repeat must be >= 1")
+    if args.plan_every_layout and not args.from_plan:
+        die("--plan-every-layout goes with --from-plan")
     if not args.time_budget >= 0 or (args.time_budget > 0 and args.time_budget >= args.timeout):
         die("--time-budget must be >= 0 and below --timeout")
     if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:
@@ -582,7 +593,7 @@ def main(argv=None):
     if args.from_plan:
         if args.grid or args.point or args.np:
             die("--from-plan gives the points: no --grid, --point or --np with it")
-        points, predicted, plan_sets, plan_config = plan_points(args.from_plan, args.plan_top)
+        points, predicted, plan_sets, plan_config = plan_points(args.from_plan, args.plan_top, args.plan_every_layout)
         args.set += [s for s in plan_sets if s not in args.set]
         if os.path.basename(plan_config) != os.path.basename(args.config):
             print(f"sweep: warning: the plan is of {plan_config}, the sweep runs {args.config}", file=sys.stderr)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <tuple>
 
 #include "core/json.h"
@@ -116,9 +117,11 @@ std::string format_table(const std::vector<PlanRow>& rows, int top, const Config
 
 std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc, double spread) {
   std::string s = "[";
+  std::set<std::tuple<int, int, int, int>> meshes_seen;  // mesh_best: the first row of each mesh, as the table shows
   for (size_t i = 0; i < rows.size(); ++i) {
     const PlanRow& r = rows[i];
     const Layout& l = r.layout;
+    const bool mesh_best = meshes_seen.insert({l.dp, l.cp, l.tp, l.pp}).second;
     const StageMemory& w = r.memory.stages[r.memory.worst_stage];
     std::string stages;
     for (const StageMemory& m : r.memory.stages) {
@@ -148,7 +151,7 @@ std::string format_json(const std::vector<PlanRow>& rows, const Config& base, co
         "\"params_bytes\": {:.0f}, \"grads_bytes\": {:.0f}, \"optimizer_bytes\": {:.0f}, \"dp_state_bytes\": {:.0f}, "
         "\"activation_bytes\": {:.0f}, \"activation_records\": {}, \"buffer_bytes\": {:.0f}, "
         "\"scratch_bytes\": {:.0f}, \"small_bytes\": {:.0f}, \"setup_bytes\": {:.0f}}}{}, \"stages\": [{}], "
-        "\"ties_first\": {}, \"command\": {}, \"sweep_command\": {}}}",
+        "\"ties_first\": {}, \"mesh_best\": {}, \"command\": {}, \"sweep_command\": {}}}",
         i ? "," : "", i + 1, l.dp, l.cp, l.tp, l.pp, json_quote(name_of(l.schedule)), l.virtual_stages, l.micro_batch,
         l.zero, r.micro_batches, r.timed ? num(r.time.step_ms) : "null", r.timed ? num(r.time.tokens_per_s) : "null",
         r.timed ? num(r.time.compute_ms) : "null", r.timed ? num(r.time.exposed_comm_ms) : "null",
@@ -156,7 +159,7 @@ std::string format_json(const std::vector<PlanRow>& rows, const Config& base, co
         r.timed ? num(r.time.optimizer_ms) : "null", r.timed ? num(r.time.dp_comm_ms) : "null", r.memory_mb(),
         r.memory.peak, w.pp_rank, w.params, w.grads, w.optimizer, w.dp_state, w.activations, w.records, w.buffers,
         w.scratch, w.small, w.setup, gathers, stages, ties_first(rows, i, spread) ? "true" : "false",
-        json_quote(trainer_command(base, l, rc)),
+        mesh_best ? "true" : "false", json_quote(trainer_command(base, l, rc)),
         json_quote(sweep_command(base, l, rc)));
   }
   s += rows.empty() ? "]\n" : "\n]\n";

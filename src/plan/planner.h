@@ -54,7 +54,8 @@ bool ties_first(const std::vector<PlanRow>& rows, size_t i, double spread);
 // out before (best_per_mesh), said in the last line.
 std::string format_table(const std::vector<PlanRow>& rows, int top, const Config& base, const RunContext& rc,
                          size_t hidden = 0, double spread = 0.10);
-// A JSON list of objects, one per row, in rank order, each with its trainer and sweep commands and ties_first.
+// A JSON list of objects, one per row, in rank order, each with its trainer and sweep commands, ties_first and
+// mesh_best (the first row of its dp x cp x tp x pp mesh: the rows the table shows by default).
 std::string format_json(const std::vector<PlanRow>& rows, const Config& base, const RunContext& rc,
                         double spread = 0.10);
 

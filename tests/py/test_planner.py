@@ -22,7 +22,7 @@ TINY = os.path.join(SRC, "configs", "tiny.yaml")
 FIELDS = {"dp": int, "cp": int, "tp": int, "pp": int, "schedule": str, "virtual_stages": int, "micro_batch": int,
           "zero": int,
           "step_ms": float, "memory_mb": float, "tokens_per_s": float, "compute_ms": float, "exposed_comm_ms": float,
-          "bubble_ms": float, "memory_bytes": int, "micro_batches": int, "rank": int}
+          "bubble_ms": float, "memory_bytes": int, "micro_batches": int, "rank": int, "mesh_best": bool}
 failures = []
 
 
@@ -229,6 +229,10 @@ def json_fields(rows):
     check([r["rank"] for r in rows] == list(range(1, len(rows) + 1)), "ranks 1..n in order")
     steps = [r["step_ms"] for r in rows]
     check(all(s > 0 for s in steps), "step times positive")
+    mesh_of = lambda r: (r["dp"], r["cp"], r["tp"], r["pp"])
+    firsts = [r["rank"] for i, r in enumerate(rows) if all(mesh_of(q) != mesh_of(r) for q in rows[:i])]
+    check([r["rank"] for r in rows if r["mesh_best"]] == firsts and len(firsts) == 4,
+          "mesh_best marks the first row of each mesh, the table's rows (dp2, tp2, pp2, cp2): ranks %s" % firsts)
     check(all(a <= b * (1 + 1e-3) for a, b in zip(steps, steps[1:])), "rows ranked by predicted step time")
     check(all(abs(r["tokens_per_s"] - 4 * 16 / (r["step_ms"] / 1000)) <= 1e-3 * r["tokens_per_s"] + 1 for r in rows),
           "tokens_per_s = global_batch * seq_len / step")

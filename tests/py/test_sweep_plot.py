@@ -170,19 +170,27 @@ def main():
 
     # A sweep of a plan's rows (as build/planner --json writes them): each row's rank count and layout, the plan's
     # --set flags for all, and its prediction beside the measurement; then the predicted-against-measured figure.
+    # By default only the fastest row of each mesh runs (mesh_best, as the planner's table shows them).
     plan = os.path.join(work, "plan.json")
     with open(plan, "w") as f:
-        json.dump([{"rank": 1, "step_ms": 0.5, "sweep_command": f"scripts/sweep.py --config {TINY} --np 2 --set "
-                    f"train.steps={STEPS} --point 'parallel.tp=2 train.micro_batch=4'"},
-                   {"rank": 2, "step_ms": 0.7, "sweep_command": f"scripts/sweep.py --config {TINY} --np 1 --set "
-                    f"train.steps={STEPS}"}], f)
+        json.dump([{"rank": 1, "step_ms": 0.5, "mesh_best": True, "sweep_command": f"scripts/sweep.py --config {TINY} "
+                    f"--np 2 --set train.steps={STEPS} --point 'parallel.tp=2 train.micro_batch=4'"},
+                   {"rank": 2, "step_ms": 0.6, "mesh_best": False, "sweep_command": f"scripts/sweep.py --config "
+                    f"{TINY} --np 2 --set train.steps={STEPS} --point 'parallel.tp=2 train.micro_batch=2'"},
+                   {"rank": 3, "step_ms": 0.7, "mesh_best": True, "sweep_command": f"scripts/sweep.py --config {TINY} "
+                    f"--np 1 --set train.steps={STEPS}"}], f)
+    rc, log = run(SWEEP + ["--config", TINY, "--out", os.path.join(work, "every"), "--from-plan", plan,
+                           "--plan-every-layout", "--dry-run"])
+    check(rc == 0 and "[3/3] np1:" in log and "np2_tp2_micro_batch2:" in log,
+          f"--plan-every-layout takes every row of the plan, in rank order ({rc}: {log.strip()})")
     planned = os.path.join(work, "planned")
     rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out", planned,
                            "--from-plan", plan, "--warmup", str(WARMUP)])
     _, prow = read_csv(os.path.join(planned, "summary.csv")) if rc == 0 else (None, [])
     got = [(r["point"], r["plan_rank"], r["predicted_step_ms"], r["tp"], r["steps"]) for r in prow]
-    check(got == [("np2_tp2_micro_batch4", "1", "0.5", "2", str(STEPS)), ("np1", "2", "0.7", "1", str(STEPS))],
-          f"--from-plan runs the plan's rows with its --set flags, each with its prediction: {got} (exit {rc})")
+    check(got == [("np2_tp2_micro_batch4", "1", "0.5", "2", str(STEPS)), ("np1", "3", "0.7", "1", str(STEPS))],
+          f"--from-plan runs the plan's fastest row of each mesh with its --set flags, each with its prediction: "
+          f"{got} (exit {rc})")
     rc, log = run(PLOT + ["predicted", os.path.join(planned, "summary.csv"), "-o", os.path.join(figs, "pred.png")])
     check(rc == 0 and "prediction error over 2 layouts" in log, f"plot.py predicted: the table and errors ({rc})")
     check_png(os.path.join(figs, "pred.png"))
