@@ -30,6 +30,8 @@ parallel.dp is set to 0 (dp = ranks / (tp*pp)) unless given, so a grid over tp a
 gets its dp from the rank count. run.resume is none unless given: a point always starts afresh.
 Threads: when a point's ranks x OMP_NUM_THREADS (or x 1 when unset) exceed the cores, it runs with one compute
 thread per rank (OMP_NUM_THREADS=1, train.threads=1); --threads N forces N; train.threads in --set/--grid wins.
+A sweep over several rank counts gives every point the same threads per rank: the cores over the most ranks (at
+least 1, at most OMP_NUM_THREADS where set), so that scaling_efficiency compares equal ranks.
 
 steps.csv, one row per point per metrics.jsonl row (every optimizer step):
   point, label, settings, np, <each grid/point key>, then every metrics field the trainer wrote: step, loss, lr,
@@ -268,6 +270,30 @@ def thread_settings(np_, sets, settings, forced):
     if np_ * max(per_rank, 1) > cores():
         return ["train.threads=1"], {"OMP_NUM_THREADS": "1"}
     return [], {}
+
+
+def scaling_threads(args, points):
+    """A sweep over rank counts gives every point the same compute threads per rank (the cores over the most
+    ranks, at least 1, at most OMP_NUM_THREADS where set), unless --threads or train.threads says otherwise: with
+    the trainer's default (cores / ranks) one rank would get every core and its scaling efficiency would compare
+    ranks of unequal shares. Says so, and warns where the most ranks exceed the cores (they then take turns)."""
+    counts = sorted({int(p.get("np", 1)) for p in points})
+    given = any(s.partition("=")[0] == "train.threads" for s in args.set) or any("train.threads" in p for p in points)
+    if len(counts) < 2 or given:
+        return
+    if not args.threads:
+        args.threads = max(1, cores() // counts[-1])
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        if env.isdigit() and int(env) > 0:
+            args.threads = min(args.threads, int(env))
+        print(f"sweep: {args.threads} compute thread{'s' * (args.threads > 1)} per rank at every rank count "
+              f"({', '.join(map(str, counts))}), so that each scales from equal ranks (--threads N to choose)",
+              file=sys.stderr)
+    if counts[-1] * args.threads > cores():
+        fit = [n for n in counts if n * args.threads > cores()]
+        print(f"sweep: warning: {', '.join(map(str, fit))} ranks x {args.threads} thread{'s' * (args.threads > 1)} "
+              f"exceed the {cores()} cores: the ranks take turns on them, so those points' tokens/s and scaling "
+              "efficiency measure the sharing, not the scaling", file=sys.stderr)
 
 
 def build_command(args, sets, settings, run_dir):
@@ -600,6 +626,7 @@ def main(argv=None):
     else:
         axes = parse_grid(args.grid, args.np)
         points = expand(axes, [parse_point(p) for p in args.point])
+    scaling_threads(args, points)
     keys = []
     for p in points:
         keys += [k for k in p if k not in keys]

@@ -93,6 +93,12 @@ def check_summary(out):
                   abs(float(r["cost"]) - 2.5 * float(r["device_hours"])) < 1e-9 and
                   abs(float(r["cost_per_billion_tokens"]) - float(r["cost"]) / (float(r["tokens"]) / 1e9)) < 1e-6
                   for r in ok.values())
+    # Over rank counts 1 and 2 every point runs the same threads per rank: cores / 2, at most OMP_NUM_THREADS.
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    want_threads = max(1, min(len(os.sched_getaffinity(0)) // 2, int(env) if env.isdigit() and int(env) else 1 << 30))
+    check({r["threads"] for r in ok.values()} == {str(want_threads)},
+          f"a sweep over rank counts runs {want_threads} thread(s) per rank at each: "
+          f"{ {n: r['threads'] for n, r in ok.items()} }")
     check(all(abs(float(ok[n]["scaling_efficiency"]) - e) < 1e-9 for n, e in want_eff.items()) and cost_ok,
           f"scaling efficiency {[ok[n]['scaling_efficiency'] for n in sorted(ok)]}, device-hours and cost at 2.5 per "
           f"device-hour")
@@ -125,6 +131,24 @@ def check_png(path):
                  f"{os.path.basename(path)} is a PNG of {size} bytes, {w}x{h}")
 
 
+def scaling_threads():
+    # Without OMP_NUM_THREADS (CTest sets it to 1): a sweep over rank counts gives each rank the cores over the most
+    # ranks, so the one-rank point does not take every core; a sweep at one rank count keeps the trainer's default.
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    n = max(1, len(os.sched_getaffinity(0)) // 2)
+
+    def dry(np_list):
+        r = subprocess.run(SWEEP + ["--config", TINY, "--np", np_list, "--dry-run", "--out", os.path.join(work, "dry")],
+                           capture_output=True, text=True, timeout=60, env=env)
+        return [l for l in r.stdout.splitlines() if l.startswith("[")], r.stderr
+    lines, err = dry("1,2")
+    check(len(lines) == 2 and all(f"train.threads={n}" in l for l in lines) and "per rank at every rank count" in err,
+          f"--np 1,2 without OMP_NUM_THREADS: train.threads={n} at both rank counts, said on stderr: {lines} {err!r}")
+    lines, err = dry("2")
+    check(len(lines) == 1 and "train.threads" not in lines[0] and not err, f"--np 2 alone: the trainer's default "
+          f"threads: {lines} {err!r}")
+
+
 def main():
     shutil.rmtree(work, ignore_errors=True)
     out = os.path.join(work, "sweep")
@@ -137,6 +161,7 @@ def main():
         print(log)
     summary = check_summary(out)
     check_steps(out, summary)
+    scaling_threads()
 
     stamps = {p: os.path.getmtime(os.path.join(out, p, "metrics.jsonl")) for p in ("np1_tp1", "np2_tp1", "np2_tp2")}
     rc, log = run(SWEEP + base + ["--skip-done", "--strict"])
