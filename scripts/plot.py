@@ -247,6 +247,27 @@ def series_of(row):
     return row.get("settings") or ""
 
 
+def scaling_kind(pts):
+    """'strong (global batch 16 at every rank count; 1 thread per rank)', 'weak (...)', or the general rule where the
+    points' resolved configs (run.dir/config.yaml) do not say which."""
+    batches, threads = {}, {r.get("threads") for r in pts}
+    for r in pts:
+        try:
+            m = re.search(r"^\s+global_batch: (\d+)", open(os.path.join(r["run_dir"], "config.yaml")).read(), re.M)
+        except (OSError, KeyError, TypeError):
+            m = None
+        if not m:
+            return "strong with a fixed global batch, weak with one growing with np"
+        batches[int(number(r["np"]))] = int(m.group(1))
+    per_thread = f"; {threads.pop()} thread(s) per rank" if len(threads) == 1 and None not in threads else ""
+    if len(set(batches.values())) == 1:
+        return f"strong (global batch {next(iter(batches.values()))} at every rank count{per_thread})"
+    if len({b / n for n, b in batches.items()}) == 1:
+        n, b = min(batches.items())
+        return f"weak (global batch {b / n:g} per rank{per_thread})"
+    return "global batch " + ", ".join(f"{b} at {n}" for n, b in sorted(batches.items())) + per_thread
+
+
 def plot_scaling(summary, out, title=None):
     rows, ok = ok_rows(summary)
     pts = [r for r in ok if number(r["tokens_per_s_median"]) is not None and number(r["np"]) is not None]
@@ -293,7 +314,9 @@ def plot_scaling(summary, out, title=None):
         eff.set_xticks(nps)
         eff.set_xticklabels([str(n) for n in nps])
         eff.set(xlabel="ranks (np)", ylabel="tokens/s per rank / at the fewest ranks", ylim=(0, None))
-        set_title(eff, "Scaling efficiency (strong with a fixed global batch, weak with one growing with np)")
+        kind = scaling_kind(pts)
+        print(f"plot: scaling efficiency, {kind}")
+        set_title(eff, "Scaling efficiency, " + kind)
         eff.grid(alpha=0.3)
         eff.legend(fontsize=8)
     ax.set_ylim(bottom=0)

@@ -6,6 +6,7 @@ Usage: test_sweep_plot.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import csv
 import json
 import math
+import re
 import os
 import shutil
 import statistics
@@ -181,6 +182,8 @@ def main():
     rc, log = run(PLOT + ["all", out, "-o", figs])
     check(rc == 0 and "titles: tiny.yaml on 1, 2 rank(s); link shared memory (not emulated); varying parallel.tp"
           in log, f"plot.py all exits 0, its titles naming the config, ranks and link ({rc}: {log.strip()})")
+    check(re.search(r"scaling efficiency, strong \(global batch 4 at every rank count; \d+ thread\(s\) per rank\)", log),
+          "the scaling figure says it is strong scaling, with the global batch and threads per rank")
     for name in ("loss.png", "breakdown.png", "scaling.png"):
         check_png(os.path.join(figs, name))
     runs = [os.path.join(out, p) for p in ("np2_tp1", "np2_tp2")]
