@@ -75,6 +75,7 @@ summary.csv, one row per point:
   scaling_efficiency  tokens/s per rank against the point of the same settings with the fewest ranks (its runs'
                mean with --repeat; 1.0 there on average):
                strong scaling when global_batch stays fixed over np, weak scaling when it grows with np
+               (--batch-per-rank B: each point's global_batch is B x np)
   cost, cost_per_billion_tokens   with --price-per-device-hour P: device_hours x P, and that per 10^9 tokens
   plan_rank, predicted_step_ms    with --from-plan: the planner's rank and predicted step time of the point
   stopped_by_budget   whether --time-budget stopped the point (SIGTERM: it finished its step and checkpointed)
@@ -306,6 +307,8 @@ def build_command(args, sets, settings, run_dir):
     if "run.resume" not in given:
         overrides.append("run.resume=none")
     overrides += [f"{k}={v}" for k, v in settings.items() if k != "np"]
+    if args.batch_per_rank:  # weak scaling: the global batch grows with the rank count
+        overrides.append(f"train.global_batch={args.batch_per_rank * np_}")
     extra, env_changes = thread_settings(np_, {s.partition("=")[0] for s in sets}, settings, args.threads)
     overrides += extra
     overrides.append(f"run.dir={run_dir}")
@@ -588,6 +591,8 @@ def parse_args(argv):
                     help="with --from-plan: every row in rank order, not only the fastest of each mesh")
     ap.add_argument("--price-per-device-hour", type=float, default=0.0, metavar="P",
                     help="a device-hour's price: summary.csv then gives each point's cost and cost per 10^9 tokens")
+    ap.add_argument("--batch-per-rank", type=int, default=0, metavar="B",
+                    help="weak scaling: each point's train.global_batch is B x its rank count")
     ap.add_argument("--dry-run", action="store_true", help="print each point's command and run nothing")
     args = ap.parse_args(argv)
     for s in args.set:
@@ -606,6 +611,9 @@ def parse_args(argv):
         die("--plan-top and --repeat must be >= 1")
     if args.plan_every_layout and not args.from_plan:
         die("--plan-every-layout goes with --from-plan")
+    if args.batch_per_rank < 0:
+        die("--batch-per-rank must be >= 1")
+
     if not args.time_budget >= 0 or (args.time_budget > 0 and args.time_budget >= args.timeout):
         die("--time-budget must be >= 0 and below --timeout")
     if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:
@@ -626,6 +634,9 @@ def main(argv=None):
     else:
         axes = parse_grid(args.grid, args.np)
         points = expand(axes, [parse_point(p) for p in args.point])
+    if args.batch_per_rank and (any("train.global_batch" in p for p in points) or
+                                any(s.partition("=")[0] == "train.global_batch" for s in args.set)):
+        die("--batch-per-rank sets train.global_batch: not also --set, --grid or --point train.global_batch")
     scaling_threads(args, points)
     keys = []
     for p in points:

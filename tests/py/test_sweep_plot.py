@@ -196,6 +196,24 @@ def main():
             check(rc == 0, f"plot.py loss --x {x} exits 0 ({rc}: {log.strip()})")
             check_png(os.path.join(figs, name))
 
+    # Weak scaling: --batch-per-rank 2 gives np 1 and 2 global batches 2 and 4; the efficiency compares them (one
+    # group of settings) and the figure says weak.
+    weak = os.path.join(work, "weak")
+    rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out", weak, "--np", "1,2",
+                           "--batch-per-rank", "2", "--set", "train.micro_batch=1", "--set", f"train.steps={STEPS}",
+                           "--warmup", str(WARMUP)])
+    _, wrows = read_csv(os.path.join(weak, "summary.csv")) if rc == 0 else (None, [])
+    batch = {r["np"]: re.search(r"^\s+global_batch: (\d+)", open(os.path.join(r["run_dir"], "config.yaml")).read(),
+                                re.M).group(1) for r in wrows if r["status"] == "ok"}
+    eff = {r["np"]: float(r["scaling_efficiency"]) for r in wrows if r["status"] == "ok"}
+    tps = {r["np"]: float(r["tokens_per_s_median"]) for r in wrows if r["status"] == "ok"}
+    check(batch == {"1": "2", "2": "4"} and eff.get("1") == 1.0 and
+          abs(eff.get("2", 0) - tps.get("2", 0) / 2 / tps.get("1", 1)) < 1e-9,
+          f"--batch-per-rank 2: global batches {batch}, the np 2 point's efficiency against np 1's: {eff} (exit {rc})")
+    rc, log = run(PLOT + ["scaling", os.path.join(weak, "summary.csv"), "-o", os.path.join(figs, "weak.png")])
+    check(rc == 0 and "scaling efficiency, weak (global batch 2 per rank" in log,
+          f"the weak sweep's figure says weak scaling ({rc}: {log.strip()})")
+
     # A sweep of a plan's rows (as build/planner --json writes them): each row's rank count and layout, the plan's
     # --set flags for all, and its prediction beside the measurement; then the predicted-against-measured figure.
     # By default only the fastest row of each mesh runs (mesh_best, as the planner's table shows them).
