@@ -291,8 +291,8 @@ def scaling_threads(args, points):
               f"({', '.join(map(str, counts))}), so that each scales from equal ranks (--threads N to choose)",
               file=sys.stderr)
     if counts[-1] * args.threads > cores():
-        fit = [n for n in counts if n * args.threads > cores()]
-        print(f"sweep: warning: {', '.join(map(str, fit))} ranks x {args.threads} thread{'s' * (args.threads > 1)} "
+        over = [n for n in counts if n * args.threads > cores()]
+        print(f"sweep: warning: {', '.join(map(str, over))} ranks x {args.threads} thread{'s' * (args.threads > 1)} "
               f"exceed the {cores()} cores: the ranks take turns on them, so those points' tokens/s and scaling "
               "efficiency measure the sharing, not the scaling", file=sys.stderr)
 
@@ -613,7 +613,6 @@ def parse_args(argv):
         die("--plan-every-layout goes with --from-plan")
     if args.batch_per_rank < 0:
         die("--batch-per-rank must be >= 1")
-
     if not args.time_budget >= 0 or (args.time_budget > 0 and args.time_budget >= args.timeout):
         die("--time-budget must be >= 0 and below --timeout")
     if args.threads < 0 or args.warmup < 0 or args.timeout <= 0 or not args.price_per_device_hour >= 0:

@@ -66,11 +66,14 @@ std::string sweep_command(const Config& base, const Layout& l, const RunContext&
   return point.empty() ? cmd : cmd + " --point " + shell_word(point);
 }
 
+namespace {
+std::tuple<int, int, int, int> mesh_of(const Layout& l) { return {l.dp, l.cp, l.tp, l.pp}; }
+}  // namespace
+
 std::vector<PlanRow> best_per_mesh(const std::vector<PlanRow>& rows) {
   std::vector<PlanRow> out;
-  auto mesh = [](const Layout& l) { return std::make_tuple(l.dp, l.cp, l.tp, l.pp); };
   for (const PlanRow& r : rows)
-    if (std::none_of(out.begin(), out.end(), [&](const PlanRow& o) { return mesh(o.layout) == mesh(r.layout); }))
+    if (std::none_of(out.begin(), out.end(), [&](const PlanRow& o) { return mesh_of(o.layout) == mesh_of(r.layout); }))
       out.push_back(r);
   return out;
 }
@@ -121,7 +124,7 @@ std::string format_json(const std::vector<PlanRow>& rows, const Config& base, co
   for (size_t i = 0; i < rows.size(); ++i) {
     const PlanRow& r = rows[i];
     const Layout& l = r.layout;
-    const bool mesh_best = meshes_seen.insert({l.dp, l.cp, l.tp, l.pp}).second;
+    const bool mesh_best = meshes_seen.insert(mesh_of(l)).second;
     const StageMemory& w = r.memory.stages[r.memory.worst_stage];
     std::string stages;
     for (const StageMemory& m : r.memory.stages) {
