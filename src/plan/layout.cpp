@@ -66,6 +66,9 @@ std::vector<Layout> enumerate_layouts(const Config& base, int world) {
       for (int v = 1; v <= vmax; ++v)
         for (int mb = 1; mb <= gb; ++mb) {
           if (gb % mb || (gb / mb) % dp) continue;  // global_batch / (dp * mb) whole
+          // With one micro-batch every rank's gpipe list is its 1f1b list (its forward, then its backward): the same
+          // run, listed once, as 1f1b.
+          if (sched == PipelineSchedule::GPipe && gb / (dp * mb) == 1) continue;
           // ZeRO shards over the dp x cp replicas: with one replica a stage above 0 shards nothing, yet its
           // gathers and reduce-scatters still run (measured up to 1.35x zero 0's step), so it is never a candidate.
           const int zero_max = dp * cp > 1 ? 3 : 0;
