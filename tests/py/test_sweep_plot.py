@@ -94,7 +94,9 @@ def check_summary(out):
                   abs(float(r["cost"]) - 2.5 * float(r["device_hours"])) < 1e-9 and
                   abs(float(r["cost_per_billion_tokens"]) - float(r["cost"]) / (float(r["tokens"]) / 1e9)) < 1e-6
                   for r in ok.values())
-    # Over rank counts 1 and 2 every point runs the same threads per rank: cores / 2, at most OMP_NUM_THREADS.
+    # Over rank counts 1 and 2 every point runs the same threads per rank: cores / 2, at most OMP_NUM_THREADS. (Under
+    # CTest's OMP_NUM_THREADS=1 every point had one thread before too; scaling_threads() below checks the rule
+    # without it.)
     env = os.environ.get("OMP_NUM_THREADS", "")
     want_threads = max(1, min(len(os.sched_getaffinity(0)) // 2, int(env) if env.isdigit() and int(env) else 1 << 30))
     check({r["threads"] for r in ok.values()} == {str(want_threads)},
