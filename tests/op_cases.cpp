@@ -332,16 +332,18 @@ OpCase clip_scale_case() {
           }};
 }
 
-// The optimizers keep fp32 (or fp64) state: no 16-bit run. Several steps read back the state each step leaves.
+// The optimizers keep fp32 (or fp64) state. Several steps read back the state each step leaves. AdamW's 16-bit runs
+// also write the rounded compute copy (a mixed-precision step's weights), compared with the fp32 run's params.
 OpCase adamw_case(int64_t n, int steps) {
-  return {{"adamw_update"}, dims({{"n", n}, {"steps", steps}}), {}, true, &kElementwise, [=](const OpRun& r) {
+  return {{"adamw_update"}, dims({{"n", n}, {"steps", steps}}), kHalf, true, &kElementwise, [=](const OpRun& r) {
             Tensor p = r.acc_random({n}, 1), g = r.acc_random({n}, 2), m = r.acc_random({n}, 3, 0.01);
             Tensor v = r.acc_random({n}, 4, 1e-4, 1e-3), gs = r.acc_random({1}, 5, 0.0, 0.5);
+            Tensor rounded = r.act() == r.acc() ? Tensor() : r.act_out({n});
             return [=] {
               AdamWHyper h;
               h.weight_decay = 0.1;
-              for (h.step = 1; h.step <= steps; ++h.step) adamw_update(p, g, m, v, gs, h);
-              return OpOutputs{{"params", p}, {"m", m}, {"v", v}};
+              for (h.step = 1; h.step <= steps; ++h.step) adamw_update(p, g, m, v, gs, h, rounded);
+              return OpOutputs{{"params", p}, {"m", m}, {"v", v}, {"compute copy", rounded.defined() ? rounded : p}};
             };
           }};
 }

@@ -807,6 +807,34 @@ TEST_CASE("adamw: matches PyTorch's AdamW formula over several steps", "[adamw]"
             Approx(-h.lr * g.data_as<double>()[i] / (std::abs(g.data_as<double>()[i]) + h.eps)).epsilon(1e-12));
 }
 
+// The compute copy AdamW writes beside the fp32 masters (a mixed-precision step) is the updated masters rounded
+// once, bit for bit what copy_convert writes; the masters and moments are those of the update without it.
+TEST_CASE("adamw_update writes the rounded copy of its update bit for bit") {
+  const int64_t n = 1001;  // odd: a tail past the vector loop
+  for (DType d : {DType::BF16, DType::F16}) {
+    Tensor normal = f64({n}), g = f32({n}), scale = f32({1});
+    fill_normal(normal, 3);
+    copy_convert(g, normal);
+    fill_normal(normal, 1);
+    scale.data_as<float>()[0] = 0.5f;
+    Tensor p[2], m[2], v[2];
+    for (int k = 0; k < 2; ++k) {
+      p[k] = f32({n}), m[k] = Tensor::zeros({n}, DType::F32), v[k] = Tensor::zeros({n}, DType::F32);
+      copy_convert(p[k], normal);
+    }
+    AdamWHyper h;
+    h.weight_decay = 0.1;
+    Tensor rounded = Tensor::empty({n}, d), expected = Tensor::empty({n}, d);
+    for (h.step = 1; h.step <= 3; ++h.step) {
+      adamw_update(p[0], g, m[0], v[0], scale, h, rounded);
+      adamw_update(p[1], g, m[1], v[1], scale, h);
+      copy_convert(expected, p[1]);
+      REQUIRE(std::memcmp(rounded.data(), expected.data(), size_t(n) * 2) == 0);
+      for (Tensor* t : {p, m, v}) REQUIRE(std::memcmp(t[0].data(), t[1].data(), size_t(n) * 4) == 0);
+    }
+  }
+}
+
 // Runs without a GPU: the shape of attention's saved record on each device (cpu: the probabilities; cuda: the
 // flash kernel's log-sum-exp per query).
 TEST_CASE("attention record shapes per device") {

@@ -15,8 +15,11 @@ struct AdamWHyper {
 };
 
 // params, grads, m, v: equal numel, params/m/v fp32 (or fp64 in tests); grads fp32/fp64. All updated in place
-// except grads. grad_scale: a 1-element tensor on the same device.
+// except grads. grad_scale: a 1-element tensor on the same device. rounded (optional: bf16 or fp16, params'
+// numel, beside fp32 params): receives the updated params, each rounded once, as copy_convert would write them.
+// Why: a mixed-precision step's compute copy, written while the update has each value in a register, instead of
+// a second pass that reads the fp32 masters back from memory (on the CPU; the GPU runs the copy after the update).
 void adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
-                  const Tensor& grad_scale, const AdamWHyper& h);
+                  const Tensor& grad_scale, const AdamWHyper& h, const Tensor& rounded = Tensor());
 
 }  // namespace mt::kernels
