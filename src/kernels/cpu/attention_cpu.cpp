@@ -6,6 +6,9 @@
 // storage (bf16, fp16) widens into those copies, rounds the probabilities once into att and computes out from the
 // rounded values (as a fused GPU kernel rounds P before P V); every output element is rounded once. The tiles
 // replaced per-block Eigen GEMMs, single-threaded inside the per-head tasks (bench/bench_ops, docs/performance.md).
+// bf16 with an even head size, where the CPU has AVX512-BF16, runs the six products on bf16 pair tiles instead
+// (tile_gemm_bf16.h), its operands kept in bf16 and dS rounded to bf16 as the GPU's tensor-core kernel rounds it:
+// 1.3x the fp32 tiles' speed at config B (docs/performance.md).
 // fp64, the reference of the gradient checks, keeps those Eigen products: blocks of kBlock query (or key) rows
 // against the part of the other operand the block can see.
 #include "kernels/cpu/attention_cpu.h"
@@ -16,8 +19,13 @@
 #include <limits>
 #include <type_traits>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/tile_gemm.h"
+#include "kernels/cpu/tile_gemm_bf16.h"
 
 namespace mt::kernels::cpu {
 namespace {
@@ -143,6 +151,31 @@ struct Result {
   }
 };
 
+// One row of scores in place: si [n] (n whole vectors, 64-byte aligned, -inf past the diagonal) becomes
+// exp(scale (s - max s)); returns its sum. With AVX-512 the max and the sum are vector loops ending in one tree
+// reduction each: Eigen's maxCoeff and sum on these short rows ended in scalar loops, a quarter of the forward pass
+// at T 128. The exp is Eigen's, element for element as in the array expression.
+float exp_row(float* si, int64_t n, float scale) {
+#if defined(__AVX512F__)
+  using Eigen::internal::pexp;
+  __m512 m = _mm512_load_ps(si);
+  for (int64_t j = tile::kLanes; j < n; j += tile::kLanes) m = _mm512_max_ps(m, _mm512_load_ps(si + j));
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m)), sc = _mm512_set1_ps(scale);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += tile::kLanes) {
+    const __m512 e = pexp(_mm512_mul_ps(_mm512_sub_ps(_mm512_load_ps(si + j), mx), sc));
+    _mm512_store_ps(si + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+#else
+  auto row = Eigen::Map<Eigen::ArrayXf, Eigen::AlignedMax>(si, n);
+  const float mx = row.maxCoeff();
+  row = ((row - mx) * scale).exp();  // softmax(scale * s): the max of scale*s is scale*max(s), scale > 0
+  return row.sum();
+#endif
+}
+
 // One head's forward in fp32 on the register tiles, for fp32 and the 16-bit formats: q, k, v rows of ld `ld`,
 // att [T, T] (the probabilities, 0 above the diagonal), out rows of ld ldo.
 template <typename S>
@@ -174,10 +207,7 @@ void head_forward(S* o, int64_t ldo, S* att, const S* q, const S* k, const S* v,
     const int64_t n = padded(i + 1);
     float* si = s + i * Tp;
     std::fill(si + i + 1, si + n, -std::numeric_limits<float>::infinity());
-    auto row = Eigen::Map<Eigen::ArrayXf, Eigen::AlignedMax>(si, n);
-    const float mx = row.maxCoeff();
-    row = ((row - mx) * scale).exp();  // softmax(scale * s): the max of scale*s is scale*max(s), scale > 0
-    const float inv = 1.0f / row.sum();
+    const float inv = 1.0f / exp_row(si, n, scale);
     S* a = att + i * T_;
     for (int64_t j = 0; j <= i; ++j) store(a[j], si[j] * inv);
     std::fill(a + i + 1, a + T_, S{});
@@ -237,6 +267,91 @@ void head_backward(S* dq, S* dk, S* dv, int64_t ldd, const S* dout, int64_t ldo,
   tile::rows_times(rk.y, rk.ld, tile::Strided{dp, 1, Tp}, qr, T_, all_cols, [](int64_t r0) { return r0; }, to_end);
   rk.done(T_, HS);
 }
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+// bf16 on the pair tiles (tile_gemm_bf16.h; head size even): the six products take their operands in bf16, as the
+// GPU's tensor cores do, and accumulate in fp32. Rounded where the GPU kernels round: the probabilities P (stored
+// in att, and P V computed from them) and dS (before dQ = dS K and dK = dS^T Q); every output once.
+using pair_tile::Pairs;
+
+const uint32_t* words(const bf16* p) { return reinterpret_cast<const uint32_t*>(p); }
+
+void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf16* k, const bf16* v, int64_t ld,
+                        int64_t T_, int64_t HS, float scale) {
+  using tile::padded;
+  const int64_t Tp = padded(T_), Hp = padded(HS), Th = (T_ + 1) / 2, Hh = HS / 2;
+  const int64_t n_kt = lines(Hh * Tp), n_v = lines(Th * Hp), n_p = lines(T_ * Tp / 2), n_s = lines(T_ * Tp);
+  float* base = thread_scratch(n_kt + n_v + n_p + n_s + lines(T_ * Hp));
+  uint32_t *kt = reinterpret_cast<uint32_t*>(base), *vp = kt + n_kt, *pp = vp + n_v;
+  float *s = base + n_kt + n_v + n_p, *y = s + n_s;
+  pair_tile::pack_pair_columns(kt, Tp, k, ld, T_, HS);  // K^T
+  pair_tile::pack_pair_rows(vp, Hp, v, ld, T_, HS);
+  // Scores: the row block [r0, r1) needs the columns [0, r1) only.
+  pair_tile::rows_times(s, Tp, Pairs{words(q), ld / 2, 1}, kt, Tp, T_,
+                        [](int64_t, int64_t r1) { return padded(r1); }, [](int64_t) { return int64_t(0); },
+                        [Hh](int64_t) { return Hh; });
+  for (int64_t i = 0; i < T_; ++i) {  // as head_forward's softmax
+    const int64_t n = padded(i + 1);
+    float* si = s + i * Tp;
+    std::fill(si + i + 1, si + n, -std::numeric_limits<float>::infinity());
+    const float inv = 1.0f / exp_row(si, n, scale);
+    // Rounded into a row of whole vectors (0 past the diagonal: exp gave 0 there), then copied into att.
+    bf16* pi = reinterpret_cast<bf16*>(pp) + i * Tp;
+    for (int64_t j = 0; j < n; ++j) store(pi[j], si[j] * inv);
+    std::fill(pi + n, pi + Tp, bf16{0});
+    std::copy(pi, pi + T_, att + i * T_);
+  }
+  // out = P V: the row block [r0, r1) sees the keys [0, r1) (a pair past r1 - 1 meets P's zeros).
+  pair_tile::rows_times(y, Hp, Pairs{pp, Tp / 2, 1}, vp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+                        [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
+  narrow(o, ldo, y, Hp, T_, HS);
+}
+
+void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* dout, int64_t ldo, const bf16* q,
+                         const bf16* k, const bf16* v, int64_t ld, const bf16* att, int64_t T_, int64_t HS,
+                         float scale) {
+  using tile::padded;
+  const int64_t Tp = padded(T_), Hp = padded(HS), Th = (T_ + 1) / 2, Hh = HS / 2;
+  const int64_t n_tt = lines(Th * Tp), n_th = lines(Th * Hp), n_s = lines(T_ * Tp), n_p = lines(T_ * T_);
+  float* base = thread_scratch(3 * n_tt + lines(Hh * Tp) + 4 * n_th + n_s + n_p + lines(T_ * Hp));
+  uint32_t *pt = reinterpret_cast<uint32_t*>(base), *dst = pt + n_tt, *ds = dst + n_tt, *vt = ds + n_tt;
+  uint32_t *gp = vt + lines(Hh * Tp), *kp = gp + n_th, *qp = kp + n_th;
+  float *dp = reinterpret_cast<float*>(qp + n_th), *pf = dp + n_s, *y = pf + n_p;
+  pair_tile::pack_pair_rows(pt, Tp, att, T_, T_, T_);  // P^T as the left-hand operand: pair (j, kk) at pt[kk Tp + j]
+  pair_tile::pack_pair_rows(gp, Hp, dout, ldo, T_, HS);
+  pair_tile::pack_pair_columns(vt, Tp, v, ld, T_, HS);  // V^T
+  pair_tile::pack_pair_rows(kp, Hp, k, ld, T_, HS);
+  pair_tile::pack_pair_rows(qp, Hp, q, ld, T_, HS);
+  // dV = P^T dO: key row j sees the queries [j, T) (from the pair holding j; P is 0 above the diagonal).
+  pair_tile::rows_times(y, Hp, Pairs{pt, 1, Tp}, gp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+                        [](int64_t r0) { return r0 / 2; }, [Th](int64_t) { return Th; });
+  narrow(dv, ldd, y, Hp, T_, HS);
+  // dP = dO V^T, the columns [0, r1) of the row block [r0, r1); dS in place, in fp32, then rounded.
+  pair_tile::rows_times(dp, Tp, Pairs{words(dout), ldo / 2, 1}, vt, Tp, T_,
+                        [](int64_t, int64_t r1) { return padded(r1); }, [](int64_t) { return int64_t(0); },
+                        [Hh](int64_t) { return Hh; });
+  for (int64_t i = 0; i < T_ * T_; ++i) pf[i] = load(att[i]);
+  causal_softmax_backward(dp, Tp, pf, T_, scale);
+  bf16* dsb = reinterpret_cast<bf16*>(ds);  // dS rows of whole pairs: dQ's left-hand operand
+  for (int64_t i = 0; i < T_; ++i) {
+    for (int64_t j = 0; j < T_; ++j) store(dsb[i * 2 * Th + j], dp[i * Tp + j]);
+    if (T_ % 2) dsb[i * 2 * Th + T_] = bf16{0};
+  }
+  pair_tile::pack_pair_rows(dst, Tp, dsb, 2 * Th, T_, T_);  // dS^T: dK's
+  // dQ = dS K (query row i sees the keys [0, i]); dK = dS^T Q (key row j sees the queries [j, T)).
+  pair_tile::rows_times(y, Hp, Pairs{ds, Th, 1}, kp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+                        [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
+  narrow(dq, ldd, y, Hp, T_, HS);
+  pair_tile::rows_times(y, Hp, Pairs{dst, 1, Tp}, qp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+                        [](int64_t r0) { return r0 / 2; }, [Th](int64_t) { return Th; });
+  narrow(dk, ldd, y, Hp, T_, HS);
+}
+#endif
+
+// The pair tiles take bf16 with an even head size, on a CPU with AVX512-BF16.
+template <typename S>
+constexpr bool pair_tiles_for() {
+  return pair_tile::kPairTiles && std::is_same_v<S, bf16>;
+}
 }  // namespace
 
 template <typename S>
@@ -250,6 +365,13 @@ void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t T_, int6
     const S* q = qkv + b * T_ * C3 + h * HS;
     S* a = att + bh * T_ * T_;
     S* o = out + b * T_ * C + h * HS;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    if constexpr (pair_tiles_for<S>())
+      if (HS % 2 == 0) {
+        head_forward_pairs(o, C, a, q, q + C, q + 2 * C, C3, T_, HS, scale);
+        continue;
+      }
+#endif
     if constexpr (std::is_same_v<S, double>) {  // the fp64 reference: Eigen's GEMMs
       causal_abt(a, q, C3, q + C, C3, T_, HS);
       causal_softmax(a, T_, scale);
@@ -273,6 +395,13 @@ void attention_backward(S* dqkv, acc_t<S>* datt, const S* dout, const S* qkv, co
     S* dq = dqkv + b * T_ * C3 + h * HS;
     const S* dO = dout + b * T_ * C + h * HS;
     const S* p = att + bh * T_ * T_;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    if constexpr (pair_tiles_for<S>())
+      if (HS % 2 == 0) {
+        head_backward_pairs(dq, dq + C, dq + 2 * C, C3, dO, C, q, q + C, q + 2 * C, C3, p, T_, HS, scale);
+        continue;
+      }
+#endif
     if constexpr (std::is_same_v<S, double>) {
       A* d = datt + bh * T_ * T_;
       // dV = P^T dO; dP = dO V^T (only j <= i is needed: P is 0 above the diagonal, so dS is too).
