@@ -8,7 +8,7 @@
 // replaced per-block Eigen GEMMs, single-threaded inside the per-head tasks (bench/bench_ops, docs/performance.md).
 // bf16 with an even head size, where the CPU has AVX512-BF16, runs the six products on bf16 pair tiles instead
 // (tile_gemm_bf16.h), its operands kept in bf16 and dS rounded to bf16 as the GPU's tensor-core kernel rounds it:
-// 1.3x the fp32 tiles' speed at config B (docs/performance.md).
+// 1.2x the fp32 tiles' speed at config B, 1.45x the widened bf16 path's (docs/performance.md).
 // fp64, the reference of the gradient checks, keeps those Eigen products: blocks of kBlock query (or key) rows
 // against the part of the other operand the block can see.
 #include "kernels/cpu/attention_cpu.h"
