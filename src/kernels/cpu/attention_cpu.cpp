@@ -273,7 +273,8 @@ void head_backward(S* dq, S* dk, S* dv, int64_t ldd, const S* dout, int64_t ldo,
 // in att, and P V computed from them) and dS (before dQ = dS K and dK = dS^T Q); every output once.
 using pair_tile::Pairs;
 
-const uint32_t* words(const bf16* p) { return reinterpret_cast<const uint32_t*>(p); }
+// A buffer of pair words as the bf16 values they hold.
+const bf16* values(const uint32_t* words) { return reinterpret_cast<const bf16*>(words); }
 
 void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf16* k, const bf16* v, int64_t ld,
                         int64_t T_, int64_t HS, float scale) {
@@ -286,7 +287,7 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
   pair_tile::pack_pair_columns(kt, Tp, k, ld, T_, HS);  // K^T
   pair_tile::pack_pair_rows(vp, Hp, v, ld, T_, HS);
   // Scores: the row block [r0, r1) needs the columns [0, r1) only.
-  pair_tile::rows_times(s, Tp, Pairs{words(q), ld / 2, 1}, kt, Tp, T_,
+  pair_tile::rows_times(s, Tp, Pairs{q, ld, 2}, kt, Tp, T_,
                         [](int64_t, int64_t r1) { return padded(r1); }, [](int64_t) { return int64_t(0); },
                         [Hh](int64_t) { return Hh; });
   for (int64_t i = 0; i < T_; ++i) {  // as head_forward's softmax
@@ -301,7 +302,7 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
     std::copy(pi, pi + T_, att + i * T_);
   }
   // out = P V: the row block [r0, r1) sees the keys [0, r1) (a pair past r1 - 1 meets P's zeros).
-  pair_tile::rows_times(y, Hp, Pairs{pp, Tp / 2, 1}, vp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+  pair_tile::rows_times(y, Hp, Pairs{values(pp), Tp, 2}, vp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
                         [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
   narrow(o, ldo, y, Hp, T_, HS);
 }
@@ -322,11 +323,11 @@ void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* 
   pair_tile::pack_pair_rows(kp, Hp, k, ld, T_, HS);
   pair_tile::pack_pair_rows(qp, Hp, q, ld, T_, HS);
   // dV = P^T dO: key row j sees the queries [j, T) (from the pair holding j; P is 0 above the diagonal).
-  pair_tile::rows_times(y, Hp, Pairs{pt, 1, Tp}, gp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+  pair_tile::rows_times(y, Hp, Pairs{values(pt), 2, 2 * Tp}, gp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
                         [](int64_t r0) { return r0 / 2; }, [Th](int64_t) { return Th; });
   narrow(dv, ldd, y, Hp, T_, HS);
   // dP = dO V^T, the columns [0, r1) of the row block [r0, r1); dS in place, in fp32, then rounded.
-  pair_tile::rows_times(dp, Tp, Pairs{words(dout), ldo / 2, 1}, vt, Tp, T_,
+  pair_tile::rows_times(dp, Tp, Pairs{dout, ldo, 2}, vt, Tp, T_,
                         [](int64_t, int64_t r1) { return padded(r1); }, [](int64_t) { return int64_t(0); },
                         [Hh](int64_t) { return Hh; });
   for (int64_t i = 0; i < T_ * T_; ++i) pf[i] = load(att[i]);
@@ -338,20 +339,14 @@ void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* 
   }
   pair_tile::pack_pair_rows(dst, Tp, dsb, 2 * Th, T_, T_);  // dS^T: dK's
   // dQ = dS K (query row i sees the keys [0, i]); dK = dS^T Q (key row j sees the queries [j, T)).
-  pair_tile::rows_times(y, Hp, Pairs{ds, Th, 1}, kp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+  pair_tile::rows_times(y, Hp, Pairs{dsb, 2 * Th, 2}, kp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
                         [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
   narrow(dq, ldd, y, Hp, T_, HS);
-  pair_tile::rows_times(y, Hp, Pairs{dst, 1, Tp}, qp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
+  pair_tile::rows_times(y, Hp, Pairs{values(dst), 2, 2 * Tp}, qp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
                         [](int64_t r0) { return r0 / 2; }, [Th](int64_t) { return Th; });
   narrow(dk, ldd, y, Hp, T_, HS);
 }
 #endif
-
-// The pair tiles take bf16 with an even head size, on a CPU with AVX512-BF16.
-template <typename S>
-constexpr bool pair_tiles_for() {
-  return pair_tile::kPairTiles && std::is_same_v<S, bf16>;
-}
 }  // namespace
 
 template <typename S>
@@ -366,8 +361,8 @@ void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t T_, int6
     S* a = att + bh * T_ * T_;
     S* o = out + b * T_ * C + h * HS;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-    if constexpr (pair_tiles_for<S>())
-      if (HS % 2 == 0) {
+    if constexpr (std::is_same_v<S, bf16>)
+      if (HS % 2 == 0) {  // the pair tiles
         head_forward_pairs(o, C, a, q, q + C, q + 2 * C, C3, T_, HS, scale);
         continue;
       }
@@ -396,8 +391,8 @@ void attention_backward(S* dqkv, acc_t<S>* datt, const S* dout, const S* qkv, co
     const S* dO = dout + b * T_ * C + h * HS;
     const S* p = att + bh * T_ * T_;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-    if constexpr (pair_tiles_for<S>())
-      if (HS % 2 == 0) {
+    if constexpr (std::is_same_v<S, bf16>)
+      if (HS % 2 == 0) {  // the pair tiles
         head_backward_pairs(dq, dq + C, dq + 2 * C, C3, dO, C, q, q + C, q + 2 * C, C3, p, T_, HS, scale);
         continue;
       }

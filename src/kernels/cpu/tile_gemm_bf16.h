@@ -1,11 +1,12 @@
 // Register-tiled bf16 products on the CPU's bf16 dot product (AVX512-BF16's vdpbf16ps: per fp32 lane, the sum of
 // two bf16 products added to an fp32 accumulator), for bf16 attention: tile_gemm.h's tiles with half the inner
 // iterations, each instruction doing the work of two fp32 FMAs. Operands come in pairs along the sum's index k:
-//  - the left-hand operand's pair (A(r, 2kk), A(r, 2kk + 1)) is one 32-bit word, broadcast to every lane;
+//  - the left-hand operand's pair (A(r, 2kk), A(r, 2kk + 1)): two adjacent bf16 values, broadcast to every lane;
 //  - the right-hand operand is stored as pair rows: row kk holds (B(2kk, j), B(2kk + 1, j)) for each column j,
 //    one 32-bit word per column, whole vectors of kLanes columns (pack_pair_rows and pack_pair_columns make them).
 // Where the CPU has no AVX512-BF16 at build time, kPairTiles is false and callers keep the fp32 tiles.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -27,9 +28,10 @@ using tile::kLanes;
 using tile::kRows;
 using tile::padded;
 
-// The left-hand operand: the pair (r, kk) is the 32-bit word p[r * row + kk * col].
+// The left-hand operand: the pair (r, kk) is the two bf16 values from p + r * row + kk * col (read as one 32-bit
+// word through memcpy: the values were stored as bf16).
 struct Pairs {
-  const uint32_t* p;
+  const bf16* p;
   int64_t row, col;
 };
 
@@ -72,10 +74,12 @@ inline void tile(float* c, int64_t ldc, Pairs a, const uint32_t* b, int64_t ldb,
     __m512bh bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + kk * ldb + v * kLanes);
-    const uint32_t* ak = a.p + kk * a.col;
+    const bf16* ak = a.p + kk * a.col;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512bh ar = (__m512bh)_mm512_set1_epi32(int(ak[r * a.row]));
+      int32_t w;
+      std::memcpy(&w, ak + r * a.row, 4);
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(w);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
     }
