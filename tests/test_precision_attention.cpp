@@ -235,8 +235,12 @@ void pair_tiles_backward_bounds(const Tensor& dqkv16, const Tensor& dout16, cons
   const int64_t HS = C / NH;
   const double scale = 1.0 / std::sqrt(double(HS)), u = f.u;
   const std::vector<double> g = values(dqkv16), dO = values(dout16), x = values(qkv16), P = values(att16);
-  auto at = [&](int64_t b, int64_t t, int part, int64_t h, int64_t k) { return x[(b * T + t) * 3 * C + part * C + h * HS + k]; };
-  auto grad = [&](int64_t b, int64_t t, int part, int64_t h, int64_t k) { return g[(b * T + t) * 3 * C + part * C + h * HS + k]; };
+  // Element (b, t, h, k) of q (part 0), k (1) or v (2), in qkv and in its gradient.
+  auto index = [&](int64_t b, int64_t t, int part, int64_t h, int64_t k) {
+    return (b * T + t) * 3 * C + part * C + h * HS + k;
+  };
+  auto at = [&](int64_t b, int64_t t, int part, int64_t h, int64_t k) { return x[index(b, t, part, h, k)]; };
+  auto grad = [&](int64_t b, int64_t t, int part, int64_t h, int64_t k) { return g[index(b, t, part, h, k)]; };
   auto bracket = [&](double got, double ref, double e, const char* what) {
     INFO(what << " = " << got << ", exact " << ref << " +- " << e);
     REQUIRE(got >= round_to(ref - e, f.dt));

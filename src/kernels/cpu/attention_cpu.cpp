@@ -199,7 +199,7 @@ void head_forward(S* o, int64_t ldo, S* att, const S* q, const S* k, const S* v,
     qa.p = q;
   }
   // Scores: the row block [r0, r1) needs the columns [0, r1) only.
-  tile::rows_times(s, Tp, qa, {kt, Tp}, T_, [](int64_t, int64_t r1) { return padded(r1); },
+  tile::rows_times(s, Tp, qa, tile::Rows{kt, Tp}, T_, [](int64_t, int64_t r1) { return padded(r1); },
                    [](int64_t) { return int64_t(0); }, [HS](int64_t) { return HS; });
   // Softmax over whole vectors of each row of scores, the entries right of the diagonal set to -inf (so exp gives
   // 0): with the row's own length, Eigen left up to 15 exps per row to scalar expf (5-6% of the samples).
@@ -254,7 +254,7 @@ void head_backward(S* dq, S* dk, S* dv, int64_t ldd, const S* dout, int64_t ldo,
   tile::rows_times(rv.y, rv.ld, tile::Strided{p, 1, T_}, gr, T_, all_cols, [](int64_t r0) { return r0; }, to_end);
   rv.done(T_, HS);
   // dP = dO V^T, the columns [0, r1) of the row block [r0, r1).
-  tile::rows_times(dp, Tp, tile::Strided{gr.p, gr.ld, 1}, {vt, Tp}, T_,
+  tile::rows_times(dp, Tp, tile::Strided{gr.p, gr.ld, 1}, tile::Rows{vt, Tp}, T_,
                    [](int64_t, int64_t r1) { return padded(r1); }, from_zero, [HS](int64_t) { return HS; });
   // dS, in place of dP (in this thread's cache; datt, the caller's scratch of every head, would send it to memory
   // and back).
@@ -271,7 +271,9 @@ void head_backward(S* dq, S* dk, S* dv, int64_t ldd, const S* dout, int64_t ldo,
 // bf16 on the pair tiles (tile_gemm_bf16.h; head size even): the six products take their operands in bf16, as the
 // GPU's tensor cores do, and accumulate in fp32. Rounded where the GPU kernels round: the probabilities P (stored
 // in att, and P V computed from them) and dS (before dQ = dS K and dK = dS^T Q); every output once.
+using pair_tile::PairRows;
 using pair_tile::Pairs;
+using pair_tile::PairTile;
 
 // A buffer of pair words as the bf16 values they hold.
 const bf16* values(const uint32_t* words) { return reinterpret_cast<const bf16*>(words); }
@@ -280,6 +282,13 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
                         int64_t T_, int64_t HS, float scale) {
   using tile::padded;
   const int64_t Tp = padded(T_), Hp = padded(HS), Th = (T_ + 1) / 2, Hh = HS / 2;
+  // The products' row blocks [r0, r1): columns up to the diagonal or all; k (in pairs) over the head, the keys up
+  // to r1, the queries from r0, or all (a pair reaching past the causal range meets zeros of P or dS).
+  const auto to_diagonal = [](int64_t, int64_t r1) { return padded(r1); };
+  const auto all_cols = [Hp](int64_t, int64_t) { return Hp; };
+  const auto from_zero = [](int64_t) { return int64_t(0); };
+  const auto head_pairs = [Hh](int64_t) { return Hh; };
+  const auto to_r1 = [](int64_t r1) { return (r1 + 1) / 2; };
   const int64_t n_kt = lines(Hh * Tp), n_v = lines(Th * Hp), n_p = lines(T_ * Tp / 2), n_s = lines(T_ * Tp);
   float* base = thread_scratch(n_kt + n_v + n_p + n_s + lines(T_ * Hp));
   uint32_t *kt = reinterpret_cast<uint32_t*>(base), *vp = kt + n_kt, *pp = vp + n_v;
@@ -287,9 +296,7 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
   pair_tile::pack_pair_columns(kt, Tp, k, ld, T_, HS);  // K^T
   pair_tile::pack_pair_rows(vp, Hp, v, ld, T_, HS);
   // Scores: the row block [r0, r1) needs the columns [0, r1) only.
-  pair_tile::rows_times(s, Tp, Pairs{q, ld, 2}, kt, Tp, T_,
-                        [](int64_t, int64_t r1) { return padded(r1); }, [](int64_t) { return int64_t(0); },
-                        [Hh](int64_t) { return Hh; });
+  tile::rows_times<PairTile>(s, Tp, Pairs{q, ld, 2}, PairRows{kt, Tp}, T_, to_diagonal, from_zero, head_pairs);
   for (int64_t i = 0; i < T_; ++i) {  // as head_forward's softmax
     const int64_t n = padded(i + 1);
     float* si = s + i * Tp;
@@ -302,8 +309,7 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
     std::copy(pi, pi + T_, att + i * T_);
   }
   // out = P V: the row block [r0, r1) sees the keys [0, r1) (a pair past r1 - 1 meets P's zeros).
-  pair_tile::rows_times(y, Hp, Pairs{values(pp), Tp, 2}, vp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
-                        [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
+  tile::rows_times<PairTile>(y, Hp, Pairs{values(pp), Tp, 2}, PairRows{vp, Hp}, T_, all_cols, from_zero, to_r1);
   narrow(o, ldo, y, Hp, T_, HS);
 }
 
@@ -312,6 +318,13 @@ void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* 
                          float scale) {
   using tile::padded;
   const int64_t Tp = padded(T_), Hp = padded(HS), Th = (T_ + 1) / 2, Hh = HS / 2;
+  const auto to_diagonal = [](int64_t, int64_t r1) { return padded(r1); };
+  const auto all_cols = [Hp](int64_t, int64_t) { return Hp; };
+  const auto from_zero = [](int64_t) { return int64_t(0); };
+  const auto head_pairs = [Hh](int64_t) { return Hh; };
+  const auto to_r1 = [](int64_t r1) { return (r1 + 1) / 2; };
+  const auto from_r0 = [](int64_t r0) { return r0 / 2; };
+  const auto to_end = [Th](int64_t) { return Th; };  // the queries from r0 on
   const int64_t n_tt = lines(Th * Tp), n_th = lines(Th * Hp), n_s = lines(T_ * Tp), n_p = lines(T_ * T_);
   float* base = thread_scratch(3 * n_tt + lines(Hh * Tp) + 4 * n_th + n_s + n_p + lines(T_ * Hp));
   uint32_t *pt = reinterpret_cast<uint32_t*>(base), *dst = pt + n_tt, *ds = dst + n_tt, *vt = ds + n_tt;
@@ -323,13 +336,10 @@ void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* 
   pair_tile::pack_pair_rows(kp, Hp, k, ld, T_, HS);
   pair_tile::pack_pair_rows(qp, Hp, q, ld, T_, HS);
   // dV = P^T dO: key row j sees the queries [j, T) (from the pair holding j; P is 0 above the diagonal).
-  pair_tile::rows_times(y, Hp, Pairs{values(pt), 2, 2 * Tp}, gp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
-                        [](int64_t r0) { return r0 / 2; }, [Th](int64_t) { return Th; });
+  tile::rows_times<PairTile>(y, Hp, Pairs{values(pt), 2, 2 * Tp}, PairRows{gp, Hp}, T_, all_cols, from_r0, to_end);
   narrow(dv, ldd, y, Hp, T_, HS);
   // dP = dO V^T, the columns [0, r1) of the row block [r0, r1); dS in place, in fp32, then rounded.
-  pair_tile::rows_times(dp, Tp, Pairs{dout, ldo, 2}, vt, Tp, T_,
-                        [](int64_t, int64_t r1) { return padded(r1); }, [](int64_t) { return int64_t(0); },
-                        [Hh](int64_t) { return Hh; });
+  tile::rows_times<PairTile>(dp, Tp, Pairs{dout, ldo, 2}, PairRows{vt, Tp}, T_, to_diagonal, from_zero, head_pairs);
   for (int64_t i = 0; i < T_ * T_; ++i) pf[i] = load(att[i]);
   causal_softmax_backward(dp, Tp, pf, T_, scale);
   bf16* dsb = reinterpret_cast<bf16*>(ds);  // dS rows of whole pairs: dQ's left-hand operand
@@ -339,11 +349,9 @@ void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* 
   }
   pair_tile::pack_pair_rows(dst, Tp, dsb, 2 * Th, T_, T_);  // dS^T: dK's
   // dQ = dS K (query row i sees the keys [0, i]); dK = dS^T Q (key row j sees the queries [j, T)).
-  pair_tile::rows_times(y, Hp, Pairs{dsb, 2 * Th, 2}, kp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
-                        [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
+  tile::rows_times<PairTile>(y, Hp, Pairs{dsb, 2 * Th, 2}, PairRows{kp, Hp}, T_, all_cols, from_zero, to_r1);
   narrow(dq, ldd, y, Hp, T_, HS);
-  pair_tile::rows_times(y, Hp, Pairs{values(dst), 2, 2 * Tp}, qp, Hp, T_, [Hp](int64_t, int64_t) { return Hp; },
-                        [](int64_t r0) { return r0 / 2; }, [Th](int64_t) { return Th; });
+  tile::rows_times<PairTile>(y, Hp, Pairs{values(dst), 2, 2 * Tp}, PairRows{qp, Hp}, T_, all_cols, from_r0, to_end);
   narrow(dk, ldd, y, Hp, T_, HS);
 }
 #endif

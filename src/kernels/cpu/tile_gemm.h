@@ -70,37 +70,46 @@ inline void tile(float* c, int64_t ldc, Strided a, const float* b, int64_t ldb, 
     for (int v = 0; v < NV; ++v) store_vec(c + r * ldc + v * kLanes, acc[r][v]);
 }
 
-// The columns [0, n) of MR rows (n a whole number of vectors), in tiles of two vectors and one.
-template <int MR>
-inline void row_tiles(float* c, int64_t ldc, Strided a, const float* b, int64_t ldb, int64_t n, int64_t k0,
-                      int64_t k1) {
+// The fp32 tile as the drivers' kernel (tile_gemm_bf16.h has the bf16 one).
+struct Fp32Tile {
+  template <int MR, int NV>
+  static void run(float* c, int64_t ldc, Strided a, Rows b, int64_t k0, int64_t k1) {
+    tile<MR, NV>(c, ldc, a, b.p, b.ld, k0, k1);
+  }
+};
+
+// The drivers, for any kernel K whose left-hand operand A has (p, row, col) and right-hand operand B (p, ld) with
+// rows of whole vectors. The columns [0, n) of MR rows (n a whole number of vectors), in tiles of two vectors and
+// one.
+template <class K, int MR, class A, class B>
+inline void row_tiles(float* c, int64_t ldc, A a, B b, int64_t n, int64_t k0, int64_t k1) {
   int64_t j = 0;
-  for (; j + 2 * kLanes <= n; j += 2 * kLanes) tile<MR, 2>(c + j, ldc, a, b + j, ldb, k0, k1);
-  if (j < n) tile<MR, 1>(c + j, ldc, a, b + j, ldb, k0, k1);
+  for (; j + 2 * kLanes <= n; j += 2 * kLanes) K::template run<MR, 2>(c + j, ldc, a, B{b.p + j, b.ld}, k0, k1);
+  if (j < n) K::template run<MR, 1>(c + j, ldc, a, B{b.p + j, b.ld}, k0, k1);
 }
 
 // rows (< kRows) rows: the tile height chosen at run time among the compiled ones.
-template <int MR = kRows - 1>
-inline void short_row_tiles(int rows, float* c, int64_t ldc, Strided a, const float* b, int64_t ldb, int64_t n,
-                            int64_t k0, int64_t k1) {
+template <class K, int MR = kRows - 1, class A, class B>
+inline void short_row_tiles(int rows, float* c, int64_t ldc, A a, B b, int64_t n, int64_t k0, int64_t k1) {
   if constexpr (MR > 0) {
-    if (rows == MR) return row_tiles<MR>(c, ldc, a, b, ldb, n, k0, k1);
-    short_row_tiles<MR - 1>(rows, c, ldc, a, b, ldb, n, k0, k1);
+    if (rows == MR) return row_tiles<K, MR>(c, ldc, a, b, n, k0, k1);
+    short_row_tiles<K, MR - 1>(rows, c, ldc, a, b, n, k0, k1);
   }
 }
 
 // C[M, ...] = A B over row blocks of kRows: block [r0, r1) computes columns [0, cols(r0, r1)) (whole vectors) over
-// k in [k_begin(r0), k_end(r1)). The callers' causal structure lives in those three functions.
-template <typename Cols, typename KBegin, typename KEnd>
-inline void rows_times(float* c, int64_t ldc, Strided a, Rows b, int64_t M, Cols cols, KBegin k_begin, KEnd k_end) {
+// k in [k_begin(r0), k_end(r1)) (the kernel's k: pairs of values for the bf16 tile). The callers' causal structure
+// lives in those three functions.
+template <class K = Fp32Tile, class A, class B, typename Cols, typename KBegin, typename KEnd>
+inline void rows_times(float* c, int64_t ldc, A a, B b, int64_t M, Cols cols, KBegin k_begin, KEnd k_end) {
   for (int64_t r0 = 0; r0 < M; r0 += kRows) {
     const int64_t r1 = r0 + kRows < M ? r0 + kRows : M;
-    const Strided ar{a.p + r0 * a.row, a.row, a.col};
+    const A ar{a.p + r0 * a.row, a.row, a.col};
     float* cr = c + r0 * ldc;
     if (r1 - r0 == kRows)
-      row_tiles<kRows>(cr, ldc, ar, b.p, b.ld, cols(r0, r1), k_begin(r0), k_end(r1));
+      row_tiles<K, kRows>(cr, ldc, ar, b, cols(r0, r1), k_begin(r0), k_end(r1));
     else
-      short_row_tiles(int(r1 - r0), cr, ldc, ar, b.p, b.ld, cols(r0, r1), k_begin(r0), k_end(r1));
+      short_row_tiles<K>(int(r1 - r0), cr, ldc, ar, b, cols(r0, r1), k_begin(r0), k_end(r1));
   }
 }
 

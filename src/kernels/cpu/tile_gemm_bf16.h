@@ -35,6 +35,12 @@ struct Pairs {
   int64_t row, col;
 };
 
+// The right-hand operand: pair rows of whole vectors of words, pair row kk at p + kk * ld.
+struct PairRows {
+  const uint32_t* p;
+  int64_t ld;
+};
+
 // A pair of bf16 values (lo: the even k, hi: the odd k) as one word.
 inline uint32_t pair(bf16 lo, bf16 hi) { return uint32_t(lo.bits) | uint32_t(hi.bits) << 16; }
 
@@ -90,38 +96,13 @@ inline void tile(float* c, int64_t ldc, Pairs a, const uint32_t* b, int64_t ldb,
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + v * kLanes, acc[r][v]);
 }
 
-template <int MR>
-inline void row_tiles(float* c, int64_t ldc, Pairs a, const uint32_t* b, int64_t ldb, int64_t n, int64_t kk0,
-                      int64_t kk1) {
-  int64_t j = 0;
-  for (; j + 2 * kLanes <= n; j += 2 * kLanes) tile<MR, 2>(c + j, ldc, a, b + j, ldb, kk0, kk1);
-  if (j < n) tile<MR, 1>(c + j, ldc, a, b + j, ldb, kk0, kk1);
-}
-
-template <int MR = kRows - 1>
-inline void short_row_tiles(int rows, float* c, int64_t ldc, Pairs a, const uint32_t* b, int64_t ldb, int64_t n,
-                            int64_t kk0, int64_t kk1) {
-  if constexpr (MR > 0) {
-    if (rows == MR) return row_tiles<MR>(c, ldc, a, b, ldb, n, kk0, kk1);
-    short_row_tiles<MR - 1>(rows, c, ldc, a, b, ldb, n, kk0, kk1);
+// The bf16 tile as tile_gemm.h's drivers' kernel: tile::rows_times<PairTile> runs it, its k range in pairs.
+struct PairTile {
+  template <int MR, int NV>
+  static void run(float* c, int64_t ldc, Pairs a, PairRows b, int64_t kk0, int64_t kk1) {
+    tile<MR, NV>(c, ldc, a, b.p, b.ld, kk0, kk1);
   }
-}
-
-// C[M, ...] = A B over row blocks of kRows, as tile::rows_times, with the k range in pairs: block [r0, r1)
-// computes the columns [0, cols(r0, r1)) over the pairs [kk_begin(r0), kk_end(r1)).
-template <typename Cols, typename KBegin, typename KEnd>
-inline void rows_times(float* c, int64_t ldc, Pairs a, const uint32_t* b, int64_t ldb, int64_t M, Cols cols,
-                       KBegin kk_begin, KEnd kk_end) {
-  for (int64_t r0 = 0; r0 < M; r0 += kRows) {
-    const int64_t r1 = r0 + kRows < M ? r0 + kRows : M;
-    const Pairs ar{a.p + r0 * a.row, a.row, a.col};
-    float* cr = c + r0 * ldc;
-    if (r1 - r0 == kRows)
-      row_tiles<kRows>(cr, ldc, ar, b, ldb, cols(r0, r1), kk_begin(r0), kk_end(r1));
-    else
-      short_row_tiles(int(r1 - r0), cr, ldc, ar, b, ldb, cols(r0, r1), kk_begin(r0), kk_end(r1));
-  }
-}
+};
 #endif
 
 }  // namespace mt::kernels::cpu::pair_tile
