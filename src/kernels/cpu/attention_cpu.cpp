@@ -282,13 +282,6 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
                         int64_t T_, int64_t HS, float scale) {
   using tile::padded;
   const int64_t Tp = padded(T_), Hp = padded(HS), Th = (T_ + 1) / 2, Hh = HS / 2;
-  // The products' row blocks [r0, r1): columns up to the diagonal or all; k (in pairs) over the head, the keys up
-  // to r1, the queries from r0, or all (a pair reaching past the causal range meets zeros of P or dS).
-  const auto to_diagonal = [](int64_t, int64_t r1) { return padded(r1); };
-  const auto all_cols = [Hp](int64_t, int64_t) { return Hp; };
-  const auto from_zero = [](int64_t) { return int64_t(0); };
-  const auto head_pairs = [Hh](int64_t) { return Hh; };
-  const auto to_r1 = [](int64_t r1) { return (r1 + 1) / 2; };
   const int64_t n_kt = lines(Hh * Tp), n_v = lines(Th * Hp), n_p = lines(T_ * Tp / 2), n_s = lines(T_ * Tp);
   float* base = thread_scratch(n_kt + n_v + n_p + n_s + lines(T_ * Hp));
   uint32_t *kt = reinterpret_cast<uint32_t*>(base), *vp = kt + n_kt, *pp = vp + n_v;
@@ -296,7 +289,9 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
   pair_tile::pack_pair_columns(kt, Tp, k, ld, T_, HS);  // K^T
   pair_tile::pack_pair_rows(vp, Hp, v, ld, T_, HS);
   // Scores: the row block [r0, r1) needs the columns [0, r1) only.
-  tile::rows_times<PairTile>(s, Tp, Pairs{q, ld, 2}, PairRows{kt, Tp}, T_, to_diagonal, from_zero, head_pairs);
+  tile::rows_times<PairTile>(
+      s, Tp, Pairs{q, ld, 2}, PairRows{kt, Tp}, T_, [](int64_t, int64_t r1) { return padded(r1); },
+      [](int64_t) { return int64_t(0); }, [Hh](int64_t) { return Hh; });
   for (int64_t i = 0; i < T_; ++i) {  // as head_forward's softmax
     const int64_t n = padded(i + 1);
     float* si = s + i * Tp;
@@ -309,7 +304,9 @@ void head_forward_pairs(bf16* o, int64_t ldo, bf16* att, const bf16* q, const bf
     std::copy(pi, pi + T_, att + i * T_);
   }
   // out = P V: the row block [r0, r1) sees the keys [0, r1) (a pair past r1 - 1 meets P's zeros).
-  tile::rows_times<PairTile>(y, Hp, Pairs{values(pp), Tp, 2}, PairRows{vp, Hp}, T_, all_cols, from_zero, to_r1);
+  tile::rows_times<PairTile>(
+      y, Hp, Pairs{values(pp), Tp, 2}, PairRows{vp, Hp}, T_, [Hp](int64_t, int64_t) { return Hp; },
+      [](int64_t) { return int64_t(0); }, [](int64_t r1) { return (r1 + 1) / 2; });
   narrow(o, ldo, y, Hp, T_, HS);
 }
 
@@ -318,6 +315,8 @@ void head_backward_pairs(bf16* dq, bf16* dk, bf16* dv, int64_t ldd, const bf16* 
                          float scale) {
   using tile::padded;
   const int64_t Tp = padded(T_), Hp = padded(HS), Th = (T_ + 1) / 2, Hh = HS / 2;
+  // The products' row blocks [r0, r1): columns up to the diagonal or all; k (in pairs) over the head, the keys up
+  // to r1, or the queries from r0 (a pair reaching past the causal range meets zeros of P or dS).
   const auto to_diagonal = [](int64_t, int64_t r1) { return padded(r1); };
   const auto all_cols = [Hp](int64_t, int64_t) { return Hp; };
   const auto from_zero = [](int64_t) { return int64_t(0); };

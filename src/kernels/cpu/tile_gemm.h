@@ -43,38 +43,33 @@ struct Rows {
   int64_t ld;
 };
 
-// C[r, 0 : NV * kLanes] = sum over k in [k0, k1) of A(r, k) B[k, 0 : NV * kLanes], for r < MR; C and B row-major
-// with leading dimensions ldc and ldb. Overwrites C (zeros where the k range is empty).
-template <int MR, int NV>
-inline void tile(float* c, int64_t ldc, Strided a, const float* b, int64_t ldb, int64_t k0, int64_t k1) {
-  Vec acc[MR][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec{};
-  for (int64_t k = k0; k < k1; ++k) {
-    Vec bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = load_vec(b + k * ldb + v * kLanes);
-    const float* ak = a.p + k * a.col;
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      const Vec ar = splat(ak[r * a.row]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) store_vec(c + r * ldc + v * kLanes, acc[r][v]);
-}
-
-// The fp32 tile as the drivers' kernel (tile_gemm_bf16.h has the bf16 one).
+// The fp32 tile, the drivers' kernel (tile_gemm_bf16.h has the bf16 one):
+// C[r, 0 : NV * kLanes] = sum over k in [k0, k1) of A(r, k) B[k, 0 : NV * kLanes], for r < MR; C row-major
+// with leading dimension ldc. Overwrites C (zeros where the k range is empty).
 struct Fp32Tile {
   template <int MR, int NV>
   static void run(float* c, int64_t ldc, Strided a, Rows b, int64_t k0, int64_t k1) {
-    tile<MR, NV>(c, ldc, a, b.p, b.ld, k0, k1);
+    Vec acc[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = Vec{};
+    for (int64_t k = k0; k < k1; ++k) {
+      Vec bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = load_vec(b.p + k * b.ld + v * kLanes);
+      const float* ak = a.p + k * a.col;
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const Vec ar = splat(ak[r * a.row]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) store_vec(c + r * ldc + v * kLanes, acc[r][v]);
   }
 };
 

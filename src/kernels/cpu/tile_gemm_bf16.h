@@ -25,8 +25,6 @@ constexpr bool kPairTiles = true;
 constexpr bool kPairTiles = false;
 #endif
 using tile::kLanes;
-using tile::kRows;
-using tile::padded;
 
 // The left-hand operand: the pair (r, kk) is the two bf16 values from p + r * row + kk * col (read as one 32-bit
 // word through memcpy: the values were stored as bf16).
@@ -67,40 +65,35 @@ inline void pack_pair_columns(uint32_t* dst, int64_t ldd, const bf16* src, int64
 }
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
+// The bf16 tile, the kernel of tile_gemm.h's drivers (tile::rows_times<PairTile>, the k range in pairs):
 // C[r, 0 : NV * kLanes] = sum over pairs kk in [kk0, kk1) of A(r, 2kk) B(2kk, :) + A(r, 2kk + 1) B(2kk + 1, :),
-// for r < MR; C fp32 row-major (ldc floats), B pair rows (ldb words). Overwrites C.
-template <int MR, int NV>
-inline void tile(float* c, int64_t ldc, Pairs a, const uint32_t* b, int64_t ldb, int64_t kk0, int64_t kk1) {
-  __m512 acc[MR][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t kk = kk0; kk < kk1; ++kk) {
-    __m512bh bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + kk * ldb + v * kLanes);
-    const bf16* ak = a.p + kk * a.col;
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      int32_t w;
-      std::memcpy(&w, ak + r * a.row, 4);
-      const __m512bh ar = (__m512bh)_mm512_set1_epi32(w);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + v * kLanes, acc[r][v]);
-}
-
-// The bf16 tile as tile_gemm.h's drivers' kernel: tile::rows_times<PairTile> runs it, its k range in pairs.
+// for r < MR; C fp32 row-major (ldc floats). Overwrites C.
 struct PairTile {
   template <int MR, int NV>
   static void run(float* c, int64_t ldc, Pairs a, PairRows b, int64_t kk0, int64_t kk1) {
-    tile<MR, NV>(c, ldc, a, b.p, b.ld, kk0, kk1);
+    __m512 acc[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t kk = kk0; kk < kk1; ++kk) {
+      __m512bh bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b.p + kk * b.ld + v * kLanes);
+      const bf16* ak = a.p + kk * a.col;
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        int32_t w;
+        std::memcpy(&w, ak + r * a.row, 4);
+        const __m512bh ar = (__m512bh)_mm512_set1_epi32(w);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + v * kLanes, acc[r][v]);
   }
 };
 #endif
