@@ -150,12 +150,13 @@ bool Optimizer::step(const Tensor& params, const Tensor& grads, double lr, doubl
     h.weight_decay = sh.weight_decay = g.decay ? s_.weight_decay : 0.0;
     const Shape flat{g.numel};
     const Tensor master = master_view(g, params);
-    // AdamW writes the compute copy as it updates the masters (rounded once per step, as the cast below would).
+    // AdamW writes the compute copy as it updates the masters (rounded once per step, as SGD's cast below does).
+    const Tensor compute_copy = keeps_masters() ? param_of(params, g) : Tensor();
     if (s_.sgd)
       kernels::sgd_update(master, grad_of(grads, g), m_.slice(g.state_offset, flat), scale_, sh);
     else
       kernels::adamw_update(master, grad_of(grads, g), m_.slice(g.state_offset, flat),
-                            v_.slice(g.state_offset, flat), scale_, h, keeps_masters() ? param_of(params, g) : Tensor());
+                            v_.slice(g.state_offset, flat), scale_, h, compute_copy);
   }
   if (keeps_masters() && s_.sgd)  // the compute copy: rounded once per step
     for (const OptimSegment& g : cast_runs_)
