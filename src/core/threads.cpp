@@ -8,10 +8,30 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "core/check.h"
 
 namespace mt {
+
+long long last_level_cache_bytes() {
+  int best_level = 0;
+  long long best = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), type(dir + "type"), size(dir + "size");
+    int l = 0;
+    std::string t, sz;
+    if (!(level >> l) || !(type >> t) || !(size >> sz)) continue;
+    if (t == "Instruction" || sz.empty()) continue;
+    long long bytes = std::atoll(sz.c_str());
+    const char unit = sz.back();
+    bytes *= unit == 'K' ? 1024LL : unit == 'M' ? 1048576LL : unit == 'G' ? 1073741824LL : 1LL;
+    if (l > best_level) best_level = l, best = bytes;
+  }
+  return best;
+}
 
 int default_compute_threads(int ranks_on_node) {
   // An explicit OMP_NUM_THREADS wins: test runners and job scripts use it to share a node.

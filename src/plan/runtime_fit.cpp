@@ -2,6 +2,7 @@
 #include "plan/runtime_fit.h"
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -43,7 +44,13 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   read("comm_cpu_op_us", fit.net.comm_cpu_op_us, 1e6, true);
   read("comm_cpu_ns_per_byte", fit.net.comm_cpu_ns_per_byte, 1e3, true);
   read("p2p_wake_us", fit.net.p2p_wake_us, 1e6, true);  // since 2026-12-04
-  read("pass_refill_us", fit.net.pass_refill_us, 1e6, true);
+  read("refill_us_per_mparam", fit.net.refill_us_per_mparam, 1e6, true);  // since 2026-12-05
+  // Until 2026-12-05 a flat refill per pass, fit beside a model that charged the cache nothing: dropped, not
+  // carried over into a term of another meaning.
+  if (j.get("pass_refill_us"))
+    std::fprintf(stderr, "planner: %s: \"pass_refill_us\" is no longer used (the refill is per million parameters "
+                 "where the ranks outgrow the last-level cache): refit with scripts/validate_planner.py --fit\n",
+                 path.c_str());
   return fit;
 }
 

@@ -9,6 +9,7 @@
 
 #include "model/pipeline_chunks.h"
 #include "parallel/grad_buckets.h"
+#include "plan/memory_model.h"
 #include "plan/param_gathers.h"
 #include "plan/schedule_usage.h"
 #include "plan/timeline.h"
@@ -74,7 +75,10 @@ struct StepContext {
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
   double pass_sync;        // and per micro-batch's gradient pass through ZeRO-2/3's ring
-  double pass_refill;      // the work each pass adds where ranks take turns on the cores (its caches refilled)
+  // Where ranks take turns on the cores: the work each pass adds per million parameters of its chunk (its weights
+  // and gradients refilled from memory; NetOptions::refill_us_per_mparam, scaled by the share of the ranks'
+  // memory the last-level cache cannot hold).
+  double refill_per_mparam;
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -267,8 +271,12 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       cc.bwd = cost(traffic.bwd, pt.bwd);
       cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
       cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight, true);
-      for (PassCost* pc : {&cc.fwd, &cc.bwd, &cc.bwd_input, &cc.bwd_weight})
-        if (pc->work_us > 0) pc->work_us += x.pass_refill;
+      // zb1's input and weight passes split one backward pass's reads of the weights and updates of the gradients.
+      const double refill = x.refill_per_mparam * double(gpt_param_table(g.model, g.part).total_numel()) / 1e6;
+      for (PassCost* pc : {&cc.fwd, &cc.bwd})
+        if (pc->work_us > 0) pc->work_us += refill;
+      for (PassCost* pc : {&cc.bwd_input, &cc.bwd_weight})
+        if (pc->work_us > 0) pc->work_us += refill / 2;
     }
   const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
   for (int s = 0; s + 1 < x.S; ++s) {
@@ -458,6 +466,19 @@ void summarise_param_gathers(const StepContext& x, StepPrediction& out) {
   }
 }
 
+// The share of what the passes touch that the last-level cache cannot hold: 1 - cache / (the training memory of
+// every rank on the machine, as the memory model predicts it), at least 0. Measured on a Zen 5 VM with 32 MiB
+// (docs/planner.md, "The last-level cache"): four ranks of configs/gpt.yaml's whole model (about 48 MB together at
+// one sequence) took 1.4-1.5x their share of the cores per forward and backward pass, four of one or two blocks
+// (fitting the cache) 1.07-1.10x.
+double llc_miss(const Config& cfg, int world, double llc_bytes) {
+  if (llc_bytes <= 0) return 0;
+  const MemoryPrediction mem = predict_memory(cfg, world);
+  double node = 0;
+  for (const StageMemory& s : mem.stages) node += s.training() * double(world) / double(mem.stages.size());
+  return std::max(0.0, 1.0 - llc_bytes / node);
+}
+
 }  // namespace
 
 // The phases in the trainer's order (train_step.h): the passes (with ZeRO-3's parameter gathers), the tied
@@ -489,7 +510,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                oversubscribed ? o.net.pass_refill_us : 0.0, cores_full,
+                oversubscribed ? o.net.refill_us_per_mparam * llc_miss(cfg, world, o.llc_bytes) : 0.0, cores_full,
                 cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

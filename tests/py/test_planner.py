@@ -544,18 +544,43 @@ def runtime_file(rows):
           "overrides it" %
           (min(by_kind["pipelined"] or [0]), max(by_kind["pipelined"] or [0]), len(by_kind["one micro-batch"]),
            len(by_kind["no pipeline"])))
-    # pass_refill_us: where the ranks take turns on the cores (two on one core), every pass does that much more work,
-    # at the shared speed; where each rank has a core of its own, nothing changes.
-    json.dump(dict(RUNTIME_DEFAULTS, pass_refill_us=1000, spread=0.1), open(path, "w"))
-    refilled, plain_refill = one_core_rows(["--runtime", path]), one_core_rows(["--runtime", path,
-                                                                               "--pass-refill-us", "0"])
-    grown = [refilled[k]["step_ms"] - r["step_ms"] for k, r in plain_refill.items()]
-    own_cores = [one_core_rows(["--runtime", path] + extra, cores=[]) for extra in ([], ["--pass-refill-us", "0"])]
-    check(min(grown) >= 2 - 1e-3 and
+    # refill_us_per_mparam: where the ranks take turns on the cores (two on one core) and their memory outgrows the
+    # last-level cache, every pass does that much more work per million parameters of its chunk, times the share of
+    # the ranks' memory the cache cannot hold, at the shared speed. Checked on the meshes without a pipeline or
+    # sharded parameters, where a chunk is the whole model (memory's params_bytes, 4 bytes each) and both ranks'
+    # passes add alike: with a cache of almost nothing (the share 1), 2 ranks x (forward + backward) x micro-batches
+    # x the refill at half speed (zb1's input and weight passes half each); with half the two ranks' memory, half
+    # that.
+    json.dump(dict(RUNTIME_DEFAULTS, refill_us_per_mparam=5000, spread=0.1), open(path, "w"))
+    plain_refill = one_core_rows(["--runtime", path, "--llc-mb", "0"])
+    full = one_core_rows(["--runtime", path, "--llc-mb", "1e-6"])
+    flag_off = one_core_rows(["--runtime", path, "--llc-mb", "1e-6", "--refill-us-per-mparam", "0"])
+    whole = [k for k, r in plain_refill.items() if r["pp"] == 1 and r["tp"] == 1 and r["cp"] == 1 and r["zero"] < 3]
+    key = whole[0]
+    half_llc = plain_refill[key]["memory_bytes"] / 2**20  # two ranks of this layout hold twice that
+    half = one_core_rows(["--runtime", path, "--llc-mb", "%.9f" % half_llc])
+
+    def expected_ms(k, share):
+        r = plain_refill[k]
+        return 2 * 2 * r["micro_batches"] * 5000 * r["memory"]["params_bytes"] / 4 / 1e6 * share / 1000
+    grown = {k: full[k]["step_ms"] - plain_refill[k]["step_ms"] for k in whole}
+    own_cores = [one_core_rows(["--runtime", path, "--llc-mb", "1e-6"] + extra, cores=[])
+                 for extra in ([], ["--refill-us-per-mparam", "0"])]
+    check(whole and all(abs(grown[k] - expected_ms(k, 1)) < 0.02 * expected_ms(k, 1) for k in whole) and
+          abs(half[key]["step_ms"] - plain_refill[key]["step_ms"] - expected_ms(key, 0.5)) < 0.02 * expected_ms(key, 1)
+          and all(abs(flag_off[k]["step_ms"] - r["step_ms"]) < 1e-6 for k, r in plain_refill.items()) and
           (len(os.sched_getaffinity(0)) < 2 or  # (a machine of one core has no core per rank to compare with)
            all(abs(own_cores[0][k]["step_ms"] - own_cores[1][k]["step_ms"]) < 1e-6 for k in own_cores[1])),
-          "pass_refill_us 1000 from the file: on one core every row's step %.1f-%.1f ms longer (at least a forward "
-          "and a backward pass, 1 ms more work each); on a core per rank unchanged" % (min(grown), max(grown)))
+          "refill_us_per_mparam 5000 from the file, 2 ranks on one core: %d meshes of the whole model %.2f-%.2f ms "
+          "longer with no cache to speak of (expected %.2f-%.2f), half that with half their memory in the cache, "
+          "unchanged with --refill-us-per-mparam 0 or --llc-mb 0, and on a core per rank" %
+          (len(whole), min(grown.values() or [0]), max(grown.values() or [0]),
+           min(expected_ms(k, 1) for k in whole), max(expected_ms(k, 1) for k in whole)))
+    json.dump(dict(RUNTIME_DEFAULTS, pass_refill_us=25, spread=0.1), open(path, "w"))
+    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "1", "--runtime", path] + no_slicing,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0 and '"pass_refill_us" is no longer used' in p.stderr and "--fit" in p.stderr,
+          "a runtime file of the flat refill per pass: the planner says it is no longer used and how to refit")
     json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
