@@ -342,13 +342,15 @@ int main(int argc, char** argv) {
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
         std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, refill "
-                                      "{:g} us per million parameters (last-level cache {:g} MiB), poll share {:g}, "
+                                      "{:g} us per million parameters (last-level cache {}), poll share {:g}, "
                                       "sync latency {:g} us, step sync {:g} us, ring sync {:g} us (the last three per "
                                       "thread per core), time slicing {:.3f} ({}); '=' marks rows within {:.0f}% of "
                                       "the first (a tie: runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.p2p_wake_us,
-                                      o.step.net.refill_us_per_mparam, o.step.llc_bytes / 1048576.0,
+                                      o.step.net.refill_us_per_mparam,
+                                      o.step.llc_bytes > 0 ? fmt::format("{:g} MiB", o.step.llc_bytes / 1048576.0)
+                                                           : std::string("unknown or 0: no refill"),
                                       o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
                                       o.step.net.oversubscribed_ring_us, o.step.slicing, slicing_source,
