@@ -8,9 +8,9 @@ namespace mt {
 // OMP_NUM_THREADS when set, else hardware cores usable by this process / ranks on this node; at least 1.
 int default_compute_threads(int ranks_on_node);
 
-// The size in bytes of the largest cache CPU 0 shares with other cores, as Linux reports it under
-// /sys/devices/system/cpu/cpu0/cache (CPUID's figure can be the whole socket's where a VM sees a part); 0 where
-// unknown.
+// The size in bytes of CPU 0's highest-level data or unified cache, as Linux reports it under
+// /sys/devices/system/cpu/cpu0/cache (glibc's sysconf, from CPUID, can give the whole socket's where a VM sees a
+// part: 384 MiB against 32 on a 2-core Zen 5 VM); 0 where unknown.
 long long last_level_cache_bytes();
 
 // Sets the thread count of OpenMP and Eigen (the matmul backend, on OpenMP threads); n >= 1.

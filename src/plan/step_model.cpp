@@ -272,11 +272,13 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
       cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight, true);
       // zb1's input and weight passes split one backward pass's reads of the weights and updates of the gradients.
-      const double refill = x.refill_per_mparam * double(gpt_param_table(g.model, g.part).total_numel()) / 1e6;
-      for (PassCost* pc : {&cc.fwd, &cc.bwd})
-        if (pc->work_us > 0) pc->work_us += refill;
-      for (PassCost* pc : {&cc.bwd_input, &cc.bwd_weight})
-        if (pc->work_us > 0) pc->work_us += refill / 2;
+      if (x.refill_per_mparam > 0) {
+        const double refill = x.refill_per_mparam * double(gpt_param_table(g.model, g.part).total_numel()) / 1e6;
+        for (PassCost* pc : {&cc.fwd, &cc.bwd})
+          if (pc->work_us > 0) pc->work_us += refill;
+        for (PassCost* pc : {&cc.bwd_input, &cc.bwd_weight})
+          if (pc->work_us > 0) pc->work_us += refill / 2;
+      }
     }
   const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
   for (int s = 0; s + 1 < x.S; ++s) {
@@ -468,7 +470,7 @@ void summarise_param_gathers(const StepContext& x, StepPrediction& out) {
 
 // The share of what the passes touch that the last-level cache cannot hold: 1 - cache / (the training memory of
 // every rank on the machine, as the memory model predicts it), at least 0. Measured on a Zen 5 VM with 32 MiB
-// (docs/planner.md, "The last-level cache"): four ranks of configs/gpt.yaml's whole model (about 48 MB together at
+// (docs/planner.md, "The last-level cache"): four ranks of configs/gpt.yaml's whole model (about 50 MB together at
 // one sequence) took 1.4-1.5x their share of the cores per forward and backward pass, four of one or two blocks
 // (fitting the cache) 1.07-1.10x.
 double llc_miss(const Config& cfg, int world, double llc_bytes) {
@@ -506,11 +508,14 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // costs elsewhere (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
   const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
+  const double refill = oversubscribed && o.net.refill_us_per_mparam > 0
+                            ? o.net.refill_us_per_mparam * llc_miss(cfg, world, o.llc_bytes)
+                            : 0.0;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                oversubscribed ? o.net.refill_us_per_mparam * llc_miss(cfg, world, o.llc_bytes) : 0.0, cores_full,
+                refill, cores_full,
                 cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

@@ -566,6 +566,8 @@ def runtime_file(rows):
     grown = {k: full[k]["step_ms"] - plain_refill[k]["step_ms"] for k in whole}
     own_cores = [one_core_rows(["--runtime", path, "--llc-mb", "1e-6"] + extra, cores=[])
                  for extra in ([], ["--refill-us-per-mparam", "0"])]
+    # 2%: a longer backward pass hides a little more of ZeRO-2's per-pass ring (one such row grew 0.5% less than
+    # its passes' refill); the others grow by it exactly, to the JSON's 4 decimals.
     check(whole and all(abs(grown[k] - expected_ms(k, 1)) < 0.02 * expected_ms(k, 1) for k in whole) and
           abs(half[key]["step_ms"] - plain_refill[key]["step_ms"] - expected_ms(key, 0.5)) < 0.02 * expected_ms(key, 1)
           and all(abs(flag_off[k]["step_ms"] - r["step_ms"]) < 1e-6 for k, r in plain_refill.items()) and
