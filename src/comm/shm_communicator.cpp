@@ -205,8 +205,12 @@ class ShmCommunicator : public QueuedCommunicator {
   // recorder's dumps (every rank's), then the job ends.
   [[noreturn]] void desync(const ShmCollective& mine, const ShmCollective& theirs, int q) {
     auto what = [](const ShmCollective& c) {
-      return fmt::format("{} of {} {}", comm_kind_name(static_cast<CommKind>(c.kind)), c.count,
-                         dtype_name(static_cast<DType>(c.dtype)));
+      const CommKind k = static_cast<CommKind>(c.kind);
+      const bool reduces = k == CommKind::AllReduce || k == CommKind::ReduceScatter;
+      static const char* const kReduce[] = {"sum", "avg", "max"};  // ReduceOp's order
+      return fmt::format("{} of {} {}{}{}", comm_kind_name(k), c.count, dtype_name(static_cast<DType>(c.dtype)),
+                         reduces && c.reduce >= 0 && c.reduce < 3 ? fmt::format(" ({})", kReduce[c.reduce]) : "",
+                         k == CommKind::Broadcast ? fmt::format(" from group rank {}", c.root) : "");
     };
     const std::string line =
         fmt::format("desync on communicator '{}': its operation #{} is {} here and {} on group rank {} (#{} there)",

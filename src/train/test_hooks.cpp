@@ -32,6 +32,7 @@ TestHooks TestHooks::from_env() {
   h.check_step = step_of("MESHTRAIN_FAULT", "check");
   h.skip_step = step_of("MESHTRAIN_FAULT", "skip");
   h.size_step = step_of("MESHTRAIN_FAULT", "size");
+  h.reduce_step = step_of("MESHTRAIN_FAULT", "reduce");
   for (const char* env : {"MESHTRAIN_INJECT", "MESHTRAIN_FAULT"})
     if (std::getenv(env)) spdlog::warn("test hook {}={} is set", env, std::getenv(env));
   return h;

@@ -8,8 +8,10 @@
 //                                    parameter read before its wait then sees last step's value (ZeRO-3: whatever
 //                                    its slot held) on every run, not only on a slow link
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
-//   MESHTRAIN_FAULT=skip@STEP | size@STEP   the last rank skips that step's loss all-reduce over the world, or
-//                                    reduces two elements there instead of one (a desync, for the flight recorder)
+//   MESHTRAIN_FAULT=skip@STEP | size@STEP | reduce@STEP   the last rank skips that step's loss all-reduce over the
+//                                    world, reduces two elements there instead of one, or reduces with max instead of
+//                                    sum (a desync, for the flight recorder; reduce keeps every message's size, which
+//                                    MPI needs to stay out of undefined behaviour: docs/flight_recorder.md)
 //   MESHTRAIN_FAULT=check@STEP       the last rank fails a CHECK in the middle of that step
 //   MESHTRAIN_CRASH_IN_CHECKPOINT=STEP  (checkpoint.cpp) the last rank dies while writing that step's checkpoint
 #pragma once
@@ -19,7 +21,7 @@ namespace mt {
 
 struct TestHooks {
   int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
-  int skip_step = -1, size_step = -1, check_step = -1;
+  int skip_step = -1, size_step = -1, reduce_step = -1, check_step = -1;
   static TestHooks from_env();  // logs a warning for every hook that is set
 };
 
