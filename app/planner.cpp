@@ -59,18 +59,17 @@ const char* kUsage =
     "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
     "                       them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
-    "  --runtime FILE       the nine constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
+    "  --runtime FILE       the eight constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
     "  The communication runtime's costs beyond the network (the defaults are an older fit on other 2-core VMs;\n"
     "  without --runtime the planner says so on stderr):\n"
     "  --p2p-latency-us US  extra delay of a pipeline message (default 2000)\n"
     "  --p2p-wake-us US     what a rank blocked on a pipeline message waits beyond its arrival when the other\n"
     "                       ranks' compute threads take every core (default 0)\n"
-    "  --refill-us-per-mparam US  work each pass adds per million parameters of its chunk where ranks x threads\n"
-    "                       exceed the cores and their memory outgrows the last-level cache, times the share it\n"
-    "                       cannot hold (default 0)\n"
     "  --llc-mb MB          the last-level cache the ranks share (default: the machine's, from\n"
-    "                       /sys/devices/system/cpu/cpu0/cache; 0 = no refill charged)\n"
+    "                       /sys/devices/system/cpu/cpu0/cache): where ranks x threads exceed the cores, the passes\n"
+    "                       are also timed with cold caches, and each pays its cold extra by the share of the\n"
+    "                       ranks' memory beyond the cache (0 = none)\n"
     "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
     "                       exceed the cores, charged per thread per core (ranks x threads / cores; default 75)\n"
@@ -97,7 +96,7 @@ struct Args {
   double memory_limit_mb = 0;
   mt::plan::NetOptions net;
   // The runtime constants given as flags (they override --runtime's).
-  std::optional<double> p2p_latency_us, p2p_wake_us, refill_us_per_mparam, poll_share, sync_latency_us, step_sync_us;
+  std::optional<double> p2p_latency_us, p2p_wake_us, poll_share, sync_latency_us, step_sync_us;
   std::optional<double> ring_sync_us;
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::optional<double> time_slicing, llc_mb;
@@ -157,7 +156,6 @@ Args parse(int argc, char** argv) {
     else if (f == "--overhead-us") a.net.op_overhead_us = parse_double("--overhead-us", next());
     else if (f == "--p2p-latency-us") a.p2p_latency_us = parse_double("--p2p-latency-us", next());
     else if (f == "--p2p-wake-us") a.p2p_wake_us = parse_double("--p2p-wake-us", next());
-    else if (f == "--refill-us-per-mparam") a.refill_us_per_mparam = parse_double(f, next());
     else if (f == "--llc-mb") a.llc_mb = parse_double(f, next());
     else if (f == "--poll-share") a.poll_share = parse_double("--poll-share", next());
     else if (f == "--sync-latency-us") a.sync_latency_us = parse_double("--sync-latency-us", next());
@@ -216,7 +214,6 @@ int main(int argc, char** argv) {
     o.step.net.op_overhead_us = a.net.op_overhead_us;
     if (a.p2p_latency_us) o.step.net.p2p_latency_us = *a.p2p_latency_us;
     if (a.p2p_wake_us) o.step.net.p2p_wake_us = *a.p2p_wake_us;
-    if (a.refill_us_per_mparam) o.step.net.refill_us_per_mparam = *a.refill_us_per_mparam;
     o.step.llc_bytes = a.llc_mb ? *a.llc_mb * 1048576.0 : double(mt::last_level_cache_bytes());
     if (a.poll_share) o.step.net.poll_share = *a.poll_share;
     if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
@@ -244,6 +241,9 @@ int main(int argc, char** argv) {
     co.reps = a.reps;
     co.verbose = a.verbose;
     co.progress = !a.verbose && isatty(fileno(stderr));  // a line rewritten in place: for a terminal only
+    // Ranks taking turns on the cores find their data gone from the caches: their passes are timed cold too.
+    if (a.world * o.step.threads > o.step.cores && o.step.llc_bytes > 0)
+      co.evict_bytes = int64_t(2 * o.step.llc_bytes);
     mt::plan::Calibration cal(base.model, co);
     const int loaded = a.calibration.empty() ? 0 : cal.load(a.calibration);
 
@@ -341,16 +341,15 @@ int main(int argc, char** argv) {
                               .c_str());
       const std::vector<mt::plan::PlanRow> shown = a.every_layout ? rows : mt::plan::best_per_mesh(rows);
       if (o.time)
-        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, refill "
-                                      "{:g} us per million parameters (last-level cache {}), poll share {:g}, "
+        std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, last-level "
+                                      "cache {}, poll share {:g}, "
                                       "sync latency {:g} us, step sync {:g} us, ring sync {:g} us (the last three per "
                                       "thread per core), time slicing {:.3f} ({}); '=' marks rows within {:.0f}% of "
                                       "the first (a tie: runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.p2p_wake_us,
-                                      o.step.net.refill_us_per_mparam,
                                       o.step.llc_bytes > 0 ? fmt::format("{:g} MiB", o.step.llc_bytes / 1048576.0)
-                                                           : std::string("unknown or 0: no refill"),
+                                                           : std::string("unknown or 0: no cold passes"),
                                       o.step.net.poll_share,
                                       o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
                                       o.step.net.oversubscribed_ring_us, o.step.slicing, slicing_source,

@@ -9,9 +9,8 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
                                                [--runtime FILE] [--fit FILE [--fit-also DIR]...]
 
---fit FILE refits the planner's nine runtime constants (--p2p-latency-us, --p2p-wake-us, --refill-us-per-mparam,
---poll-share, --sync-latency-us, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the
-runs: a coordinate search (the compute timings held fixed) that minimises the largest of mean error / 10%, max
+--fit FILE refits the planner's eight runtime constants (--p2p-latency-us, --p2p-wake-us, --poll-share,
+--sync-latency-us, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a coordinate search (the compute timings held fixed) that minimises the largest of mean error / 10%, max
 error / 20% and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as JSON
 with the runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with
 --runtime FILE, validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
@@ -309,7 +308,6 @@ def KEY(row):
 CONSTANTS = [
     ("--p2p-latency-us", "p2p_latency_us", 2000, [0, 100, 250, 500, 1000, 1500, 2000, 3000, 4000]),
     ("--p2p-wake-us", "p2p_wake_us", 0, [0, 100, 250, 500, 750, 1000, 1500]),
-    ("--refill-us-per-mparam", "refill_us_per_mparam", 0, [0, 100, 200, 300, 400, 600, 800, 1000]),
     ("--poll-share", "poll_share", 0.15, [0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65]),
     ("--sync-latency-us", "sync_latency_us", 75, [0, 25, 50, 75, 100, 150, 200, 300]),
     ("--step-sync-us", "step_sync_us", 1000, [0, 250, 500, 750, 1000, 1500, 2000, 3000]),

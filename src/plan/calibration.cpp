@@ -36,6 +36,21 @@ constexpr double kMinSeconds = 0.25;  // per measured shape, when its passes are
 double kept(double us) { return std::round(us * 1000) / 1000; }
 PassTimes kept(const PassTimes& t) { return {kept(t.fwd), kept(t.bwd), kept(t.bwd_input), kept(t.bwd_weight)}; }
 
+// A shape's key and its pass times, as a "stage" or "cold" line holds them.
+std::string shape_line(const StageShape& s, const PassTimes& t) {
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}", s.blocks, int(s.first), int(s.last),
+                     s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, int(s.recompute), s.cp, t.fwd, t.bwd,
+                     t.bwd_input, t.bwd_weight);
+}
+bool read_shape_line(std::istream& in, StageShape& s, PassTimes& t) {
+  int dt = 0, rc = 0;
+  in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> rc >> s.cp >> t.fwd >>
+      t.bwd >> t.bwd_input >> t.bwd_weight;
+  s.dtype = static_cast<DType>(dt);
+  s.recompute = static_cast<Recompute>(rc);
+  return bool(in);
+}
+
 }  // namespace
 
 Calibration::Calibration(const ModelConfig& model, const CalibrationOptions& opts) : model_(model), opts_(opts) {
@@ -43,25 +58,31 @@ Calibration::Calibration(const ModelConfig& model, const CalibrationOptions& opt
   opts_.max_timed_blocks = std::max(1, opts_.max_timed_blocks);
 }
 
-PassTimes Calibration::stage(const StageShape& s) {
+PassTimes Calibration::stage(const StageShape& s) { return times(s, false); }
+
+PassTimes Calibration::cold(const StageShape& s) { return opts_.evict_bytes > 0 ? times(s, true) : stage(s); }
+
+PassTimes Calibration::times(const StageShape& s, bool cold) {
   const int K = opts_.max_timed_blocks;
   if (s.blocks <= K) {
-    auto it = stages_.find(s);
-    if (it != stages_.end()) return it->second;
+    std::map<StageShape, PassTimes>& known = cold ? cold_ : stages_;
+    auto it = known.find(s);
+    if (it != known.end()) return it->second;
     const auto t0 = Clock::now();
-    const PassTimes t = kept(measure(s, traffic_[s]));
+    TpTraffic unused;
+    const PassTimes t = kept(measure(s, cold ? unused : traffic_[s], cold));
     seconds_ += us_since(t0) * 1e-6;
     ++measurements_;
     if (opts_.progress)
       std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
-    rounds_[s].push_back(t);
-    return stages_[s] = t;
+    if (!cold) rounds_[s].push_back(t);
+    return known[s] = t;
   }
   // More blocks than are timed: K blocks with the stage's ends, plus the rest at a middle stage's time per block.
   StageShape timed = s, mid = s;
   timed.blocks = mid.blocks = K;
   mid.first = mid.last = false;
-  const PassTimes a = stage(timed), b = stage(mid);
+  const PassTimes a = times(timed, cold), b = times(mid, cold);
   const double extra = double(s.blocks - K) / K;
   return {a.fwd + extra * b.fwd, a.bwd + extra * b.bwd, a.bwd_input + extra * b.bwd_input,
           a.bwd_weight + extra * b.bwd_weight};
@@ -72,7 +93,7 @@ int Calibration::retime() {
   for (auto& [s, rounds] : rounds_) {
     const auto t0 = Clock::now();
     TpTraffic unused;
-    rounds.push_back(kept(measure(s, unused)));
+    rounds.push_back(kept(measure(s, unused, false)));
     seconds_ += us_since(t0) * 1e-6;
     ++measurements_;
     if (opts_.progress)
@@ -113,7 +134,17 @@ const TpTraffic& Calibration::traffic(const StageShape& s) {
   return traffic_[s] = t;
 }
 
-PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
+// One write per cache line of a buffer twice the last-level cache, on every compute thread: what the other ranks'
+// passes leave in the caches of a rank whose turn comes.
+void Calibration::evict() {
+  if (evict_buffer_.empty()) evict_buffer_.assign(size_t(opts_.evict_bytes), 0);
+  char* p = evict_buffer_.data();
+  const int64_t lines = int64_t(evict_buffer_.size()) / 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < lines; ++i) p[i * 64] = char(p[i * 64] + 1);
+}
+
+PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic, bool cold) {
   set_compute_threads(opts_.threads);
   StagePasses passes(model_, s);
   CountingCommunicator &tp = passes.tp, &ring = passes.ring;
@@ -136,12 +167,15 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
     };
     tp.ops.clear();
     ring.ops.clear();
+    if (cold) evict();
     const double tf = forward(j);
     note(traffic.fwd);
+    if (cold) evict();
     const double tb = passes.backward(j - (k - 1));
     note(s.split ? traffic.bwd_input : traffic.bwd);
     double tw = 0;
     if (s.split) {
+      if (cold) evict();
       tw = passes.backward_weights(j - (k - 1));
       note(traffic.bwd_weight);
     }
@@ -159,11 +193,11 @@ PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic) {
     t.bwd = median(b);
   }
   if (opts_.verbose)
-    std::fprintf(stderr, "calibration: %d block%s%s%s B=%d tp=%d%s cp=%d %s%s, %d in flight (%zu reps): fwd %.0f us, "
+    std::fprintf(stderr, "calibration: %d block%s%s%s B=%d tp=%d%s cp=%d %s%s, %d in flight (%zu reps%s): fwd %.0f us, "
                  "bwd %.0f us%s\n", s.blocks, s.blocks == 1 ? "" : "s", s.first ? " +embedding" : "",
                  s.last ? " +head" : "", s.B, s.tp, s.sp ? " sp" : "", s.cp, dtype_name(s.dtype),
                  s.split ? " split" : "",
-                 k, f.size(), t.fwd,
+                 k, f.size(), cold ? ", cold caches" : "", t.fwd,
                  s.split ? t.bwd_input + t.bwd_weight : t.bwd,
                  s.split ? fmt::format(" (input {:.0f} + weight {:.0f})", t.bwd_input, t.bwd_weight).c_str() : "");
   return t;
@@ -250,13 +284,8 @@ int Calibration::load(const std::string& path) {
     in >> kind;
     if (kind == "stage") {
       StageShape s;
-      int dt = 0;
       PassTimes t;
-      int rc = 0;
-      in >> s.blocks >> s.first >> s.last >> s.B >> s.tp >> s.sp >> dt >> s.split >> s.inflight >> rc >> s.cp >>
-          t.fwd >> t.bwd >> t.bwd_input >> t.bwd_weight;
-      s.dtype = static_cast<DType>(dt);
-      s.recompute = static_cast<Recompute>(rc);
+      read_shape_line(in, s, t);
       TpTraffic traffic;
       for (std::vector<TpOp>* pass : {&traffic.fwd, &traffic.bwd, &traffic.bwd_input, &traffic.bwd_weight}) {
         size_t count = 0;
@@ -269,6 +298,10 @@ int Calibration::load(const std::string& path) {
         }
       }
       if (in) stages_[s] = t, traffic_[s] = traffic, ++n;
+    } else if (kind == "cold") {
+      StageShape s;
+      PassTimes t;
+      if (read_shape_line(in, s, t)) cold_[s] = t, ++n;
     } else if (kind == "optimizer") {
       int64_t numel = 0;
       int dt = 0;
@@ -295,9 +328,7 @@ void Calibration::save(const std::string& path) const {
   if (!f) throw InputError(fmt::format("--calibration: cannot write {}", path));
   f << header() << "\n";
   for (const auto& [s, t] : stages_) {
-    f << fmt::format("stage {} {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}", s.blocks, int(s.first),
-                     int(s.last), s.B, s.tp, int(s.sp), int(s.dtype), int(s.split), s.inflight, int(s.recompute), s.cp,
-                     t.fwd, t.bwd, t.bwd_input, t.bwd_weight);
+    f << "stage " << shape_line(s, t);
     // Then each pass's collectives: their count, and each one's kind and bytes.
     const TpTraffic& traffic = traffic_.at(s);
     for (const std::vector<TpOp>* pass : {&traffic.fwd, &traffic.bwd, &traffic.bwd_input, &traffic.bwd_weight}) {
@@ -306,6 +337,7 @@ void Calibration::save(const std::string& path) const {
     }
     f << "\n";
   }
+  for (const auto& [s, t] : cold_) f << "cold " << shape_line(s, t) << "\n";
   for (const auto& [k, us] : optim_) f << fmt::format("optimizer {} {} {:.3f}\n", k.first, k.second, us);
   for (const auto& [n, us] : zeroing_) f << fmt::format("zero {} {:.3f}\n", n, us);
   for (const auto& [copies, value] : slicing_) f << fmt::format("slicing {} {:.4f}\n", copies, value);

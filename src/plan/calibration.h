@@ -56,14 +56,21 @@ struct CalibrationOptions {
   int max_timed_blocks = 4;  // a stage of more blocks is timed with this many and extrapolated per block
   bool verbose = false;      // print each measurement to stderr
   bool progress = false;     // keep one line on stderr up to date: shapes timed and seconds spent
+  // Bytes written before each pass that cold() times: twice the last-level cache, so that the pass finds none of
+  // its data in any cache; 0: cold() returns the warm times.
+  int64_t evict_bytes = 0;
 };
 
 class Calibration {
  public:
   Calibration(const ModelConfig& model, const CalibrationOptions& opts);
 
-  // The stage's pass times (measured once per shape, then cached).
+  // The stage's pass times (measured once per shape, then cached), each pass right after the last: warm caches.
   PassTimes stage(const StageShape& s);
+  // The same passes each timed after evict_bytes of other writes, as a rank finds its weights, gradients and
+  // activations when its turn on a core comes after other ranks' passes (measured once per shape, then cached;
+  // not retimed in rounds). The warm times where options().evict_bytes is 0.
+  PassTimes cold(const StageShape& s);
   // Times every shape measured so far (not those loaded from a file) once more, in another order, and keeps for
   // each pass the median of its rounds: a machine whose speed changes over seconds (a VM) then no longer makes one
   // shape look fast and another slow by the moment each was timed. Returns the shapes timed.
@@ -93,16 +100,19 @@ class Calibration {
   double seconds() const { return seconds_; }  // spent measuring
 
  private:
-  PassTimes measure(const StageShape& s, TpTraffic& traffic);
+  PassTimes times(const StageShape& s, bool cold);
+  PassTimes measure(const StageShape& s, TpTraffic& traffic, bool cold);
+  void evict();
   std::string header() const;
   ModelConfig model_;
   CalibrationOptions opts_;
-  std::map<StageShape, PassTimes> stages_;
+  std::map<StageShape, PassTimes> stages_, cold_;
   std::map<StageShape, std::vector<PassTimes>> rounds_;  // each round's times of the shapes measured here
   std::map<StageShape, TpTraffic> traffic_;
   std::map<std::pair<int64_t, int>, double> optim_;
   std::map<int64_t, double> zeroing_;
   std::map<int, double> slicing_;
+  std::vector<char> evict_buffer_;
   int measurements_ = 0;
   double seconds_ = 0;
 };

@@ -24,12 +24,6 @@ struct NetOptions {
   // What a rank blocked on a pipeline message waits beyond its arrival when the other ranks' compute threads take
   // every core (the timeline's wake_us, plan/timeline.h).
   double p2p_wake_us = 0;
-  // Where the ranks' threads outnumber the cores: the work each pass adds, per million parameters of its chunk,
-  // when the ranks' memory together outgrows the last-level cache: the pass reads its weights and updates their
-  // gradients from memory, the more so the further the ranks outgrow the cache (StepOptions::llc_bytes). It weighs
-  // most on short passes over many parameters (a whole model at one sequence), which the time-slicing term, per
-  // unit of work, leaves out.
-  double refill_us_per_mparam = 0;
   // The core share each pipeline rank's communication thread takes from the rank's compute while it polls the
   // step's receives (refit 2026-11-27 from 0.65: docs/planner.md, "Refit of the poll share").
   double poll_share = 0.15;

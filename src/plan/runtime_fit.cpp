@@ -44,13 +44,12 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   read("comm_cpu_op_us", fit.net.comm_cpu_op_us, 1e6, true);
   read("comm_cpu_ns_per_byte", fit.net.comm_cpu_ns_per_byte, 1e3, true);
   read("p2p_wake_us", fit.net.p2p_wake_us, 1e6, true);  // since 2026-12-04
-  read("refill_us_per_mparam", fit.net.refill_us_per_mparam, 1e6, true);  // since 2026-12-05
-  // Until 2026-12-05 a flat refill per pass, fit beside a model that charged the cache nothing: dropped, not
-  // carried over into a term of another meaning.
-  if (j.get("pass_refill_us"))
-    std::fprintf(stderr, "planner: %s: \"pass_refill_us\" is no longer used (the refill is per million parameters "
-                 "where the ranks outgrow the last-level cache): refit with scripts/validate_planner.py --fit\n",
-                 path.c_str());
+  // The cache refill was a fitted constant until 2026-12-05 (a flat one per pass, then one per million parameters);
+  // the calibration now times each pass cold as well (Calibration::cold). The others were fit beside it: refit.
+  for (const char* dropped : {"pass_refill_us", "refill_us_per_mparam"})
+    if (j.get(dropped))
+      std::fprintf(stderr, "planner: %s: \"%s\" is no longer used (the calibration times the passes with cold "
+                   "caches instead): refit with scripts/validate_planner.py --fit\n", path.c_str(), dropped);
   return fit;
 }
 

@@ -75,10 +75,9 @@ struct StepContext {
   double sync, step_sync;  // the waits of time-shared cores: per collective in the passes, per step collective
   double ring_sync;        // and per context-parallel ring message
   double pass_sync;        // and per micro-batch's gradient pass through ZeRO-2/3's ring
-  // Where ranks take turns on the cores: the work each pass adds per million parameters of its chunk (its weights
-  // and gradients refilled from memory; NetOptions::refill_us_per_mparam, scaled by the share of the ranks'
-  // memory the last-level cache cannot hold).
-  double refill_per_mparam;
+  // Where ranks take turns on the cores: the share of each pass's cold extra (Calibration::cold less its warm
+  // time: its data refilled from memory) it pays, the share of the ranks' memory the last-level cache cannot hold.
+  double cold_share;
   // Whether the ranks' compute threads fill the cores, so that their communication threads' CPU time
   // (NetModel::cpu_us) comes out of the compute's.
   bool cores_full;
@@ -271,13 +270,15 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
       cc.bwd = cost(traffic.bwd, pt.bwd);
       cc.bwd_input = cost(traffic.bwd_input, pt.bwd_input);
       cc.bwd_weight = cost(traffic.bwd_weight, pt.bwd_weight, true);
-      // zb1's input and weight passes split one backward pass's reads of the weights and updates of the gradients.
-      if (x.refill_per_mparam > 0) {
-        const double refill = x.refill_per_mparam * double(gpt_param_table(g.model, g.part).total_numel()) / 1e6;
-        for (PassCost* pc : {&cc.fwd, &cc.bwd})
-          if (pc->work_us > 0) pc->work_us += refill;
-        for (PassCost* pc : {&cc.bwd_input, &cc.bwd_weight})
-          if (pc->work_us > 0) pc->work_us += refill / 2;
+      if (x.cold_share > 0) {
+        const PassTimes ct = cal.cold(s);
+        auto refill = [&](PassCost& pc, double cold, double warm) {
+          if (pc.work_us > 0) pc.work_us += x.cold_share * std::max(0.0, cold - warm);
+        };
+        refill(cc.fwd, ct.fwd, pt.fwd);
+        refill(cc.bwd, ct.bwd, pt.bwd);
+        refill(cc.bwd_input, ct.bwd_input, pt.bwd_input);
+        refill(cc.bwd_weight, ct.bwd_weight, pt.bwd_weight);
       }
     }
   const int64_t msg = (sp ? int64_t(B) * T / tp : int64_t(B) * T) * cfg.model.d_model * int64_t(dtype_size(x.dt));
@@ -468,11 +469,12 @@ void summarise_param_gathers(const StepContext& x, StepPrediction& out) {
   }
 }
 
-// The share of what the passes touch that the last-level cache cannot hold: 1 - cache / (the training memory of
-// every rank on the machine, as the memory model predicts it), at least 0. Measured on a Zen 5 VM with 32 MiB
-// (docs/planner.md, "The last-level cache"): four ranks of configs/gpt.yaml's whole model (about 50 MB together at
-// one sequence) took 1.4-1.5x their share of the cores per forward and backward pass, four of one or two blocks
-// (fitting the cache) 1.07-1.10x.
+// The share of what the passes touch that the last-level cache cannot hold, and so of each pass's cold extra that
+// it pays: 1 - cache / (the training memory of every rank on the machine, as the memory model predicts it), at
+// least 0. Measured on a Zen 5 VM with 32 MiB (docs/planner.md, "The last-level cache"): four ranks of
+// configs/gpt.yaml's whole model (about 50 MB together at one sequence) took 1.4-1.5x their share of the cores per
+// forward and backward pass, four of one or two blocks (fitting the cache) 1.07-1.10x; steeper shares (all of the
+// extra from the cache's size up) predicted dp right and pipelines up to 80% slow.
 double llc_miss(const Config& cfg, int world, double llc_bytes) {
   if (llc_bytes <= 0) return 0;
   const MemoryPrediction mem = predict_memory(cfg, world);
@@ -508,14 +510,12 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // costs elsewhere (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
   const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
-  const double refill = oversubscribed && o.net.refill_us_per_mparam > 0
-                            ? o.net.refill_us_per_mparam * llc_miss(cfg, world, o.llc_bytes)
-                            : 0.0;
+  const double cold_share = oversubscribed ? llc_miss(cfg, world, o.llc_bytes) : 0.0;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
                 mesh_links(cfg, world), per_core * o.net.oversubscribed_sync_us, chained ? drift : 0.0,
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
-                refill, cores_full,
+                cold_share, cores_full,
                 cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};

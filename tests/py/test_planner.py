@@ -544,45 +544,52 @@ def runtime_file(rows):
           "overrides it" %
           (min(by_kind["pipelined"] or [0]), max(by_kind["pipelined"] or [0]), len(by_kind["one micro-batch"]),
            len(by_kind["no pipeline"])))
-    # refill_us_per_mparam: where the ranks take turns on the cores (two on one core) and their memory outgrows the
-    # last-level cache, every pass does that much more work per million parameters of its chunk, times the share of
-    # the ranks' memory the cache cannot hold, at the shared speed. Checked on the meshes without a pipeline or
-    # sharded parameters, where a chunk is the whole model (memory's params_bytes, 4 bytes each) and both ranks'
-    # passes add alike: with a cache of almost nothing (the share 1), 2 ranks x (forward + backward) x micro-batches
-    # x the refill at half speed (zb1's input and weight passes half each); with half the two ranks' memory, half
-    # that.
-    json.dump(dict(RUNTIME_DEFAULTS, refill_us_per_mparam=5000, spread=0.1), open(path, "w"))
-    plain_refill = one_core_rows(["--runtime", path, "--llc-mb", "0"])
+    # Cold passes: where the ranks take turns on the cores (two on one core), the calibration also times each pass
+    # after writing twice the last-level cache elsewhere (its "cold" lines), and each pass pays its cold extra (cold
+    # less warm) times the share of the ranks' memory the cache cannot hold, at the shared speed. The file's cold
+    # lines are set here to the warm times plus 2000 us (forward) and 3000 us (backward; zb1's input pass 1000, its
+    # weight pass 2000), so that on the meshes without a pipeline or sharded parameters (both ranks' passes add
+    # alike) a cache of almost nothing (the share 1) adds 2 ranks x micro-batches x 5000 us, and a cache of half the
+    # two ranks' memory half that.
+    json.dump(dict(RUNTIME_DEFAULTS, spread=0.1), open(path, "w"))
+    one_core_rows(["--runtime", path, "--llc-mb", "1e-6"])  # times the cold passes into the file
+    cal_file = no_slicing[1]
+    lines = open(cal_file).read().splitlines()
+    warm = {tuple(l.split()[1:12]): l.split()[12:16] for l in lines if l.startswith("stage ")}
+    extra = [2000, 3000, 1000, 2000]
+    cold = ["cold " + " ".join(l.split()[1:12] + ["%.3f" % (float(w) + e if float(w) > 0 else 0)
+                                                  for w, e in zip(warm[tuple(l.split()[1:12])], extra)])
+            for l in lines if l.startswith("cold ")]
+    open(cal_file, "w").write("\n".join([l for l in lines if not l.startswith("cold ")] + cold) + "\n")
+    plain_cold = one_core_rows(["--runtime", path, "--llc-mb", "0"])
     full = one_core_rows(["--runtime", path, "--llc-mb", "1e-6"])
-    flag_off = one_core_rows(["--runtime", path, "--llc-mb", "1e-6", "--refill-us-per-mparam", "0"])
-    whole = [k for k, r in plain_refill.items() if r["pp"] == 1 and r["tp"] == 1 and r["cp"] == 1 and r["zero"] < 3]
+    whole = [k for k, r in plain_cold.items() if r["pp"] == 1 and r["tp"] == 1 and r["cp"] == 1 and r["zero"] < 3]
     key = whole[0]
-    half_llc = plain_refill[key]["memory_bytes"] / 2**20  # two ranks of this layout hold twice that
+    half_llc = plain_cold[key]["memory_bytes"] / 2**20  # two ranks of this layout hold twice that
     half = one_core_rows(["--runtime", path, "--llc-mb", "%.9f" % half_llc])
 
     def expected_ms(k, share):
-        r = plain_refill[k]
-        return 2 * 2 * r["micro_batches"] * 5000 * r["memory"]["params_bytes"] / 4 / 1e6 * share / 1000
-    grown = {k: full[k]["step_ms"] - plain_refill[k]["step_ms"] for k in whole}
-    own_cores = [one_core_rows(["--runtime", path, "--llc-mb", "1e-6"] + extra, cores=[])
-                 for extra in ([], ["--refill-us-per-mparam", "0"])]
+        return 2 * plain_cold[k]["micro_batches"] * 5000 * share / 1000
+    grown = {k: full[k]["step_ms"] - plain_cold[k]["step_ms"] for k in whole}
+    own_cores = [one_core_rows(["--runtime", path, "--llc-mb", llc], cores=[]) for llc in ("1e-6", "0")]
     # 2%: a longer backward pass hides a little more of ZeRO-2's per-pass ring (one such row grew 0.5% less than
-    # its passes' refill); the others grow by it exactly, to the JSON's 4 decimals.
-    check(whole and all(abs(grown[k] - expected_ms(k, 1)) < 0.02 * expected_ms(k, 1) for k in whole) and
-          abs(half[key]["step_ms"] - plain_refill[key]["step_ms"] - expected_ms(key, 0.5)) < 0.02 * expected_ms(key, 1)
-          and all(abs(flag_off[k]["step_ms"] - r["step_ms"]) < 1e-6 for k, r in plain_refill.items()) and
-          (len(os.sched_getaffinity(0)) < 2 or  # (a machine of one core has no core per rank to compare with)
-           all(abs(own_cores[0][k]["step_ms"] - own_cores[1][k]["step_ms"]) < 1e-6 for k in own_cores[1])),
-          "refill_us_per_mparam 5000 from the file, 2 ranks on one core: %d meshes of the whole model %.2f-%.2f ms "
-          "longer with no cache to speak of (expected %.2f-%.2f), half that with half their memory in the cache, "
-          "unchanged with --refill-us-per-mparam 0 or --llc-mb 0, and on a core per rank" %
-          (len(whole), min(grown.values() or [0]), max(grown.values() or [0]),
+    # its passes' extra); the others grow by it exactly, to the JSON's 4 decimals.
+    check(cold and whole and all(abs(grown[k] - expected_ms(k, 1)) < 0.02 * expected_ms(k, 1) for k in whole) and
+          abs(half[key]["step_ms"] - plain_cold[key]["step_ms"] - expected_ms(key, 0.5)) < 0.02 * expected_ms(key, 1)
+          and (len(os.sched_getaffinity(0)) < 2 or  # (a machine of one core has no core per rank to compare with)
+               all(abs(own_cores[0][k]["step_ms"] - own_cores[1][k]["step_ms"]) < 1e-6 for k in own_cores[1])),
+          "2 ranks on one core: %d cold passes timed; with each 5000 us colder than warm per micro-batch, %d meshes "
+          "of the whole model %.2f-%.2f ms longer with no cache to speak of (expected %.2f-%.2f), half that with half "
+          "their memory in the cache, unchanged with --llc-mb 0, and on a core per rank" %
+          (len(cold), len(whole), min(grown.values() or [0]), max(grown.values() or [0]),
            min(expected_ms(k, 1) for k in whole), max(expected_ms(k, 1) for k in whole)))
-    json.dump(dict(RUNTIME_DEFAULTS, pass_refill_us=25, spread=0.1), open(path, "w"))
-    p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "1", "--runtime", path] + no_slicing,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    check(p.returncode == 0 and '"pass_refill_us" is no longer used' in p.stderr and "--fit" in p.stderr,
-          "a runtime file of the flat refill per pass: the planner says it is no longer used and how to refit")
+    for dropped in ("pass_refill_us", "refill_us_per_mparam"):
+        json.dump(dict(RUNTIME_DEFAULTS, spread=0.1, **{dropped: 25}), open(path, "w"))
+        p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--top", "1", "--runtime", path] + no_slicing,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        check(p.returncode == 0 and '"%s" is no longer used' % dropped in p.stderr and "--fit" in p.stderr,
+              "a runtime file with the fitted refill %s: the planner says it is no longer used and how to refit" %
+              dropped)
     json.dump(dict(RUNTIME_DEFAULTS, spread=2), open(path, "w"))
     p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--runtime", path], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
