@@ -11,9 +11,10 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
 
 --fit FILE refits the planner's eight runtime constants (--p2p-latency-us, --p2p-wake-us, --poll-share,
 --sync-latency-us, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a
-coordinate search (the compute timings held fixed) that minimises the largest of mean error / 10%, max error / 20% and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as JSON
-with the runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with
---runtime FILE, validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
+coordinate search (the compute timings held fixed) that minimises the largest of mean error / 10%, max error / 20%
+and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as JSON with the
+runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with --runtime FILE,
+validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
 --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
 scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank.
