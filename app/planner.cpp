@@ -241,9 +241,9 @@ int main(int argc, char** argv) {
     co.reps = a.reps;
     co.verbose = a.verbose;
     co.progress = !a.verbose && isatty(fileno(stderr));  // a line rewritten in place: for a terminal only
-    // Ranks taking turns on the cores find their data gone from the caches: their passes are timed cold too.
-    if (a.world * o.step.threads > o.step.cores && o.step.llc_bytes > 0)
-      co.evict_bytes = int64_t(2 * o.step.llc_bytes);
+    // Ranks taking turns on the cores find their data gone from the caches: the step model asks for their passes'
+    // cold times there (and only there), timed after writing twice the cache.
+    co.evict_bytes = int64_t(2 * o.step.llc_bytes);
     mt::plan::Calibration cal(base.model, co);
     const int loaded = a.calibration.empty() ? 0 : cal.load(a.calibration);
 

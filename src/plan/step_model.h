@@ -17,7 +17,7 @@ struct StepOptions {
   int threads = 1;   // compute threads per rank (train.threads, else default_compute_threads(world))
   double cores = 1;  // cores of the machine the ranks share (all ranks on one machine, as mpiexec runs them here)
   double slicing = 0;  // what taking turns on a core costs beyond the share (timeline.h's shared_rate)
-  double llc_bytes = 0;  // the machine's last-level cache, which its ranks share (0: unknown, no refill charged)
+  double llc_bytes = 0;  // the machine's last-level cache, which its ranks share (0: unknown, no cold extra charged)
   NetOptions net;
 };
 
