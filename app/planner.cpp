@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,6 +21,7 @@
 #include "core/errors.h"
 #include "core/threads.h"
 #include "kernels/cpu/matmul_backend.h"
+#include "plan/neighbours.h"
 #include "plan/planner.h"
 #include "plan/runtime_fit.h"
 #include "plan/time_sharing.h"
@@ -56,8 +59,11 @@ const char* kUsage =
     "  --rounds N           time every shape this many times, in rounds over all shapes, and count each pass's\n"
     "                       median over them (default 3): on a machine whose speed changes over seconds, one\n"
     "                       round makes the shapes timed in a slow moment look slow\n"
-    "  --calibration FILE   reuse the timings in FILE (when they are of this model and thread count) and save\n"
-    "                       them there, so repeated plans agree and skip the timing runs\n"
+    "  --neighbours K|auto  processes that run the same passes on the other cores while the passes are timed, as\n"
+    "                       a layout's other ranks do (auto: min(N, cores / threads) - 1; default 0: timed alone;\n"
+    "                       an experiment, docs/planner.md \"Neighbours\")\n"
+    "  --calibration FILE   reuse the timings in FILE (when they are of this model, thread and neighbour count) and\n"
+    "                       save them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
     "  --runtime FILE       the eight constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
@@ -82,7 +88,8 @@ const char* kUsage =
     "  --comm-cpu-ns-per-byte NS  the same per byte the collective's ring moves per rank (default 0.7)\n"
     "  --time-slicing S     what taking turns on a core costs beyond the share, per thread beyond one per core\n"
     "                       (default: measured once when ranks x threads exceed the cores, by N processes running\n"
-    "                       the passes at once against one alone, and kept in --calibration's file; 0 = none)\n"
+    "                       the passes at once against one alone, or 1 + K with --neighbours K, and kept in\n"
+    "                       --calibration's file; 0 = none)\n"
 
     "  --verbose            print every timing measurement to stderr\n"
     "  --help, -h           this text\n"
@@ -103,6 +110,8 @@ struct Args {
   std::string calibration;
   int top = 20, reps = 5, rounds = 3;
   int time_sharing_child = 0;  // > 0: run as the time-sharing probe's child at this micro-batch (time_sharing.h)
+  bool neighbour_child = false;  // run as one of the calibration's neighbours (neighbours.h)
+  int neighbours = 0;  // -1: auto
 };
 
 long long parse_int(const std::string& flag, const std::string& v, long long lo) {
@@ -165,6 +174,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--comm-cpu-ns-per-byte") a.comm_cpu_ns_per_byte = parse_double("--comm-cpu-ns-per-byte", next());
     else if (f == "--time-slicing") a.time_slicing = parse_double("--time-slicing", next());
     else if (f == "--time-sharing-child") a.time_sharing_child = int(parse_int(f, next(), 1));
+    else if (f == "--neighbour-child") a.neighbour_child = true;
+    else if (f == "--neighbours") {
+      const std::string v = next();
+      a.neighbours = v == "auto" ? -1 : int(parse_int(f, v, 0));
+    }
     else if (f == "--runtime") a.runtime = next();
     else if (f == "--calibration") a.calibration = next();
     else mt::input_error("unknown argument '{}'\n{}", argv[i], kUsage);
@@ -175,12 +189,15 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// This program's own path, to start it again as the time-sharing probe's child.
-std::string self_path() {
+// This program started again with its own arguments and `extra`: the time-sharing probe's child, a neighbour.
+std::vector<std::string> self_command(int argc, char** argv, const std::vector<std::string>& extra) {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe to start the time-sharing probe");
-  return std::string(buf, size_t(n));
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe to start the planner's child processes");
+  std::vector<std::string> command = {std::string(buf, size_t(n))};
+  for (int i = 1; i < argc; ++i) command.push_back(argv[i]);
+  command.insert(command.end(), extra.begin(), extra.end());
+  return command;
 }
 
 }  // namespace
@@ -236,6 +253,7 @@ int main(int argc, char** argv) {
     probe.inflight = 2;
     if (a.time_sharing_child > 0)
       return mt::plan::time_sharing_child(base.model, probe, o.step.threads, mt::plan::kTimeSharingRoundSeconds);
+    if (a.neighbour_child) return mt::plan::neighbour_child(base.model, o.step.threads);
     mt::plan::CalibrationOptions co;
     co.threads = o.step.threads;
     co.reps = a.reps;
@@ -244,8 +262,24 @@ int main(int argc, char** argv) {
     // Ranks taking turns on the cores find their data gone from the caches: the step model asks for their passes'
     // cold times there (and only there), timed after writing twice the cache.
     co.evict_bytes = int64_t(2 * o.step.llc_bytes);
+    // --neighbours: the passes timed with the other cores doing the same, as a layout's ranks compute at once on
+    // every core (started at the first timing, after the time-sharing probe below, which needs the cores to itself).
+    co.neighbours =
+        a.neighbours >= 0 ? a.neighbours : mt::plan::neighbour_count(a.world, o.step.threads, o.step.cores);
+    std::unique_ptr<mt::plan::Neighbours> neighbours;
+    if (o.time && co.neighbours > 0) {
+      neighbours = std::make_unique<mt::plan::Neighbours>(self_command(argc, argv, {"--neighbour-child"}),
+                                                          co.neighbours, probe, a.verbose);
+      co.beside = [&neighbours](const mt::plan::StageShape* s) {
+        if (neighbours) neighbours->run(s);
+      };
+    }
     mt::plan::Calibration cal(base.model, co);
     const int loaded = a.calibration.empty() ? 0 : cal.load(a.calibration);
+    if (loaded == 0 && o.time && !a.calibration.empty() && std::ifstream(a.calibration).peek() != EOF)
+      std::fprintf(stderr, "planner: note: %s holds timings of another model, thread count, neighbour count or matmul "
+                           "library (its first line says which); timing afresh, and the file will be overwritten\n",
+                   a.calibration.c_str());
 
     const std::vector<mt::plan::Layout> all = mt::plan::enumerate_layouts(base, a.world);
     if (all.empty()) {
@@ -268,12 +302,11 @@ int main(int argc, char** argv) {
         o.step.slicing = cal.slicing(a.world);
         slicing_source = "from " + a.calibration;
       } else {
-        std::vector<std::string> child = {self_path()};
-        for (int i = 1; i < argc; ++i) child.push_back(argv[i]);
-        child.insert(child.end(), {"--time-sharing-child", std::to_string(probe.B)});
+        const std::vector<std::string> child =
+            self_command(argc, argv, {"--time-sharing-child", std::to_string(probe.B)});
         mt::plan::TimeSharing ts;
         try {
-          ts = mt::plan::measure_time_sharing(child, a.world, o.step.threads, o.step.cores);
+          ts = mt::plan::measure_time_sharing(child, a.world, 1 + co.neighbours, o.step.threads, o.step.cores);
         } catch (const std::runtime_error& e) {  // a plan without the term beats no plan
           std::fprintf(stderr, "planner: warning: %s; planning without its cost (time slicing 0)\n", e.what());
           ts.slicing = -1;
@@ -282,10 +315,12 @@ int main(int argc, char** argv) {
           cal.set_slicing(a.world, ts.slicing);
           o.step.slicing = cal.slicing(a.world);  // as the file keeps it
           slicing_source = "measured";
+          const std::string baseline =
+              ts.full_copies == 1 ? "alone" : fmt::format("with {} at once (as the passes are timed)", ts.full_copies);
           std::fprintf(stderr, "planner: %d ranks taking turns on %g cores: a forward and backward pass "
-                               "(micro-batch %d) took %.1f ms alone and %.1f ms with all at once, %.2fx the cores' "
-                               "share: time slicing %.3f\n", a.world, o.step.cores, probe.B, ts.alone_us / 1000,
-                       ts.shared_us / 1000, ts.ratio, ts.slicing);
+                               "(micro-batch %d) took %.1f ms %s and %.1f ms with all at once, %.2fx the cores' "
+                               "share: time slicing %.3f\n", a.world, o.step.cores, probe.B, ts.full_us / 1000,
+                       baseline.c_str(), ts.shared_us / 1000, ts.ratio, ts.slicing);
         } else {
           slicing_source = "the probe failed";
         }
@@ -312,6 +347,7 @@ int main(int argc, char** argv) {
       for (int r = 1; r < a.rounds; ++r) cal.retime();
       rows = mt::plan::plan_layouts(base, o, cal);
     }
+    neighbours.reset();  // the timing is done
     if (cal.measurements() > 0 && co.progress) std::fputc('\n', stderr);  // ends the progress line
     if (!a.calibration.empty() && o.time) cal.save(a.calibration);
     const mt::plan::RunContext run{a.config, a.world, a.sets};

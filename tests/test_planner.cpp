@@ -4,8 +4,9 @@
 // collectives against the model's passes; the schedule's record counts against the schedule
 // simulator's; ZeRO-3's parameter gathers per pass against a ShardedParams behind the model's passes (exact); the
 // timeline simulation against the schedule simulator's makespan with unit costs (exact), plus its sharing of cores;
-// and the network model's sharing of a node's link. Whole-program checks (memory against run.dir/memory.json, JSON,
-// ZeRO-3's gather traffic per step, exit status) are in tests/py/test_planner.py.
+// the network model's sharing of a node's link; the count of the calibration's neighbours. Whole-program checks
+// (memory against run.dir/memory.json, JSON, ZeRO-3's gather traffic per step, exit status) are in
+// tests/py/test_planner.py.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "parallel/sharded_params.h"
 #include "plan/activation_bytes.h"
 #include "plan/layout.h"
+#include "plan/neighbours.h"
 #include "plan/net_model.h"
 #include "plan/null_communicator.h"
 #include "plan/param_gathers.h"
@@ -575,6 +577,18 @@ TEST_CASE("timeline: a rank blocked on a message waits to be woken while the oth
   t = simulate_timeline(in);
   CHECK(with_cores == Approx(t[0].list_end));
   CHECK(t[0].list_end == Approx(104));  // stage 1: 17-77; its gradients arrive at 64 and 84; stage 0's B: 64-104
+}
+
+TEST_CASE("neighbours: the other ranks that compute at once on cores of their own", "[planner]") {
+  CHECK(plan::neighbour_count(4, 1, 2) == 1);   // 4 ranks on 2 cores: 2 compute at any moment
+  CHECK(plan::neighbour_count(8, 1, 2) == 1);
+  CHECK(plan::neighbour_count(2, 1, 2) == 1);
+  CHECK(plan::neighbour_count(1, 2, 2) == 0);   // one rank: alone
+  CHECK(plan::neighbour_count(2, 1, 1) == 0);   // one core: the ranks take turns, never at once
+  CHECK(plan::neighbour_count(4, 4, 16) == 3);
+  CHECK(plan::neighbour_count(2, 8, 16) == 1);
+  CHECK(plan::neighbour_count(8, 3, 16) == 4);  // 16 / 3: 5 ranks at once
+  CHECK(plan::neighbour_count(2, 4, 2) == 0);   // threads beyond the cores: still one rank at a time
 }
 
 TEST_CASE("a layout applies its keys and describes itself", "[planner]") {

@@ -36,6 +36,8 @@ constexpr double kMinSeconds = 0.25;  // per measured shape, when its passes are
 double kept(double us) { return std::round(us * 1000) / 1000; }
 PassTimes kept(const PassTimes& t) { return {kept(t.fwd), kept(t.bwd), kept(t.bwd_input), kept(t.bwd_weight)}; }
 
+}  // namespace
+
 // A shape's key and its pass times, as a "stage" or "cold" line holds them.
 std::string shape_line(const StageShape& s, const PassTimes& t) {
   return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {:.3f} {:.3f} {:.3f} {:.3f}", s.blocks, int(s.first), int(s.last),
@@ -50,8 +52,6 @@ bool read_shape_line(std::istream& in, StageShape& s, PassTimes& t) {
   s.recompute = static_cast<Recompute>(rc);
   return bool(in);
 }
-
-}  // namespace
 
 Calibration::Calibration(const ModelConfig& model, const CalibrationOptions& opts) : model_(model), opts_(opts) {
   opts_.reps = std::max(1, opts_.reps);
@@ -145,6 +145,7 @@ void Calibration::evict() {
 }
 
 PassTimes Calibration::measure(const StageShape& s, TpTraffic& traffic, bool cold) {
+  if (opts_.beside) opts_.beside(&s);
   set_compute_threads(opts_.threads);
   StagePasses passes(model_, s);
   CountingCommunicator &tp = passes.tp, &ring = passes.ring;
@@ -208,6 +209,7 @@ double Calibration::optimizer_us(int64_t numel, DType compute) {
   const auto key = std::make_pair(numel, int(compute));
   auto it = optim_.find(key);
   if (it != optim_.end()) return it->second;
+  if (opts_.beside) opts_.beside(nullptr);
   const auto start = Clock::now();
   set_compute_threads(opts_.threads);
   const bool masters = compute != DType::F32;
@@ -242,6 +244,7 @@ double Calibration::zero_grads_us(int64_t numel) {
   numel = std::max<int64_t>(1, numel);
   auto it = zeroing_.find(numel);
   if (it != zeroing_.end()) return it->second;
+  if (opts_.beside) opts_.beside(nullptr);
   const auto start = Clock::now();
   set_compute_threads(opts_.threads);
   Tensor grads = Tensor::empty({numel}, DType::F32);
@@ -267,9 +270,10 @@ double Calibration::slicing(int copies) const {
 std::string Calibration::header() const {
   // The matmul libraries too: a file timed with another library (train.cpu_matmul) holds other times.
   return fmt::format("meshtrain planner calibration v5 (medians): {} n_head {} n_kv_head {} d_model {} ffn_hidden {} "
-                     "seq_len {} vocab {} threads {} timed_blocks {} matmul {}",
+                     "seq_len {} vocab {} threads {}{} timed_blocks {} matmul {}",
                      name_of(model_.arch), model_.n_head, model_.n_kv_head, model_.d_model,
                      gpt_config(model_).mlp_hidden(), model_.seq_len, model_.vocab_size, opts_.threads,
+                     opts_.neighbours > 0 ? fmt::format(" neighbours {}", opts_.neighbours) : "",
                      opts_.max_timed_blocks, kernels::cpu::describe(kernels::cpu::matmul_backends()));
 }
 

@@ -5,6 +5,8 @@
 // model charges them), with the compute threads a rank of the layout gets. Timings are cached per distinct shape.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <map>
 #include <string>
 #include <tuple>
@@ -56,10 +58,18 @@ struct CalibrationOptions {
   int max_timed_blocks = 4;  // a stage of more blocks is timed with this many and extrapolated per block
   bool verbose = false;      // print each measurement to stderr
   bool progress = false;     // keep one line on stderr up to date: shapes timed and seconds spent
+  // Called before each timing with the shape about to be timed (nullptr: the optimizer's and the zeroing's), so
+  // that the other cores run what a layout runs on them meanwhile (plan/neighbours.h); empty: timed alone.
+  std::function<void(const StageShape*)> beside;
+  int neighbours = 0;  // how many processes `beside` keeps computing: part of the file's header where > 0
   // Bytes written before each pass that cold() times: twice the last-level cache, so that the pass finds none of
   // its data in any cache; 0: cold() returns the warm times.
   int64_t evict_bytes = 0;
 };
+
+// A shape and its times as one line of text (a calibration file's, and what the neighbours are told), and back.
+std::string shape_line(const StageShape& s, const PassTimes& t);
+bool read_shape_line(std::istream& in, StageShape& s, PassTimes& t);
 
 class Calibration {
  public:

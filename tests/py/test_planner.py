@@ -4,7 +4,8 @@
 parallelism, sequence parallelism, evaluation buffers) to the byte, and ZeRO-3 layouts to the byte on every pipeline
 rank; ZeRO-3's predicted gather traffic per step (once per step without parallel.reshard_after_forward, in every
 forward and backward pass with it); the JSON's fields and order; the table; the waits of ranks sharing cores
-charged per thread per core; the cost of taking turns on a core measured, kept and overridden;
+charged per thread per core; the cost of taking turns on a core measured, kept and overridden; the calibration's
+neighbour processes;
 scripts/validate_planner.py's --fit (with --fit-also) on results made from the planner's own predictions; and every bad input answered with exit status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
@@ -597,6 +598,45 @@ def runtime_file(rows):
           "a runtime file with a spread of 2: exit 2 naming the file and the key: %s" % p.stderr.strip())
 
 
+def neighbours():
+    # --neighbours: the passes timed while other processes run the same passes on the other cores. The neighbour
+    # itself: told a shape per line, it answers "ready" once it runs that shape's passes, switches at the next line
+    # (a zb1 shape: split backward) and ends at the end of its input.
+    child = subprocess.Popen([PLANNER, "--config", TINY, "--world", "2", "--neighbour-child"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    answers = []
+    try:
+        for shape in ("2 1 1 1 1 0 0 0 2 0 1 0 0 0 0", "1 1 0 2 1 0 0 1 3 0 1 0 0 0 0"):
+            child.stdin.write(shape + "\n")
+            child.stdin.flush()
+            answers.append(child.stdout.readline().strip())
+        child.stdin.close()
+        rc = child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        rc = None
+    check(answers == ["ready", "ready"] and rc == 0,
+          "a neighbour answers 'ready' to each shape and exits 0 at the end of its input (%s, exit %s)" %
+          (answers, rc))
+    # The planner starts it for the timings, and the file's header counts it; a file of other timings (here: not
+    # one at all, then the default's, timed alone) is timed afresh and overwritten, with a note.
+    other = os.path.join(WORK, "other.calibration")
+    open(other, "w").write("timings of something else\n")
+    cmd = [PLANNER, "--config", TINY, "--world", "1", "--top", "1", "--reps", "1", "--rounds", "1", "--calibration",
+           other]
+    p = subprocess.run(cmd + ["--neighbours", "1", "--verbose"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    header = open(other).readline()
+    check(p.returncode == 0 and "holds timings of another model" in p.stderr and
+          "calibration: 1 neighbour process computing the same passes" in p.stderr and " neighbours 1 " in header,
+          "--neighbours 1: the neighbour started, the header counts it, the file of other timings noted and "
+          "overwritten")
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0 and "holds timings of another model" in p.stderr and
+          "neighbours" not in open(other).readline(),
+          "the default (timed alone) does not take the neighbours' timings: noted, timed again, no count in the header")
+
+
 def fit_from_results():
     # scripts/validate_planner.py --from-results --fit on "measurements" that are the planner's own predictions with
     # a p2p latency of 500 us: run A holds layouts without a pipeline (where that latency changes nothing), run B
@@ -687,6 +727,7 @@ waits_per_thread()
 comm_cpu_per_core()
 norm_waits()
 time_slicing()
+neighbours()
 fit_from_results()
 llama_step_model()
 bad_inputs()
