@@ -86,7 +86,7 @@ void Neighbours::run(const StageShape* s) {
     if (started_) return;
     s = &first_;
   }
-  if (started_ && !(*s < running_) && !(running_ < *s)) return;
+  if (started_ && s->key() == running_.key()) return;
   try {
     if (!started_) {
       // A neighbour that dies must not take the planner with it when it is told its next shape.
