@@ -499,16 +499,20 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // Except where data parallelism is all there is: a rank that reaches a step collective early sleeps (shared
   // memory's waits never spin, MPI's polled ones only for their first millisecond) and its core goes to the ranks
   // still computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes
-  // are chained (pipeline messages, tp and cp collectives), a late rank holds the chain up. Measured: dp 4 on 2
-  // cores 28.7-30.7 ms, predicted 37 with the charge and 31-33 without; dp 8 36.7-41.0 ms, predicted 48 and 36-40
-  // (docs/planner.md, "Data parallelism alone").
+  // are chained (pipeline messages, cp's ring), a late rank holds the chain up. Measured: dp 4 on 2 cores 28.7-30.7
+  // ms, predicted 37 with the charge and 31-33 without; dp 8 36.7-41.0 ms, predicted 48 and 36-40 (docs/planner.md,
+  // "Data parallelism alone"). Tensor parallelism alone does not chain them either: a tp group meets at every
+  // collective of its passes, so it reaches the step's collectives together, and the groups are replicas as dp's
+  // are. Charged as a chain, dp x tp layouts ran 11% (4 ranks) and 19% (8 ranks) faster than predicted on average
+  // over 22 samples, and 2 x 2 at micro-batch 8 measured what the model without the charge predicts, with and
+  // without an emulated link (docs/planner.md, "Tensor parallelism does not chain the step").
   // ZeRO-2 and -3 chain the replicas (dp x cp) once per micro-batch's gradient pass, on every mesh: a unit's
   // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest replica has
   // computed it. The wait grows with the replicas to wait for, as a tp collective's (net_model.h): log2(replicas) / 2
   // step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2
   // replicas, 0.6-1.6 at 4, 1.4-1.5 at 8; an interleaved micro-batch's two chunk passes together cost what one pass
   // costs elsewhere (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
-  const bool chained = p > 1 || cfg.parallel.tp > 1 || cp > 1;
+  const bool chained = p > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
   const double cold_share = oversubscribed ? llc_miss(cfg, world, o.llc_bytes) : 0.0;
   StepContext x{cfg, world, dp, cfg.parallel.tp, p, v, p * v, cp, dp * cp, cfg.precision.compute, net,
