@@ -432,11 +432,11 @@ def norm_waits():
     # The gradient norm's all-reduces run back to back: only the first pays a step sync. On one core 4 ranks are 4
     # threads per core, so a step sync of 1000 us costs 4 ms, and a row's growth counts its step syncs: dp 1 x tp 2 x
     # pp 2 pays the tied embedding's sum, the loss and the norms' first (the pipeline's all-reduce follows the tp
-    # one), dp 2 x pp 2 the tied sum, the reduction's end, the loss and the norm's. dp 2 x tp 2 (ZeRO-1) pays none: tensor parallelism alone does not chain the step's
-    # collectives (its groups meet at every collective of their passes and are replicas as dp's are). The step syncs
-    # add to the step exactly; 0.05 ms is far below one (4 ms) and far above the rows' rounding (1e-4).
-    # (ZeRO-1's parameter all-gather pays one more behind the next step's first forward pass, which a pipeline's
-    # first stage does not outlast: its ZeRO-1 rows pay five.)
+    # one), dp 2 x pp 2 the tied sum, the reduction's end, the loss and the norm's. dp 2 x tp 2 (ZeRO-1) pays none:
+    # tensor parallelism alone does not chain the step's collectives (its groups meet at every collective of their
+    # passes and are replicas as dp's are). The step syncs add to the step exactly; 0.05 ms is far below one (4 ms)
+    # and far above the rows' rounding (1e-4). (dp 2 x pp 2 under ZeRO-1 would pay a fifth where its parameter
+    # all-gather outlasts the next step's first forward pass, as on a first stage it may: hence ZeRO-0 here.)
     timings = os.path.join(WORK, "norms4.calibration")
     steps = {value: one_core_steps(4, timings, ["--step-sync-us", str(value)])
              for value in (0, 1000)}
