@@ -59,12 +59,17 @@ def names(allowed):
 
 
 def cpu_model():
-    """The CPU's model name from /proc/cpuinfo (benchmarks print it beside their figures), or "unknown"."""
+    """The CPU's model name from /proc/cpuinfo, with its family and model numbers (a VM may name only "AMD EPYC",
+    which covers several generations: family 25 is Zen 3 and 4, 26 is Zen 5), or "unknown"."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return "unknown"
+    name = info.get("model name", "unknown")
+    if "cpu family" in info and "model" in info:
+        name += " (family %s, model %s)" % (info["cpu family"], info["model"])
+    return name
