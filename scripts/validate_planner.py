@@ -42,6 +42,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_cli import cpu_model  # noqa: E402 (the benches' CPU name, written into each fit)
 LAYOUT_KEYS = ("dp", "cp", "tp", "pp", "schedule", "virtual_stages", "micro_batch", "zero")
 
 
@@ -384,23 +386,6 @@ def fit_constants(args, sets, results):
         f.write("\n")
     print("fit: saved to %s (spread %.1f%%, the median over the layouts of their runs' difference); "
           "build/planner --runtime %s uses them" % (args.fit, 100 * spread, args.fit))
-
-
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo, with its family and model numbers (a VM may name only "AMD EPYC",
-    which covers several generations: family 25 is Zen 3 and 4, 26 is Zen 5), or "unknown"."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    name = info.get("model name", "unknown")
-    if "cpu family" in info and "model" in info:
-        name += " (family %s, model %s)" % (info["cpu family"], info["model"])
-    return name
 
 
 if __name__ == "__main__":
