@@ -548,6 +548,28 @@ TEST_CASE("timeline: ranks beyond the cores share them", "[planner]") {
   CHECK(shared_rate(2, 1, 2, 0, 0.2) == Approx(1.0));
 }
 
+TEST_CASE("timeline: a blocking collective's copies run inside its emulated link", "[planner]") {
+  // 4 ranks of one thread on 2 cores: speed 1/2. A backward of 20 us of compute with one collective whose emulated
+  // link takes 30 us: the pass lasts 40 us of compute plus what the link takes beyond its copies at that speed.
+  TimelineInput in;
+  in.p = 1;
+  in.m = 1;
+  in.ranks_per_stage = 4;
+  in.cores = 2;
+  auto backward_us = [&](double copies_us) {
+    const PassCost coll = blocking_collective(30, copies_us, 0.5);
+    ChunkCost c;
+    c.fwd = {10, 0};
+    c.bwd = {20 + coll.work_us, coll.wall_us};
+    in.chunks = {{c}};
+    return simulate_timeline(in)[0].list_end - 20;
+  };
+  CHECK(backward_us(0) == Approx(40 + 30));
+  CHECK(backward_us(5) == Approx(40 + 30));   // 10 us of copies at half speed: inside the link's 30
+  CHECK(backward_us(20) == Approx(40 + 40));  // 40 us of copies: longer than the link, which then adds nothing
+  CHECK(blocking_collective(30, 20, 1).wall_us == Approx(10));
+}
+
 TEST_CASE("timeline: a rank blocked on a message waits to be woken while the others take the cores",
           "[planner]") {
   // GPipe on 2 stages of 1 rank, 2 micro-batches, one core: F = 10, B = 20, messages of 7 us, waking 50 us.

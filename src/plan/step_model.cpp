@@ -197,6 +197,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   const Config& cfg = x.cfg;
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
   const double tp_sync = x.sync * std::log2(double(tp));  // a tp collective: more peers to wait for (net_model.h)
+  const double full_rate = shared_rate(double(x.world), o.threads, o.cores, 0, o.slicing);  // every rank computing
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
   const GPTConfig base = gpt_config(cfg);
@@ -252,10 +253,14 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
           if (op.kind == CommKind::Send)  // its transfer may hide behind the blocks; its rendezvous does not
             ring_us += x.net.op_us(op.kind, op.bytes, 2, x.links.cp, x.links.cp_sharers), pc.wall_us += x.ring_sync;
           else {
-            pc.wall_us += x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers) + tp_sync;
             // With the cores full, its copies and sums and its thread's hand-over run at the shared speed, as the
-            // compute does (charged as wall time only, tp layouts ran up to 36% slower than predicted).
-            if (x.cores_full) pc.work_us += x.net.cpu_us(op.kind, op.bytes, tp);
+            // compute does (charged as wall time only, tp layouts ran up to 36% slower than predicted), inside
+            // the link's delay (charged on top of it, tp 4 on 8 ranks ran up to 40% faster: docs/planner.md).
+            const PassCost c =
+                blocking_collective(x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers),
+                                    x.cores_full ? x.net.cpu_us(op.kind, op.bytes, tp) : 0.0, full_rate);
+            pc.work_us += c.work_us;
+            pc.wall_us += c.wall_us + tp_sync;
           }
         pc.wall_us += ring_wait_us(g, x.cp, ring_us, work_us, weight_pass);
         return pc;

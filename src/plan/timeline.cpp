@@ -21,6 +21,10 @@ double shared_rate(double busy_ranks, int threads, double cores, double other, d
   return have / want / (1 + slicing * (want / have - 1));
 }
 
+PassCost blocking_collective(double link_us, double cpu_us, double rate) {
+  return {cpu_us, std::max(0.0, link_us - cpu_us / rate)};
+}
+
 std::vector<TimelineRank> simulate_timeline(const TimelineInput& in) {
   const int p = in.p;
   std::vector<std::vector<Action>> lists(p);

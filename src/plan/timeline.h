@@ -18,6 +18,12 @@ struct PassCost {
   double wall_us = 0;  // blocking collectives inside the pass
 };
 
+// A blocking collective inside a pass (tensor parallelism's) as the pass's cost. Its communication thread's CPU
+// (`cpu_us` at full speed: copies, sums, the hand-over) runs at the pass's shared speed `rate`, as compute does; the
+// emulated link's delay (`link_us`, counted from the moment every rank arrived) already contains that real operation
+// (docs/comm.md), so the pass waits only for what the link takes beyond it: max(link_us, cpu_us / rate) in all.
+PassCost blocking_collective(double link_us, double cpu_us, double rate);
+
 struct ChunkCost {
   PassCost fwd, bwd, bwd_input, bwd_weight;
 };
