@@ -11,7 +11,8 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
 
 --fit FILE refits the planner's eight runtime constants (--p2p-latency-us, --p2p-wake-us, --poll-share,
 --sync-latency-us, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a
-coordinate search (the compute timings held fixed) that minimises the largest of mean error / 10%, max error / 20%
+coordinate search (the compute timings held fixed; it starts from --runtime FILE's constants where one is given,
+else from the defaults, and has more than one minimum) that minimises the largest of mean error / 10%, max error / 20%
 and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as JSON with the
 runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with --runtime FILE,
 validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
@@ -19,7 +20,7 @@ validates on other layouts: --seed). The measurements are kept in OUT/results.js
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
 scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank.
 Constants fit to one sample of 12 layouts can miss on the next (docs/planner.md has figures for fits to one, two,
-three and five samples). --include LAYOUT (repeatable) measures a layout beside the sample, named as the rows
+three, five and eight samples). --include LAYOUT (repeatable) measures a layout beside the sample, named as the rows
 print it ('1x1x4 gpipe mb1 z0').
 
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
