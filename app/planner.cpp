@@ -65,7 +65,7 @@ const char* kUsage =
     "  --calibration FILE   reuse the timings in FILE (when they are of this model, thread and neighbour count) and\n"
     "                       save them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"
-    "  --runtime FILE       the nine constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
+    "  --runtime FILE       the eight constants below, and the run-to-run spread, as scripts/validate_planner.py\n"
     "                       --fit saved them for this machine (the flags below still override them)\n"
     "  The communication runtime's costs beyond the network (the defaults are an older fit on other 2-core VMs;\n"
     "  without --runtime the planner says so on stderr):\n"
@@ -79,7 +79,6 @@ const char* kUsage =
     "  --poll-share S       core share a pipeline rank's communication thread takes from its compute (default 0.15)\n"
     "  --sync-latency-us US extra wait per collective or message in the pipeline phase when ranks x threads\n"
     "                       exceed the cores, charged per thread per core (ranks x threads / cores; default 75)\n"
-    "  --tp-sync-exponent E a tensor-parallel collective pays that wait log2(tp)^E times (default 1)\n"
     "  --step-sync-us US    the same for the step's collectives between its phases, where pp or cp chain the ranks\n"
     "                       (default 1000; and log2(replicas) / 2 times per micro-batch of ZeRO-2/3's ring)\n"
     "  --ring-sync-us US    the same for each message of the context-parallel ring (default 200)\n"
@@ -105,7 +104,7 @@ struct Args {
   mt::plan::NetOptions net;
   // The runtime constants given as flags (they override --runtime's).
   std::optional<double> p2p_latency_us, p2p_wake_us, poll_share, sync_latency_us, step_sync_us;
-  std::optional<double> ring_sync_us, tp_sync_exponent;
+  std::optional<double> ring_sync_us;
   std::optional<double> comm_cpu_op_us, comm_cpu_ns_per_byte;
   std::optional<double> time_slicing, llc_mb;
   std::string calibration;
@@ -171,7 +170,6 @@ Args parse(int argc, char** argv) {
     else if (f == "--sync-latency-us") a.sync_latency_us = parse_double("--sync-latency-us", next());
     else if (f == "--step-sync-us") a.step_sync_us = parse_double("--step-sync-us", next());
     else if (f == "--ring-sync-us") a.ring_sync_us = parse_double("--ring-sync-us", next());
-    else if (f == "--tp-sync-exponent") a.tp_sync_exponent = parse_double("--tp-sync-exponent", next());
     else if (f == "--comm-cpu-op-us") a.comm_cpu_op_us = parse_double("--comm-cpu-op-us", next());
     else if (f == "--comm-cpu-ns-per-byte") a.comm_cpu_ns_per_byte = parse_double("--comm-cpu-ns-per-byte", next());
     else if (f == "--time-slicing") a.time_slicing = parse_double("--time-slicing", next());
@@ -238,7 +236,6 @@ int main(int argc, char** argv) {
     if (a.sync_latency_us) o.step.net.oversubscribed_sync_us = *a.sync_latency_us;
     if (a.step_sync_us) o.step.net.oversubscribed_step_sync_us = *a.step_sync_us;
     if (a.ring_sync_us) o.step.net.oversubscribed_ring_us = *a.ring_sync_us;
-    if (a.tp_sync_exponent) o.step.net.tp_sync_exponent = *a.tp_sync_exponent;
     if (a.comm_cpu_op_us) o.step.net.comm_cpu_op_us = *a.comm_cpu_op_us;
     if (a.comm_cpu_ns_per_byte) o.step.net.comm_cpu_ns_per_byte = *a.comm_cpu_ns_per_byte;
     // The passes are timed on the matmul libraries the trainer would use (train.cpu_matmul).
@@ -382,17 +379,15 @@ int main(int argc, char** argv) {
       if (o.time)
         std::printf("%s", fmt::format("runtime constants {}: p2p latency {:g} us, p2p wake {:g} us, last-level "
                                       "cache {}, poll share {:g}, "
-                                      "sync latency {:g} us (log2(tp)^{:g} per tp collective), step sync {:g} us, "
-                                      "ring sync {:g} us (the last three per thread per core), time slicing {:.3f} "
-                                      "({}); '=' marks rows within {:.0f}% of the first (a tie: runs of one layout "
-                                      "differ by that much{})\n",
+                                      "sync latency {:g} us, step sync {:g} us, ring sync {:g} us (the last three per "
+                                      "thread per core), time slicing {:.3f} ({}); '=' marks rows within {:.0f}% of "
+                                      "the first (a tie: runs of one layout differ by that much{})\n",
                                       a.runtime.empty() ? "(defaults)" : "from " + a.runtime,
                                       o.step.net.p2p_latency_us, o.step.net.p2p_wake_us,
                                       o.step.llc_bytes > 0 ? fmt::format("{:g} MiB", o.step.llc_bytes / 1048576.0)
                                                            : std::string("unknown or 0: no cold passes"),
                                       o.step.net.poll_share,
-                                      o.step.net.oversubscribed_sync_us, o.step.net.tp_sync_exponent,
-                                      o.step.net.oversubscribed_step_sync_us,
+                                      o.step.net.oversubscribed_sync_us, o.step.net.oversubscribed_step_sync_us,
                                       o.step.net.oversubscribed_ring_us, o.step.slicing, slicing_source,
                                       100 * fit.spread, a.runtime.empty() ? ", the default; --runtime gives the "
                                                                             "measured spread" : "")

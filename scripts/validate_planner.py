@@ -9,13 +9,13 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
   /usr/bin/python3 scripts/validate_planner.py [--build build] [--world 4] [--best 4] [--sample 8] [--seed 1]
                                                [--runtime FILE] [--fit FILE [--fit-also DIR]...]
 
---fit FILE refits the planner's nine runtime constants (--p2p-latency-us, --p2p-wake-us, --poll-share,
---sync-latency-us, --tp-sync-exponent, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to
-the runs: a coordinate search (the compute timings held fixed; it starts from --runtime FILE's constants where one is
-given, else from the defaults, and has more than one minimum) that minimises the largest of mean error / 10%, max
-error / 20% and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as
-JSON with the runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with
---runtime FILE, validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
+--fit FILE refits the planner's eight runtime constants (--p2p-latency-us, --p2p-wake-us, --poll-share,
+--sync-latency-us, --step-sync-us, --ring-sync-us, --comm-cpu-op-us, --comm-cpu-ns-per-byte) to the runs: a
+coordinate search (the compute timings held fixed; it starts from --runtime FILE's constants where one is given,
+else from the defaults, and has more than one minimum) that minimises the largest of mean error / 10%, max error / 20%
+and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as JSON with the
+runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with --runtime FILE,
+validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
 --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
 scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank.
@@ -314,7 +314,6 @@ CONSTANTS = [
     ("--p2p-wake-us", "p2p_wake_us", 0, [0, 100, 250, 500, 750, 1000, 1500]),
     ("--poll-share", "poll_share", 0.15, [0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65]),
     ("--sync-latency-us", "sync_latency_us", 75, [0, 25, 50, 75, 100, 150, 200, 300]),
-    ("--tp-sync-exponent", "tp_sync_exponent", 1, [0, 0.5, 1, 1.5]),
     ("--step-sync-us", "step_sync_us", 1000, [0, 250, 500, 750, 1000, 1500, 2000, 3000]),
     ("--ring-sync-us", "ring_sync_us", 200, [0, 50, 100, 150, 200, 250, 350, 500, 700]),
     ("--comm-cpu-op-us", "comm_cpu_op_us", 80, [0, 40, 80, 120, 160, 240]),

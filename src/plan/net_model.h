@@ -33,13 +33,9 @@ struct NetOptions {
   // values, fit on 4 ranks of one thread on 2 cores, and the ring at 700 us; on 8 ranks flat values fit at about
   // twice their 4-rank ones, docs/planner.md "Several samples").
   // A collective's or a message's extra wait inside the pipeline phase. A tensor-parallel collective pays it
-  // log2(tp)^tp_sync_exponent times: it waits for more time-sliced peers. How many more is not derived but fitted:
-  // on a 2-core AMD EPYC (2026-12-02), charged once, every tp 4 layout on 4 and 8 ranks was predicted 13-37% fast and
-  // log2(tp) was chosen from those runs, before the collectives' communication CPU was charged; with that CPU inside
-  // the link's time, the fit on a Zen 4 chose a wait that does not grow (exponent 0; docs/planner.md, "Inside the
-  // link, not on top of it"). Files fit before keep 1, as they were fit with it.
+  // log2(tp) times: it waits for more time-sliced peers (2026-12-02: charged once, every tp 4 layout measured on
+  // 4 and 8 ranks was predicted 13-37% fast; log2 is chosen from those runs, not derived; docs/planner.md).
   double oversubscribed_sync_us = 75;
-  double tp_sync_exponent = 1;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
   // gradient norm's first all-reduce, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks
   // drift further. Not where data parallelism is all there is; and log2(replicas) / 2 of it per micro-batch of

@@ -44,7 +44,6 @@ RuntimeFit load_runtime_fit(const std::string& path) {
   read("comm_cpu_op_us", fit.net.comm_cpu_op_us, 1e6, true);
   read("comm_cpu_ns_per_byte", fit.net.comm_cpu_ns_per_byte, 1e3, true);
   read("p2p_wake_us", fit.net.p2p_wake_us, 1e6, true);  // since 2026-12-04
-  read("tp_sync_exponent", fit.net.tp_sync_exponent, 4, true);  // since 2026-12-05
   // The cache refill was a fitted constant until 2026-12-05 (a flat one per pass, then one per million parameters);
   // the calibration now times each pass cold as well (Calibration::cold). The others were fit beside it: refit.
   for (const char* dropped : {"pass_refill_us", "refill_us_per_mparam"})

@@ -14,9 +14,9 @@ struct RuntimeFit {
 };
 
 // Reads FILE ({"p2p_latency_us", "poll_share", "sync_latency_us", "step_sync_us", "ring_sync_us", "spread"}, and
-// optionally "comm_cpu_op_us", "comm_cpu_ns_per_byte", "p2p_wake_us" and "tp_sync_exponent"; other keys ignored,
-// the dropped "pass_refill_us" and "refill_us_per_mparam" with a note on stderr); a missing, malformed or
-// out-of-range file is an InputError naming it and the key.
+// optionally "comm_cpu_op_us", "comm_cpu_ns_per_byte" and "p2p_wake_us"; other keys ignored, the dropped
+// "pass_refill_us" and "refill_us_per_mparam" with a note on stderr); a missing, malformed or out-of-range file is an
+// InputError naming it and the key.
 RuntimeFit load_runtime_fit(const std::string& path);
 
 }  // namespace mt::plan

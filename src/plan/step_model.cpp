@@ -196,8 +196,7 @@ double ring_wait_us(const StageConfig& g, int cp, double ring_us, double work_us
 void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPrediction& out) {
   const Config& cfg = x.cfg;
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
-  // A tp collective: more peers to wait for (net_model.h).
-  const double tp_sync = tp > 1 ? x.sync * std::pow(std::log2(double(tp)), o.net.tp_sync_exponent) : 0.0;
+  const double tp_sync = x.sync * std::log2(double(tp));  // a tp collective: more peers to wait for (net_model.h)
   const double full_rate = shared_rate(double(x.world), o.threads, o.cores, 0, o.slicing);  // every rank computing
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);

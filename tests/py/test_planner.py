@@ -448,29 +448,6 @@ def norm_waits():
                                              max(grew or [0])))
 
 
-def tp_sync_exponent():
-    # A tensor-parallel collective pays the sync latency log2(tp)^E times (--tp-sync-exponent E, or the runtime
-    # file's tp_sync_exponent; default 1). On one core, 4 ranks of tiny with 4 heads: raising --sync-latency-us from 0
-    # to WAIT_US lengthens each tp 4 row (no pipeline, no replicas: only its tp collectives wait) twice as much at
-    # E = 1 as at E = 0, and each tp 2 row (log2 2 = 1) by the same at both.
-    timings = os.path.join(WORK, "tp4.calibration")
-    four = sets(["model.n_head=4"])
-    steps = {(v, e): one_core_steps(4, timings, ["--sync-latency-us", str(v), "--tp-sync-exponent", str(e)] + four)
-             for v in (0, WAIT_US) for e in (0, 1)}
-    grew = {e: {k: steps[WAIT_US, e][k] - steps[0, e][k] for k in steps[0, e]} for e in (0, 1)}
-    tp4 = [grew[1][k] / grew[0][k] for k in grew[0] if k[2] == 4]
-    tp2 = [grew[1][k] - grew[0][k] for k in grew[0] if k[2] == 2]
-    check(tp4 and all(abs(r - 2) < 1e-3 for r in tp4) and tp2 and all(abs(d) < 1e-6 for d in tp2) and
-          min(grew[0][k] for k in grew[0] if k[2] > 1) > 100,
-          "--tp-sync-exponent: tp 4 rows grow %.4f-%.4fx as much with --sync-latency-us at exponent 1 as at 0, "
-          "%d tp 2 rows the same" % (min(tp4 or [0]), max(tp4 or [0]), len(tp2)))
-    path = os.path.join(WORK, "tp-exponent.json")
-    json.dump(dict(RUNTIME_DEFAULTS, sync_latency_us=WAIT_US, tp_sync_exponent=0, spread=0.1), open(path, "w"))
-    from_file = one_core_steps(4, timings, ["--runtime", path] + four)
-    check(all(abs(from_file[k] - steps[WAIT_US, 0][k]) < 1e-6 for k in from_file),
-          "--runtime: a file's tp_sync_exponent is read (0 from the file predicts what the flag does)")
-
-
 def time_slicing():
     # On one core (taskset) 2 ranks take turns: the planner measures what that costs once (2 processes running the
     # passes at once against one alone), says so, keeps it in the calibration file and reuses it; --time-slicing
@@ -750,7 +727,6 @@ runtime_file(tiny2)
 waits_per_thread()
 comm_cpu_per_core()
 norm_waits()
-tp_sync_exponent()
 time_slicing()
 neighbours()
 fit_from_results()
