@@ -1,4 +1,4 @@
-// The planner's runtime constants as scripts/validate_planner.py --fit saves them for a machine (JSON): the nine
+// The planner's runtime constants as scripts/validate_planner.py --fit saves them for a machine (JSON): the eight
 // NetOptions constants fitted to timed runs, and the run-to-run spread measured meanwhile, within which the planner
 // marks rows as ties. build/planner reads the file with --runtime FILE (docs/planner.md, "Calibration").
 #pragma once
