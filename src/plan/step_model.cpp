@@ -84,6 +84,8 @@ struct StepContext {
   // What a rank's data-parallel communication CPU costs its step per unit (0 where the cores are not full; see
   // dp_reduction_phase).
   double comm_cpu_scale;
+  // The speed of each rank's compute while every rank computes (shared_rate: the cores shared, taking turns costed).
+  double core_share;
   std::vector<std::vector<StageConfig>> stage_cfg;  // [rank][chunk]
   std::vector<std::vector<PassGathers>> gathers;  // ZeRO-3: [rank][action of its list], each pass's gathers
   std::vector<TimelineRank> tl;
@@ -160,8 +162,7 @@ void param_gathers_in_passes(StepContext& x, const std::vector<std::vector<PassT
   // at their shared speed (every rank computing, to first order). Charged at full speed, ZeRO-3 at dp 4 on 2 cores
   // was predicted 23% slow with the forward pass prefetching one unit ahead (10 ms of waits where the runs exposed
   // 1 ms more than ZeRO-1's).
-  const double rate = shared_rate(double(x.world), in.threads, in.cores, 0, in.slicing);
-  auto wall_us = [&](const PassTimes& pt, ActionKind kind) { return pass_work_us(pt, kind) / rate; };
+  auto wall_us = [&](const PassTimes& pt, ActionKind kind) { return pass_work_us(pt, kind) / x.core_share; };
   double head_start = 0;  // before rank r's first forward pass: the earlier stages' first forward passes
   for (int r = 0; r < x.p; ++r) {
     std::vector<ChunkParamGathers> chunks;
@@ -197,7 +198,6 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
   const Config& cfg = x.cfg;
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
   const double tp_sync = x.sync * std::log2(double(tp));  // a tp collective: more peers to wait for (net_model.h)
-  const double full_rate = shared_rate(double(x.world), o.threads, o.cores, 0, o.slicing);  // every rank computing
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
   const GPTConfig base = gpt_config(cfg);
@@ -258,7 +258,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
             // the link's delay (charged on top of it, tp 4 on 8 ranks ran up to 40% faster: docs/planner.md).
             const PassCost c =
                 blocking_collective(x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers),
-                                    x.cores_full ? x.net.cpu_us(op.kind, op.bytes, tp) : 0.0, full_rate);
+                                    x.cores_full ? x.net.cpu_us(op.kind, op.bytes, tp) : 0.0, x.core_share);
             pc.work_us += c.work_us;
             pc.wall_us += c.wall_us + tp_sync;
           }
@@ -429,10 +429,9 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
 // the last), then every rank's optimizer at once (the cores shared by all) with the gradient norm's small
 // all-reduces, then ZeRO-1/2's parameter all-gather (its exposed part; ZeRO-3 has none after the optimizer). The
 // gradient buffer's zeroing at the step's start (the strategy's begin_step) is counted here too.
-void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const RankState& st, StepPrediction& out) {
+void update_phase(StepContext& x, Calibration& cal, const RankState& st, StepPrediction& out) {
   const Config& cfg = x.cfg;
   if (x.world > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
-  const double rate = shared_rate(x.world, o.threads, o.cores, 0, o.slicing);
   const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
   // The gradient norm's all-reduces (tp, the replicas, the pipeline) run back to back after its local sum
   // (Optimizer::step): the first waits for the ranks' drift like the step's other collectives, the rest find them
@@ -448,7 +447,7 @@ void update_phase(StepContext& x, Calibration& cal, const StepOptions& o, const 
   if (x.p > 1) norm_all_reduce(x.p, pp_inter);
   for (int r = 0; r < x.p; ++r) {
     const double opt = (cal.zero_grads_us(int64_t(st.param_numel[r])) +
-                        cal.optimizer_us(int64_t(st.state_numel[r]), x.dt)) / rate;
+                        cal.optimizer_us(int64_t(st.state_numel[r]), x.dt)) / x.core_share;
     out.optimizer_ms = std::max(out.optimizer_ms, opt / 1000.0);
     // ZeRO-1/2's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
     // for it bucket by bucket (param_gather.h): what outlasts that pass is exposed.
@@ -525,7 +524,8 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
                 per_core * o.net.oversubscribed_ring_us,
                 sharded_gradients(cfg) && dp * cp > 1 ? drift * std::log2(double(dp * cp)) / 2 : 0.0,
                 cold_share, cores_full,
-                cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0, {}, {}, {},
+                cores_full ? std::max(1.0, std::sqrt(per_core)) : 0.0,
+                shared_rate(double(world), o.threads, o.cores, 0, o.slicing), {}, {}, {},
                 std::vector<double>(p, 0),
                 std::vector<double>(p, 0)};
   StepPrediction out;
@@ -533,7 +533,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   passes_phase(x, cal, o, out);
   tied_sum_phase(x);
   const RankState st = dp_reduction_phase(x, out);
-  update_phase(x, cal, o, st, out);
+  update_phase(x, cal, st, out);
 
   const double step_us = *std::max_element(x.t.begin(), x.t.end());
   out.step_ms = step_us / 1000.0;
@@ -547,7 +547,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   out.pipeline_ms = span / 1000.0;
   out.bubble_ms = p > 1 ? std::max(0.0, span - min_busy) / 1000.0 : 0.0;
   out.compute_ms = std::max(0.0, out.step_ms - out.exposed_comm_ms - out.bubble_ms);
-  out.core_share = shared_rate(double(world), o.threads, o.cores, 0, o.slicing);
+  out.core_share = x.core_share;
   summarise_param_gathers(x, out);
   return out;
 }
