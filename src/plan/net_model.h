@@ -32,9 +32,10 @@ struct NetOptions {
   // cores), since the peer is one of that many (2026-11-28; charged flat before: sync and step sync at twice these
   // values, fit on 4 ranks of one thread on 2 cores, and the ring at 700 us; on 8 ranks flat values fit at about
   // twice their 4-rank ones, docs/planner.md "Several samples").
-  // A collective's or a message's extra wait inside the pipeline phase. A tensor-parallel collective pays it
-  // log2(tp) times: it waits for more time-sliced peers (2026-12-02: charged once, every tp 4 layout measured on
-  // 4 and 8 ranks was predicted 13-37% fast; log2 is chosen from those runs, not derived; docs/planner.md).
+  // A collective's or a message's extra wait inside the pipeline phase, a tensor-parallel collective's at any tp
+  // degree: charged log2(tp) times (2026-12-02 to -05), tp 4 came out slow and tp 2 fast once the collectives'
+  // CPU ran inside the emulated link, and dp 4 x tp 2 at micro-batch 1 ran as fast as dp 2 x tp 4 at 2, the same
+  // work and collectives per rank (docs/planner.md, "One sync per tp collective").
   double oversubscribed_sync_us = 75;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
   // gradient norm's first all-reduce, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks

@@ -197,7 +197,7 @@ double ring_wait_us(const StageConfig& g, int cp, double ring_us, double work_us
 void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPrediction& out) {
   const Config& cfg = x.cfg;
   const int p = x.p, v = x.v, tp = x.tp, B = cfg.train.micro_batch, T = cfg.model.seq_len / x.cp;
-  const double tp_sync = x.sync * std::log2(double(tp));  // a tp collective: more peers to wait for (net_model.h)
+  const double tp_sync = tp > 1 ? x.sync : 0.0;  // a tp collective waits for its time-sliced peers (net_model.h)
   const int m = cfg.train.global_batch / (x.dp * B);
   const std::vector<int> layers = layers_per_stage(cfg);
   const GPTConfig base = gpt_config(cfg);
@@ -512,8 +512,7 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // without an emulated link (docs/planner.md, "Tensor parallelism does not chain the step").
   // ZeRO-2 and -3 chain the replicas (dp x cp) once per micro-batch's gradient pass, on every mesh: a unit's
   // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest replica has
-  // computed it. The wait grows with the replicas to wait for, as a tp collective's (net_model.h): log2(replicas) / 2
-  // step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2
+  // computed it. The wait grows with the replicas to wait for: log2(replicas) / 2 step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2
   // replicas, 0.6-1.6 at 4, 1.4-1.5 at 8; an interleaved micro-batch's two chunk passes together cost what one pass
   // costs elsewhere (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
   const bool chained = p > 1 || cp > 1;
