@@ -448,6 +448,24 @@ def norm_waits():
                                              max(grew or [0])))
 
 
+def tp_sync_once():
+    # A tp collective's sync latency is one wait at any tp degree (docs/planner.md, "One sync per tp collective"). On
+    # one core with 4 heads, dp 2 x tp 2 at micro-batch 1 and tp 4 at micro-batch 2 run 2 micro-batches of the same
+    # tp collectives per step, so --sync-latency-us 1000 (4 ms each: 4 threads per core) lengthens both alike; charged
+    # log2(tp) times, tp 4's would grow twice as much. ZeRO-0: no parameter gathers, which pay it too.
+    timings = os.path.join(WORK, "heads4.calibration")
+    extra = sets(["model.n_head=4"])
+    steps = {value: one_core_steps(4, timings, ["--sync-latency-us", str(value)] + extra) for value in (0, 1000)}
+    grew = {}
+    for dp, tp, mb in ((2, 2, 1), (1, 4, 2)):
+        grew[tp] = [steps[1000][k] - steps[0][k] for k in steps[0]
+                    if (k[0], k[1], k[2], k[3], k[6], k[7]) == (dp, 1, tp, 1, mb, 0)]
+    check(grew[2] and grew[4] and min(grew[2]) > 4 and
+          max(grew[2] + grew[4]) - min(grew[2] + grew[4]) < 0.05,
+          "--sync-latency-us 1000 lengthens dp 2 x tp 2 at micro-batch 1 (%d rows) and tp 4 at micro-batch 2 (%d) "
+          "alike: %s ms" % (len(grew[2]), len(grew[4]), ", ".join("%.2f" % g for g in grew[2] + grew[4])))
+
+
 def time_slicing():
     # On one core (taskset) 2 ranks take turns: the planner measures what that costs once (2 processes running the
     # passes at once against one alone), says so, keeps it in the calibration file and reuses it; --time-slicing
@@ -727,6 +745,7 @@ runtime_file(tiny2)
 waits_per_thread()
 comm_cpu_per_core()
 norm_waits()
+tp_sync_once()
 time_slicing()
 neighbours()
 fit_from_results()
