@@ -32,10 +32,10 @@ struct NetOptions {
   // cores), since the peer is one of that many (2026-11-28; charged flat before: sync and step sync at twice these
   // values, fit on 4 ranks of one thread on 2 cores, and the ring at 700 us; on 8 ranks flat values fit at about
   // twice their 4-rank ones, docs/planner.md "Several samples").
-  // A collective's or a message's extra wait inside the pipeline phase, a tensor-parallel collective's at any tp
-  // degree: charged log2(tp) times (2026-12-02 to -05), tp 4 came out slow and tp 2 fast once the collectives'
-  // CPU ran inside the emulated link, and dp 4 x tp 2 at micro-batch 1 ran as fast as dp 2 x tp 4 at 2, the same
-  // work and collectives per rank (docs/planner.md, "One sync per tp collective").
+  // A collective's or a message's extra wait inside the pipeline phase; a tensor-parallel collective pays it once
+  // at any tp degree. (Charged log2(tp) times from 2026-12-02 to -05: once the collectives' CPU ran inside the
+  // emulated link, tp 4 came out slow and tp 2 fast, and dp 4 x tp 2 at micro-batch 1 ran as fast as dp 2 x tp 4
+  // at micro-batch 2, the same work and collectives per rank; docs/planner.md, "One sync per tp collective".)
   double oversubscribed_sync_us = 75;
   // The same for the step's collectives between its phases (tied embedding, data-parallel buckets, loss,
   // gradient norm's first all-reduce, ZeRO-1 all-gather): they follow long stretches of compute, over which ranks

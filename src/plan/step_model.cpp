@@ -512,9 +512,10 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // without an emulated link (docs/planner.md, "Tensor parallelism does not chain the step").
   // ZeRO-2 and -3 chain the replicas (dp x cp) once per micro-batch's gradient pass, on every mesh: a unit's
   // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest replica has
-  // computed it. The wait grows with the replicas to wait for: log2(replicas) / 2 step syncs, one at 4 replicas. Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2
-  // replicas, 0.6-1.6 at 4, 1.4-1.5 at 8; an interleaved micro-batch's two chunk passes together cost what one pass
-  // costs elsewhere (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
+  // computed it. The wait grows with the replicas to wait for: log2(replicas) / 2 step syncs, one at 4 replicas.
+  // Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2 replicas, 0.6-1.6 at 4,
+  // 1.4-1.5 at 8; an interleaved micro-batch's two chunk passes together cost what one pass costs elsewhere
+  // (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
   const bool chained = p > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
   const double cold_share = oversubscribed ? llc_miss(cfg, world, o.llc_bytes) : 0.0;
