@@ -460,6 +460,8 @@ def tp_sync_once():
     for dp, tp, mb in ((2, 2, 1), (1, 4, 2)):
         grew[tp] = [steps[1000][k] - steps[0][k] for k in steps[0]
                     if (k[0], k[1], k[2], k[3], k[6], k[7]) == (dp, 1, tp, 1, mb, 0)]
+    # More than 4 ms: at least one collective's wait; alike within 0.05 ms: far below one wait and far above the
+    # rows' rounding (1e-4), as in norm_waits.
     check(grew[2] and grew[4] and min(grew[2]) > 4 and
           max(grew[2] + grew[4]) - min(grew[2] + grew[4]) < 0.05,
           "--sync-latency-us 1000 lengthens dp 2 x tp 2 at micro-batch 1 (%d rows) and tp 4 at micro-batch 2 (%d) "
