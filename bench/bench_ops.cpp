@@ -6,7 +6,8 @@
 // them). The matmuls run on the libraries train.cpu_matmul=auto picks on this CPU (printed).
 // It prints ms/step per op, its share of the measured step, and the share outside the GEMMs; for the GEMMs the
 // GFLOP/s, for every other op the bytes it must move (each input read once, each output written once) and the
-// implied GB/s, so the ops far from memory bandwidth stand out.
+// implied GB/s, so the ops far from memory bandwidth stand out; and the GEMMs once more back to back, each layer's
+// with operands of its own, against their sum alone.
 //
 //   build/bench/bench_ops [threads=2] [seconds_per_case=0.2] [configs=AB] [fp32|bf16]
 //
@@ -121,6 +122,18 @@ void run_config(const Config& cfg, DType dt) {
   for (const MM& m : mms)
     add_case(std::string("matmul ") + m.name, m.calls, true, 3 * 2.0 * N * m.c * m.oc, 0,
              mt::test::matmul_case(N, m.c, m.oc, m.out_in, m.bias), run);
+  // The same products back to back, each layer's with operands of its own, as a step runs them: each then starts
+  // with its operands outside the caches the previous product filled (docs/performance.md, config A's matmuls).
+  double in_sequence_ms = 0;
+  if (!step_only) {
+    std::vector<std::function<void()>> sequence;
+    for (const MM& m : mms)
+      for (int i = 0; i < m.calls; ++i)
+        sequence.push_back(mt::test::matmul_case(N, m.c, m.oc, m.out_in, m.bias).prepare(run));
+    in_sequence_ms = 1e3 * time_call([&] {
+      for (const auto& call : sequence) call();
+    });
+  }
 
   // ---- attention: causal useful FLOPs, QK^T and PV over the lower triangle, 2 * T(T+1)/2 * HS each per (b, h),
   //      twice that backward ----
@@ -213,6 +226,8 @@ void run_config(const Config& cfg, DType dt) {
   }
   std::printf("%-24s %5s %9.3f %6.1f%%   (%.1f GFLOP/s over %.2f GFLOP)\n", "sum of GEMMs", "", gemm_ms,
               100 * gemm_ms / step_ms, gemm_flops / (gemm_ms * 1e-3) * 1e-9, gemm_flops * 1e-9);
+  std::printf("%-24s %5s %9.3f %6.1f%%   (%.2fx the sum: distinct operands per layer, as in the step)\n",
+              "GEMMs back to back", "", in_sequence_ms, 100 * in_sequence_ms / step_ms, in_sequence_ms / gemm_ms);
   std::printf("%-24s %5s %9.3f %6.1f%%\n", "sum of non-GEMM ops", "", sum_ms - gemm_ms,
               100 * (sum_ms - gemm_ms) / step_ms);
   std::printf("%-24s %5s %9.3f %6.1f%%\n", "sum of all ops", "", sum_ms, 100 * sum_ms / step_ms);
