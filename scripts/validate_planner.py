@@ -14,7 +14,8 @@ memory: <= 10%), and a Markdown table for docs/planner.md.
 coordinate search (the compute timings held fixed; it starts from --runtime FILE's constants where one is given,
 else from the defaults, and has more than one minimum) that minimises the largest of mean error / 10%, max error / 20%
 and the planner's rank of the fastest measured layout / 3 (the targets of issue 38), then saves them as JSON with the
-runs' measured run-to-run spread, which `build/planner --runtime FILE` reads (and this script, with --runtime FILE,
+runs' measured run-to-run spread (within a sample, or across samples where layouts were measured in several:
+measured_spread), which `build/planner --runtime FILE` reads (and this script, with --runtime FILE,
 validates on other layouts: --seed). The measurements are kept in OUT/results.json, and
 --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
@@ -321,6 +322,21 @@ CONSTANTS = [
 ]
 
 
+def measured_spread(within, by_layout):
+    """The run-to-run spread a fit saves, which decides the planner's ties: the median over the layouts of their two
+    runs' difference within a sample (`within`), or, where at least three layouts were measured in several samples
+    (`by_layout`: each layout's step times, one per sample), the median of their range over the samples if that is
+    larger. Runs minutes or hours apart, each sample beside its own calibration, differ more than runs back to
+    back: on the Zen 4 VM of docs/planner.md 2.0-2.3% within a sample, 4.2% (4 ranks) and 9.4% (8 ranks) across.
+    Returns (spread, within's median, across's median or None, the layouts across counts)."""
+    inside = statistics.median(within)
+    ranges = [(max(t) - min(t)) / statistics.mean(t) for t in by_layout.values() if len(t) >= 2]
+    if len(ranges) < 3:
+        return inside, inside, None, len(ranges)
+    across = statistics.median(ranges)
+    return max(inside, across), inside, across, len(ranges)
+
+
 def fit_constants(args, sets, results):
     """Coordinate search over CONSTANTS (two rounds) for the least score (errors()) on the measured layouts, this
     run's and those of every --fit-also folder; saves the best with the measured spread to args.fit (its errors:
@@ -371,7 +387,11 @@ def fit_constants(args, sets, results):
                     best, current = e, trial
             print("fit: round %d, %s = %g: mean %.1f%%, max %.1f%%, fastest measured ranked %d" %
                   (round_ + 1, flag, current[flag], 100 * best[1], 100 * best[2], best[3]), flush=True)
-    spread = statistics.median(spreads)
+    by_layout = {}
+    for _, measured in samples:
+        for key, ms in measured.items():
+            by_layout.setdefault(key, []).append(ms)
+    spread, within, across, repeated = measured_spread(spreads, by_layout)
     out = {key: current[flag] for flag, key, _, _ in CONSTANTS}
     out.update({
         "spread": round(spread, 4),
@@ -380,13 +400,18 @@ def fit_constants(args, sets, results):
                 "also": [{"folder": run_args.out, "world": run_args.world, "layouts": len(measured)}
                          for run_args, measured in samples[1:]],
                 "mean_error": round(best[1], 4), "max_error": round(best[2], 4), "fastest_rank": best[3],
-                "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d")},
+                "cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
+                "spread_within": round(within, 4), "spread_across": None if across is None else round(across, 4),
+                "layouts_across": repeated},
     })
     with open(args.fit, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print("fit: saved to %s (spread %.1f%%, the median over the layouts of their runs' difference); "
-          "build/planner --runtime %s uses them" % (args.fit, 100 * spread, args.fit))
+    print("fit: saved to %s (spread %.1f%%: runs of a layout differ by %.1f%% within a sample%s); "
+          "build/planner --runtime %s uses them" %
+          (args.fit, 100 * spread, 100 * within,
+           " and %.1f%% across samples, over %d layouts measured in several" % (100 * across, repeated)
+           if across is not None else "", args.fit))
 
 
 if __name__ == "__main__":

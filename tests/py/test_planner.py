@@ -11,6 +11,7 @@ No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
 usage: test_planner.py PLANNER TRAINER MPIEXEC SOURCE_DIR WORK_DIR
 """
+import importlib.util
 import json
 import math
 import os
@@ -690,6 +691,10 @@ def fit_from_results():
                                                                          one["dp"]) in p.stdout,
           "--from-results: a sample's gpipe row with one micro-batch matches the 1f1b row, once")
     fitted = json.load(open(path))
+    check(fitted["spread"] == 0.01 and fitted["fit"]["spread_within"] == 0.01 and
+          fitted["fit"]["spread_across"] is None,
+          "validate_planner --fit: the samples' own spread saved (one layout in both samples: none across): %s" %
+          {k: fitted["fit"][k] for k in ("spread_within", "spread_across", "layouts_across")})
     check(fitted["p2p_latency_us"] == 500 and fitted["fit"]["mean_error"] < 1e-3 and
           fitted["fit"]["also"][0]["folder"] == runs["B"],
           "validate_planner --fit with --fit-also: the p2p latency behind the 'measurements' of A and B, 500 us "
@@ -704,6 +709,26 @@ def fit_from_results():
           "pred_ms" not in p.stdout,  # the table's header: nothing ran
           "validate_planner --include of a layout the planner does not list: stops naming it: %s" %
           p.stdout.strip()[-200:])
+
+
+def spread_across_samples():
+    # The spread a fit saves (validate_planner.measured_spread), which decides the ties: within a sample's runs, or
+    # the range of layouts measured in several samples where at least three were and it is larger.
+    spec = importlib.util.spec_from_file_location("validate_planner",
+                                                  os.path.join(SRC, "scripts", "validate_planner.py"))
+    vp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vp)
+    within = [0.01, 0.02, 0.03]
+    two = {"a": [100.0, 110.0], "b": [100.0, 104.0], "c": [50.0]}
+    check(vp.measured_spread(within, two) == (0.02, 0.02, None, 2),
+          "spread: two layouts measured in several samples are too few, the runs' own difference counts")
+    three = dict(two, c=[50.0, 51.0, 52.0])  # ranges 10/105, 4/102, 2/51: the median 2/51
+    got = vp.measured_spread(within, three)
+    check(abs(got[0] - 2 / 51) < 1e-12 and got[1] == 0.02 and got[3] == 3,
+          "spread: the median range over samples (3.9%%) where it exceeds the runs' own (2%%): %s" % (got,))
+    close = {"a": [100.0, 100.5], "b": [100.0, 100.2], "c": [50.0, 50.1]}
+    check(vp.measured_spread(within, close)[0] == 0.02,
+          "spread: samples that agree better than a sample's own runs leave the runs' own difference")
 
 
 def bad_inputs():
@@ -751,6 +776,7 @@ tp_sync_once()
 time_slicing()
 neighbours()
 fit_from_results()
+spread_across_samples()
 llama_step_model()
 bad_inputs()
 if failures:
