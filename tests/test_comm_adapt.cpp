@@ -198,3 +198,32 @@ TEST_CASE("comm.adapt: what a setting measured overrules what the model predicte
   CHECK(plant.step(s).step_ms <= plant.step({1, CompressMethod::BF16}).step_ms * 1.03);
   CHECK(last_change <= 40);
 }
+
+TEST_CASE("comm.adapt: one stalled step in a window does not move it, nor look like a new link", "[adapt]") {
+  // A step stalled by something else on the machine (100 ms more, once per window) says nothing of the setting.
+  // Through the window's mean it made the current setting look slower than the one measured before it (4 MiB, a
+  // candidate: the first size that holds the whole gradient), and the controller went back to that.
+  const Link link{200, 3000};
+  CommController c(limits(), {4, CompressMethod::None}, kGradMb, {});
+  Plant plant{link, 0, c};
+  for (int step = 1; step <= 30; ++step) c.observe(step, plant.step(c.setting()));
+  const AdaptSetting settled = c.setting();
+  REQUIRE(settled.bucket_mb < 1);  // small buckets, and 4 MiB's step on record
+  for (int step = 31; step <= 62; ++step) {
+    AdaptSample s = plant.step(c.setting());
+    if (step % 4 == 0) s.step_ms += 100;
+    CHECK_FALSE(c.observe(step, s));
+  }
+  CHECK(c.setting() == settled);
+  // Nor when the stall holds up its operations (20x the fit) and the next step's are slow too (2.1x): two steps off
+  // the fit, but not by the same link. Through the window's sums the stalled operations also made the link look
+  // changed.
+  for (int step = 63; step <= 94; ++step) {
+    AdaptSample s = plant.step(c.setting());
+    const double slow = step % 4 == 0 ? 20 : step % 4 == 1 ? 2.1 : 1;
+    if (step % 4 == 0) s.step_ms += 100;
+    s.sum_t *= slow, s.sum_bt *= slow;
+    CHECK_FALSE(c.observe(step, s));
+  }
+  CHECK(c.setting() == settled);
+}

@@ -29,6 +29,15 @@ bool fit_link(const AdaptSample& w, double& alpha_us, double& beta_us_per_mb) {
   return true;
 }
 
+// The middle of a window's values (the mean of the middle two for an even count): one step stalled by something
+// else on the machine (a 100 ms step among 20 ms ones) must not decide for the whole window, as it did through the
+// mean.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void add(AdaptSample& w, const AdaptSample& s) {
   w.step_ms += s.step_ms;
   w.backward_ms += s.backward_ms;
@@ -92,46 +101,59 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
     --skip_;
     return std::nullopt;
   }
-  add(window_, s);
-  ++window_steps_;
-  // Whether operations of the fitted setting took over `factor` times or under 1/factor the last fit's time.
-  const auto off_fit = [&](const AdaptSample& w, double factor) {
-    if (!last_fit_ok_ || !(fit_setting_ == current_) || w.ops <= 0) return false;
+  window_rows_.push_back(s);
+  // How the operations of the fitted setting compare with the last fit: their time over its prediction (1 where
+  // there is no fit of this setting to compare with).
+  const auto fit_ratio = [&](const AdaptSample& w) {
+    if (!last_fit_ok_ || !(fit_setting_ == current_) || w.ops <= 0) return 1.0;
     const double expected = w.ops * last_alpha_ + last_beta_ * w.sum_b / kMiB;
-    return expected > 0 && (w.sum_t > factor * expected || w.sum_t < expected / factor);
+    return expected > 0 ? w.sum_t / expected : 1.0;
   };
-  // A link that no longer matches the last fit (its operations taking over twice or under half the fit's prediction
-  // in two steps in a row: small operations are late now and then, when a communication thread waits for its core)
-  // starts a decision.
-  const bool off = off_fit(s, 2);
-  const bool link_changed = off && prev_off_;
-  prev_off_ = off;
+  const auto off = [](double ratio, double factor) { return ratio > factor || ratio < 1 / factor; };
+  // A link that no longer matches the last fit starts a decision: its operations taking over twice or under half
+  // the fit's prediction in two steps in a row (small operations are late now and then, when a communication thread
+  // waits for its core), the two within 1.5x of each other (a stalled step followed by a slow one is no new link).
+  const double ratio = fit_ratio(s);
+  const bool link_changed = off(ratio, 2) && off(prev_ratio_, 2) &&
+                            std::max(ratio, prev_ratio_) <= 1.5 * std::min(ratio, prev_ratio_);
+  prev_ratio_ = ratio;
   AdaptSample recent = prev_;  // the last two steps
   add(recent, s);
+  const AdaptSample prev_step = prev_;
   prev_ = s;
-  if (window_steps_ < limits_.every && !link_changed) return std::nullopt;
+  if (int(window_rows_.size()) < limits_.every && !link_changed) return std::nullopt;
+
+  // On a changed link only the two steps that showed it describe the link (and the step) now. Otherwise the window
+  // does, less its stalled steps (over twice its median step: something else on the machine held them up, and one
+  // such step in the window's sums or means decided for all of it); the step's times are the medians of the rest.
+  std::vector<AdaptSample> rows = link_changed ? std::vector<AdaptSample>{prev_step, s} : window_rows_;
+  const auto middle = [&](double AdaptSample::*field) {
+    std::vector<double> v;
+    for (const AdaptSample& r : rows) v.push_back(r.*field);
+    return median(std::move(v));
+  };
+  const double stalled_ms = 2 * middle(&AdaptSample::step_ms);
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const AdaptSample& r) { return r.step_ms > stalled_ms; }),
+             rows.end());
+  AdaptSample w;
+  for (const AdaptSample& r : rows) add(w, r);
   // Over a whole window a smaller change shows too: its operations taking over 1.5x or under 1/1.5 of the last
   // fit's prediction (more small buckets spread the change over more latencies, under the two steps' 2x).
-  const bool drifted = !link_changed && off_fit(window_, 1.5);
-
-  // On a changed link only the two steps that showed it describe the link (and the step) now.
-  const AdaptSample& w = link_changed ? recent : window_;
-  const double n = link_changed ? 2 : window_steps_;
+  const bool drifted = !link_changed && off(fit_ratio(w), 1.5);
   AdaptDecision d;
   d.step = step + 1;
   d.from = current_;
-  d.backward_ms = w.backward_ms / n;
-  d.step_ms = w.step_ms / n;
-  d.exposed_ms = w.exposed_ms / n;
+  d.backward_ms = middle(&AdaptSample::backward_ms);
+  d.step_ms = middle(&AdaptSample::step_ms);
+  d.exposed_ms = middle(&AdaptSample::exposed_ms);
   last_fit_ok_ = fit_link(w, d.alpha_us, d.beta_us_per_mb);
   if (link_changed || drifted) {
     measured_.clear();
     optimism_ms_ = 0;
     d.why = "the link changed";
   }
-  window_ = AdaptSample();
-  window_steps_ = 0;
-  prev_off_ = false;
+  window_rows_.clear();
+  prev_ratio_ = 1;
   last_alpha_ = d.alpha_us;
   last_beta_ = d.beta_us_per_mb;
   fit_setting_ = current_;

@@ -7,14 +7,16 @@
 // pass); bucket i, of b bytes, is issued when its last byte is final and goes onto a serial link that takes
 // a + c * wire_bytes (a fitted per operation, c per byte, from the step's all-reduces); its wire bytes are b times
 // the method's wire factor. The exposed time of a setting is when the last bucket finishes minus the end of the
-// pass. Each decision window (comm.adapt_every steps) refits a and c and gives every candidate (bucket sizes in
-// powers of two between the limits, times the allowed methods) a step time: what it measured on this link if it
+// pass. Each decision window (comm.adapt_every steps, less the steps stalled by something else on the machine: over
+// twice its median step) refits a and c and gives every candidate (bucket sizes in powers of two between the
+// limits, times the allowed methods) a step time: what it measured on this link (the window's median step) if it
 // ran, else its method's measured compute (step less exposed time; a compression's own cost shows there) plus the
-// exposed time the model predicts (plus what the model missed of the current setting's measured exposed time). It moves to the fastest when that beats the current setting's measured step by
-// more than 3% (hysteresis). Measuring settles what the model gets wrong (the comm thread's work on the compute
-// cores, a compression's cost), and once the model has been too optimistic about a setting, its predictions for
-// the others carry that error. Two steps in a row whose operations take over twice or under half what the fit
-// predicts for the same setting mean the link changed: the measurements are forgotten and a decision starts at once.
+// exposed time the model predicts (plus what the model missed of the current setting's measured exposed time). It
+// moves to the fastest when that beats the current setting's measured step by more than 3% (hysteresis). Measuring
+// settles what the model gets wrong (the comm thread's work on the compute cores, a compression's cost), and once
+// the model has been too optimistic about a setting, its predictions for the others carry that error. Two steps in
+// a row whose operations take over twice or under half what the fit predicts for the same setting, and within 1.5x
+// of each other, mean the link changed: the measurements are forgotten and a decision starts at once.
 #pragma once
 #include <optional>
 #include <string>
@@ -49,7 +51,7 @@ struct AdaptDecision {
   int step = 0;  // the first step with the new setting
   AdaptSetting from, to;
   double alpha_us = 0, beta_us_per_mb = 0;         // the fitted link
-  double backward_ms = 0, step_ms = 0, exposed_ms = 0;  // the window's means
+  double backward_ms = 0, step_ms = 0, exposed_ms = 0;  // the window's medians
   double predicted_from_ms = 0, predicted_to_ms = 0;     // step time: the current's measured, the new one's expected
   std::string why;
 };
@@ -86,10 +88,10 @@ class CommController {
   double optimism_ms_ = 0;           // the most such an expectation has undershot a measurement on this link
   // Per CompressMethod: its last measured compute (step less exposed time); -1 until it has run.
   std::vector<double> compute_ms_ = std::vector<double>(size_t(CompressMethod::PowerSGD) + 1, -1.0);
-  AdaptSample window_;                     // sums over the window's steps
-  int window_steps_ = 0, skip_ = 1;        // the first step on a new setting warms up: not counted
+  std::vector<AdaptSample> window_rows_;   // the window's steps
+  int skip_ = 1;                           // the first step on a new setting warms up: not counted
   AdaptSample prev_;                       // the step before this one
-  bool prev_off_ = false;                  // whether it was off the last fit
+  double prev_ratio_ = 1;                  // its operations' time over the last fit's prediction
   double last_alpha_ = -1, last_beta_ = -1;  // the link at the last decision
   bool last_fit_ok_ = false;                 // fitted from operations of more than one size
   AdaptSetting fit_setting_;                 // the setting it was fitted on: other settings' operations differ (a

@@ -16,6 +16,7 @@ so):
 usage: test_adapt.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,13 +76,16 @@ check(d <= 1e-5, f"bucket sizes change nothing but rounding: losses within {d:.1
 # at step 37 once.
 fast = ["comm.emulate.latency_us=1000", "comm.emulate.bandwidth_gbps=2"]
 out, rows = run("adapt_change", *fast, "comm.adapt=true", "comm.emulate.schedule=16:10:0.2", "train.steps=40")
-# Settled within 20 steps of the change: no decision after step 36, and small buckets for the bandwidth-bound link.
-# (Whether a decision says "the link changed" depends on timing: on a loaded machine the controller may have just
-# moved, and then it settles by measuring; the detection itself is tested on synthetic figures in test_comm_adapt.)
-late = [r["step"] for r in rows if r["step"] > 36 and "adapt" in r]
+# Settled within 20 steps of the change: no change of setting after step 36, and small buckets for the
+# bandwidth-bound link. (Whether a decision says "the link changed" depends on timing: on a loaded machine the
+# controller may have just moved, and then it settles by measuring; and a loaded machine's slow operations may be
+# reported as a changed link that the setting still fits. The detection itself is tested on synthetic figures in
+# test_comm_adapt.)
+late = [r["step"] for r in rows if r["step"] > 36 and "adapt" in r and not re.match(r"bucket (\S+) -> \1 MiB, "
+                                                                         r"compression (\S+) -> \2:", r["adapt"])]
 check("from step 16 the emulated link is 10 us / 0.2 GB/s" in out, "the log says when the link changes")
 check(not late and rows[-1]["bucket_mb"] <= 1,
-      f"settled within 20 steps of the change (decisions after step 36: {late}) on small buckets "
+      f"settled within 20 steps of the change (changes after step 36: {late}) on small buckets "
       f"({rows[-1]['bucket_mb']} MiB)")
 
 # Local SGD: the controller picks the period. On a slow link, from an average every step, it lengthens the period at
