@@ -29,9 +29,7 @@ bool fit_link(const AdaptSample& w, double& alpha_us, double& beta_us_per_mb) {
   return true;
 }
 
-// The middle of a window's values (the mean of the middle two for an even count): one step stalled by something
-// else on the machine (a 100 ms step among 20 ms ones) must not decide for the whole window, as it did through the
-// mean.
+// The middle of the values (the mean of the middle two for an even count).
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -117,8 +115,6 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
   const bool link_changed = off(ratio, 2) && off(prev_ratio_, 2) &&
                             std::max(ratio, prev_ratio_) <= 1.5 * std::min(ratio, prev_ratio_);
   prev_ratio_ = ratio;
-  AdaptSample recent = prev_;  // the last two steps
-  add(recent, s);
   const AdaptSample prev_step = prev_;
   prev_ = s;
   if (int(window_rows_.size()) < limits_.every && !link_changed) return std::nullopt;
