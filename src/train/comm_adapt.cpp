@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/median.h"
 #include "parallel/grad_buckets.h"
 
 namespace mt {
@@ -27,13 +28,6 @@ bool fit_link(const AdaptSample& w, double& alpha_us, double& beta_us_per_mb) {
   alpha_us = a;
   beta_us_per_mb = c * kMiB;
   return true;
-}
-
-// The middle of the values (the mean of the middle two for an even count).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 void add(AdaptSample& w, const AdaptSample& s) {
