@@ -4,7 +4,9 @@
 // slow links, that it holds still under noise, and how fast it settles when the link changes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "train/sync_period_adapt.h"
 
@@ -15,18 +17,22 @@ namespace {
 constexpr double kComputeMs = 100;
 
 // Runs steps [first, last] of a run whose average costs sync_ms(step) (plus noise(step), a fraction of the step),
-// syncing as local SGD's due() would; returns the step of the last decision (0: none).
+// syncing as local SGD's due() would; returns the step of the last decision (0: none). A step in `stalled` takes
+// stall_ms more: in its exposed communication if it averages (the ranks wait for a stalled one), else in compute.
 struct Plant {
   SyncPeriodController& ctl;
   int last_sync = 0;
   int decisions = 0;
+  std::vector<int> stalled;
+  double stall_ms = 0;
   int run(int first, int last, double sync_ms, double noise = 0) {
     int last_decision = 0;
     for (int step = first; step <= last; ++step) {
       const bool synced = step - last_sync >= ctl.period();
       const double wobble = noise * std::sin(step * 2.7);  // deterministic, +-noise
-      const double exposed = synced ? sync_ms * (1 + wobble) : 0;
-      const double step_ms = (step == 1 ? 5 : 1) * kComputeMs * (1 + wobble) + exposed;
+      const double stall = std::count(stalled.begin(), stalled.end(), step) ? stall_ms : 0;
+      const double exposed = synced ? sync_ms * (1 + wobble) + stall : 0;
+      const double step_ms = (step == 1 ? 5 : 1) * kComputeMs * (1 + wobble) + exposed + (synced ? 0 : stall);
       if (synced) last_sync = step;
       if (ctl.observe(step, step_ms, exposed, synced)) {
         last_decision = step;
@@ -51,7 +57,8 @@ TEST_CASE("comm.adapt local SGD: the shortest period within 2% of the longest's 
   CHECK(narrow.shortest_within_slack(kComputeMs, 5000) == 5);
 }
 
-TEST_CASE("comm.adapt local SGD: finds the period on fast and slow links at the first average, then stays") {
+// Shortening takes one average; lengthening two (the smaller cost of the last two averages decides it).
+TEST_CASE("comm.adapt local SGD: finds the period on fast and slow links within two averages, then stays") {
   struct Case {
     double sync_ms;
     int start, want, decisions;
@@ -69,13 +76,15 @@ TEST_CASE("comm.adapt local SGD: finds the period on fast and slow links at the 
   }
 }
 
-TEST_CASE("comm.adapt local SGD: the run's first step is not counted") {
-  // With a period of 1 the first average (step 1) has no counted step: no decision until step 2.
+TEST_CASE("comm.adapt local SGD: the run's first step is not counted; lengthening waits for a second average") {
+  // With a period of 1 the first average (step 1) has no counted step, and the second (step 2) alone does not
+  // lengthen the period: the decision comes at step 3, on the smaller of the two averages' costs.
   SyncPeriodController ctl({1, 16}, 1);
-  CHECK_FALSE(ctl.observe(1, 5 * kComputeMs + 200, 200, true));
-  const auto d = ctl.observe(2, kComputeMs + 200, 200, true);
+  CHECK_FALSE(ctl.observe(1, 5 * kComputeMs + 300, 300, true));
+  CHECK_FALSE(ctl.observe(2, kComputeMs + 300, 300, true));
+  const auto d = ctl.observe(3, kComputeMs + 200, 200, true);
   REQUIRE(d);
-  CHECK(d->step == 3);
+  CHECK(d->step == 4);
   CHECK(d->from == 1);
   CHECK(d->to == 14);
   CHECK(d->compute_ms == Approx(kComputeMs));
@@ -83,6 +92,27 @@ TEST_CASE("comm.adapt local SGD: the run's first step is not counted") {
   CHECK(d->fastest_ms == Approx(kComputeMs + 200.0 / 16));
   CHECK(d->predicted_from_ms == Approx(kComputeMs + 200));
   CHECK(d->predicted_to_ms == Approx(kComputeMs + 200.0 / 14));
+}
+
+TEST_CASE("comm.adapt local SGD: one stalled step moves nothing") {
+  SECTION("a stalled average on a fast link does not lengthen the period") {
+    // An average held up 2 s by something else on the machine asks for the longest period; the next one, at its
+    // usual 2 ms, does not confirm it.
+    SyncPeriodController ctl({1, 16}, 1);
+    Plant plant{ctl, 0, 0, {30}, 2000};
+    plant.run(1, 60, 2);
+    CHECK(ctl.period() == 1);
+    CHECK(plant.decisions == 0);
+  }
+  SECTION("a stalled step within a period does not shorten it") {
+    // 100 ms steps and a 50 ms average: a period of 10. One step 5 s slow would raise the period's mean compute to
+    // 600 ms, where an average every 4 steps is within 2%; its median stays at 100 ms.
+    SyncPeriodController ctl({1, 16}, 10);
+    Plant plant{ctl, 0, 0, {35}, 5000};
+    plant.run(1, 100, 50);
+    CHECK(ctl.period() == 10);
+    CHECK(plant.decisions == 0);
+  }
 }
 
 TEST_CASE("comm.adapt local SGD: noise of a few percent changes nothing") {

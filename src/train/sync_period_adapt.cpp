@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/median.h"
+
 namespace mt {
 
 SyncPeriodController::SyncPeriodController(const SyncPeriodLimits& limits, int start)
@@ -17,19 +19,26 @@ int SyncPeriodController::shortest_within_slack(double compute_ms, double sync_m
 std::optional<SyncPeriodDecision> SyncPeriodController::observe(int step, double step_ms, double exposed_ms,
                                                                 bool synced) {
   if (warm_) {
-    compute_sum_ += std::max(0.0, step_ms - exposed_ms);
+    compute_ms_.push_back(std::max(0.0, step_ms - exposed_ms));
     exposed_sum_ += exposed_ms;
-    ++steps_;
   }
   warm_ = true;
-  if (!synced || steps_ == 0) return std::nullopt;
+  if (!synced || compute_ms_.empty()) return std::nullopt;
   SyncPeriodDecision d;
   d.step = step + 1;
   d.from = period_;
-  d.compute_ms = compute_sum_ / steps_;
-  d.sync_ms = exposed_sum_;
-  compute_sum_ = exposed_sum_ = 0;
-  steps_ = 0;
+  d.compute_ms = median(compute_ms_);
+  const double latest = exposed_sum_;
+  const std::optional<double> previous = last_sync_ms_;
+  compute_ms_.clear();
+  exposed_sum_ = 0;
+  last_sync_ms_ = latest;
+  d.sync_ms = latest;
+  if (shortest_within_slack(d.compute_ms, latest) > period_) {
+    if (!previous) return std::nullopt;  // one average cannot tell a slower link from a stalled step
+    d.sync_ms = std::min(latest, *previous);
+    if (shortest_within_slack(d.compute_ms, d.sync_ms) <= period_) return std::nullopt;  // nor shortens on it
+  }
   auto mean_step = [&](int h) { return d.compute_ms + d.sync_ms / h; };
   d.fastest_ms = mean_step(limits_.max);
   d.predicted_from_ms = mean_step(period_);

@@ -6,15 +6,19 @@
 // period is always faster per step and always worse for convergence (the replicas drift further apart), so the
 // fastest period is not the goal: the controller picks the shortest period whose mean step is within 2% of the
 // fastest the limits allow (the longest), and keeps a period while it stays within 5%: it trades at most 5% of
-// step time for the most frequent averaging. Each average is a decision point: compute is the mean of the
+// step time for the most frequent averaging. Each average is a decision point: compute is the median of the
 // period's steps less their exposed communication, and the average's cost is the period's exposed communication
 // (the slowest rank's: the others' also holds their wait for it, which no period removes). It moves when the
 // current period is more than 5% slower than the longest, or when a period at most two thirds as long is within
-// 2% (the gap between the two bounds is the hysteresis against noise). A changed link shows at the next average,
-// so it settles within one period of the longest.
+// 2% (the gap between the two bounds is the hysteresis against noise). A step stalled by something else on the
+// machine makes an average look dear, never cheap, and the harm is in lengthening (fewer averages, replicas
+// further apart): so it lengthens only as far as the last two averages' smaller cost asks, and shortens on the
+// last one alone. A slower link shows at the second average after the change, a faster one at the first, so it
+// settles within two periods of the longest.
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -49,9 +53,10 @@ class SyncPeriodController {
  private:
   SyncPeriodLimits limits_;
   int period_;
-  bool warm_ = false;            // the run's first step (allocation, first touches) is not counted
-  double compute_sum_ = 0, exposed_sum_ = 0;  // over the period's counted steps
-  int steps_ = 0;
+  bool warm_ = false;              // the run's first step (allocation, first touches) is not counted
+  std::vector<double> compute_ms_;  // the period's counted steps, less their exposed communication
+  double exposed_sum_ = 0;          // over the period's counted steps
+  std::optional<double> last_sync_ms_;  // the previous average's cost
 };
 
 }  // namespace mt
