@@ -17,15 +17,16 @@
                                                    steps; medians for a CSV without means) stacked into compute,
                                                    exposed communication and pipeline bubble
 A sweep run with --repeat N has each point's runs merged (their mean) with error bars from the fastest to the
-slowest run, in the scaling and breakdown figures.
+slowest run, in the scaling, breakdown and predicted figures.
   plot.py predicted SUMMARY.csv -o predicted.png   a sweep run from a plan (sweep.py --from-plan): each layout's
                                            measured median step time against the planner's prediction, with the
                                            line of equality and a 10% band; the table and the mean and largest
                                            errors printed
-  plot.py all SWEEP_DIR [-o DIR]           loss.png, breakdown.png and (with two or more rank counts) scaling.png
-                                           from SWEEP_DIR/steps.csv and summary.csv, into DIR (default SWEEP_DIR)
-A sweep's figures are titled with what it ran (SWEEP_DIR/sweep.json and its first point's config.yaml): the
-config, the rank counts and the link (comm.emulate, or shared memory).
+  plot.py all SWEEP_DIR [-o DIR]           loss.png, breakdown.png, (with two or more rank counts) scaling.png and
+                                           (for a sweep of a plan) predicted.png from SWEEP_DIR/steps.csv and
+                                           summary.csv, into DIR (default SWEEP_DIR)
+A sweep's figures are titled with what it ran (SWEEP_DIR/sweep.json and its first point's config.yaml, next to the
+SUMMARY.csv given): the config, the rank counts and the link (comm.emulate, or shared memory); --title replaces it.
   plot.py flight RUN_DIR -o flight.png     the flight recorder's dumps (RUN_DIR/flight/rank_N.json): a lane per
                                            rank, the last 40 collectives of the communicator scripts/flight.py
                                            names (filled: completed, hollow: pending, red X: never joined or no
@@ -268,6 +269,10 @@ def scaling_kind(pts):
     return "global batch " + ", ".join(f"{b} at {n}" for n, b in sorted(batches.items())) + per_thread
 
 
+BREAKDOWN = "Step time: compute, exposed communication, pipeline bubble"
+SCALING = "Throughput against ranks"
+
+
 def plot_scaling(summary, out, title=None):
     rows, ok = ok_rows(summary)
     pts = [r for r in ok if number(r["tokens_per_s_median"]) is not None and number(r["np"]) is not None]
@@ -306,7 +311,7 @@ def plot_scaling(summary, out, title=None):
     ax.set_xticks(nps)
     ax.set_xticklabels([str(n) for n in nps])
     ax.set(xlabel="ranks (np)", ylabel="tokens/s (median over measured steps)")
-    set_title(ax, title or "Throughput against ranks")
+    set_title(ax, title or SCALING)
     if with_eff:
         eff = axes[0][1]
         eff.axhline(1.0, color="0.5", linestyle="--", linewidth=1, label="linear scaling")
@@ -374,7 +379,7 @@ def plot_breakdown(summary, out, title=None):
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set(ylabel=f"time per step (ms, {stat} over measured steps)", xlabel="layout")
-    set_title(ax, title or "Step time: compute, exposed communication, pipeline bubble")
+    set_title(ax, title or BREAKDOWN)
     ax.set_ylim(0, top * 1.12 if top > 0 else 1)
     if over:
         fig.text(0.01, 0.01, "A bar above its step line: exposed communication and bubble are each the maximum over "
@@ -389,18 +394,20 @@ def first_ok(rows):
     return next(i for i, r in enumerate(rows) if r["status"] == "ok")
 
 
-def plot_predicted(summary, out, title=None):
-    rows = [r for r in read_csv(summary, ["point", "label", "status", "step_ms_median", "predicted_step_ms"])
-            if r["status"] == "ok" and number(r["predicted_step_ms"]) and number(r["step_ms_median"])]
+def plot_predicted(summary, out, title=None, caption=None):
+    read_csv(summary, ["point", "label", "status", "step_ms_median", "predicted_step_ms"])
+    rows = [r for r in ok_rows(summary)[1]  # repeats merged
+            if number(r.get("predicted_step_ms")) and number(r["step_ms_median"])]
     if not rows:
         die(f"{summary}: no ok point with a predicted_step_ms (run the sweep with --from-plan)")
+    labels = [r.get("label") or r["point"] for r in rows]
+    width = max(len(name) for name in labels)
     errs = []
-    print(f"{'plan rank':>9}  {'layout':<40} {'predicted':>10} {'measured':>10} {'error':>7}")
-    for r in rows:
+    print(f"{'plan rank':>9}  {'layout':<{width}} {'predicted':>10} {'measured':>10} {'error':>7}")
+    for r, name in zip(rows, labels):
         p, m = number(r["predicted_step_ms"]), number(r["step_ms_median"])
         errs.append((p - m) / m)
-        print(f"{r.get('plan_rank') or '-':>9}  {(r['label'] or r['point'])[:40]:<40} {p:>10.2f} {m:>10.2f} "
-              f"{100 * errs[-1]:>+6.1f}%")
+        print(f"{r.get('plan_rank') or '-':>9}  {name:<{width}} {p:>10.2f} {m:>10.2f} {100 * errs[-1]:>+6.1f}%")
     mean = sum(abs(e) for e in errs) / len(errs)
     largest = max(map(abs, errs))
     print(f"prediction error over {len(errs)} layouts: mean {100 * mean:.1f}%, largest {100 * largest:.1f}%")
@@ -408,13 +415,19 @@ def plot_predicted(summary, out, title=None):
     fig, ax = plt.subplots(figsize=(6.5, 5.5))
     ms = [number(r["step_ms_median"]) for r in rows]
     ps = [number(r["predicted_step_ms"]) for r in rows]
-    hi = max(ms + ps) * 1.1
+    hi = max(ms + ps + [number(r.get("step_ms_median_hi")) or 0 for r in rows]) * 1.1
     ax.plot([0, hi], [0, hi], color="0.4", linewidth=1, label="prediction = measurement")
     ax.fill_between([0, hi], [0, 0.9 * hi], [0, 1.1 * hi], color="0.85", label="within 10%")
-    for i, r in enumerate(rows):
-        ax.scatter(ms[i], ps[i], color=f"C{i % 10}", zorder=3, label=(r["label"] or r["point"])[:40])
-    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured step time (ms, median)", ylabel="predicted step time (ms)")
-    set_title(ax, title or f"The planner against runs: mean error {100 * mean:.0f}%")
+    for i, (r, name) in enumerate(zip(rows, labels)):
+        ax.scatter(ms[i], ps[i], color=f"C{i % 10}", zorder=3, label=name)
+        lo, top = number(r.get("step_ms_median_lo")), number(r.get("step_ms_median_hi"))
+        if lo is not None and top is not None:  # repeats: the fastest and slowest run
+            ax.errorbar(ms[i], ps[i], xerr=[[ms[i] - lo], [top - ms[i]]], fmt="none", ecolor=f"C{i % 10}", capsize=3)
+    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured step time (ms, median; bars: fastest to slowest run)"
+           if any(number(r.get("step_ms_median_lo")) is not None for r in rows) else
+           "measured step time (ms, median)", ylabel="predicted step time (ms)")
+    heading = f"The planner against runs: mean error {100 * mean:.0f}%"
+    set_title(ax, title or titled(heading, caption) or heading)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     save(fig, out)
@@ -444,6 +457,18 @@ def sweep_caption(sweep_dir):
     return caption + f"; link {link}" + (f"; varying {', '.join(varied)}" if varied else "")
 
 
+def titled(heading, caption):
+    return f"{heading} ({caption})" if caption else None
+
+
+def announced_caption(sweep_dir):
+    """sweep_caption, printed as the figures' titles where the folder says what its sweep ran."""
+    caption = sweep_caption(sweep_dir)
+    if caption:
+        print(f"plot: titles: {caption}")
+    return caption
+
+
 def plot_all(sweep_dir, out_dir):
     if not os.path.isdir(sweep_dir):
         die(f"no such sweep directory: {sweep_dir}")
@@ -453,18 +478,16 @@ def plot_all(sweep_dir, out_dir):
         if not os.path.isfile(path):
             die(f"no such file: {path} (run scripts/sweep.py --out {sweep_dir} first)")
     out_dir = out_dir or sweep_dir
-    caption = sweep_caption(sweep_dir)
-    if caption:
-        print(f"plot: titles: {caption}")
+    caption = announced_caption(sweep_dir)
     plot_loss([steps], os.path.join(out_dir, "loss.png"), title=caption, x="time")
-    plot_breakdown(summary, os.path.join(out_dir, "breakdown.png"),
-                   title=f"Step time: compute, exposed communication, pipeline bubble ({caption})" if caption else None)
+    plot_breakdown(summary, os.path.join(out_dir, "breakdown.png"), titled(BREAKDOWN, caption))
     _, ok = ok_rows(summary)
     if len({r["np"] for r in ok}) >= 2:
-        plot_scaling(summary, os.path.join(out_dir, "scaling.png"),
-                     title=f"Throughput against ranks ({caption})" if caption else None)
+        plot_scaling(summary, os.path.join(out_dir, "scaling.png"), titled(SCALING, caption))
     else:
         print("plot: one rank count in the sweep: no scaling.png (sweep with --np 1,2,4 for one)")
+    if any(number(r.get("predicted_step_ms")) for r in ok):  # a sweep of a plan's rows (sweep.py --from-plan)
+        plot_predicted(summary, os.path.join(out_dir, "predicted.png"), caption=caption)
 
 
 FLIGHT_COLORS = {"all_reduce": "C0", "reduce_scatter": "C1", "all_gather": "C2", "broadcast": "C4", "barrier": "C7",
@@ -623,12 +646,15 @@ def main(argv=None):
         one_sweep = len(args.sources) == 1 and os.path.isdir(args.sources[0])
         plot_loss(args.sources, args.out, args.title or (sweep_caption(args.sources[0]) if one_sweep else None),
                   args.logy, args.x)
-    elif args.kind == "scaling":
-        plot_scaling(args.summary, args.out, args.title)
-    elif args.kind == "breakdown":
-        plot_breakdown(args.summary, args.out, args.title)
-    elif args.kind == "predicted":
-        plot_predicted(args.summary, args.out, args.title)
+    elif args.kind in ("scaling", "breakdown", "predicted"):
+        # Titled as plot.py all titles them, from the sweep folder that holds SUMMARY.csv.
+        caption = None if args.title else announced_caption(os.path.dirname(os.path.abspath(args.summary)))
+        if args.kind == "scaling":
+            plot_scaling(args.summary, args.out, args.title or titled(SCALING, caption))
+        elif args.kind == "breakdown":
+            plot_breakdown(args.summary, args.out, args.title or titled(BREAKDOWN, caption))
+        else:
+            plot_predicted(args.summary, args.out, args.title, caption)
     elif args.kind == "flight":
         plot_flight(args.run_dir, args.out)
     else:

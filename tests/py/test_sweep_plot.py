@@ -240,8 +240,13 @@ def main():
           f"--from-plan runs the plan's fastest row of each mesh with its --set flags, each with its prediction: "
           f"{got} (exit {rc})")
     rc, log = run(PLOT + ["predicted", os.path.join(planned, "summary.csv"), "-o", os.path.join(figs, "pred.png")])
-    check(rc == 0 and "prediction error over 2 layouts" in log, f"plot.py predicted: the table and errors ({rc})")
+    check(rc == 0 and "prediction error over 2 layouts" in log and
+          re.search(r"titles: tiny\.yaml on [12], [12] rank\(s\); link shared memory", log),
+          f"plot.py predicted: the table and errors, titled with the sweep's config, ranks and link ({rc}: {log})")
     check_png(os.path.join(figs, "pred.png"))
+    rc, log = run(PLOT + ["all", planned, "-o", os.path.join(figs, "planned")])
+    check(rc == 0 and os.path.isfile(os.path.join(figs, "planned", "predicted.png")),
+          f"plot.py all draws predicted.png for a sweep of a plan ({rc})")
 
     # A time budget: the point is stopped by SIGTERM after 1.5 s (it finishes its step, checkpoints, exits 0), and
     # the time and tokens to a target loss come from its rows.
@@ -268,6 +273,16 @@ def main():
     rc, log = run(PLOT + ["breakdown", os.path.join(rep, "summary.csv"), "-o", os.path.join(figs, "rep.png")])
     check(rc == 0, f"plot.py breakdown of repeats: exit {rc}")
     check_png(os.path.join(figs, "rep.png"))
+    # The same two runs as a planned layout: the predicted figure shows them as one point with their spread.
+    cols, rrows = read_csv(os.path.join(rep, "summary.csv"))
+    with open(os.path.join(work, "rep_planned.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows(dict(r, plan_rank="1", predicted_step_ms="1.0") for r in rrows)
+    rc, log = run(PLOT + ["predicted", os.path.join(work, "rep_planned.csv"), "-o", os.path.join(figs, "rep_pred.png")])
+    check(rc == 0 and "prediction error over 1 layouts" in log,
+          f"plot.py predicted merges a point's repeats into one layout ({rc}: {log.strip()[-300:]})")
+    check_png(os.path.join(figs, "rep_pred.png"))
 
     for args, words in ((["histogram", out], "invalid choice"), (["scaling", os.path.join(work, "none.csv")],
                                                                   "no such file"),
