@@ -56,6 +56,8 @@ const char* kUsage =
     "  --memory-only        skip the time model (no timing runs); layouts in enumeration order\n"
     "  --reps N             timed repetitions per measured shape, at least (the median counts;\n"
     "                       default 5)\n"
+    "  --progress-every S   where stderr is not a terminal, a progress line (shapes timed, seconds) each S s of\n"
+    "                       timing (default 15; 0: none); on a terminal one line is kept up to date instead\n"
     "  --rounds N           time every shape this many times, in rounds over all shapes, and count each pass's\n"
     "                       median over them (default 3): on a machine whose speed changes over seconds, one\n"
     "                       round makes the shapes timed in a slow moment look slow\n"
@@ -109,6 +111,7 @@ struct Args {
   std::optional<double> time_slicing, llc_mb;
   std::string calibration;
   int top = 20, reps = 5, rounds = 3;
+  double progress_every_s = 15;
   int time_sharing_child = 0;  // > 0: run as the time-sharing probe's child at this micro-batch (time_sharing.h)
   bool neighbour_child = false;  // run as one of the calibration's neighbours (neighbours.h)
   int neighbours = 0;  // -1: auto
@@ -161,6 +164,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--memory-limit-mb") a.memory_limit_mb = parse_double("--memory-limit-mb", next());
     else if (f == "--top") a.top = int(parse_int("--top", next(), 0));
     else if (f == "--reps") a.reps = int(parse_int("--reps", next(), 1));
+    else if (f == "--progress-every") a.progress_every_s = parse_double(f, next());
     else if (f == "--rounds") a.rounds = int(parse_int("--rounds", next(), 1));
     else if (f == "--overhead-us") a.net.op_overhead_us = parse_double("--overhead-us", next());
     else if (f == "--p2p-latency-us") a.p2p_latency_us = parse_double("--p2p-latency-us", next());
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
     co.reps = a.reps;
     co.verbose = a.verbose;
     co.progress = !a.verbose && isatty(fileno(stderr));  // a line rewritten in place: for a terminal only
+    if (!a.verbose && !co.progress) co.progress_every_s = a.progress_every_s;  // into a log: a line now and then
     // Ranks taking turns on the cores find their data gone from the caches: the step model asks for their passes'
     // cold times there (and only there), timed after writing twice the cache.
     co.evict_bytes = int64_t(2 * o.step.llc_bytes);

@@ -71,10 +71,7 @@ PassTimes Calibration::times(const StageShape& s, bool cold) {
     const auto t0 = Clock::now();
     TpTraffic unused;
     const PassTimes t = kept(measure(s, cold ? unused : traffic_[s], cold));
-    seconds_ += us_since(t0) * 1e-6;
-    ++measurements_;
-    if (opts_.progress)
-      std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
+    count_measurement(us_since(t0) * 1e-6);
     if (!cold) rounds_[s].push_back(t);
     return known[s] = t;
   }
@@ -88,16 +85,24 @@ PassTimes Calibration::times(const StageShape& s, bool cold) {
           a.bwd_weight + extra * b.bwd_weight};
 }
 
+void Calibration::count_measurement(double seconds) {
+  seconds_ += seconds;
+  ++measurements_;
+  if (opts_.progress) {
+    std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
+  } else if (opts_.progress_every_s > 0 && seconds_ - progress_printed_s_ >= opts_.progress_every_s) {
+    std::fprintf(stderr, "planner: timing the passes on this machine: %d shapes, %.1f s\n", measurements_, seconds_);
+    progress_printed_s_ = seconds_;
+  }
+}
+
 int Calibration::retime() {
   // The shapes in key order, not in the order the layouts asked for them.
   for (auto& [s, rounds] : rounds_) {
     const auto t0 = Clock::now();
     TpTraffic unused;
     rounds.push_back(kept(measure(s, unused, false)));
-    seconds_ += us_since(t0) * 1e-6;
-    ++measurements_;
-    if (opts_.progress)
-      std::fprintf(stderr, "\rplanner: timing the passes on this machine: %d shapes, %.1f s", measurements_, seconds_);
+    count_measurement(us_since(t0) * 1e-6);
     auto median_of = [&](double PassTimes::*pass) {
       std::vector<double> v;
       for (const PassTimes& t : rounds) v.push_back(t.*pass);

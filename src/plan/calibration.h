@@ -58,6 +58,7 @@ struct CalibrationOptions {
   int max_timed_blocks = 4;  // a stage of more blocks is timed with this many and extrapolated per block
   bool verbose = false;      // print each measurement to stderr
   bool progress = false;     // keep one line on stderr up to date: shapes timed and seconds spent
+  double progress_every_s = 0;  // or print such a line each time this many more seconds are spent (0: none)
   // Called before each timing with the shape about to be timed (nullptr: the optimizer's and the zeroing's), so
   // that the other cores run what a layout runs on them meanwhile (plan/neighbours.h); empty: timed alone.
   std::function<void(const StageShape*)> beside;
@@ -113,6 +114,7 @@ class Calibration {
   PassTimes times(const StageShape& s, bool cold);
   PassTimes measure(const StageShape& s, TpTraffic& traffic, bool cold);
   void evict();
+  void count_measurement(double seconds);  // and show the progress the options ask for
   std::string header() const;
   ModelConfig model_;
   CalibrationOptions opts_;
@@ -125,6 +127,7 @@ class Calibration {
   std::vector<char> evict_buffer_;
   int measurements_ = 0;
   double seconds_ = 0;
+  double progress_printed_s_ = 0;  // seconds_ at the last progress line
 };
 
 }  // namespace mt::plan

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -269,6 +270,17 @@ def json_fields(rows):
     check(p.returncode == 0 and len(meshes) == 4 == len(set(meshes)) == len(commands) and
           any("66 more with another schedule" in l for l in lines),
           f"the table: one row per mesh {meshes}, each with its command, and the others counted")
+    # Into a pipe, the timing's progress comes as whole lines every --progress-every seconds (none with 0).
+    progress = {}
+    for every in ("0.0001", "0"):
+        p = subprocess.run([PLANNER, "--config", TINY, "--world", "2", "--json", "--reps", "1", "--rounds", "1",
+                            "--progress-every", every], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        progress[every] = [l for l in p.stderr.splitlines() if "timing the passes" in l]
+    check(progress["0.0001"] and not any("\r" in l for l in progress["0.0001"]) and
+          all(re.fullmatch(r"planner: timing the passes on this machine: \d+ shapes, [\d.]+ s", l)
+              for l in progress["0.0001"]) and not progress["0"],
+          f"--progress-every: {len(progress['0.0001'])} progress lines at 0.0001 s, {len(progress['0'])} at 0")
     # The fastest row's command runs that layout.
     top = rows[0]
     cmd = top["command"].split()
