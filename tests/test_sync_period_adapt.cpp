@@ -76,7 +76,7 @@ TEST_CASE("comm.adapt local SGD: finds the period on fast and slow links within 
   }
 }
 
-TEST_CASE("comm.adapt local SGD: the run's first step is not counted; lengthening waits for a second average") {
+TEST_CASE("comm.adapt local SGD: the run's first step is not counted, and lengthening waits for a second average") {
   // With a period of 1 the first average (step 1) has no counted step, and the second (step 2) alone does not
   // lengthen the period: the decision comes at step 3, on the smaller of the two averages' costs.
   SyncPeriodController ctl({1, 16}, 1);
