@@ -418,14 +418,15 @@ def plot_predicted(summary, out, title=None, caption=None):
     hi = max(ms + ps + [number(r.get("step_ms_median_hi")) or 0 for r in rows]) * 1.1
     ax.plot([0, hi], [0, hi], color="0.4", linewidth=1, label="prediction = measurement")
     ax.fill_between([0, hi], [0, 0.9 * hi], [0, 1.1 * hi], color="0.85", label="within 10%")
+    spread = False
     for i, (r, name) in enumerate(zip(rows, labels)):
         ax.scatter(ms[i], ps[i], color=f"C{i % 10}", zorder=3, label=name)
         lo, top = number(r.get("step_ms_median_lo")), number(r.get("step_ms_median_hi"))
         if lo is not None and top is not None:  # repeats: the fastest and slowest run
             ax.errorbar(ms[i], ps[i], xerr=[[ms[i] - lo], [top - ms[i]]], fmt="none", ecolor=f"C{i % 10}", capsize=3)
-    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured step time (ms, median; bars: fastest to slowest run)"
-           if any(number(r.get("step_ms_median_lo")) is not None for r in rows) else
-           "measured step time (ms, median)", ylabel="predicted step time (ms)")
+            spread = True
+    xlabel = "measured step time (ms, median" + ("; bars: fastest to slowest run)" if spread else ")")
+    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel=xlabel, ylabel="predicted step time (ms)")
     heading = f"The planner against runs: mean error {100 * mean:.0f}%"
     set_title(ax, title or titled(heading, caption) or heading)
     ax.grid(alpha=0.3)

@@ -1,6 +1,7 @@
 #include "train/sync_period_adapt.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/median.h"
 
@@ -28,21 +29,20 @@ std::optional<SyncPeriodDecision> SyncPeriodController::observe(int step, double
   d.step = step + 1;
   d.from = period_;
   d.compute_ms = median(compute_ms_);
-  const double latest = exposed_sum_;
-  const std::optional<double> previous = last_sync_ms_;
+  d.sync_ms = exposed_sum_;
+  const std::optional<double> previous = std::exchange(last_sync_ms_, d.sync_ms);
   compute_ms_.clear();
   exposed_sum_ = 0;
-  last_sync_ms_ = latest;
-  d.sync_ms = latest;
-  if (shortest_within_slack(d.compute_ms, latest) > period_) {
+  int target = shortest_within_slack(d.compute_ms, d.sync_ms);
+  if (target > period_) {
     if (!previous) return std::nullopt;  // one average cannot tell a slower link from a stalled step
-    d.sync_ms = std::min(latest, *previous);
-    if (shortest_within_slack(d.compute_ms, d.sync_ms) <= period_) return std::nullopt;  // nor shortens on it
+    d.sync_ms = std::min(d.sync_ms, *previous);
+    target = shortest_within_slack(d.compute_ms, d.sync_ms);
+    if (target <= period_) return std::nullopt;  // nor shortens on the smaller cost
   }
   auto mean_step = [&](int h) { return d.compute_ms + d.sync_ms / h; };
   d.fastest_ms = mean_step(limits_.max);
   d.predicted_from_ms = mean_step(period_);
-  const int target = shortest_within_slack(d.compute_ms, d.sync_ms);
   d.to = target;
   d.predicted_to_ms = mean_step(target);
   const bool too_slow = d.predicted_from_ms > (1 + kKeep) * d.fastest_ms;
