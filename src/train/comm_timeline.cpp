@@ -6,8 +6,19 @@
 
 namespace mt {
 
+void CommTimeline::leave_out_next_all_reduce(const std::string& comm, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A backend reporting its sub-operations instead (the hierarchical one) never matches: keep the list bounded.
+  if (left_out_.size() == 1024) left_out_.pop_front();
+  left_out_.emplace_back(comm, bytes);
+}
+
 void CommTimeline::record(const CommEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!left_out_.empty() && e.op == "all_reduce" && left_out_.front() == std::make_pair(e.comm, e.bytes)) {
+    left_out_.pop_front();
+    return;
+  }
   events_.push_back(e);
   bytes_ += e.bytes;
   if ((e.comm == "dp" && (e.op == "all_reduce" || e.op == "all_gather")) ||

@@ -4,7 +4,10 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -28,9 +31,15 @@ class CommTimeline {
   };
   LinkSums take_link_sums();
   void set_world_is_dp(bool yes) { world_is_dp_ = yes; }
+  // The next all-reduce of `bytes` on communicator `comm` to complete is not a step's traffic but the step
+  // metrics' own reduction, running in the background while the next steps go on (replicas not in lockstep):
+  // left out of comm_ms, comm_bytes and the link sums, as the blocking one is by completing between steps.
+  // Call it before issuing that operation.
+  void leave_out_next_all_reduce(const std::string& comm, int64_t bytes);
 
  private:
   std::mutex mu_;
+  std::deque<std::pair<std::string, int64_t>> left_out_;  // in issue order: one communicator completes in order
   std::vector<CommEvent> events_;
   int64_t bytes_ = 0;
   LinkSums link_;

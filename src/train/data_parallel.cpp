@@ -314,10 +314,13 @@ class LocalSgdStrategy final : public DataParallel {
 
   void update(TrainingRun& r, int step, bool, Profiler& prof, StepResult& out) override {
     if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, false);
-    // Each replica has its own gradient norm: without skip_nonfinite the run stops when any replica's is
-    // non-finite, so that no replica waits alone in the next parameter average.
-    optimizer_update(r, step, r.model->grads(), r.mesh.dp() > 1, prof, out);
-    if (!out.stop.empty() || !local_->due(step, r.cfg.train.steps)) return;
+    // Each replica steps on its own loss and gradient norm, meeting the others only at the averages: without
+    // skip_nonfinite a non-finite one stops every replica there, before it could be averaged in.
+    optimizer_update(r, step, r.model->grads(), true, prof, out);
+    if (!out.nonfinite.empty() && first_nonfinite_ == 0) first_nonfinite_ = step, nonfinite_ = out.nonfinite;
+    if (!local_->due(step, r.cfg.train.steps)) return;
+    stop_if_a_replica_was_nonfinite(r, step, first_nonfinite_, nonfinite_, out);
+    if (!out.stop.empty()) return;
     const double s0 = trace_clock_us();
     local_->sync(step, r.model->params(), *r.opt);
     out.synced = true;
@@ -340,11 +343,14 @@ class LocalSgdStrategy final : public DataParallel {
                    d.fastest_ms, r.cfg.comm.adapt_sync_every_max);
   }
 
+  bool lockstep() const override { return false; }
   bool checkpoints() const override { return false; }
 
  private:
   std::unique_ptr<LocalSGD> local_;
   std::unique_ptr<SyncPeriodController> adapt_;
+  int first_nonfinite_ = 0;  // this replica's first step with a non-finite loss or norm (0: none)
+  std::string nonfinite_;    // and what became non-finite then
 };
 
 // optim.staleness: this step's gradients start their average in the background, and the averages that are due or

@@ -68,7 +68,8 @@ class DataParallel {
   virtual void wait_params() {}
   // The export's fp32 weights: `flat` (laid out like the parameters) completed from every rank's shards (ZeRO).
   virtual void gather_shards(const PipelineChunks&, const Tensor&) {}
-  // Every replica ends every step at the same step (false: stale, whose rows are known once every rank's arrive).
+  // Every replica ends every step at the same step (false: local SGD and stale, whose replicas meet only at their
+  // averages: their rows are known once every rank's figures arrive).
   virtual bool lockstep() const { return true; }
   // Whether a checkpoint can hold the run (local SGD's outer state has no place in one yet).
   virtual bool checkpoints() const { return true; }

@@ -26,7 +26,7 @@ struct RankFigures {
   float comm_cpu_ms;
   float own_ms;            // the step less its waits for other ranks
   float staleness_max, staleness_mean;  // of the averages this rank applied (optim.staleness)
-  float loss_sum;          // this rank's summed token losses (optim.staleness: the loss travels with the figures)
+  float loss_sum;          // this rank's summed token losses (replicas not in lockstep: the loss travels here)
   float elapsed_ms;        // since the first step began, at the end of this one
   float final_backward_ms;  // the last gradient pass (comm.adapt's overlap window)
   float link_ops, link_mib, link_us, link_mib2, link_mib_us;  // the gradient reductions (CommTimeline::LinkSums)
@@ -179,10 +179,10 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
     adapt->sum_bb = double(r0.link_mib2) * kMiB * kMiB;
     adapt->sum_bt = double(r0.link_mib_us) * kMiB;
   }
+  if (!run_.dp->lockstep()) row.loss = loss_sum / double(run_.tokens_per_step);
   if (run_.cfg.optim.staleness > 0) {
     row.staleness_max = m.staleness_max;
     row.staleness_mean = stale_sum / world;
-    row.loss = loss_sum / double(run_.tokens_per_step);
   }
 }
 
@@ -195,20 +195,23 @@ void StepMeter::end(const StepResult& s, StepMetrics& row, AdaptSample* adapt) {
   fill_row(table, row, adapt);
 }
 
-void PendingRows::add(const StepMetrics& row, const std::vector<float>& table) {
-  q_.push_back({row, table, nullptr});
+void PendingRows::add(const StepMetrics& row, const std::vector<float>& table, bool synced) {
+  q_.push_back({row, table, synced, nullptr});
   Pending& p = q_.back();
+  if (!world_) return;
   FlightSite site("step metrics");
-  if (world_) p.work = world_->all_reduce_async(Tensor(p.table.data(), {int64_t(p.table.size())}, DType::F32),
-                                                ReduceOp::Sum);
+  const Tensor table_view(p.table.data(), {int64_t(p.table.size())}, DType::F32);
+  timeline_.leave_out_next_all_reduce(world_->name(), int64_t(table_view.nbytes()));
+  p.work = world_->all_reduce_async(table_view, ReduceOp::Sum);
 }
 
-void PendingRows::flush(bool all, const std::function<void(StepMetrics&)>& report) {
+void PendingRows::flush(bool all, const Report& report) {
   while (!q_.empty() && (all || !q_.front().work || q_.front().work->done())) {
     Pending& p = q_.front();
     if (p.work) p.work->wait();
-    meter_.fill_row(p.table, p.row);
-    report(p.row);
+    AdaptSample sample;
+    meter_.fill_row(p.table, p.row, &sample);
+    report(p.row, sample, p.synced);
     q_.pop_front();
   }
 }

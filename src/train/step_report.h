@@ -30,9 +30,9 @@ class StepMeter {
   // that did not hang ends the job here (check_digests, comm/flight_recorder.h).
   // With `adapt`, also the figures comm.adapt's controller takes (the same on every rank).
   void end(const StepResult& s, StepMetrics& row, AdaptSample* adapt = nullptr);
-  // end() in two halves, for a reduction that runs in the background (optim.staleness): this rank's figures in
-  // its row of a world-sized table (zeros elsewhere; valid until the next measure), and the row from that table
-  // summed over the ranks (with optim.staleness also the loss and the staleness seen).
+  // end() in two halves, for a reduction that runs in the background (replicas not in lockstep): this rank's
+  // figures in its row of a world-sized table (zeros elsewhere; valid until the next measure), and the row from
+  // that table summed over the ranks (then also the loss, and with optim.staleness the staleness seen).
   std::vector<float>& measure(const StepResult& s);
   void fill_row(const std::vector<float>& table, StepMetrics& row, AdaptSample* adapt = nullptr) const;
 
@@ -53,25 +53,30 @@ class StepMeter {
   std::unique_ptr<GpuEnergyMeter> gpu_energy_;  // there too, with device: cuda
 };
 
-// optim.staleness: rows whose figures are still being summed over the ranks in the background, so that reporting
-// a step never waits for the slowest rank.
+// Replicas not in lockstep (optim.staleness, local SGD): rows whose figures are still being summed over the ranks
+// in the background, so that reporting a step never waits for the slowest rank.
 class PendingRows {
  public:
-  PendingRows(const StepMeter& meter, Communicator* world) : meter_(meter), world_(world) {}
+  // A completed row, comm.adapt's figures of it, and whether its step ended with a parameter average.
+  using Report = std::function<void(StepMetrics&, const AdaptSample&, bool synced)>;
+  PendingRows(const StepMeter& meter, Communicator* world, CommTimeline& timeline)
+      : meter_(meter), world_(world), timeline_(timeline) {}
   // row: what this rank knows of the step; table: its figures from StepMeter::measure.
-  void add(const StepMetrics& row, const std::vector<float>& table);
+  void add(const StepMetrics& row, const std::vector<float>& table, bool synced);
   // Completes the rows whose figures have arrived, in step order (with `all`, every row, waiting for them), and
   // passes each to report.
-  void flush(bool all, const std::function<void(StepMetrics&)>& report);
+  void flush(bool all, const Report& report);
 
  private:
   struct Pending {
     StepMetrics row;
     std::vector<float> table;
+    bool synced;
     WorkPtr work;
   };
   const StepMeter& meter_;
   Communicator* world_;    // null on one rank
+  CommTimeline& timeline_;
   std::deque<Pending> q_;  // a deque: the tables in flight never move
 };
 

@@ -16,15 +16,15 @@ namespace mt {
 
 namespace {
 
-// Collective over `group`: whether `flag` is true on any of its ranks.
-// The flag travels on `dev`, the group's device: an NCCL group takes device tensors only.
-bool any_rank(bool flag, Communicator& group, Device dev) {
+// Collective over `group`: `value` reduced with `op` over its ranks. It travels on `dev`, the group's device: an
+// NCCL group takes device tensors only.
+float reduce_scalar(float value, Communicator& group, Device dev, ReduceOp op) {
   Tensor host = Tensor::zeros({1}, DType::F32);
-  host.data_as<float>()[0] = flag ? 1.0f : 0.0f;
+  host.data_as<float>()[0] = value;
   Tensor t = Tensor::empty({1}, DType::F32, dev);
   copy_convert(t, host);
-  group.all_reduce(t, ReduceOp::Max);
-  return read_scalar(t) > 0;
+  group.all_reduce(t, op);
+  return float(read_scalar(t));
 }
 
 // Micro-batch `m` of this dp rank's share of batch `index` into tok / tgt [mb, T_rank]: with context parallelism,
@@ -54,6 +54,21 @@ double global_loss_sum(TrainingRun& r, int step) {
     r.comms.world->all_reduce(t, faulty && step == r.hooks.reduce_step ? ReduceOp::Max : ReduceOp::Sum);
   }
   return double(total[0]);
+}
+
+// Local SGD: the summed token losses of this rank's replica, the same on each of its ranks (the replicas meet only
+// at their averages). Each pipeline's last stage has them, on each tp rank.
+double replica_loss_sum(TrainingRun& r) {
+  const float here = r.mesh.is_last_stage() ? float(read_scalar(r.loss_sum)) : 0.0f;
+  if (r.mesh.pp() == 1) return here;
+  FlightSite site("replica loss");
+  return reduce_scalar(here, *r.comms.pp, r.dev, ReduceOp::Sum);
+}
+
+std::string stop_message(const TrainingRun& r, const std::string& what, int step) {
+  const std::string kept = latest_checkpoint(r.ckpt_root);
+  return fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(r.compute),
+                     kept.empty() ? "no checkpoint was written" : "the newest checkpoint is kept: " + kept);
 }
 
 }  // namespace
@@ -96,16 +111,22 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
   return out;
 }
 
-void optimizer_update(TrainingRun& r, int step, const Tensor& grads, bool replicas_own_norms, Profiler& prof,
+void optimizer_update(TrainingRun& r, int step, const Tensor& grads, bool replica_alone, Profiler& prof,
                       StepResult& out) {
   const DeviceMesh& mesh = r.mesh;
   out.lr = r.sched.at(step);
-  out.loss = global_loss_sum(r, step) / double(r.tokens_per_step);
+  if (replica_alone) {
+    const double replica = replica_loss_sum(r);
+    out.loss = replica / double(r.tokens_per_step / mesh.dp());
+    out.local_loss_sum = loss_rank(mesh) ? read_scalar(r.loss_sum) : 0.0;
+  } else {
+    out.loss = global_loss_sum(r, step) / double(r.tokens_per_step);
+  }
   out.finite_loss = std::isfinite(out.loss);
   const double o0 = trace_clock_us();
   // Under ZeRO the segments are this rank's shards. A non-finite loss or gradient norm (each the same on every
-  // rank) leaves everything unchanged: in fp16 a gradient overflow makes the loss scaler back off and the step
-  // count as skipped; otherwise train.skip_nonfinite skips and counts the step, or the run stops.
+  // rank of the replica) leaves everything unchanged: in fp16 a gradient overflow makes the loss scaler back off
+  // and the step count as skipped; otherwise train.skip_nonfinite skips and counts the step, or the run stops.
   out.applied = out.finite_loss && r.opt->step(r.dp->optimizer_params(*r.model), grads, out.lr, out.loss_scale);
   prof.compute("optimizer", o0, trace_clock_us());
   out.grad_norm = out.finite_loss ? r.opt->last_grad_norm() : std::nan("");
@@ -113,21 +134,33 @@ void optimizer_update(TrainingRun& r, int step, const Tensor& grads, bool replic
   if (r.fp16 && (out.applied || overflow) && r.scaler.update(overflow) && mesh.rank() == 0)
     spdlog::warn("step {}: gradient overflow (non-finite norm) at loss scale {:g}: step skipped, scale now {:g}", step,
                  out.loss_scale, r.scaler.scale());
-  const bool nonfinite = !out.applied && !overflow;
-  const bool stop = !r.cfg.train.skip_nonfinite &&
-                    (replicas_own_norms ? any_rank(nonfinite, *r.comms.dp, r.dev) : nonfinite);
-  if (!stop && !nonfinite) return;
+  if (out.applied || overflow) return;
   const std::string what = !out.finite_loss ? fmt::format("the loss became non-finite ({})", out.loss)
-                           : nonfinite      ? std::string("the gradient norm became non-finite")
-                                            : std::string("another replica's gradient norm became non-finite");
-  if (stop) {
-    const std::string kept = latest_checkpoint(r.ckpt_root);
-    out.stop = fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(r.compute),
-                           kept.empty() ? "no checkpoint was written" : "the newest checkpoint is kept: " + kept);
+                                            : std::string("the gradient norm became non-finite");
+  if (!r.cfg.train.skip_nonfinite) {
+    // Alone, the replica goes on without this step until the next average, where they all stop.
+    if (replica_alone) out.nonfinite = what;
+    else out.stop = stop_message(r, what, step);
     return;
   }
   ++r.nonfinite_skipped;
   if (mesh.rank() == 0) spdlog::warn("step {}: {}: step skipped (train.skip_nonfinite)", step, what);
+}
+
+void stop_if_a_replica_was_nonfinite(TrainingRun& r, int step, int first, const std::string& what,
+                                     StepResult& out) {
+  // The earliest such step of any replica, as the largest of -step (none: below every step).
+  constexpr float kNone = -1e9f;
+  float earliest = first > 0 ? -float(first) : kNone;
+  if (r.mesh.dp() > 1) {
+    FlightSite site("replicas non-finite");
+    earliest = reduce_scalar(earliest, *r.comms.dp, r.dev, ReduceOp::Max);
+  }
+  if (earliest == kNone) return;
+  const int at = int(-earliest);
+  const std::string msg = stop_message(r, first == at ? what : "another replica's loss or gradient norm became "
+                                                               "non-finite", at);
+  out.stop = step == at ? msg : fmt::format("{}; the replicas stopped at their parameter average of step {}", msg, step);
 }
 
 double evaluate(TrainingRun& r) {

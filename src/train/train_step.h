@@ -15,7 +15,9 @@
 namespace mt {
 
 struct StepResult {
-  double loss = 0;         // mean token loss over the whole global batch, the same on every rank
+  // Mean token loss over the whole global batch, the same on every rank; local SGD: over this replica's share,
+  // the same on each of its ranks (metrics.jsonl's loss is the global batch's, once every rank's figures arrive).
+  double loss = 0;
   double lr = 0;
   double loss_scale = 1;   // the scale this step's backward pass used (fp16)
   bool finite_loss = true;
@@ -24,12 +26,16 @@ struct StepResult {
   // The norm the optimizer clipped with (stale: of the last average applied); NaN: none.
   double grad_norm = std::nan("");
   RunStats pipeline;       // this rank's schedule span and busy time
-  // optim.staleness > 0: this rank's summed token losses (the global loss is known once the figures of every
-  // rank arrive) and the age in steps of the averages it applied (max, mean; 0 when it applied none).
+  // Replicas not in lockstep (optim.staleness, local SGD): this rank's summed token losses (the global loss is
+  // known once the figures of every rank arrive). optim.staleness: the age in steps of the averages it applied
+  // (max, mean; 0 when it applied none).
   double local_loss_sum = 0;
   double staleness_max = 0, staleness_mean = 0;
+  // Local SGD without train.skip_nonfinite: what became non-finite on this replica this step (the step is not
+  // applied; the run stops at the next parameter average: stop_if_a_replica_was_nonfinite).
+  std::string nonfinite;
   // Non-empty when the run must stop (a non-finite loss or norm without train.skip_nonfinite): every rank
-  // returns the same message at the same step, and the caller records the step, then stops them together.
+  // returns a message at the same step, and the caller records the step, then stops them together.
   std::string stop;
 };
 
@@ -39,10 +45,16 @@ StepResult train_step(TrainingRun& run, int step, bool sync_point, Profiler& pro
 
 // The optimizer phase of a step whose gradients `grads` are this rank's to apply (data_parallel.h's strategies call
 // it): the step's lr and global loss, the optimizer's step, the loss scaler's update, and what a non-finite loss or
-// norm does (skip the step, or out.stop). replicas_own_norms: each replica clipped with its own norm (local SGD),
-// so any replica's non-finite norm stops them all.
-void optimizer_update(TrainingRun& run, int step, const Tensor& grads, bool replicas_own_norms, Profiler& prof,
+// norm does (skip the step, or out.stop). replica_alone (local SGD): the replica steps without the others, on its
+// own loss and norm, and a non-finite one goes to out.nonfinite instead of out.stop.
+void optimizer_update(TrainingRun& run, int step, const Tensor& grads, bool replica_alone, Profiler& prof,
                       StepResult& out);
+
+// Local SGD, at the parameter average of `step` (collective over dp): out.stop, naming the earliest step, when any
+// replica's loss or norm became non-finite since the last average (`first` > 0: this replica's first such step,
+// and `what` became non-finite), so that the replicas stop together before averaging.
+void stop_if_a_replica_was_nonfinite(TrainingRun& run, int step, int first, const std::string& what,
+                                     StepResult& out);
 
 // The mean validation loss over train.eval_batches global batches (the same windows each time), each dp rank
 // taking its share, micro-batch by micro-batch through the pipeline. Collective over the world.

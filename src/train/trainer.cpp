@@ -264,7 +264,12 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       log_step(row, cfg.train.steps, world > 1, mesh.pp() > 1, eta_s);
     }
   };
-  PendingRows pending(meter, world > 1 ? comms.world.get() : nullptr);
+  // Replicas not in lockstep: a row completed in the background, then comm.adapt's observation of it.
+  auto report_late = [&](StepMetrics& row, const AdaptSample& sample, bool synced) {
+    if (run.dp->adapts()) run.dp->adapt_after_step(run, int(row.step), synced, sample, row);
+    report(row);
+  };
+  PendingRows pending(meter, world > 1 ? comms.world.get() : nullptr, timeline);
   const std::vector<LinkChange> link_schedule = parse_link_schedule(cfg.comm.emulate.schedule);
   std::unique_ptr<StopVote> stop_vote = arm_stop_signals(cfg, run, world > 1 ? comms.world.get() : nullptr, rank0);
   int stop_signal = 0;   // agreed by every rank: stop with a checkpoint at the next step where the replicas agree
@@ -283,15 +288,21 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     row.tokens = run.tokens_per_step * step;
     row.grad_norm = std::nan("");  // until the optimizer has computed it
     row.loss = s.loss;
+    const bool adapting = run.dp->adapts();
     if (!s.stop.empty()) {
+      pending.flush(true, report_late);  // every rank stops at this step, with the same rows in flight
       if (metrics) metrics->write(row);
       throw StoppedTogether(s.stop);
     }
     row.grad_norm = s.grad_norm;
+    if (run.fp16) row.loss_scale = s.loss_scale;
+    // optim.staleness: the averages skipped for a non-finite norm.
+    if (run.fp16 || cfg.train.skip_nonfinite || cfg.optim.staleness > 0)
+      row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;
     if (!run.dp->lockstep()) {
-      row.skipped_steps = run.nonfinite_skipped;  // averages skipped for a non-finite norm
-      pending.add(row, meter.measure(s));
-      pending.flush(sync_point, report);
+      pending.add(row, meter.measure(s), s.synced);
+      // comm.adapt decides at local SGD's averages: every rank completes every row up to one there.
+      pending.flush(sync_point || s.synced, report_late);
       if (stop_vote && stop_now(*stop_vote, stop_signal, sync_point, step, cfg.train.steps)) {
         stopped_at = step;
         break;
@@ -299,11 +310,8 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       continue;
     }
     AdaptSample sample;
-    const bool adapting = run.dp->adapts();
     meter.end(s, row, adapting ? &sample : nullptr);
     if (adapting) run.dp->adapt_after_step(run, step, s.synced, sample, row);
-    if (run.fp16) row.loss_scale = s.loss_scale;
-    if (run.fp16 || cfg.train.skip_nonfinite) row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;
     report(row);
     if (stop_vote && stop_now(*stop_vote, stop_signal, true, step, cfg.train.steps)) {
       stopped_at = step;

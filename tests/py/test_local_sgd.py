@@ -1,16 +1,17 @@
 """Local SGD (optim.sync_every) end to end on 2 data-parallel ranks:
 
-  1. sync_every=1 with SGD (no clipping) equals synchronous data parallelism: SGD's update is linear in the
+  1. sync_every=1 with SGD (no clipping) equals synchronous data parallelism (also with 2 pipeline stages): SGD's update is linear in the
      gradient, so averaging the replicas' parameters after a step equals stepping with the averaged gradient. The
      two differ only in fp32 rounding (a sum of two updates against an update of a sum): losses within 1e-6
      relative at every step, exported weights within 1e-5. fp32 and bf16 compute (the fp32 masters are averaged);
      in bf16 the compute copies may round differently where the masters differ in their last bits: 2e-3.
   2. sync_every=4: parameters cross the network only at steps 4, 8, ... and the last one (4 bytes per parameter
-     per sync), and the run still learns.
+     per sync), nothing at the steps between, and the run still learns. The replicas meet only there: with one
+     rank delayed before every step, the other never waits between averages (no exposed communication).
   3. the outer Nesterov optimizer with outer_lr=1, outer_momentum=0 is a plain average (anchor - 1 (anchor -
      average)): within 1e-6 of outer=none; with DiLoCo's settings (inner AdamW) it trains and differs.
-  4. a non-finite gradient norm on one replica stops every rank together (exit 1), instead of leaving the other
-     waiting in the next average.
+  4. a non-finite gradient norm on one replica stops every rank together (exit 1) at the next average, before it
+     is averaged in, naming the step where it happened.
 
 usage: test_local_sgd.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
@@ -78,18 +79,39 @@ for compute, tol in (("fp32", 1e-6), ("bf16", 2e-3)):
     # below 1e-2 for gradient entries up to 0.5.
     check(w <= (1e-5 if compute == "fp32" else 1e-2), f"{compute}: exported weights within {w:.2e}")
 
+# With a pipeline each replica's stages share its loss among themselves (not with the other replica): 2 replicas
+# of 2 stages, 8 steps, as in 1.
+pipe = ["parallel.dp=2", "parallel.pp=2", "train.steps=8"]
+run("sync_pp2", *pipe, ranks=4)
+run("h1_pp2", *pipe, "optim.sync_every=1", ranks=4)
+d = loss_diff("h1_pp2", "sync_pp2")
+check(d <= 1e-6 and len(rows("h1_pp2")) == 8, f"dp 2 x pp 2: sync_every=1 reproduces synchronous training: losses "
+      f"within {d:.2e}")
+
 out = run("h4", "optim.sync_every=4")
 weights = read_safetensors(os.path.join(work, "h4", "model.safetensors"))
 numel = sum(len(v) for _, v in weights.values())
 h4, sync = rows("h4"), rows("sync_fp32")
-# Every step all-reduces the loss (4 bytes) and the replicas' non-finite verdict (4 bytes); a sync adds every
-# parameter (the tied embedding once: the model has one stage).
+# A sync sends every parameter (the tied embedding once: the model has one stage) and the replicas' non-finite
+# verdict (4 bytes); the steps between send nothing (their metrics are summed in the background, not counted).
 sync_steps = [r["step"] for r in h4 if r["comm_bytes"] >= 4 * numel]
-check(sync_steps == [4, 8, 12, 16] and all(r["comm_bytes"] == 8 for r in h4 if r["step"] not in sync_steps),
-      f"sync_every=4 sends parameters at steps {sync_steps} only ({4 * numel} bytes of parameters each)")
+check(sync_steps == [4, 8, 12, 16] and all(r["comm_bytes"] == 0 for r in h4 if r["step"] not in sync_steps),
+      f"sync_every=4 sends parameters at steps {sync_steps} only ({4 * numel} bytes of parameters each), nothing "
+      f"between")
 check(h4[-1]["loss"] < h4[0]["loss"] - 1, f"sync_every=4 learns: loss {h4[0]['loss']:.3f} -> {h4[-1]['loss']:.3f} "
       f"(synchronous: {sync[-1]['loss']:.3f})")
 check("average their parameters every 4 steps" in out, "the log says what local SGD does")
+
+# Rank 1 sleeps 20 ms before every step: rank 0 runs ahead and waits for it only at the averages. A step's
+# exposed communication is the largest over the ranks, so between averages it is rank 0's too: none.
+run("h4_straggler", "optim.sync_every=4", "train.straggler.delay_ms=20", "train.straggler.delay_sigma=0",
+    "train.straggler.ranks=[1]")
+st = rows("h4_straggler")
+between = [r["exposed_comm_ms"] for r in st if r["step"] % 4]
+at_sync = [r["exposed_comm_ms"] for r in st if r["step"] % 4 == 0]
+check(max(between) == 0 and min(at_sync) > 0 and st[-1]["loss"] == h4[-1]["loss"],
+      f"the replicas meet only at the averages: exposed communication between them {max(between):.2f} ms, at them "
+      f"{min(at_sync):.1f}-{max(at_sync):.1f} ms; the same losses as without the delay")
 
 run("none_h2", "optim.sync_every=2")
 run("unit_nesterov_h2", "optim.sync_every=2", "optim.outer=nesterov", "optim.outer_lr=1", "optim.outer_momentum=0")
@@ -105,7 +127,8 @@ check(dl[-1]["loss"] < dl[0]["loss"] - 1 and loss_diff("diloco_h2", "adamw_h2") 
       f"{dl[0]['loss']:.3f} -> {dl[-1]['loss']:.3f} (plain average: {pl[-1]['loss']:.3f})")
 
 out = run("inf_one_replica", "optim.sync_every=4", env={"MESHTRAIN_INJECT": "grad-inf@3"}, expect=1)
-check("non-finite at step 3" in out, "an inf on one replica stops both ranks together at step 3")
+check("non-finite at step 3" in out and "parameter average of step 4" in out and len(rows("inf_one_replica")) == 4,
+      "an inf on one replica at step 3 stops both ranks together at the average of step 4")
 
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
