@@ -342,9 +342,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "planner: note: comm.hierarchical: the data-parallel all-reduce is timed as one flat "
                              "ring over its slowest link\n");
       if (base.optim.sync_every > 0)
-        std::fprintf(stderr, "planner: note: optim.sync_every=%d: steps are timed without gradient reduction; the "
-                             "parameter average every %d steps is not in the step time\n",
-                     base.optim.sync_every, base.optim.sync_every);
+        std::fprintf(stderr, "planner: note: optim.sync_every=%d: steps are timed without gradient reduction; "
+                             "step_ms is the mean step, with 1/%d of the parameter average%s\n",
+                     base.optim.sync_every, base.optim.sync_every,
+                     base.comm.adapt ? " (comm.adapt's own choice of the period is not modeled)" : "");
     }
     std::vector<mt::plan::PlanRow> rows = mt::plan::plan_layouts(base, o, cal);
     // The shapes timed above again, in rounds over all of them; then the plan with their medians.

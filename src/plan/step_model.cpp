@@ -336,8 +336,7 @@ struct RankState {
 // communicator's thread. ZeRO-2 reducing every micro-batch (and ZeRO-3) launches its buckets (cut within blocks)
 // in every gradient pass; without overlap each is waited for in the pass, which the timeline does not model (its
 // time is counted after the schedule). ZeRO-3's parameter gathers share that thread, in the passes that issue them.
-// Local SGD reduces nothing here (its parameter average every optim.sync_every steps is not in a typical step's
-// time).
+// Local SGD reduces nothing here (its parameter average is the update's: update_phase).
 RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
   const Config& cfg = x.cfg;
   const int p = x.p, dp = x.replicas;
@@ -426,13 +425,17 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
 }
 
 // The optimizer's phase (train_step.h's optimizer_update): the loss summed over the world (every rank waits for
-// the last), then every rank's optimizer at once (the cores shared by all) with the gradient norm's small
-// all-reduces, then ZeRO-1/2's parameter all-gather (its exposed part; ZeRO-3 has none after the optimizer). The
-// gradient buffer's zeroing at the step's start (the strategy's begin_step) is counted here too.
+// the last; under local SGD over the pipeline alone), then every rank's optimizer at once (the cores shared by all)
+// with the gradient norm's small all-reduces, then ZeRO-1/2's parameter all-gather (its exposed part; ZeRO-3 has
+// none after the optimizer), or local SGD's parameter average. The gradient buffer's zeroing at the step's start
+// (the strategy's begin_step) is counted here too.
 void update_phase(StepContext& x, Calibration& cal, const RankState& st, StepPrediction& out) {
   const Config& cfg = x.cfg;
-  if (x.world > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
+  const int local_sgd = cfg.optim.sync_every;  // its period; 0: synchronous
   const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
+  if (local_sgd == 0 && x.world > 1)
+    x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
+  if (local_sgd > 0 && x.p > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.p, pp_inter) + x.step_sync);
   // The gradient norm's all-reduces (tp, the replicas, the pipeline) run back to back after its local sum
   // (Optimizer::step): the first waits for the ranks' drift like the step's other collectives, the rest find them
   // together and wait as a collective in the passes does. A step sync each predicted layouts with two or three of
@@ -452,8 +455,15 @@ void update_phase(StepContext& x, Calibration& cal, const RankState& st, StepPre
     // ZeRO-1/2's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
     // for it bucket by bucket (param_gather.h): what outlasts that pass is exposed.
     const double gather_exposed = std::max(0.0, st.gather[r] - x.tl[r].first_forward_end);
-    x.t[r] += opt + norm_ar + gather_exposed;
-    x.exposed[r] += norm_ar + gather_exposed;
+    // Local SGD: the replicas average their fp32 parameters every `local_sgd` steps, meeting there after that many
+    // steps apart; the step is the mean step, which carries that share of it.
+    const double average = local_sgd > 0 && x.dp > 1
+                               ? (x.net.op_us(CommKind::AllReduce, int64_t(st.param_numel[r]) * 4, x.dp, x.links.dp,
+                                              x.links.dp_sharers) + x.step_sync) / local_sgd
+                               : 0.0;
+    out.dp_comm_ms = std::max(out.dp_comm_ms, average / 1000.0);
+    x.t[r] += opt + norm_ar + gather_exposed + average;
+    x.exposed[r] += norm_ar + gather_exposed + average;
   }
 }
 

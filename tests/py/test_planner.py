@@ -461,6 +461,26 @@ def norm_waits():
                                              max(grew or [0])))
 
 
+def local_sgd_average():
+    # Local SGD (optim.sync_every H): the replicas' parameter average, all of it at H = 1 and a quarter at H = 4, is
+    # in the mean step as data-parallel communication; a pipeline of one replica averages nothing. On a 10 MB/s
+    # link tiny's 28k fp32 parameters (112 KB) take about 11 ms to average over 2 replicas: more than 2.
+    slow = ["comm.emulate.latency_us=100", "comm.emulate.bandwidth_gbps=0.01"]
+    by_h = {h: keyed(planner(2, slow + ["optim.sync_every=%d" % h], ["--calibration", CALIBRATION]))
+            for h in (1, 4)}
+    replicas = [k for k in by_h[1] if k[0] == 2]
+    pipes = [k for k in by_h[1] if k[0] == 1]
+    avg = [by_h[1][k]["dp_comm_ms"] for k in replicas]
+    check(replicas and pipes and min(avg) > 2 and
+          all(abs(by_h[1][k]["dp_comm_ms"] - 4 * by_h[4][k]["dp_comm_ms"]) < 1e-3 and
+              abs((by_h[1][k]["step_ms"] - by_h[4][k]["step_ms"]) -
+                  (by_h[1][k]["dp_comm_ms"] - by_h[4][k]["dp_comm_ms"])) < 1e-3 for k in replicas) and
+          all(by_h[1][k]["dp_comm_ms"] == 0 and abs(by_h[1][k]["step_ms"] - by_h[4][k]["step_ms"]) < 1e-9
+              for k in pipes),
+          "local SGD: the parameter average (%.2f-%.2f ms on dp 2) in the mean step, a quarter of it at H = 4 (%d rows); "
+          "the %d rows of one replica unchanged" % (min(avg), max(avg), len(replicas), len(pipes)))
+
+
 def tp_sync_once():
     # A tp collective's sync latency is one wait at any tp degree (docs/planner.md, "One sync per tp collective"). On
     # one core with 4 heads, dp 2 x tp 2 at micro-batch 1 and tp 4 at micro-batch 2 run 2 micro-batches of the same
@@ -781,6 +801,7 @@ json_fields(tiny2)
 zero3_gather_traffic(tiny2)
 comm_thread_cpu(tiny2)
 runtime_file(tiny2)
+local_sgd_average()
 waits_per_thread()
 comm_cpu_per_core()
 norm_waits()
