@@ -238,7 +238,7 @@ def main():
         if by_name[name] not in chosen:
             chosen.append(by_name[name])
     print("planner: %d layouts of %s on %d ranks in %.1f s; running %d (best %d + %d sampled, seed %d%s), %d x %d "
-          "steps each, median of steps %d-%d; network %g us / %g GB/s" %
+          "steps each, median of steps %d-%d (local SGD: their mean, less the last); network %g us / %g GB/s" %
           (len(rows), os.path.relpath(args.config, ROOT), args.world, planner_s, len(chosen), min(args.best, len(rows)),
            min(args.sample, len(rest)), args.seed,
            " + %d named" % (len(chosen) - min(args.best, len(rows)) - min(args.sample, len(rest)))

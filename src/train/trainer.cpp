@@ -288,7 +288,6 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     row.tokens = run.tokens_per_step * step;
     row.grad_norm = std::nan("");  // until the optimizer has computed it
     row.loss = s.loss;
-    const bool adapting = run.dp->adapts();
     if (!s.stop.empty()) {
       pending.flush(true, report_late);  // every rank stops at this step, with the same rows in flight
       if (metrics) metrics->write(row);
@@ -310,6 +309,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       continue;
     }
     AdaptSample sample;
+    const bool adapting = run.dp->adapts();
     meter.end(s, row, adapting ? &sample : nullptr);
     if (adapting) run.dp->adapt_after_step(run, step, s.synced, sample, row);
     report(row);
