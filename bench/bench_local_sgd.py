@@ -6,10 +6,14 @@ The tinyshakespeare byte-level model (2 blocks, C = 64, T = 64, V = 256; global 
 trains --steps steps on an emulated slow network (--latency-us, --gbps) once synchronously (gradients averaged
 every step) and then with optim.sync_every = H for each --every (parameters averaged every H steps), with the
 plain average and with DiLoCo's outer Nesterov step (outer lr 0.7, momentum 0.9). The inner optimizer is AdamW
-throughout. Each row prints its ratio to the synchronous row: bytes per step (mean over the run), median step
-time, and the final training and validation loss.
+throughout. Each row prints its ratio to the synchronous row: bytes per step (mean over the run), wall time per
+step (from the end of step 3 to the last step's: the averages included), and the final training and validation
+loss. --delay-ms D delays each rank before every step by a seeded log-normal amount of mean D ms (sigma 1,
+train.straggler), as replicas on a shared machine are: synchronous training waits for the larger delay every
+step, local SGD once per period.
 
 Usage: /usr/bin/python3 bench/bench_local_sgd.py [--steps 500] [--every 4,16,64] [--latency-us 100] [--gbps 0.1]
+                                                 [--delay-ms 0]
 """
 import argparse
 import json
@@ -34,12 +38,13 @@ def run(args, work, name, sets):
            os.path.join(ROOT, "configs", "tiny.yaml")]
     for s in MODEL + [f"train.steps={args.steps}", f"train.eval_every={args.steps}",
                       f"comm.emulate.latency_us={args.latency_us}", f"comm.emulate.bandwidth_gbps={args.gbps}",
-                      f"run.dir={run_dir}"] + sets:
+                      f"run.dir={run_dir}", f"train.straggler.delay_ms={args.delay_ms}",
+                      "train.straggler.delay_sigma=1"] + sets:
         cmd += ["--set", s]
     subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     return {"bytes": statistics.mean(r["comm_bytes"] for r in rows),
-            "step_ms": statistics.median(r["step_ms"] for r in rows[3:]),
+            "step_ms": (rows[-1]["elapsed_ms"] - rows[2]["elapsed_ms"]) / (len(rows) - 3),
             "loss": rows[-1]["loss"], "val": rows[-1].get("val_loss", float("nan"))}
 
 
@@ -49,6 +54,8 @@ def main():
     ap.add_argument("--every", type=int_list(1), default="4,16,64", help="comma-separated values of optim.sync_every")
     ap.add_argument("--latency-us", type=float_at_least(0), default=100)
     ap.add_argument("--gbps", type=float_above(0), default=0.1)
+    ap.add_argument("--delay-ms", type=float_at_least(0), default=0,
+                    help="mean of a log-normal delay before each step on each rank (0: none)")
     ap.add_argument("--mpiexec", default="mpiexec")
     args = ap.parse_args()
     cases = [("synchronous", [])]
@@ -58,9 +65,10 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         results = [(name, run(args, work, name.replace(" ", "").replace(",", "_").replace("=", ""), sets))
                    for name, sets in cases]
-    print(f"dp = 2, {args.steps} steps, emulated {args.latency_us:g} us / {args.gbps:g} GB/s; ratios against "
-          f"synchronous")
-    print("| run | bytes per step | step ms (median) | final loss | val loss |")
+    print(f"dp = 2, {args.steps} steps, emulated {args.latency_us:g} us / {args.gbps:g} GB/s"
+          f"{f', each rank delayed {args.delay_ms:g} ms (log-normal) before each step' if args.delay_ms else ''}; "
+          f"ratios against synchronous")
+    print("| run | bytes per step | wall ms per step | final loss | val loss |")
     print("|---|---|---|---|---|")
     base = results[0][1]
     for name, r in results:
