@@ -42,6 +42,7 @@ CASES = [
     (-1, "bench_overlap.py", ["--buckets", "0.25,x"], "argument --buckets: not a number"),
     (-1, "bench_compress.py", ["--methods", "int4"], "argument --methods: unknown int4"),
     (-1, "bench_local_sgd.py", ["--every", "4,0"], "argument --every: must be >= 1"),
+    (-1, "bench_local_sgd.py", ["--delay-ms", "-1"], "argument --delay-ms: must be >= 0"),
     (-1, "bench_time_to_loss.py", ["--target", "-1"], "argument --target: must be > 0"),
     (-1, "bench_zero.py", ["--runs", "0"], "argument --runs: must be >= 1"),
     (-1, "bench_zero.py", ["--dp", "2,1"], "argument --dp: must be >= 2"),
