@@ -45,7 +45,9 @@ struct StepMetrics {
   double gpu_energy_j = -1;
   int64_t comm_bytes = 0;  // payload bytes sent by the busiest rank this step (all its communicators)
   double loss_scale = -1;  // fp16 only (written when > 0): the scale this step's backward pass used
-  int64_t skipped_steps = -1;  // fp16 or train.skip_nonfinite (written when >= 0): steps skipped so far, this one included
+  // fp16 or train.skip_nonfinite (written when >= 0): steps skipped so far, this one included (local SGD: by the
+  // replica that skipped the most)
+  int64_t skipped_steps = -1;
 };
 
 std::string to_json(const StepMetrics& m);

@@ -33,6 +33,7 @@ struct RankFigures {
   float energy_j;          // a node's leading rank: its node's CPU energy this step (0 elsewhere)
   float node_leader, energy_read;  // 1 on a node's leading rank; 1 there when it has energy counters
   float gpu_energy_j, gpu_energy_read;  // the same for the node's GPUs (NVML; device: cuda only)
+  float skipped;           // the steps this rank skipped so far (local SGD: each replica its own)
 };
 constexpr int kFigures = sizeof(RankFigures) / sizeof(float);
 static_assert(sizeof(RankFigures) == kFigures * sizeof(float), "RankFigures is reduced as a float array");
@@ -104,6 +105,7 @@ std::vector<float>& StepMeter::measure(const StepResult& s) {
   f.energy_j = f.energy_read > 0 ? float(energy_->joules()) : 0.0f;
   f.gpu_energy_read = gpu_energy_ && gpu_energy_->available() ? 1.0f : 0.0f;
   f.gpu_energy_j = f.gpu_energy_read > 0 ? float(gpu_energy_->joules()) : 0.0f;
+  f.skipped = float(run_.scaler.skipped_steps() + run_.nonfinite_skipped);
   const size_t world = size_t(run_.mesh.world_size()), rank = size_t(run_.mesh.rank());
   const std::vector<Communicator*> groups = digest_groups();
   const size_t digests = groups.size() * kDigestFloats;
@@ -135,6 +137,7 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
     m.staleness_max = std::max(m.staleness_max, f.staleness_max);
     m.elapsed_ms = std::max(m.elapsed_ms, f.elapsed_ms);
     m.final_backward_ms = std::max(m.final_backward_ms, f.final_backward_ms);
+    m.skipped = std::max(m.skipped, f.skipped);
   }
   row.elapsed_ms = m.elapsed_ms;
   row.step_ms = m.step_ms;
@@ -146,6 +149,8 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
   row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
   row.tokens_per_s = run_.tokens_per_step / (row.step_ms / 1000.0);
   row.comm_bytes = std::llround(double(m.mib_sent) * 1048576.0);
+  // Where written: the most any rank skipped (every rank alike, except local SGD's replicas, which skip alone).
+  if (row.skipped_steps >= 0) row.skipped_steps = std::llround(m.skipped);
   int slowest = 0;
   double waited = 0, stale_sum = 0, loss_sum = 0, energy = 0, leaders = 0, read = 0, gpu_energy = 0, gpu_read = 0;
   for (const RankFigures& f : all) {

@@ -11,7 +11,8 @@
   3. the outer Nesterov optimizer with outer_lr=1, outer_momentum=0 is a plain average (anchor - 1 (anchor -
      average)): within 1e-6 of outer=none; with DiLoCo's settings (inner AdamW) it trains and differs.
   4. a non-finite gradient norm on one replica stops every rank together (exit 1) at the next average, before it
-     is averaged in, naming the step where it happened.
+     is averaged in, naming the step where it happened; with train.skip_nonfinite that replica skips the step
+     alone, and the rows count it though rank 0 (which writes them) skipped nothing.
 
 usage: test_local_sgd.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
@@ -129,6 +130,10 @@ check(dl[-1]["loss"] < dl[0]["loss"] - 1 and loss_diff("diloco_h2", "adamw_h2") 
 out = run("inf_one_replica", "optim.sync_every=4", env={"MESHTRAIN_INJECT": "grad-inf@3"}, expect=1)
 check("non-finite at step 3" in out and "parameter average of step 4" in out and len(rows("inf_one_replica")) == 4,
       "an inf on one replica at step 3 stops both ranks together at the average of step 4")
+run("inf_skipped", "optim.sync_every=4", "train.skip_nonfinite=true", env={"MESHTRAIN_INJECT": "grad-inf@3"})
+skipped = [r["skipped_steps"] for r in rows("inf_skipped")]
+check(skipped == [0, 0] + [1] * 14, f"with train.skip_nonfinite the replica skips step 3 alone and the rows count it "
+      f"({skipped})")
 
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
