@@ -761,13 +761,15 @@ def spread_across_samples():
     close = {"a": [100.0, 100.5], "b": [100.0, 100.2], "c": [50.0, 50.1]}
     check(vp.measured_spread(within, close)[0] == 0.02,
           "spread: samples that agree better than a sample's own runs leave the runs' own difference")
-    # A local SGD run is measured by its mean step (the planner predicts the mean; a median leaves the averages
-    # out): its period read from the run's resolved config, whose comm section has keys ending in sync_every too.
+    # A local SGD run is measured by its wall time per step (the planner predicts the mean; a median leaves the
+    # averages out): its period read from the run's resolved config, whose comm section has keys ending in
+    # sync_every too.
     measured(1, ["optim.sync_every=4"], "local_sgd_period", steps=1)
     periods = [vp.local_sgd_period(os.path.join(WORK, name)) for name in ("local_sgd_period", "w1_1f1b")]
-    check(periods == [4, 0] and vp.typical([1, 2, 9], True) == 4 and vp.typical([1, 2, 9], False) == 2,
-          "validate_planner: local SGD's period from a run's config.yaml (%s), its mean step, else the median" %
-          periods)
+    steps = [{"step_ms": ms, "elapsed_ms": at} for ms, at in ((10, 100), (12, 112), (30, 130))]
+    check(periods == [4, 0] and vp.step_time(steps, True) == 15 and vp.step_time(steps, False) == 12,
+          "validate_planner: local SGD's period from a run's config.yaml (%s), its wall time per step, else the "
+          "median step" % periods)
 
 
 def bad_inputs():
