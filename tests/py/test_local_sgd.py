@@ -1,10 +1,11 @@
 """Local SGD (optim.sync_every) end to end on 2 data-parallel ranks:
 
-  1. sync_every=1 with SGD (no clipping) equals synchronous data parallelism (also with 2 pipeline stages): SGD's update is linear in the
-     gradient, so averaging the replicas' parameters after a step equals stepping with the averaged gradient. The
-     two differ only in fp32 rounding (a sum of two updates against an update of a sum): losses within 1e-6
-     relative at every step, exported weights within 1e-5. fp32 and bf16 compute (the fp32 masters are averaged);
-     in bf16 the compute copies may round differently where the masters differ in their last bits: 2e-3.
+  1. sync_every=1 with SGD (no clipping) equals synchronous data parallelism (also with 2 pipeline stages): SGD's
+     update is linear in the gradient, so averaging the replicas' parameters after a step equals stepping with the
+     averaged gradient. The two differ only in fp32 rounding (a sum of two updates against an update of a sum):
+     losses within 1e-6 relative at every step, exported weights within 1e-5. fp32 and bf16 compute (the fp32
+     masters are averaged); in bf16 the compute copies may round differently where the masters differ in their
+     last bits: 2e-3.
   2. sync_every=4: parameters cross the network only at steps 4, 8, ... and the last one (4 bytes per parameter
      per sync), nothing at the steps between, and the run still learns. The replicas meet only there: with one
      rank delayed before every step, the other never waits between averages (no exposed communication).

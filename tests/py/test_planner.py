@@ -477,8 +477,8 @@ def local_sgd_average():
                   (by_h[1][k]["dp_comm_ms"] - by_h[4][k]["dp_comm_ms"])) < 1e-3 for k in replicas) and
           all(by_h[1][k]["dp_comm_ms"] == 0 and abs(by_h[1][k]["step_ms"] - by_h[4][k]["step_ms"]) < 1e-9
               for k in pipes),
-          "local SGD: the parameter average (%.2f-%.2f ms on dp 2) in the mean step, a quarter of it at H = 4 (%d rows); "
-          "the %d rows of one replica unchanged" % (min(avg), max(avg), len(replicas), len(pipes)))
+          "local SGD: the parameter average (%.2f-%.2f ms on dp 2) in the mean step, a quarter of it at H = 4 "
+          "(%d rows); the %d rows of one replica unchanged" % (min(avg), max(avg), len(replicas), len(pipes)))
 
 
 def tp_sync_once():
