@@ -91,7 +91,7 @@ def main():
             for _ in range(args.repeats):  # round robin: a slow spell of the machine hits every setting alike
                 for k, sets in settings.items():
                     rows = run(work, f"{name}_{k}", args, sets)
-                    means[k].append(wall_step(rows))
+                    means[k].append(mean_step(rows))
                     if k == "adapt":
                         finals.append(f"{rows[-1]['bucket_mb']:g} MiB, {rows[-1]['compress']}")
             static = {k: statistics.median(v) for k, v in means.items() if k != "adapt"}
@@ -147,7 +147,7 @@ def local_sgd_periods(args):
             for _ in range(args.repeats):
                 for k, sets in settings.items():
                     rows = run(work, f"{name}_h{k}", args, sets)
-                    means[k].append(mean_step(rows))
+                    means[k].append(wall_step(rows))
                     if k == "adapt":
                         chosen.append(rows[-1]["sync_every"])
             static = {h: statistics.median(means[h]) for h in periods}

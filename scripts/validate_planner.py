@@ -98,8 +98,8 @@ def busy_seconds():
 
 def run_once(args, cmd, run_dir):
     """One run; repeated (up to --retries times, after a pause) while other processes used more than
-    --max-other cores during it. Returns its steps after the warm-up, memory.json's ranks and the cores other
-    processes used."""
+    --max-other cores during it. Returns its steps after the warm-up, memory.json's ranks, the cores other
+    processes used and whether it ran local SGD."""
     for attempt in range(args.retries + 1):
         shutil.rmtree(run_dir, ignore_errors=True)
         b0, u0, t0 = busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
@@ -116,8 +116,9 @@ def run_once(args, cmd, run_dir):
     steps = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
     mem = json.load(open(os.path.join(run_dir, "memory.json")))["ranks"]
     # Local SGD's run ends with a parameter average whatever the period: its last step is not a typical one.
-    last = steps[-1]["step"] if local_sgd_period(run_dir) else None
-    return [s for s in steps if s["step"] > args.warmup and s["step"] != last], mem, other
+    local_sgd = local_sgd_period(run_dir) > 0
+    last = steps[-1]["step"] if local_sgd else None
+    return [s for s in steps if s["step"] > args.warmup and s["step"] != last], mem, other, local_sgd
 
 
 def local_sgd_period(run_dir):
@@ -162,8 +163,7 @@ def run_trainer(args, sets, row, run_dir):
                                                  "run.resume=none", "run.log_every=1000"])
     after, peaks, others, medians = [], [], [], []
     for _ in range(max(1, args.repeats)):
-        steps, mem, other = run_once(args, cmd, run_dir)
-        local_sgd = local_sgd_period(run_dir) > 0
+        steps, mem, other, local_sgd = run_once(args, cmd, run_dir)
         after += steps
         medians.append(step_time(steps, local_sgd))
         peaks.append(max(r["peak_tensor_bytes"] for r in mem))

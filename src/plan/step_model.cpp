@@ -431,11 +431,11 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
 // (the strategy's begin_step) is counted here too.
 void update_phase(StepContext& x, Calibration& cal, const RankState& st, StepPrediction& out) {
   const Config& cfg = x.cfg;
-  const int local_sgd = cfg.optim.sync_every;  // its period; 0: synchronous
+  const int period = cfg.optim.sync_every;  // local SGD's; 0: synchronous
   const bool pp_inter = std::any_of(x.links.pp.begin(), x.links.pp.end(), [](bool b) { return b; });
-  if (local_sgd == 0 && x.world > 1)
+  if (period == 0 && x.world > 1)
     x.together(x.net.op_us(CommKind::AllReduce, 4, x.world, x.links.world) + x.step_sync);
-  if (local_sgd > 0 && x.p > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.p, pp_inter) + x.step_sync);
+  if (period > 0 && x.p > 1) x.together(x.net.op_us(CommKind::AllReduce, 4, x.p, pp_inter) + x.step_sync);
   // The gradient norm's all-reduces (tp, the replicas, the pipeline) run back to back after its local sum
   // (Optimizer::step): the first waits for the ranks' drift like the step's other collectives, the rest find them
   // together and wait as a collective in the passes does. A step sync each predicted layouts with two or three of
@@ -455,11 +455,11 @@ void update_phase(StepContext& x, Calibration& cal, const RankState& st, StepPre
     // ZeRO-1/2's parameter all-gather runs from the step's start and hides behind the first forward pass, which waits
     // for it bucket by bucket (param_gather.h): what outlasts that pass is exposed.
     const double gather_exposed = std::max(0.0, st.gather[r] - x.tl[r].first_forward_end);
-    // Local SGD: the replicas average their fp32 parameters every `local_sgd` steps, meeting there after that many
+    // Local SGD: the replicas average their fp32 parameters every `period` steps, meeting there after that many
     // steps apart; the step is the mean step, which carries that share of it.
-    const double average = local_sgd > 0 && x.dp > 1
+    const double average = period > 0 && x.dp > 1
                                ? (x.net.op_us(CommKind::AllReduce, int64_t(st.param_numel[r]) * 4, x.dp, x.links.dp,
-                                              x.links.dp_sharers) + x.step_sync) / local_sgd
+                                              x.links.dp_sharers) + x.step_sync) / period
                                : 0.0;
     out.dp_comm_ms = std::max(out.dp_comm_ms, average / 1000.0);
     x.t[r] += opt + norm_ar + gather_exposed + average;

@@ -464,7 +464,8 @@ def norm_waits():
 def local_sgd_average():
     # Local SGD (optim.sync_every H): the replicas' parameter average, all of it at H = 1 and a quarter at H = 4, is
     # in the mean step as data-parallel communication; a pipeline of one replica averages nothing. On a 10 MB/s
-    # link tiny's 28k fp32 parameters (112 KB) take about 11 ms to average over 2 replicas: more than 2.
+    # link tiny's 28k fp32 parameters (112 KB) take about 11 ms to average over 2 replicas: more than 2. 1e-3 ms:
+    # the JSON's times have 4 decimals, so a difference of two of them is exact only to 2e-4 (as in comm_thread_cpu).
     slow = ["comm.emulate.latency_us=100", "comm.emulate.bandwidth_gbps=0.01"]
     by_h = {h: keyed(planner(2, slow + ["optim.sync_every=%d" % h], ["--calibration", CALIBRATION]))
             for h in (1, 4)}
