@@ -341,6 +341,7 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   info.dir = dir;
   info.state = meta.state;
   info.mesh = meta.mesh;
+  info.config = meta.config;
   for (const CheckpointFileEntry& f : meta.files) {
     const std::string path = dir + "/" + f.name;
     if (!fs::exists(path)) input_error("checkpoint file {} is missing", path);

@@ -72,6 +72,7 @@ struct CheckpointInfo {
   std::string dir;
   TrainState state;
   std::string mesh;  // "dp x tp x pp" of the run that wrote it, and ZeRO-1, for the log
+  std::string config;  // the resolved YAML of the run that wrote it ("" where absent)
   std::vector<SafetensorsFile> files;  // every rank file, read and verified
 };
 

@@ -591,6 +591,10 @@ std::string config_value(const Config& cfg, const std::string& key) {
   return format_value(k->field(const_cast<Config&>(cfg)));  // read only
 }
 
+LRSchedule lr_schedule(const Config& cfg) {
+  return LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+}
+
 std::vector<std::string> config_choices(const std::string& key) {
   const KeyDesc* k = find_key(key);
   if (!k) unknown_key(key, "config_choices()");

@@ -270,6 +270,8 @@ std::vector<std::string> config_keys();
 // key's "did you mean" suggests that key first.
 const std::map<std::string, std::string>& config_key_synonyms();
 std::string config_value(const Config& cfg, const std::string& key);
+// The learning-rate schedule the config trains under (optim.schedule, lr, min_lr, warmup_steps over train.steps).
+LRSchedule lr_schedule(const Config& cfg);
 // The names an enum-valued key accepts, in the order --help and errors list them; empty for any other key.
 std::vector<std::string> config_choices(const std::string& key);
 

@@ -1,6 +1,12 @@
 // Checkpoint shards out of, and state back into, the model and optimizer (see resume.h).
 #include "train/resume.h"
 
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
 #include "core/device.h"
 
 namespace mt {
@@ -40,6 +46,39 @@ CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, con
   opt.set_steps_taken(info.state.optimizer_steps);
   info.files.clear();  // the shards' bytes are no longer needed
   return info;
+}
+
+std::string schedule_change(const std::string& yaml, const Config& cfg, int64_t step) {
+  if (yaml.empty()) return "";
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(yaml);
+  } catch (const std::exception&) {
+    return "";  // the checkpoint's reader has already judged its config
+  }
+  const YAML::Node& then = parsed;  // read only: a missing key must not be created
+  Config old = cfg;
+  std::vector<std::string> changed;
+  for (const char* key : {"train.steps", "optim.schedule", "optim.lr", "optim.min_lr", "optim.warmup_steps"}) {
+    const std::string k(key), section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
+    const YAML::Node v = then.IsMap() && then[section].IsMap() ? then[section][name] : YAML::Node();
+    if (!v || !v.IsScalar()) continue;
+    try {
+      apply_override(old, k + "=" + v.Scalar());
+    } catch (const std::exception&) {
+      continue;  // a value this version does not read: nothing to compare
+    }
+    if (config_value(old, k) != config_value(cfg, k))
+      changed.push_back(fmt::format("{} {} -> {}", k, config_value(old, k), config_value(cfg, k)));
+  }
+  if (changed.empty()) return "";
+  std::string keys;
+  for (const std::string& c : changed) keys += (keys.empty() ? "" : ", ") + c;
+  const int next = int(step) + 1;
+  return fmt::format("the learning-rate schedule differs from the one the checkpoint of step {} trained under ({}): "
+                     "step {} takes lr {:.3e} where that one gives {:.3e} (step {} took {:.3e}); set those keys back "
+                     "to continue it", step, keys, next, lr_schedule(cfg).at(next), lr_schedule(old).at(next), step,
+                     lr_schedule(old).at(int(step)));
 }
 
 }  // namespace mt

@@ -26,4 +26,10 @@ using WeightsSink = std::function<void(const Tensor& part, int64_t offset)>;
 CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, const PipelineChunks& model,
                                   Optimizer& opt, const WeightsSink& weights);
 
+// The learning-rate schedule of a run resumed after `step` against the one its checkpoint trained under (`yaml`,
+// the checkpoint's resolved config): "" where they agree (or the checkpoint has no config), else a warning naming
+// the keys that differ and the learning rate the next step takes under each. Extending train.steps is a fair thing
+// to do, but it reshapes the decay mid-run, which nothing else would show.
+std::string schedule_change(const std::string& yaml, const Config& cfg, int64_t step);
+
 }  // namespace mt

@@ -205,6 +205,8 @@ void resume(TrainingRun& r) {
                  (trace_clock_us() - l0) / 1000.0,
                  damaged.empty() ? "" : fmt::format(" (after skipping {} damaged newer checkpoint{})", damaged.size(),
                                                     damaged.size() > 1 ? "s" : ""));
+    const std::string changed = schedule_change(info.config, cfg, info.state.step);
+    if (rank0 && !changed.empty()) spdlog::warn("{}", changed);
     return;
   }
 }
@@ -321,7 +323,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
                  "tokens to train on the file)", cfg.data.path);
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
-  r.sched = LRSchedule{cfg.optim.schedule, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+  r.sched = lr_schedule(cfg);
   r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb,
                                               r.T_rank, prof);
   r.straggler = rank_straggler(cfg.train.straggler, mesh.rank());
