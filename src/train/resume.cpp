@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -48,37 +49,63 @@ CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, con
   return info;
 }
 
-std::string schedule_change(const std::string& yaml, const Config& cfg, int64_t step) {
-  if (yaml.empty()) return "";
+std::vector<std::string> resume_changes(const std::string& yaml, const Config& cfg, int64_t step) {
+  if (yaml.empty()) return {};
   YAML::Node parsed;
   try {
     parsed = YAML::Load(yaml);
   } catch (const std::exception&) {
-    return "";  // the checkpoint's reader has already judged its config
+    return {};  // the checkpoint's reader has already judged its config
   }
   const YAML::Node& then = parsed;  // read only: a missing key must not be created
   Config old = cfg;
-  std::vector<std::string> changed;
-  for (const char* key : {"train.steps", "optim.schedule", "optim.lr", "optim.min_lr", "optim.warmup_steps"}) {
-    const std::string k(key), section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
-    const YAML::Node v = then.IsMap() && then[section].IsMap() ? then[section][name] : YAML::Node();
-    if (!v || !v.IsScalar()) continue;
-    try {
-      apply_override(old, k + "=" + v.Scalar());
-    } catch (const std::exception&) {
-      continue;  // a value this version does not read: nothing to compare
+  // "key old -> new" for each of `keys` whose value differs (the checkpoint's read into `old`).
+  auto differing = [&](std::initializer_list<const char*> keys) {
+    std::string list;
+    for (const char* key : keys) {
+      const std::string k(key), section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
+      const YAML::Node v = then.IsMap() && then[section].IsMap() ? then[section][name] : YAML::Node();
+      if (!v || !v.IsScalar()) continue;
+      try {
+        apply_override(old, k + "=" + v.Scalar());
+      } catch (const std::exception&) {
+        continue;  // a value this version does not read: nothing to compare
+      }
+      if (config_value(old, k) != config_value(cfg, k))
+        list += fmt::format("{}{} {} -> {}", list.empty() ? "" : ", ", k, config_value(old, k), config_value(cfg, k));
     }
-    if (config_value(old, k) != config_value(cfg, k))
-      changed.push_back(fmt::format("{} {} -> {}", k, config_value(old, k), config_value(cfg, k)));
-  }
-  if (changed.empty()) return "";
-  std::string keys;
-  for (const std::string& c : changed) keys += (keys.empty() ? "" : ", ") + c;
+    return list;
+  };
+  std::vector<std::string> out;
   const int next = int(step) + 1;
-  return fmt::format("the learning-rate schedule differs from the one the checkpoint of step {} trained under ({}): "
-                     "step {} takes lr {:.3e} where that one gives {:.3e} (step {} took {:.3e}); set those keys back "
-                     "to continue it", step, keys, next, lr_schedule(cfg).at(next), lr_schedule(old).at(next), step,
-                     lr_schedule(old).at(int(step)));
+  const std::string schedule =
+      differing({"train.steps", "optim.schedule", "optim.lr", "optim.min_lr", "optim.warmup_steps"});
+  if (!schedule.empty())
+    out.push_back(fmt::format(
+        "the learning-rate schedule differs from the one the checkpoint of step {} trained under ({}): step {} takes "
+        "lr {:.3e} where that one gives {:.3e} (step {} took {:.3e}); set those keys back to continue it", step,
+        schedule, next, lr_schedule(cfg).at(next), lr_schedule(old).at(next), step, lr_schedule(old).at(int(step))));
+  // The batcher reads global sequence g of step s from window s x global_batch + g of the stream (data/batcher.h),
+  // seeded by train.seed in data.order's order.
+  const std::string stream = differing({"train.global_batch", "train.seed", "data.order"});
+  if (!stream.empty()) {
+    const int64_t seen = step * old.train.global_batch, from = step * cfg.train.global_batch;
+    std::vector<std::string> what;
+    if (from != seen)
+      what.push_back(fmt::format("step {} starts at window {} where that run would have gone on from {}: windows "
+                                 "{}-{} are {}", next, from, seen, std::min(from, seen), std::max(from, seen) - 1,
+                                 from > seen ? "never trained on" : "trained on again"));
+    const bool reseeded = cfg.train.seed != old.train.seed;
+    if (reseeded && cfg.data.source == DataSource::Synthetic)
+      what.push_back("the synthetic corpus is another one (train.seed seeds it)");
+    if (cfg.data.order != old.data.order || (reseeded && cfg.data.order == DataOrder::Shuffle))
+      what.push_back("the windows come in another order");
+    std::string consequences;
+    for (const std::string& w : what) consequences += "; " + w;
+    out.push_back(fmt::format("the data stream differs from the one the checkpoint of step {} read ({}){}; set "
+                              "those keys back to continue it", step, stream, consequences));
+  }
+  return out;
 }
 
 }  // namespace mt

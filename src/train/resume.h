@@ -2,6 +2,8 @@
 // state restored from a checkpoint (train/checkpoint.h has the format).
 #pragma once
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "model/pipeline_chunks.h"
 #include "optim/optimizer.h"
@@ -26,10 +28,11 @@ using WeightsSink = std::function<void(const Tensor& part, int64_t offset)>;
 CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, const PipelineChunks& model,
                                   Optimizer& opt, const WeightsSink& weights);
 
-// The learning-rate schedule of a run resumed after `step` against the one its checkpoint trained under (`yaml`,
-// the checkpoint's resolved config): "" where they agree (or the checkpoint has no config), else a warning naming
-// the keys that differ and the learning rate the next step takes under each. Extending train.steps is a fair thing
-// to do, but it reshapes the decay mid-run, which nothing else would show.
-std::string schedule_change(const std::string& yaml, const Config& cfg, int64_t step);
+// What a run resumed after `step` continues differently from the run that wrote its checkpoint, which no tensor
+// shows (`yaml`: the checkpoint's resolved config), each a warning naming the keys and what follows: the
+// learning-rate schedule (train.steps, optim.schedule, lr, min_lr, warmup_steps: the next step's rate under each)
+// and the data stream (train.global_batch, train.seed, data.order: the windows skipped or read again). Changing
+// them is fair (a longer run, a larger batch), but it reshapes the run mid-way without a word otherwise.
+std::vector<std::string> resume_changes(const std::string& yaml, const Config& cfg, int64_t step);
 
 }  // namespace mt

@@ -205,8 +205,8 @@ void resume(TrainingRun& r) {
                  (trace_clock_us() - l0) / 1000.0,
                  damaged.empty() ? "" : fmt::format(" (after skipping {} damaged newer checkpoint{})", damaged.size(),
                                                     damaged.size() > 1 ? "s" : ""));
-    const std::string changed = schedule_change(info.config, cfg, info.state.step);
-    if (rank0 && !changed.empty()) spdlog::warn("{}", changed);
+    if (rank0)
+      for (const std::string& change : resume_changes(info.config, cfg, info.state.step)) spdlog::warn("{}", change);
     return;
   }
 }
