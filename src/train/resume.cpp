@@ -85,14 +85,14 @@ std::vector<std::string> resume_changes(const std::string& yaml, const Config& c
         "the learning-rate schedule differs from the one the checkpoint of step {} trained under ({}): step {} takes "
         "lr {:.3e} where that one gives {:.3e} (step {} took {:.3e}); set those keys back to continue it", step,
         schedule, next, lr_schedule(cfg).at(next), lr_schedule(old).at(next), step, lr_schedule(old).at(int(step))));
-  // The batcher reads global sequence g of step s from window s x global_batch + g of the stream (data/batcher.h),
-  // seeded by train.seed in data.order's order.
+  // The batcher reads global sequence g of step s as sample s x global_batch + g of the stream (data/batcher.h),
+  // in data.order's order of windows, seeded by train.seed.
   const std::string stream = differing({"train.global_batch", "train.seed", "data.order"});
   if (!stream.empty()) {
     const int64_t seen = step * old.train.global_batch, from = step * cfg.train.global_batch;
     std::vector<std::string> what;
     if (from != seen)
-      what.push_back(fmt::format("step {} starts at window {} where that run would have gone on from {}: windows "
+      what.push_back(fmt::format("step {} starts at sample {} where that run would have gone on from {}: samples "
                                  "{}-{} are {}", next, from, seen, std::min(from, seen), std::max(from, seen) - 1,
                                  from > seen ? "never trained on" : "trained on again"));
     const bool reseeded = cfg.train.seed != old.train.seed;
