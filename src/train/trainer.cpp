@@ -397,6 +397,14 @@ void run_training(const Config& cfg) {
                 "host memory), or comm.hierarchical=false");
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_compute_threads(on_node);
   set_compute_threads(threads);
+  // More compute threads than the node's cores, asked for (ranks alone beyond the cores get one thread each):
+  // every parallel region then waits for a thread that is off its core.
+  if (rank == 0 && !gpu && threads > 1 && on_node * threads > omp_get_num_procs())
+    spdlog::warn("{}={} with {} rank(s) on this node: {} compute threads take turns on its {} cores, and each parallel "
+                 "region waits for the one off its core (configs/gpt.yaml on 2 cores: 1.5-1.8x slower at 3 to 8 "
+                 "threads than at 2); train.threads=0 (without OMP_NUM_THREADS) gives each rank cores / ranks",
+                 cfg.train.threads > 0 ? "train.threads" : "OMP_NUM_THREADS", threads, on_node, on_node * threads,
+                 omp_get_num_procs());
   {
     kernels::cpu::MatmulBackends backends;
     std::string unused;  // validate() refused a choice this build cannot run

@@ -209,18 +209,22 @@ for name, cfg, sets, words, ranks in runs:
     print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {rc}: {last}" + (f"  (missing {missing})" if missing else ""))
 print(f"{len(runs) - failures}/{len(runs)} bad inputs answered with exit 2 and a message naming the problem")
 
-# Settings a run ignores: it trains (exit 0) and the log says so. One short run on one rank: data.path beside
-# data.source=synthetic, ZeRO with no replica to shard over, sub-block units where no units are used (ZeRO-2
-# reducing once per step), and without a pipeline the memory line names no pipeline stage.
+# Settings a run ignores or regrets: it trains (exit 0) and the log says so. One short run on one rank: data.path
+# beside data.source=synthetic, ZeRO with no replica to shard over, sub-block units where no units are used (ZeRO-2
+# reducing once per step), more compute threads than cores, and without a pipeline the memory line names no
+# pipeline stage.
+cores = len(os.sched_getaffinity(0))
 cmd = [trainer, "--config", tiny, "--set", "train.steps=1", "--set", f"data.path={tokens_file}", "--set",
        "optim.zero=2", "--set", "optim.zero_reduce=step", "--set", "optim.zero_unit=sublayer", "--set",
-       "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
+       f"train.threads={cores + 1}", "--set", "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
 r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
 out = r.stdout + r.stderr
 ok = (r.returncode == 0 and f"data.path={tokens_file} is ignored: data.source=synthetic" in out and
       "optim.zero=2 shards nothing here" in out and "optim.zero_unit=sublayer is ignored" in out and
-      "peak activations" in out and "pipeline stage" not in out)
+      f"train.threads={cores + 1} with 1 rank(s) on this node: {cores + 1} compute threads take turns on its {cores} "
+      "cores" in out and "peak activations" in out and "pipeline stage" not in out)
 failures += not ok
-print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, data.path's, ZeRO's and "
-      f"optim.zero_unit's warnings and a memory line without a pipeline stage" + ("" if ok else "\n" + out[-2000:]))
+print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, data.path's, ZeRO's, "
+      f"optim.zero_unit's and the threads' warnings and a memory line without a pipeline stage" +
+      ("" if ok else "\n" + out[-2000:]))
 sys.exit(1 if failures else 0)
