@@ -340,6 +340,15 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.loss_sum = Tensor::zeros({1}, DType::F32, r.dev);
   r.train_batches = std::make_unique<Batcher>(&r.data.train.tokens, r.T, r.gb, cfg.data.order, cfg.train.seed);
   r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, DataOrder::Sequential, cfg.train.seed);
+  // An evaluation reads train.eval_batches global batches from the validation split's start, wrapping around it:
+  // past one pass it averages the same windows again and only costs time.
+  const int64_t val_tokens = int64_t(r.data.val.tokens.size()), val_windows = (val_tokens - r.T - 1) / r.T;
+  const int64_t eval_sequences = int64_t(cfg.train.eval_batches) * r.gb;
+  if (rank0 && cfg.train.eval_every > 0 && val_windows >= 1 && eval_sequences > val_windows)
+    spdlog::warn("train.eval_batches={} reads {} sequences of {} tokens per evaluation, but the validation split ({} "
+                 "tokens) holds {} windows: each evaluation reads it {:.1f} times over (train.eval_batches={} reads "
+                 "it once)", cfg.train.eval_batches, eval_sequences, r.T, val_tokens, val_windows,
+                 double(eval_sequences) / double(val_windows), std::max<int64_t>(1, val_windows / r.gb));
   log_precision_and_memory(r);
   check_activation_memory(r);
   return run;

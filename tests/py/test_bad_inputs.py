@@ -211,20 +211,22 @@ print(f"{len(runs) - failures}/{len(runs)} bad inputs answered with exit 2 and a
 
 # Settings a run ignores or regrets: it trains (exit 0) and the log says so. One short run on one rank: data.path
 # beside data.source=synthetic, ZeRO with no replica to shard over, sub-block units where no units are used (ZeRO-2
-# reducing once per step), more compute threads than cores, and without a pipeline the memory line names no
-# pipeline stage.
+# reducing once per step), more compute threads than cores, evaluations longer than the validation split (its 6553
+# tokens hold 408 windows of 16), and without a pipeline the memory line names no pipeline stage.
 cores = len(os.sched_getaffinity(0))
 cmd = [trainer, "--config", tiny, "--set", "train.steps=1", "--set", f"data.path={tokens_file}", "--set",
        "optim.zero=2", "--set", "optim.zero_reduce=step", "--set", "optim.zero_unit=sublayer", "--set",
-       f"train.threads={cores + 1}", "--set", "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
+       f"train.threads={cores + 1}", "--set", "train.eval_every=1", "--set", "train.eval_batches=150", "--set",
+       "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
 r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
 out = r.stdout + r.stderr
 ok = (r.returncode == 0 and f"data.path={tokens_file} is ignored: data.source=synthetic" in out and
       "optim.zero=2 shards nothing here" in out and "optim.zero_unit=sublayer is ignored" in out and
       f"train.threads={cores + 1} with 1 rank(s) on this node: {cores + 1} compute threads take turns on its {cores} "
-      "cores" in out and "peak activations" in out and "pipeline stage" not in out)
+      "cores" in out and "validation split (6553 tokens) holds 408 windows: each evaluation reads it 1.5 times over "
+      "(train.eval_batches=102 reads it once)" in out and "peak activations" in out and "pipeline stage" not in out)
 failures += not ok
 print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, data.path's, ZeRO's, "
-      f"optim.zero_unit's and the threads' warnings and a memory line without a pipeline stage" +
+      f"optim.zero_unit's, the threads' and the evaluation's warnings and a memory line without a pipeline stage" +
       ("" if ok else "\n" + out[-2000:]))
 sys.exit(1 if failures else 0)
