@@ -16,6 +16,7 @@
 #include "plan/activation_bytes.h"
 #include "train/checkpoint.h"
 #include "train/grad_reducers.h"
+#include "train/ignored_settings.h"
 #include "train/memory_report.h"
 #include "train/model_config.h"
 #include "train/model_gather.h"
@@ -304,23 +305,11 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   masters = Tensor();  // the optimizer (or the GPU copy) holds the weights from here on
   r.dp->attach(r);
   if (r.fp16) r.scaler = LossScaler::from_config(cfg.precision.loss_scale);
-  if (!r.fp16 && cfg.precision.loss_scale != "dynamic" && rank0)
-    spdlog::warn("precision.loss_scale={} is ignored: loss scaling applies to precision.compute=fp16 only",
-                 cfg.precision.loss_scale);
-  if (cfg.optim.zero != 2 && cfg.optim.zero_reduce != ZeroReduce::MicroBatch && rank0)
-    spdlog::warn("optim.zero_reduce={} is ignored: it applies to optim.zero=2 only", name_of(cfg.optim.zero_reduce));
-  if (!sharded_gradients(cfg) && cfg.optim.zero_unit != ZeroUnit::Block && rank0)
-    spdlog::warn("optim.zero_unit={} is ignored: it applies to optim.zero=3 and to optim.zero=2 reducing every "
-                 "micro-batch only", name_of(cfg.optim.zero_unit));
-  if (cfg.optim.zero != 3 && cfg.parallel.reshard_after_forward != Reshard::Auto && rank0)
-    spdlog::warn("parallel.reshard_after_forward={} is ignored: it applies to optim.zero=3 only",
-                 name_of(cfg.parallel.reshard_after_forward));
+  if (rank0)
+    for (const std::string& ignored : ignored_settings(cfg, mesh)) spdlog::warn("{}", ignored);
   if (cfg.optim.zero > 0 && mesh.replicas() == 1 && rank0)
     spdlog::warn("optim.zero={} shards nothing here: ZeRO shards over the dp x cp replicas and this mesh has one; its "
                  "gathers and reductions still run, so optim.zero=0 is faster", cfg.optim.zero);
-  if (cfg.data.source == DataSource::Synthetic && !cfg.data.path.empty() && rank0)
-    spdlog::warn("data.path={} is ignored: data.source=synthetic generates its tokens (set data.source=text or "
-                 "tokens to train on the file)", cfg.data.path);
   r.ckpt_root = cfg.run.dir + "/checkpoints";
   resume(r);
   r.sched = lr_schedule(cfg);

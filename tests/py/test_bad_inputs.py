@@ -209,24 +209,45 @@ for name, cfg, sets, words, ranks in runs:
     print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {rc}: {last}" + (f"  (missing {missing})" if missing else ""))
 print(f"{len(runs) - failures}/{len(runs)} bad inputs answered with exit 2 and a message naming the problem")
 
-# Settings a run ignores or regrets: it trains (exit 0) and the log says so. One short run on one rank: data.path
-# beside data.source=synthetic, ZeRO with no replica to shard over, sub-block units where no units are used (ZeRO-2
-# reducing once per step), more compute threads than cores, evaluations longer than the validation split (its 6553
-# tokens hold 408 windows of 16), and without a pipeline the memory line names no pipeline stage.
+# Settings a run ignores or regrets: it trains (exit 0) and the log says so. One short run on one rank: keys set
+# where nothing reads them (data.path beside data.source=synthetic, an outer optimizer without local SGD,
+# sub-block units where ZeRO-2 reduces once per step, ...), ZeRO with no replica to shard over, more compute
+# threads than cores, evaluations longer than the validation split (its 6553 tokens hold 408 windows of 16), and
+# without a pipeline the memory line names no pipeline stage.
 cores = len(os.sched_getaffinity(0))
-cmd = [trainer, "--config", tiny, "--set", "train.steps=1", "--set", f"data.path={tokens_file}", "--set",
-       "optim.zero=2", "--set", "optim.zero_reduce=step", "--set", "optim.zero_unit=sublayer", "--set",
-       f"train.threads={cores + 1}", "--set", "train.eval_every=1", "--set", "train.eval_batches=150", "--set",
-       "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
+ignored = {"data.path": tokens_file, "data.val_path": tokens_file, "optim.zero_unit": "sublayer",
+           "optim.outer": "nesterov", "optim.outer_lr": "0.5", "optim.momentum": "0.5",
+           "optim.staleness_policy": "fixed", "comm.powersgd_rank": "8", "comm.topk_fraction": "0.1",
+           "comm.hierarchical": "true", "comm.adapt_sync_every_max": "8", "comm.emulate.inter_latency_us": "50.0",
+           "parallel.sequence_parallel": "true", "train.straggler.delay_sigma": "2.0"}
+cmd = [trainer, "--config", tiny, "--set", "train.steps=1", "--set", "optim.zero=2", "--set", "optim.zero_reduce=step",
+       "--set", f"train.threads={cores + 1}", "--set", "train.eval_every=1", "--set", "train.eval_batches=150",
+       "--set", "run.dir=" + os.path.join(work, "warn"), "--set", "run.resume=none"]
+for key, value in ignored.items():
+    cmd += ["--set", f"{key}={value}"]
 r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
 out = r.stdout + r.stderr
-ok = (r.returncode == 0 and f"data.path={tokens_file} is ignored: data.source=synthetic" in out and
-      "optim.zero=2 shards nothing here" in out and "optim.zero_unit=sublayer is ignored" in out and
+unnamed = [k for k, v in ignored.items() if f"{k}={v} is ignored: " not in out]
+ok = (r.returncode == 0 and not unnamed and "optim.zero=2 shards nothing here" in out and
       f"train.threads={cores + 1} with 1 rank(s) on this node: {cores + 1} compute threads take turns on its {cores} "
       "cores" in out and "validation split (6553 tokens) holds 408 windows: each evaluation reads it 1.5 times over "
       "(train.eval_batches=102 reads it once)" in out and "peak activations" in out and "pipeline stage" not in out)
 failures += not ok
-print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, data.path's, ZeRO's, "
-      f"optim.zero_unit's, the threads' and the evaluation's warnings and a memory line without a pipeline stage" +
-      ("" if ok else "\n" + out[-2000:]))
+print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, {len(ignored) - len(unnamed)} of "
+      f"{len(ignored)} keys' warnings, ZeRO's, the threads' and the evaluation's, and a memory line without a pipeline "
+      f"stage" + (f" (not named: {unnamed})" if unnamed else "") + ("" if ok else "\n" + out[-2000:]))
+
+# The same kind of keys where they apply: no warning (local SGD with DiLoCo's outer optimizer and comm.adapt
+# choosing its period, on two ranks).
+if mpiexec:
+    cmd = [mpiexec, "-n", "2", trainer, "--config", tiny, "--set", "train.steps=2", "--set", "optim.sync_every=2",
+           "--set", "optim.outer=nesterov", "--set", "optim.outer_lr=0.5", "--set", "comm.adapt=true", "--set",
+           "comm.adapt_sync_every_max=8", "--set", "run.dir=" + os.path.join(work, "applies"), "--set",
+           "run.resume=none"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = r.stdout + r.stderr
+    ok = r.returncode == 0 and "is ignored" not in out
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} the same kind of keys where they apply (local SGD, DiLoCo, comm.adapt): no "
+          f"warning" + ("" if ok else "\n" + out[-2000:]))
 sys.exit(1 if failures else 0)
