@@ -9,8 +9,8 @@ Each point runs as `mpiexec -n NP TRAINER --config CONFIG --set ... --set run.di
 without mpiexec). The point's directory keeps the trainer's outputs, its combined stdout/stderr (train.log) and
 point.json (settings, command, exit status, error). A failing point (a non-zero exit, e.g. 2 for an invalid
 layout, or a timeout) is recorded with its status and error message and the sweep goes on. The sweep's own exit
-status is 0 when it ran every point (failed ones included; with --strict, 1 when any failed), 2 for a bad
-command line.
+status is 0 when it ran every point (failed ones included; with --strict, 1 when any failed), 1 when every point
+failed (a misspelt key fails them all), 2 for a bad command line.
 
 Grid and points:
   --grid KEY=V1,V2,...  a dotted config key (as for the trainer's --set) and its values; repeat for more keys; the
@@ -687,6 +687,9 @@ def main(argv=None):
         return 0
     print(f"sweep: {len(points) - failed} of {len(points)} points ok; wrote {os.path.join(out_dir, 'steps.csv')} "
           f"and {os.path.join(out_dir, 'summary.csv')}")
+    if points and failed == len(points):
+        print(f"sweep: every point failed (the first: {describe(results[0][0])})", file=sys.stderr)
+        return 1
     return 1 if failed and args.strict else 0
 
 

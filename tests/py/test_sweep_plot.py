@@ -1,6 +1,7 @@
 """scripts/sweep.py and scripts/plot.py end to end: a small grid (configs/tiny.yaml, np 1 and 2 x tp 1 and 2: one
 rank, dp2, tp2 and an invalid tp2-on-one-rank point) through mpiexec; steps.csv and summary.csv against each
 point's metrics.jsonl; the invalid point recorded as failed without stopping the sweep; --skip-done and --strict;
+a sweep whose every point fails exits 1;
 bad command lines answered with exit 2; then every figure kind written as a valid PNG. Standard library only.
 Usage: test_sweep_plot.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import csv
@@ -171,6 +172,11 @@ def main():
     same_files = all(os.path.getmtime(os.path.join(out, p, "metrics.jsonl")) == t for p, t in stamps.items())
     check(rc == 1 and log.count("done before, skipped") == 3 and same_files,
           f"--skip-done reuses the 3 ok points, reruns the failed one, and --strict exits 1 (exit {rc})")
+
+    rc, log = run(SWEEP + ["--config", TINY, "--trainer", trainer, "--mpiexec", mpiexec, "--out",
+                           os.path.join(work, "misspelt"), "--grid", "parallel.tpp=1,2"])
+    check(rc == 1 and "0 of 2 points ok" in log and "every point failed (the first: failed (exit 2): unknown key "
+          "'parallel.tpp'" in log, f"a sweep whose every point fails exits 1 naming the first error (exit {rc})")
 
     for args, words in ((["--grid", "parallel.tp="], "has no values"), (["--grid", "parallel.pp"], "has no values"),
                         (["--np", "0"], "positive"), (["--set", "run.dir=x"], "run.dir")):
