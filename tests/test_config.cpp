@@ -851,6 +851,7 @@ TEST_CASE("command line: --config, --set, --help") {
   CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "--set", "optim.lr"}); }),
              Contains("--set expects KEY=VALUE"));
   CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "--verbose"}); }), Contains("unknown flag '--verbose'"));
+  CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "--sample"}); }), Contains("build/sample --run"));
   CHECK_THAT(input_error_of([] { parse_cli({"--config", "c.yaml", "extra"}); }), Contains("unexpected argument 'extra'"));
   CHECK_THAT(input_error_of([] { parse_cli({"--config", "a.yaml", "--config", "b.yaml"}); }), Contains("twice"));
   CHECK_THAT(input_error_of([] { parse_cli({"--config="}); }), Contains("--config needs a FILE"));

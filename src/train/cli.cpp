@@ -49,6 +49,9 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
       add_set(next("--set", "KEY=VALUE"));
     } else if (a.rfind("--set=", 0) == 0) {
       add_set(a.substr(6));
+    } else if (a == "--sample" || a == "--generate") {
+      input_error("unknown flag '{}': sampling from a trained model is an app of its own, build/sample --run RUN_DIR "
+                  "--prompt TEXT (build/sample --help)", a);
     } else if (!a.empty() && a[0] == '-') {
       input_error("unknown flag '{}'\n{}", a, cli_usage());
     } else {
