@@ -307,6 +307,10 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   if (r.fp16) r.scaler = LossScaler::from_config(cfg.precision.loss_scale);
   if (rank0)
     for (const std::string& ignored : ignored_settings(cfg, mesh)) spdlog::warn("{}", ignored);
+  if (rank0 && cfg.optim.warmup_steps > cfg.train.steps)
+    spdlog::warn("optim.warmup_steps={} is more than train.steps={}: the learning rate never reaches optim.lr={:g} (the "
+                 "last step takes {:.3e})", cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr,
+                 lr_schedule(cfg).at(cfg.train.steps));
   if (cfg.optim.zero > 0 && mesh.replicas() == 1 && rank0)
     spdlog::warn("optim.zero={} shards nothing here: ZeRO shards over the dp x cp replicas and this mesh has one; its "
                  "gathers and reductions still run, so optim.zero=0 is faster", cfg.optim.zero);

@@ -212,8 +212,9 @@ print(f"{len(runs) - failures}/{len(runs)} bad inputs answered with exit 2 and a
 # Settings a run ignores or regrets: it trains (exit 0) and the log says so. One short run on one rank: keys set
 # where nothing reads them (data.path beside data.source=synthetic, an outer optimizer without local SGD,
 # sub-block units where ZeRO-2 reduces once per step, ...), ZeRO with no replica to shard over, more compute
-# threads than cores, evaluations longer than the validation split (its 6553 tokens hold 408 windows of 16), and
-# without a pipeline the memory line names no pipeline stage.
+# threads than cores, evaluations longer than the validation split (its 6553 tokens hold 408 windows of 16), a
+# warm-up longer than the run (tiny.yaml's 2 steps, of 1), and without a pipeline the memory line names no pipeline
+# stage.
 cores = len(os.sched_getaffinity(0))
 ignored = {"data.path": tokens_file, "data.val_path": tokens_file, "optim.zero_unit": "sublayer",
            "optim.outer": "nesterov", "optim.outer_lr": "0.5", "optim.momentum": "0.5",
@@ -231,11 +232,13 @@ unnamed = [k for k, v in ignored.items() if f"{k}={v} is ignored: " not in out]
 ok = (r.returncode == 0 and not unnamed and "optim.zero=2 shards nothing here" in out and
       f"train.threads={cores + 1} with 1 rank(s) on this node: {cores + 1} compute threads take turns on its {cores} "
       "cores" in out and "validation split (6553 tokens) holds 408 windows: each evaluation reads it 1.5 times over "
-      "(train.eval_batches=102 reads it once)" in out and "peak activations" in out and "pipeline stage" not in out)
+      "(train.eval_batches=102 reads it once)" in out and "optim.warmup_steps=2 is more than train.steps=1: the "
+      "learning rate never reaches optim.lr=0.01 (the last step takes 5.000e-03)" in out and "peak activations" in out
+      and "pipeline stage" not in out)
 failures += not ok
 print(f"{'ok  ' if ok else 'FAIL'} ignored settings are named: exit {r.returncode}, {len(ignored) - len(unnamed)} of "
-      f"{len(ignored)} keys' warnings, ZeRO's, the threads' and the evaluation's, and a memory line without a pipeline "
-      f"stage" + (f" (not named: {unnamed})" if unnamed else "") + ("" if ok else "\n" + out[-2000:]))
+      f"{len(ignored)} keys' warnings, ZeRO's, the threads', the evaluation's and the warm-up's, and a memory line "
+      f"without a pipeline stage" + (f" (not named: {unnamed})" if unnamed else "") + ("" if ok else "\n" + out[-2000:]))
 
 # The same kind of keys where they apply: no warning (local SGD with DiLoCo's outer optimizer and comm.adapt
 # choosing its period, on two ranks).
