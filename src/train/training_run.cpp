@@ -339,9 +339,11 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   const int64_t eval_sequences = int64_t(cfg.train.eval_batches) * r.gb;
   if (rank0 && cfg.train.eval_every > 0 && val_windows >= 1 && eval_sequences > val_windows)
     spdlog::warn("train.eval_batches={} reads {} sequences of {} tokens per evaluation, but the validation split ({} "
-                 "tokens) holds {} windows: each evaluation reads it {:.1f} times over (train.eval_batches={} reads "
-                 "it once)", cfg.train.eval_batches, eval_sequences, r.T, val_tokens, val_windows,
-                 double(eval_sequences) / double(val_windows), std::max<int64_t>(1, val_windows / r.gb));
+                 "tokens) holds {} windows: each evaluation reads it {:.1f} times over ({})", cfg.train.eval_batches,
+                 eval_sequences, r.T, val_tokens, val_windows, double(eval_sequences) / double(val_windows),
+                 val_windows >= r.gb ? fmt::format("train.eval_batches={} reads it once", val_windows / r.gb)
+                                     : std::string("even one global batch holds more sequences than it has windows: "
+                                                   "a larger data.val_fraction gives it more"));
   log_precision_and_memory(r);
   check_activation_memory(r);
   return run;
