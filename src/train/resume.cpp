@@ -85,6 +85,12 @@ std::vector<std::string> resume_changes(const std::string& yaml, const Config& c
         "the learning-rate schedule differs from the one the checkpoint of step {} trained under ({}): step {} takes "
         "lr {:.3e} where that one gives {:.3e} (step {} took {:.3e}); set those keys back to continue it", step,
         schedule, next, lr_schedule(cfg).at(next), lr_schedule(old).at(next), step, lr_schedule(old).at(int(step))));
+  const std::string update = differing({"optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps",
+                                         "optim.momentum", "train.grad_clip"});
+  if (!update.empty())
+    out.push_back(fmt::format("the optimizer's settings differ from those the checkpoint of step {} trained with ({}): "
+                              "steps from {} on update the weights otherwise; set those keys back to continue it",
+                              step, update, next));
   // The batcher reads global sequence g of step s as sample s x global_batch + g of the stream (data/batcher.h),
   // in data.order's order of windows, seeded by train.seed.
   const std::string stream = differing({"train.global_batch", "train.seed", "data.order"});

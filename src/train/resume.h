@@ -30,9 +30,10 @@ CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, con
 
 // What a run resumed after `step` continues differently from the run that wrote its checkpoint, which no tensor
 // shows (`yaml`: the checkpoint's resolved config), each a warning naming the keys and what follows: the
-// learning-rate schedule (train.steps, optim.schedule, lr, min_lr, warmup_steps: the next step's rate under each)
-// and the data stream (train.global_batch, train.seed, data.order: the samples skipped or read again). Changing
-// them is fair (a longer run, a larger batch), but it reshapes the run mid-way without a word otherwise.
+// learning-rate schedule (train.steps, optim.schedule, lr, min_lr, warmup_steps: the next step's rate under each),
+// the update (optim.weight_decay, beta1, beta2, eps, momentum, train.grad_clip) and the data stream
+// (train.global_batch, train.seed, data.order: the samples skipped or read again). Changing them is fair (a longer
+// run, a larger batch), but it reshapes the run mid-way without a word otherwise.
 std::vector<std::string> resume_changes(const std::string& yaml, const Config& cfg, int64_t step);
 
 }  // namespace mt

@@ -6,8 +6,8 @@ killed and stopped ranks, non-finite losses.
      each step once in metrics.jsonl; likewise fp16 (the loss scaler's state, an overflow before the checkpoint)
      and a rank SIGKILLed in the middle of a step;
   2. resharding: a 2x2x2 ZeRO-1 checkpoint resumed on 1x4x2, 4x1x1 and 4x1x1 with ZeRO-1: losses within 1e-5 of
-     the uninterrupted single-rank run; resumed with another train.steps and global batch, warnings name the
-     changed schedule and the data samples skipped;
+     the uninterrupted single-rank run; resumed with another train.steps, global batch and weight decay,
+     warnings name the changed schedule, the data samples skipped and the changed update;
   3. --export of a checkpoint: byte-identical to the run's own final export, on one rank and on 2x2x2;
   4. corrupt checkpoints (truncated, bit flip, another model, incomplete, bad meta.json, missing file): exit 2
      naming the file;
@@ -111,15 +111,18 @@ for name, ranks, sets in [("to_1x4x2", 8, ["parallel.tp=4", "parallel.pp=2"]), (
     check(len(got) == 6 and worst <= 1e-5 and "2 x 2 x 2" in out,
           f"2x2x2 ZeRO-1 -> {name[3:]}: steps 7-12 within {worst:.1e} of the uninterrupted run")
 
-# A longer run with a larger batch from a checkpoint reshapes the learning-rate decay and skips part of the data
-# stream: both said, with the rates on either schedule and the samples never trained on.
-_, out, _ = run("extended", 1, "train.steps=16", "train.global_batch=16",
+# A longer run with a larger batch and less weight decay from a checkpoint reshapes the learning-rate decay, skips
+# part of the data stream and changes the update: each said, with the rates on either schedule and the samples
+# never trained on.
+_, out, _ = run("extended", 1, "train.steps=16", "train.global_batch=16", "optim.weight_decay=0.05",
                 f"run.resume={work}/ref_1rank/checkpoints/step_00000006")
 lr_then, lr_now = rows("ref_1rank")[6]["lr"], rows("extended")[0]["lr"]
 check(f"(train.steps 12 -> 16): step 7 takes lr {lr_now:.3e} where that one gives {lr_then:.3e}" in out,
       "resuming with train.steps 12 -> 16 warns with step 7's rate under each schedule (the uninterrupted run's)")
 check("(train.global_batch 8 -> 16); step 7 starts at sample 96 where that run would have gone on from 48: samples "
       "48-95 are never trained on" in out, "and with train.global_batch 8 -> 16, names the samples skipped")
+check("(optim.weight_decay 0.1 -> 0.05): steps from 7 on update the weights otherwise" in out,
+      "and with optim.weight_decay 0.1 -> 0.05, says the update changed")
 
 # 3. Export.
 code, _ = export(f"{work}/ref_1rank/checkpoints/step_00000012", f"{work}/export_ref")
