@@ -149,7 +149,8 @@ void StepMeter::fill_row(const std::vector<float>& table, StepMetrics& row, Adap
   row.compute_ms = std::max(0.0, row.step_ms - row.exposed_comm_ms - row.bubble_ms);
   row.tokens_per_s = run_.tokens_per_step / (row.step_ms / 1000.0);
   row.comm_bytes = std::llround(double(m.mib_sent) * 1048576.0);
-  // Where written: the most any rank skipped (every rank alike, except local SGD's replicas, which skip alone).
+  // Where written (the caller sets it to 0 then): the most any rank skipped (every rank alike, except local SGD's
+  // replicas, which skip alone).
   if (row.skipped_steps >= 0) row.skipped_steps = std::llround(m.skipped);
   int slowest = 0;
   double waited = 0, stale_sum = 0, loss_sum = 0, energy = 0, leaders = 0, read = 0, gpu_energy = 0, gpu_read = 0;

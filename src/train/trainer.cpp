@@ -295,9 +295,9 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     }
     row.grad_norm = s.grad_norm;
     if (run.fp16) row.loss_scale = s.loss_scale;
-    // optim.staleness: the averages skipped for a non-finite norm.
-    if (run.fp16 || cfg.train.skip_nonfinite || cfg.optim.staleness > 0)
-      row.skipped_steps = run.scaler.skipped_steps() + run.nonfinite_skipped;
+    // Written where steps can be skipped (fp16, skip_nonfinite, the averages optim.staleness skips for a non-finite
+    // norm): the count, the most any rank skipped, comes with the step's figures (StepMeter::fill_row).
+    if (run.fp16 || cfg.train.skip_nonfinite || cfg.optim.staleness > 0) row.skipped_steps = 0;
     if (!run.dp->lockstep()) {
       pending.add(row, meter.measure(s), s.synced);
       // comm.adapt decides at local SGD's averages: every rank completes every row up to one there.
