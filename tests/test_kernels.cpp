@@ -167,8 +167,9 @@ TEST_CASE("matmul: large shapes agree with a naive product (multithreaded GEMM p
   REQUIRE(worst < 1e-11);  // 129-term sums of O(1) products in fp64
 }
 
-// auto's bf16 choice and the reason the trainer logs when bf16 widens to fp32 must describe the same CPU.
-TEST_CASE("cpu_matmul: auto's bf16 library and the logged reason agree", "[matmul]") {
+// auto's choices follow its documented rule, and the reason the trainer logs when bf16 widens to fp32 describes the
+// same CPU.
+TEST_CASE("cpu_matmul: auto's libraries, and the logged reason bf16 widens", "[matmul]") {
   namespace cpu = kernels::cpu;
   std::string error;
   cpu::MatmulBackends b;
@@ -176,6 +177,7 @@ TEST_CASE("cpu_matmul: auto's bf16 library and the logged reason agree", "[matmu
   CHECK(b.bf16 == cpu::MatmulLibrary::Eigen);
   CHECK(cpu::bf16_widening_reason(cpu::CpuMatmul::Eigen) == "train.cpu_matmul=eigen");
   REQUIRE(cpu::resolve_matmul_backends(cpu::CpuMatmul::Auto, b, error));
+  CHECK((b.fp32 == cpu::MatmulLibrary::OneDNN) == cpu::onednn::has_avx2());  // faster than Eigen from AVX2 on
   const std::string why = cpu::bf16_widening_reason(cpu::CpuMatmul::Auto);
   INFO("oneDNN ISA " << cpu::onednn::isa_name() << "; reason: " << why);
   if (b.bf16 == cpu::MatmulLibrary::OneDNN) {

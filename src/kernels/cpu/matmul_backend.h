@@ -26,7 +26,7 @@ struct MatmulBackends {
   MatmulLibrary bf16 = MatmulLibrary::Eigen;  // Eigen: widened to fp32, on fp32's library
 };
 
-// auto: oneDNN for bf16 on AMX and on AMD's AVX512-BF16, for fp32 on AVX-512, Eigen otherwise (the measurements
+// auto: oneDNN for bf16 on AMX and on AMD's AVX512-BF16, for fp32 from AVX2 on, Eigen otherwise (the measurements
 // behind it: matmul_backend.cpp); eigen: Eigen for both; onednn: oneDNN for both (bf16 only from AVX-512 on, Eigen
 // below). Returns false and says why in `error` for onednn in a build without oneDNN.
 bool resolve_matmul_backends(CpuMatmul choice, MatmulBackends& out, std::string& error);

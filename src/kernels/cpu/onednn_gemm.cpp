@@ -99,6 +99,11 @@ bool has_avx512() {
          i == dnnl::cpu_isa::avx512_core_bf16 || i == dnnl::cpu_isa::avx512_core_amx;
 }
 
+bool has_avx2() {
+  const dnnl::cpu_isa i = isa();
+  return has_avx512() || i == dnnl::cpu_isa::avx2 || i == dnnl::cpu_isa::avx2_vnni;
+}
+
 void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, void* c) {
   if (s.M == 0 || s.N == 0) return;
   CHECK(s.K > 0, "oneDNN matmul with an empty inner dimension (M={} N={})", s.M, s.N);
@@ -121,6 +126,7 @@ std::string isa_name() { return "none"; }
 bool has_amx() { return false; }
 bool has_bf16_dot() { return false; }
 bool has_avx512() { return false; }
+bool has_avx2() { return false; }
 void gemm(const GemmShape&, const void*, const void*, const void*, void*) {
   CHECK(false, "meshtrain was built without oneDNN (install libdnnl-dev: scripts/setup.sh)");
 }

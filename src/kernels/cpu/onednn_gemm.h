@@ -23,10 +23,11 @@ struct GemmShape {
 bool available();
 // oneDNN's name for the instruction set it runs on ("avx512_core_amx", "avx2", ...); "none" without oneDNN.
 std::string isa_name();
-// What oneDNN runs on here: AMX tiles with bf16; AVX512-BF16 dot products (or AMX); AVX-512.
+// What oneDNN runs on here: AMX tiles with bf16; AVX512-BF16 dot products (or AMX); AVX-512; AVX2 (or AVX-512).
 bool has_amx();
 bool has_bf16_dot();
 bool has_avx512();
+bool has_avx2();
 
 void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, void* c);
 
