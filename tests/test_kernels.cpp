@@ -225,7 +225,9 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
     copy_convert(r, t64);
     return std::make_pair(r, to64(r));
   };
-  const int64_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {37, 72, 200}, {300, 200, 520}};
+  // {N, C, OC}; the last two put the weight gradient's transposed operand in rows 4 KiB apart (C 1024 InOut, OC 1024
+  // OutIn), which oneDNN's fp32 reads from a padded copy on AVX2 (onednn_gemm.cpp).
+  const int64_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {37, 72, 200}, {300, 200, 520}, {37, 1024, 5}, {6, 7, 1024}};
   for (const Lib& lib : libs) {
     kernels::cpu::UsingMatmulBackends use(lib.backends);
     // The 16-bit outputs' one rounding (unit roundoff 2^-8 for bf16, 2^-11 for fp16); fp32's is inside gamma.

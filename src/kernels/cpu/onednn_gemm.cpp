@@ -6,12 +6,16 @@
 #include "core/check.h"
 
 #ifdef MESHTRAIN_WITH_ONEDNN
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 #include <tuple>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "kernels/cpu/parallel.h"
 #endif
 
 namespace mt::kernels::cpu::onednn {
@@ -104,10 +108,41 @@ bool has_avx2() {
   return has_avx512() || i == dnnl::cpu_isa::avx2 || i == dnnl::cpu_isa::avx2_vnni;
 }
 
+namespace {
+// A transposed fp32 A ([K, M] in memory) whose rows lie a multiple of 4 KiB apart, on AVX2: oneDNN's packing reads
+// down its columns, presumably through lines 4 KiB apart that share the L1's sets. On an AMD EPYC with Zen 3,
+// config A's fc_proj weight gradient (A = the GELU output, 256 x 1024) ran at 76-88 GFLOP/s, at 149-170 with rows 16
+// floats longer, and a copy so padded (0.05 ms) made config A's fp32 step faster in seven of nine interleaved pairs
+// of runs (a median of 3%; docs/performance.md). Not measured with AVX-512, so left alone there; the scratch (per
+// calling thread) is bounded at 8 MiB.
+constexpr int64_t kAliasFloats = 1024, kPadFloats = 16, kMaxPadBytes = 8 << 20;
+
+int64_t padded_ld(int64_t m) { return (m + kPadFloats) % kAliasFloats == 0 ? m + 2 * kPadFloats : m + kPadFloats; }
+
+bool pad_transposed_a(const GemmShape& s) {
+  return s.trans_a && s.ab == Type::F32 && s.lda % kAliasFloats == 0 && !has_avx512() && has_avx2() &&
+         s.K * padded_ld(s.M) * int64_t(sizeof(float)) <= kMaxPadBytes;
+}
+
+// A's K rows of M floats copied into rows of padded_ld(M).
+const float* copy_padded(const GemmShape& s, const void* a) {
+  thread_local std::vector<float> scratch;
+  const int64_t ld = padded_ld(s.M);
+  scratch.resize(size_t(s.K * ld));
+  const float* src = static_cast<const float*>(a);
+  float* dst = scratch.data();  // not scratch itself: the team's other threads have their own
+#pragma omp parallel for if (s.K * s.M > kParallelGrain)
+  for (int64_t k = 0; k < s.K; ++k) std::copy(src + k * s.lda, src + k * s.lda + s.M, dst + k * ld);
+  return dst;
+}
+}  // namespace
+
 void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, void* c) {
   if (s.M == 0 || s.N == 0) return;
   CHECK(s.K > 0, "oneDNN matmul with an empty inner dimension (M={} N={})", s.M, s.N);
-  const Matmul& mm = cached(s);
+  GemmShape shape = s;
+  if (pad_transposed_a(s)) a = copy_padded(s, a), shape.lda = padded_ld(s.M);
+  const Matmul& mm = cached(shape);
   // The stream only orders this thread's work; a CPU stream per thread lets ranks' threads run side by side.
   thread_local dnnl::stream stream(cpu_engine());
   auto mem = [&](const dnnl::memory::desc& d, const void* p) {
