@@ -44,7 +44,7 @@ double best_per_iter(void (*batch)(long)) {
   return best;
 }
 
-// x * 1e-9 added per step: the sums stay small and normal, so no lane slows on a denormal.
+// Each step adds a tiny product to every accumulator: the sums stay small and normal, so no lane slows on a denormal.
 #define MT_ISA_LOOP(LOAD, STORE, STEP)                                              \
   for (int k = 0; k < kChains; ++k) acc[k] = LOAD(g_acc[k]);                       \
   for (long i = 0; i < n; ++i)                                                     \

@@ -110,9 +110,9 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(train.pin_threads, "when ranks x compute threads fill the node's cores: each rank's threads on cores of "
                                 "its own, one per compute thread (its communication threads share them); false = "
                                 "the OS places every thread"),
-      MT_KEY(train.cpu_matmul, "the CPU's fp32 and bf16 matmul library: auto (oneDNN for fp32 from AVX2 on and for bf16 "
-                               "on AMX or AMD's AVX512-BF16, where each measured faster; Eigen otherwise) | eigen | "
-                               "onednn"),
+      MT_KEY(train.cpu_matmul, "the CPU's fp32 and bf16 matmul library: auto (oneDNN for fp32 from AVX2 on and for "
+                               "bf16 on AMX or AMD's AVX512-BF16, where each measured faster; Eigen otherwise) | eigen "
+                               "| onednn"),
       MT_KEY(train.skip_nonfinite, "skip (and count) a step whose loss or gradient norm is inf or NaN instead of "
                                    "stopping the run"),
       MT_KEY(train.recompute, "activation recomputation: none | light (the norms' outputs and the MLP's "
