@@ -34,10 +34,14 @@ void Batcher::check_length() const {
   if (N < static_cast<int64_t>(seq_len_) + 2)
     input_error("the token stream has {} tokens, too short for model.seq_len {} (needs at least seq_len + 2 = {})",
                 N, seq_len_, static_cast<int64_t>(seq_len_) + 2);
-  if (order_ == DataOrder::Shuffle && (N - seq_len_ - 1) / seq_len_ < 1)
+  if (order_ == DataOrder::Shuffle && windows() < 1)
     input_error("data.order=shuffle: the token stream has {} tokens, too short for one window of model.seq_len "
                 "{} (needs at least 2 * seq_len + 1 = {})",
                 N, seq_len_, 2 * static_cast<int64_t>(seq_len_) + 1);
+}
+
+int64_t Batcher::windows() const {
+  return (static_cast<int64_t>(tokens_->size()) - seq_len_ - 1) / seq_len_;
 }
 
 int64_t Batcher::window_offset(int64_t step, int64_t g) {
@@ -53,7 +57,7 @@ int64_t Batcher::window_offset(int64_t step, int64_t g) {
     return static_cast<int64_t>((static_cast<unsigned __int128>(w % M) * static_cast<uint64_t>(T)) %
                                 static_cast<uint64_t>(M));
   }
-  const int64_t K = M / T;  // non-overlapping windows k*T, k in [0, K): k*T + T <= M < N - 1
+  const int64_t K = windows();  // non-overlapping windows k*T, k in [0, K): k*T + T <= M < N - 1
   const int64_t epoch = w / K;
   if (epoch != perm_epoch_) {
     // Fisher-Yates (Durstenfeld) over [0, K), draw i keyed by (seed, epoch, i): the order depends on the

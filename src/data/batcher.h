@@ -29,6 +29,8 @@ class Batcher {
   Batcher(const std::vector<int32_t>* tokens, int seq_len, int global_batch, DataOrder order, uint64_t seed);
   // The window offset of global sequence g at step s.
   int64_t window_offset(int64_t step, int64_t g);
+  // The stream's non-overlapping windows, (N - T - 1) / T: one shuffle epoch, one pass over the stream.
+  int64_t windows() const;
   // Fills inputs/targets [count, T] for global sequences first .. first+count-1 of step `step`.
   void fill(int64_t step, int64_t first, int64_t count, int32_t* inputs, int32_t* targets);
 

@@ -1,6 +1,6 @@
 #include "train/ignored_settings.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>

@@ -1,7 +1,7 @@
 // Checkpoint shards out of, and state back into, the model and optimizer (see resume.h).
 #include "train/resume.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>

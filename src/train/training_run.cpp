@@ -335,7 +335,7 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
   r.val_batches = std::make_unique<Batcher>(&r.data.val.tokens, r.T, r.gb, DataOrder::Sequential, cfg.train.seed);
   // An evaluation reads train.eval_batches global batches from the validation split's start, wrapping around it:
   // past one pass it averages the same windows again and only costs time.
-  const int64_t val_tokens = int64_t(r.data.val.tokens.size()), val_windows = (val_tokens - r.T - 1) / r.T;
+  const int64_t val_tokens = int64_t(r.data.val.tokens.size()), val_windows = r.val_batches->windows();
   const int64_t eval_sequences = int64_t(cfg.train.eval_batches) * r.gb;
   if (rank0 && cfg.train.eval_every > 0 && val_windows >= 1 && eval_sequences > val_windows)
     spdlog::warn("train.eval_batches={} reads {} sequences of {} tokens per evaluation, but the validation split ({} "
