@@ -225,9 +225,13 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
     copy_convert(r, t64);
     return std::make_pair(r, to64(r));
   };
-  // {N, C, OC}; the last two put the weight gradient's transposed operand in rows 4 KiB apart (C 1024 InOut, OC 1024
-  // OutIn), which oneDNN's fp32 reads from a padded copy on AVX2 (onednn_gemm.cpp).
-  const int64_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {37, 72, 200}, {300, 200, 520}, {37, 1024, 5}, {6, 7, 1024}};
+  // {N, C, OC}. oneDNN's fp32 on AVX2 reads some operands from padded copies (onednn_gemm.cpp): the weight
+  // gradient's transposed operand with rows 4 KiB apart (the fifth shape InOut, the sixth OutIn), and untransposed
+  // second operands with rows a multiple of 1 KiB apart in small products: W in the forward product (the sixth and
+  // the last InOut), dout in the weight gradient (the same), W in dinp (the fifth and the last OutIn), inp in the
+  // weight gradient (the last OutIn).
+  const int64_t shapes[][3] = {{1, 1, 1},    {5, 3, 7},     {37, 72, 200}, {300, 200, 520},
+                               {37, 1024, 5}, {6, 7, 1024}, {20, 256, 512}};
   for (const Lib& lib : libs) {
     kernels::cpu::UsingMatmulBackends use(lib.backends);
     // The 16-bit outputs' one rounding (unit roundoff 2^-8 for bf16, 2^-11 for fp16); fp32's is inside gamma.

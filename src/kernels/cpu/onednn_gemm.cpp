@@ -109,30 +109,44 @@ bool has_avx2() {
 }
 
 namespace {
-// A transposed fp32 A ([K, M] in memory) whose rows lie a multiple of 4 KiB apart, on AVX2: oneDNN's packing reads
-// down its columns, presumably through lines 4 KiB apart that share the L1's sets. On an AMD EPYC with Zen 3,
-// config A's fc_proj weight gradient (A = the GELU output, 256 x 1024) ran at 76-88 GFLOP/s, at 149-170 with rows 16
-// floats longer, and a copy so padded (0.05 ms) made config A's fp32 step faster in seven of nine interleaved pairs
-// of runs (a median of 3%; docs/performance.md). Not measured with AVX-512, so left alone there; the scratch (per
-// calling thread) is bounded at 8 MiB.
-constexpr int64_t kAliasFloats = 1024, kPadFloats = 16, kMaxPadBytes = 8 << 20;
+// Operands whose rows alias in the caches, read from copies with longer rows (fp32 on AVX2 only; not measured with
+// AVX-512, whose oneDNN kernels avoid such leading dimensions themselves). On an AMD EPYC with Zen 3
+// (docs/performance.md):
+// - a transposed A ([K, M] in memory) with rows a multiple of 4 KiB apart: oneDNN's packing reads down its columns.
+//   Config A's fc_proj weight gradient (A = the GELU output, 256 x 1024) ran at 76-88 GFLOP/s, at 149-170 padded.
+// - a B ([K, N] in memory) with rows a multiple of 1 KiB apart, in the products oneDNN 2.6 runs on AVX2 without
+//   packing (its "no-copy" kernel, chosen where 1/M + 1/N >= 0.0038): at 256 x 1024 x 256 with rows 4 KiB apart 75-98
+//   GFLOP/s, 150-196 padded (config A's fc forward product and weight gradient); 1-6 KiB apart mostly 120-140 against
+//   164-192.
+//   The same B in a packed product (config B's, M = 1024) ran as fast either way, so only the no-copy ones pay a copy.
+// The copies are bounded at 8 MiB each (config B's larger operands gained about what their copy cost).
+constexpr int64_t kAliasFloatsA = 1024, kAliasFloatsB = 256, kPadFloats = 16, kMaxPadBytes = 8 << 20;
+constexpr double kNoCopyThreshold = 0.0038;
 
-int64_t padded_ld(int64_t m) { return (m + kPadFloats) % kAliasFloats == 0 ? m + 2 * kPadFloats : m + kPadFloats; }
+bool avx2_only() { return !has_avx512() && has_avx2(); }
 
-bool pad_transposed_a(const GemmShape& s) {
-  return s.trans_a && s.ab == Type::F32 && s.lda % kAliasFloats == 0 && !has_avx512() && has_avx2() &&
-         s.K * padded_ld(s.M) * int64_t(sizeof(float)) <= kMaxPadBytes;
+// A row of n floats lengthened so that it is no multiple of 1 KiB.
+int64_t padded_ld(int64_t n) { return (n + kPadFloats) % kAliasFloatsB == 0 ? n + 2 * kPadFloats : n + kPadFloats; }
+
+bool fits(int64_t rows, int64_t cols) { return rows * padded_ld(cols) * int64_t(sizeof(float)) <= kMaxPadBytes; }
+
+bool pad_a(const GemmShape& s) {
+  return s.trans_a && s.ab == Type::F32 && s.lda % kAliasFloatsA == 0 && avx2_only() && fits(s.K, s.M);
 }
 
-// A's K rows of M floats copied into rows of padded_ld(M).
-const float* copy_padded(const GemmShape& s, const void* a) {
-  thread_local std::vector<float> scratch;
-  const int64_t ld = padded_ld(s.M);
-  scratch.resize(size_t(s.K * ld));
-  const float* src = static_cast<const float*>(a);
-  float* dst = scratch.data();  // not scratch itself: the team's other threads have their own
-#pragma omp parallel for if (s.K * s.M > kParallelGrain)
-  for (int64_t k = 0; k < s.K; ++k) std::copy(src + k * s.lda, src + k * s.lda + s.M, dst + k * ld);
+bool pad_b(const GemmShape& s) {
+  return !s.trans_b && s.ab == Type::F32 && s.ldb % kAliasFloatsB == 0 && avx2_only() &&
+         1.0 / double(s.M) + 1.0 / double(s.N) >= kNoCopyThreshold && fits(s.K, s.N);
+}
+
+// rows x cols floats (row stride ld) copied into scratch with rows of padded_ld(cols).
+const float* copy_padded(const void* src_, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& scratch) {
+  const int64_t pld = padded_ld(cols);
+  scratch.resize(size_t(rows * pld));
+  const float* src = static_cast<const float*>(src_);
+  float* dst = scratch.data();
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld, src + r * ld + cols, dst + r * pld);
   return dst;
 }
 }  // namespace
@@ -141,7 +155,9 @@ void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, vo
   if (s.M == 0 || s.N == 0) return;
   CHECK(s.K > 0, "oneDNN matmul with an empty inner dimension (M={} N={})", s.M, s.N);
   GemmShape shape = s;
-  if (pad_transposed_a(s)) a = copy_padded(s, a), shape.lda = padded_ld(s.M);
+  thread_local std::vector<float> scratch_a, scratch_b;  // per calling thread: ranks' threads run side by side
+  if (pad_a(s)) a = copy_padded(a, s.K, s.M, s.lda, scratch_a), shape.lda = padded_ld(s.M);
+  if (pad_b(s)) b = copy_padded(b, s.K, s.N, s.ldb, scratch_b), shape.ldb = padded_ld(s.N);
   const Matmul& mm = cached(shape);
   // The stream only orders this thread's work; a CPU stream per thread lets ranks' threads run side by side.
   thread_local dnnl::stream stream(cpu_engine());
