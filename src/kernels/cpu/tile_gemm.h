@@ -15,7 +15,8 @@ constexpr int kLanes = 16;
 constexpr int kRows = 8;  // 8 x 2 accumulators + 2 operand vectors + 1 broadcast of the 32 zmm registers
 #else
 constexpr int kLanes = 8;
-constexpr int kRows = 4;  // 4 x 2 + 3 of the 16 ymm registers
+constexpr int kRows = 6;  // 6 x 2 + 3 of the 16 ymm registers: 12 sums in flight (with 4 rows, 8, attention ran
+                          // 1.2-1.4x longer on an AMD EPYC with Zen 3; docs/performance.md)
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
