@@ -226,10 +226,8 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
     return std::make_pair(r, to64(r));
   };
   // {N, C, OC}. oneDNN's fp32 on AVX2 reads some operands from padded copies (onednn_gemm.cpp): the weight
-  // gradient's transposed operand with rows 4 KiB apart (the fifth shape InOut, the sixth OutIn), and untransposed
-  // second operands with rows a multiple of 1 KiB apart in small products: W in the forward product (the sixth and
-  // the last InOut), dout in the weight gradient (the same), W in dinp (the fifth and the last OutIn), inp in the
-  // weight gradient (the last OutIn).
+  // gradient's transposed operand with rows 4 KiB apart (the fifth shape InOut, the sixth OutIn), and a second operand
+  // with rows a multiple of 1 KiB apart in a small product (the fifth OutIn, the sixth InOut, the last in both).
   const int64_t shapes[][3] = {{1, 1, 1},    {5, 3, 7},     {37, 72, 200}, {300, 200, 520},
                                {37, 1024, 5}, {6, 7, 1024}, {20, 256, 512}};
   for (const Lib& lib : libs) {

@@ -115,10 +115,9 @@ namespace {
 // - a transposed A ([K, M] in memory) with rows a multiple of 4 KiB apart: oneDNN's packing reads down its columns.
 //   Config A's fc_proj weight gradient (A = the GELU output, 256 x 1024) ran at 76-88 GFLOP/s, at 149-170 padded.
 // - a B ([K, N] in memory) with rows a multiple of 1 KiB apart, in the products oneDNN 2.6 runs on AVX2 without
-//   packing (its "no-copy" kernel, chosen where 1/M + 1/N >= 0.0038): at 256 x 1024 x 256 with rows 4 KiB apart 75-98
-//   GFLOP/s, 150-196 padded (config A's fc forward product and weight gradient); 1-6 KiB apart mostly 120-140 against
-//   164-192.
-//   The same B in a packed product (config B's, M = 1024) ran as fast either way, so only the no-copy ones pay a copy.
+//   packing (its "no-copy" kernel, chosen where 1/M + 1/N >= 0.0038): config A's fc forward product and weight
+//   gradient (rows 4 KiB apart) ran at 71-98 GFLOP/s, at 161-194 padded; rows 1-6 KiB apart cost less (101-146
+//   against 137-194). Config B's products (M = 1024, packed) ran as fast unpadded, so only no-copy ones pay a copy.
 // The copies are bounded at 8 MiB each (config B's larger operands gained about what their copy cost).
 constexpr int64_t kAliasFloatsA = 1024, kAliasFloatsB = 256, kPadFloats = 16, kMaxPadBytes = 8 << 20;
 constexpr double kNoCopyThreshold = 0.0038;
@@ -155,7 +154,7 @@ void gemm(const GemmShape& s, const void* a, const void* b, const void* bias, vo
   if (s.M == 0 || s.N == 0) return;
   CHECK(s.K > 0, "oneDNN matmul with an empty inner dimension (M={} N={})", s.M, s.N);
   GemmShape shape = s;
-  thread_local std::vector<float> scratch_a, scratch_b;  // per calling thread: ranks' threads run side by side
+  thread_local std::vector<float> scratch_a, scratch_b;
   if (pad_a(s)) a = copy_padded(a, s.K, s.M, s.lda, scratch_a), shape.lda = padded_ld(s.M);
   if (pad_b(s)) b = copy_padded(b, s.K, s.N, s.ldb, scratch_b), shape.ldb = padded_ld(s.N);
   const Matmul& mm = cached(shape);
