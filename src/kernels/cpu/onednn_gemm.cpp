@@ -110,14 +110,14 @@ bool has_avx2() {
 
 namespace {
 // Operands whose rows alias in the caches, read from copies with longer rows (fp32 on AVX2 only; not measured with
-// AVX-512, whose oneDNN kernels avoid such leading dimensions themselves). On an AMD EPYC with Zen 3
-// (docs/performance.md):
-// - a transposed A ([K, M] in memory) with rows a multiple of 4 KiB apart: oneDNN's packing reads down its columns.
-//   Config A's fc_proj weight gradient (A = the GELU output, 256 x 1024) ran at 76-88 GFLOP/s, at 149-170 padded.
-// - a B ([K, N] in memory) with rows a multiple of 1 KiB apart, in the products oneDNN 2.6 runs on AVX2 without
-//   packing (its "no-copy" kernel, chosen where 1/M + 1/N >= 0.0038): config A's fc forward product and weight
-//   gradient (rows 4 KiB apart) ran at 71-98 GFLOP/s, at 161-194 padded; rows 1-6 KiB apart cost less (101-146
-//   against 137-194). Config B's products (M = 1024, packed) ran as fast unpadded, so only no-copy ones pay a copy.
+// AVX-512, where oneDNN's source refuses its no-copy kernel for such leading dimensions itself). On an AMD EPYC with
+// Zen 3 (docs/performance.md):
+// - a transposed A ([K, M] in memory) with rows a multiple of 4 KiB apart: config A's fc_proj weight gradient (A =
+//   the GELU output, 256 x 1024) ran at 76-88 GFLOP/s, at 149-170 padded.
+// - a B ([K, N] in memory) with rows a multiple of 1 KiB apart, in the products oneDNN runs on AVX2 without packing
+//   them (its "no-copy" kernel, which its source chooses where 1/M + 1/N >= 0.0038): config A's fc forward product
+//   and weight gradient (rows 4 KiB apart) ran at 71-98 GFLOP/s, at 161-194 padded; rows 1-6 KiB apart cost less
+//   (101-146 against 137-194). Config B's products (M = 1024) ran as fast unpadded, so only no-copy ones pay a copy.
 // The copies are bounded at 8 MiB each (config B's larger operands gained about what their copy cost).
 constexpr int64_t kAliasFloatsA = 1024, kAliasFloatsB = 256, kPadFloats = 16, kMaxPadBytes = 8 << 20;
 constexpr double kNoCopyThreshold = 0.0038;
