@@ -17,8 +17,12 @@ Model FLOPs per token, 6N + 12LTC: N = 12 L C^2 + C Vp, the weights of the matmu
 each costing 2 flops per token forward and 4 backward; 12 L T C for attention's QK^T and PV (2 T C each per token
 per layer forward, times 3 for training, the causal half counted as computed, as PaLM's MFU counts it).
 
+--runs N runs each meshtrain arm N times, each between its own peak measurements, prints every run and then the
+median share with its range, and sets PyTorch against the median fp32 step: one run of a shared VM can land in a
+slow minute.
+
 Usage: /usr/bin/python3 bench/bench_vs_pytorch.py [--threads 2] [--steps 30] [--configs A,B]
-       [--precisions fp32,bf16] [--cpu-matmul auto,eigen] [--no-current-torch]
+       [--precisions fp32,bf16] [--cpu-matmul auto,eigen] [--runs 1] [--no-current-torch]
 """
 import argparse
 import json
@@ -149,6 +153,8 @@ def main():
     ap.add_argument("--precisions", type=names(["fp32", "bf16"]), default="fp32,bf16")
     ap.add_argument("--cpu-matmul", type=names(["auto", "eigen", "onednn"]), default="auto",
                     help="train.cpu_matmul values to run meshtrain with (PyTorch's ratios use the first)")
+    ap.add_argument("--runs", type=int_at_least(1), default=1,
+                    help="meshtrain runs per arm, each between its own peak measurements (default 1)")
     ap.add_argument("--no-current-torch", action="store_true",
                     help="skip the registry's PyTorch (scripts/torch_venv.sh installs ~5 GiB once)")
     args = ap.parse_args()
@@ -170,18 +176,28 @@ def main():
         tokens = c["batch"] * c["seq_len"]
         for choice in matmul_choices:
             for prec in precisions:
-                with tempfile.TemporaryDirectory() as work:
-                    ms, rss, libs = run_meshtrain(c, args.threads, args.steps, work, prec, choice)
-                mt_ms[name, prec, choice] = ms
-                gflops = flops_per_token(c) * tokens / (ms / 1000) / 1e9
-                fp32 = mt_ms.get((name, "fp32", choice))
-                vs = f"{fp32 / ms:7.2f}" if fp32 else f"{'':7}"
-                before, (peak, _) = peak, peak_sgemm(args.threads)
-                mean = (before + peak) / 2 if before and peak else None
-                sgemm = f"{before:.0f}/{peak:.0f}: {mean:.0f}" if mean else "n/a"
-                share = f"{100 * gflops / mean:.0f}%" if mean else "n/a"
-                print(f"{name:6} {prec:9} {choice:10} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {sgemm:>17} "
-                      f"{share:>8} {rss:7.1f}  {libs}")
+                runs_ms, shares = [], []
+                for _ in range(args.runs):
+                    with tempfile.TemporaryDirectory() as work:
+                        ms, rss, libs = run_meshtrain(c, args.threads, args.steps, work, prec, choice)
+                    runs_ms.append(ms)
+                    gflops = flops_per_token(c) * tokens / (ms / 1000) / 1e9
+                    fp32 = ms if prec == "fp32" else mt_ms.get((name, "fp32", choice))
+                    vs = f"{fp32 / ms:7.2f}" if fp32 else f"{'':7}"
+                    before, (peak, _) = peak, peak_sgemm(args.threads)
+                    mean = (before + peak) / 2 if before and peak else None
+                    sgemm = f"{before:.0f}/{peak:.0f}: {mean:.0f}" if mean else "n/a"
+                    share = f"{100 * gflops / mean:.0f}%" if mean else "n/a"
+                    if mean:
+                        shares.append(gflops / mean)
+                    print(f"{name:6} {prec:9} {choice:10} {tokens / ms * 1000:8.0f} {vs} {gflops:8.1f} {sgemm:>17} "
+                          f"{share:>8} {rss:7.1f}  {libs}", flush=True)
+                mt_ms[name, prec, choice] = statistics.median(runs_ms)  # what 'vs fp32' and PyTorch compare with
+                if args.runs > 1:
+                    share = (f"{100 * statistics.median(shares):.0f}% of sgemm ({100 * min(shares):.0f}-"
+                             f"{100 * max(shares):.0f}%)" if shares else "no sgemm peak")
+                    print(f"{name:6} {prec:9} {choice:10} median of {args.runs} runs: "
+                          f"{tokens / mt_ms[name, prec, choice] * 1000:.0f} tok/s, {share}")
 
     print(f"\nPyTorch, fp32 (ratio = PyTorch's step time / meshtrain's fp32 step time, cpu_matmul "
           f"{matmul_choices[0]})")
