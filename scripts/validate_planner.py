@@ -28,10 +28,12 @@ print it ('1x1x4 gpipe mb1 z0').
 Timings need a quiet machine: other processes on the cores slow the runs but not the planner's calibration
 (or the other way round). Each run measures the CPU other processes used meanwhile (/proc/stat minus its own)
 and is repeated after a pause while that exceeds --max-other cores; the column 'other' shows it. A machine can
-also change speed by itself (a VM whose host is busy): one rank alone trains a few steps beside the calibration
-and again before each layout, and the column 'speed' is that rank's step time then against beside the
-calibration. Layouts measured at a speed more than --max-drift away are marked, and the errors are given over the
-others too: there the planner's calibration no longer describes the machine. Stdlib only.
+also change speed by itself (a VM whose host is busy), for minutes at a time: the layouts are measured in rounds,
+every layout once per round (--repeats rounds), so that such a stretch falls on one run of several layouts rather
+than on every run of one; one rank alone trains a few steps beside the calibration and again before each run, and
+the column 'speed' is that rank's step time then against beside the calibration (the mean over a layout's runs).
+Layouts measured at a speed more than --max-drift away are marked, and the errors are given over the others too:
+there the planner's calibration no longer describes the machine. Stdlib only.
 """
 import argparse
 import json
@@ -157,26 +159,45 @@ def speed_probe(args, sets):
     return statistics.median(s["step_ms"] for s in steps if s["step"] > 2)
 
 
-def run_trainer(args, sets, row, run_dir):
+def trainer_command(args, sets, row, run_dir):
     cmd = [args.mpiexec, "-n", str(args.world), os.path.join(args.build, "trainer"), "--config", args.config]
-    cmd += sets_args(sets + layout_sets(row) + ["train.steps=%d" % args.steps, "run.dir=%s" % run_dir,
-                                                 "run.resume=none", "run.log_every=1000"])
-    after, peaks, others, medians = [], [], [], []
-    for _ in range(max(1, args.repeats)):
-        steps, mem, other, local_sgd = run_once(args, cmd, run_dir)
-        after += steps
-        medians.append(step_time(steps, local_sgd))
-        peaks.append(max(r["peak_tensor_bytes"] for r in mem))
-        others.append(other)
+    return cmd + sets_args(sets + layout_sets(row) + ["train.steps=%d" % args.steps, "run.dir=%s" % run_dir,
+                                                       "run.resume=none", "run.log_every=1000"])
+
+
+def summarise(runs):
+    """A layout's measurement from its runs (run_once's results)."""
+    after = [s for steps, _, _, _ in runs for s in steps]
+    local_sgd = runs[0][3]
+    medians = [step_time(steps, local_sgd) for steps, _, _, _ in runs]
     return {
         "spread": (max(medians) - min(medians)) / statistics.mean(medians),  # between the runs' own medians
         "step_ms": statistics.mean(medians) if local_sgd else statistics.median(s["step_ms"] for s in after),
         "compute_ms": typical([s["compute_ms"] for s in after], local_sgd),
         "exposed_comm_ms": typical([s["exposed_comm_ms"] for s in after], local_sgd),
         "bubble_ms": typical([s["bubble_ms"] for s in after], local_sgd),
-        "memory_bytes": max(peaks),
-        "other": max(others),
+        "memory_bytes": max(max(r["peak_tensor_bytes"] for r in mem) for _, mem, _, _ in runs),
+        "other": max(other for _, _, other, _ in runs),
     }
+
+
+def measure(args, sets, chosen, speed_ms):
+    """Every layout's runs, in rounds: each layout once per round (--repeats rounds), so that a slow stretch of the
+    machine (a VM's busy host, for minutes at a time) falls on one run of several layouts rather than on every run
+    of one. Each run is preceded by the speed probe; a layout's speed is the mean of its probes."""
+    runs = [[] for _ in chosen]
+    speeds = [[] for _ in chosen]
+    rounds = max(1, args.repeats)
+    for k in range(rounds):
+        for i, row in enumerate(chosen):
+            speeds[i].append(speed_ms / speed_probe(args, sets))  # 0.8: the machine at 80% of its speed then
+            runs[i].append(run_once(args, trainer_command(args, sets, row, os.path.join(args.out, "run")),
+                                    os.path.join(args.out, "run")))
+            steps, _, _, local_sgd = runs[i][-1]
+            print("round %d/%d, layout %d/%d: %-28s %9.2f ms (speed %.2f)" %
+                  (k + 1, rounds, i + 1, len(chosen), describe(row), step_time(steps, local_sgd), speeds[i][-1]),
+                  flush=True)
+    return [dict(summarise(r), speed=statistics.mean(v)) for r, v in zip(runs, speeds)]
 
 
 def main():
@@ -189,8 +210,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=2,
-                    help="runs per layout; the measured step time is the median over all their steps after the "
-                         "warm-up (runs of one layout differ by up to ~15%% on a 2-core machine)")
+                    help="runs per layout, in rounds (every layout once per round); the measured step time is the "
+                         "median over all their steps after the warm-up (runs of one layout differ by up to ~15%% "
+                         "on a 2-core machine)")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
     ap.add_argument("--reps", type=int, default=5, help="the planner's timing repetitions")
     ap.add_argument("--latency-us", type=float, default=30.0)
@@ -256,9 +278,11 @@ def main():
     hdr = "%-4s %-28s %9s %9s %7s %10s %10s %7s %6s %6s   %s" % ("rank", "layout", "pred_ms", "meas_ms", "err",
                                                                 "pred_MiB", "meas_MiB", "err", "other", "speed",
                                                                 "compute/exposed/bubble ms: measured (predicted)")
-    print(hdr)
     results = []
     saved = os.path.join(args.out, "results.json")
+    if not args.from_results:
+        measured = measure(args, sets, chosen, speed_ms)
+    print(hdr)
     if args.from_results:  # the same layouts, measured before; the predictions are this planner call's
         by_key = {KEY(r): r for r in rows}
         chosen, measured = [], []
@@ -271,12 +295,7 @@ def main():
                 continue
             chosen.append(by_key[KEY(old)])
             measured.append(m)
-    for i, row in enumerate(chosen):
-        if args.from_results:
-            m = measured[i]
-        else:
-            speed = speed_ms / speed_probe(args, sets)  # 0.8: the machine at 80% of its speed beside the calibration
-            m = dict(run_trainer(args, sets, row, os.path.join(args.out, "run")), speed=speed)
+    for row, m in zip(chosen, measured):
         et = (row["step_ms"] - m["step_ms"]) / m["step_ms"]
         em = (row["memory_bytes"] - m["memory_bytes"]) / m["memory_bytes"]
         results.append((row, m, et, em))

@@ -6,7 +6,8 @@ rank; ZeRO-3's predicted gather traffic per step (once per step without parallel
 forward and backward pass with it); the JSON's fields and order; the table; the waits of ranks sharing cores
 charged per thread per core; the cost of taking turns on a core measured, kept and overridden; the calibration's
 neighbour processes;
-scripts/validate_planner.py's --fit (with --fit-also) on results made from the planner's own predictions; and every bad input answered with exit status 2.
+scripts/validate_planner.py's --fit (with --fit-also) on results made from the planner's own predictions, and its
+measurement in rounds; and every bad input answered with exit status 2.
 No timing accuracy is asserted here (scripts/validate_planner.py measures it).
 
 usage: test_planner.py PLANNER TRAINER MPIEXEC SOURCE_DIR WORK_DIR
@@ -744,6 +745,24 @@ def fit_from_results():
           p.stdout.strip()[-200:])
 
 
+def measured_in_rounds():
+    # validate_planner measures its layouts in rounds, every layout once per round (a slow stretch of a VM's host
+    # falls on one run of several layouts, not on every run of one), and keeps each layout's runs together.
+    out = os.path.join(WORK, "rounds")
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "scripts", "validate_planner.py"), "--build",
+                        os.path.dirname(PLANNER), "--config", TINY, "--world", "2", "--best", "1", "--sample", "1",
+                        "--steps", "5", "--warmup", "2", "--repeats", "2", "--out", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    order = re.findall(r"^round (\d)/2, layout (\d)/2: ", p.stdout, re.M)
+    check(p.returncode == 0 and order == [("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")],
+          "validate_planner: two layouts measured in two rounds, each layout once per round: %s" %
+          (order if p.returncode == 0 else p.stdout[-1500:]))
+    saved = json.load(open(os.path.join(out, "results.json"))) if p.returncode == 0 else []
+    check(len(saved) == 2 and all(m["step_ms"] > 0 and m["spread"] >= 0 and m["speed"] > 0 for _, m in saved),
+          "validate_planner: results.json holds each layout's measurement over its two runs: %s" %
+          [{k: m.get(k) for k in ("step_ms", "spread", "speed")} for _, m in saved])
+
+
 def spread_across_samples():
     # The spread a fit saves (validate_planner.measured_spread), which decides the ties: within a sample's runs, or
     # the range of layouts measured in several samples where at least three were and it is larger.
@@ -819,6 +838,7 @@ tp_sync_once()
 time_slicing()
 neighbours()
 fit_from_results()
+measured_in_rounds()
 spread_across_samples()
 llama_step_model()
 bad_inputs()
