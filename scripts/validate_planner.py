@@ -319,6 +319,9 @@ def main():
     fastest = min(results, key=lambda r: r[1]["step_ms"])
     print("fastest measured: %s (planner rank %d; target: 3 or better: %s)" %
           (describe(fastest[0]), fastest[0]["rank"], "met" if fastest[0]["rank"] <= 3 else "MISSED"))
+    spreads = [r[1]["spread"] for r in results]
+    print("run to run: a layout's runs differed by %.1f%% in the median, up to %.1f%% (the noise in the errors above)" %
+          (100 * statistics.median(spreads), 100 * max(spreads)))
     drifted = [r for r in results if abs(r[1].get("speed", 1) - 1) > args.max_drift]
     if drifted:
         steady = [abs(r[2]) for r in results if r not in drifted]

@@ -754,8 +754,10 @@ def measured_in_rounds():
                         "--steps", "5", "--warmup", "2", "--repeats", "2", "--out", out],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     order = re.findall(r"^round (\d)/2, layout (\d)/2: ", p.stdout, re.M)
-    check(p.returncode == 0 and order == [("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")],
-          "validate_planner: two layouts measured in two rounds, each layout once per round: %s" %
+    check(p.returncode == 0 and order == [("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")] and
+          re.search(r"^run to run: a layout's runs differed by [\d.]+% in the median, up to [\d.]+%", p.stdout, re.M),
+          "validate_planner: two layouts measured in two rounds, each layout once per round, and the runs' spread "
+          "printed: %s" %
           (order if p.returncode == 0 else p.stdout[-1500:]))
     saved = json.load(open(os.path.join(out, "results.json"))) if p.returncode == 0 else []
     check(len(saved) == 2 and all(m["step_ms"] > 0 and m["spread"] >= 0 and m["speed"] > 0 for _, m in saved),
