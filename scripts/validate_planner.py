@@ -187,12 +187,11 @@ def measure(args, sets, chosen, speed_ms):
     of one. Each run is preceded by the speed probe; a layout's speed is the mean of its probes."""
     runs = [[] for _ in chosen]
     speeds = [[] for _ in chosen]
-    rounds = max(1, args.repeats)
+    rounds, run_dir = max(1, args.repeats), os.path.join(args.out, "run")
     for k in range(rounds):
         for i, row in enumerate(chosen):
             speeds[i].append(speed_ms / speed_probe(args, sets))  # 0.8: the machine at 80% of its speed then
-            runs[i].append(run_once(args, trainer_command(args, sets, row, os.path.join(args.out, "run")),
-                                    os.path.join(args.out, "run")))
+            runs[i].append(run_once(args, trainer_command(args, sets, row, run_dir), run_dir))
             steps, _, _, local_sgd = runs[i][-1]
             print("round %d/%d, layout %d/%d: %-28s %9.2f ms (speed %.2f)" %
                   (k + 1, rounds, i + 1, len(chosen), describe(row), step_time(steps, local_sgd), speeds[i][-1]),
@@ -211,8 +210,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=2,
                     help="runs per layout, in rounds (every layout once per round); the measured step time is the "
-                         "median over all their steps after the warm-up (runs of one layout differ by up to ~15%% "
-                         "on a 2-core machine)")
+                         "median over all their steps after the warm-up (on a 2-core VM with a busy host, runs of a "
+                         "layout minutes apart differed by 17-20%% in the median)")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
     ap.add_argument("--reps", type=int, default=5, help="the planner's timing repetitions")
     ap.add_argument("--latency-us", type=float, default=30.0)
@@ -282,8 +281,7 @@ def main():
     saved = os.path.join(args.out, "results.json")
     if not args.from_results:
         measured = measure(args, sets, chosen, speed_ms)
-    print(hdr)
-    if args.from_results:  # the same layouts, measured before; the predictions are this planner call's
+    else:  # the same layouts, measured before; the predictions are this planner call's
         by_key = {KEY(r): r for r in rows}
         chosen, measured = [], []
         for old, m in json.load(open(saved)):
@@ -295,6 +293,7 @@ def main():
                 continue
             chosen.append(by_key[KEY(old)])
             measured.append(m)
+    print(hdr)
     for row, m in zip(chosen, measured):
         et = (row["step_ms"] - m["step_ms"]) / m["step_ms"]
         em = (row["memory_bytes"] - m["memory_bytes"]) / m["memory_bytes"]
