@@ -1,4 +1,4 @@
-// Fatal checks for CUDA runtime, cuBLAS(Lt) and NCCL calls: CUDA_CHECK / CUBLAS_CHECK / NCCL_CHECK print the call, file:line,
+// Fatal checks for CUDA runtime and NCCL calls: CUDA_CHECK / NCCL_CHECK print the call, file:line,
 // the MPI rank and the library's error name and string, then abort (as CHECK does, core/check.h). Every CUDA
 // and NCCL call in the project goes through one of them. Include only from CUDA-enabled sources
 // (MESHTRAIN_WITH_CUDA); NCCL_CHECK also needs <nccl.h> included by the caller.
@@ -28,13 +28,3 @@
 
 // After every kernel launch: a bad configuration or an earlier asynchronous fault surfaces here, at the launch.
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
-
-// cuBLASLt calls; needs <cublasLt.h> included by the caller (the status text comes from cuBLASLt, so no libcublas).
-#define CUBLAS_CHECK(call)                                                                                \
-  do {                                                                                                    \
-    const cublasStatus_t mt_cublas_rc_ = (call);                                                          \
-    if (mt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                           \
-      ::mt::check_failed(#call, __FILE__, __LINE__,                                                       \
-                         ::fmt::format("cuBLAS error {}: {}", static_cast<int>(mt_cublas_rc_),            \
-                                       cublasLtGetStatusString(mt_cublas_rc_)));                            \
-  } while (0)

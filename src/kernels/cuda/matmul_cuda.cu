@@ -6,14 +6,13 @@
 // right operand, B the left one, and D = X read column-major. The bias runs along D's rows (length m = OC), which
 // is what the BIAS epilogue broadcasts. Each call is described by a GemmKey; its descriptors and the heuristic's
 // algorithm are built on first use and cached, so the step loop makes no heuristic query after the first step.
-#include <cublasLt.h>
-
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/matmul_cuda.h"
 
 namespace mt::kernels::gpu {
@@ -93,7 +92,7 @@ struct Lt {
 Lt& lt() {
   static Lt* state = [] {
     Lt* s = new Lt;
-    CUBLAS_CHECK(cublasLtCreate(&s->handle));
+    CUBLAS_CHECK(cublaslt().cublasLtCreate(&s->handle));
     s->workspace = device_allocator().allocate(kWorkspaceBytes);
     return s;
   }();
@@ -102,7 +101,7 @@ Lt& lt() {
 
 template <typename T>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+  CUBLAS_CHECK(cublaslt().cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
 // The pointer attributes a call sets on its plan's descriptor (the heuristic also read them, for alignment).
@@ -112,11 +111,12 @@ void set_pointers(cublasLtMatmulDesc_t desc, const Gemm& g) {
 }
 
 GemmPlan make_plan(Lt& s, const Gemm& g) {
+  const CublasLt& api = cublaslt();
   GemmPlan p;
   const bool f64 = g.cd == DType::F64;
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;  // 32F: no TF32
   const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, scale));
+  CUBLAS_CHECK(api.cublasLtMatmulDescCreate(&p.desc, compute, scale));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
@@ -131,30 +131,29 @@ GemmPlan make_plan(Lt& s, const Gemm& g) {
   set_pointers(p.desc, g);
   // Layouts describe the stored matrices: op(A) = A^T means A is stored [k, m].
   const cudaDataType_t ab = cuda_type(g.ab), cd = cuda_type(g.cd);
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, cd, g.m, g.n, g.ldd));
+  CUBLAS_CHECK(api.cublasLtMatrixLayoutCreate(&p.a, ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+  CUBLAS_CHECK(api.cublasLtMatrixLayoutCreate(&p.b, ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+  CUBLAS_CHECK(api.cublasLtMatrixLayoutCreate(&p.d, cd, g.m, g.n, g.ldd));
 
   cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kWorkspaceBytes;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  CUBLAS_CHECK(api.cublasLtMatmulPreferenceCreate(&pref));
+  auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+    CUBLAS_CHECK(api.cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+  };
+  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
   const uint32_t align_a = alignment_of(g.A), align_b = alignment_of(g.B), align_d = alignment_of(g.D);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                    sizeof(align_a)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                    sizeof(align_b)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                    sizeof(align_d)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
-                                                    sizeof(align_d)));
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   // An unsupported combination (an epilogue on some dtype or alignment) answers an error status (NOT_SUPPORTED,
   // INVALID_VALUE) rather than zero results: either way there is no algorithm, and run_gemm decides whether that
   // is fatal (it reports the status).
-  p.heuristic_status = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &count);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  p.heuristic_status =
+      api.cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &count);
+  CUBLAS_CHECK(api.cublasLtMatmulPreferenceDestroy(pref));
   p.found = p.heuristic_status == CUBLAS_STATUS_SUCCESS && count > 0;
   if (p.found) p.algo = result.algo;
   return p;
@@ -171,7 +170,7 @@ bool run_gemm(const Gemm& g, bool required) {
   MT_CHECK(p.found || !required,
            "matmul on cuda: cuBLASLt has no algorithm for m={} n={} k={} ({} x {} -> {}, epilogue {}): heuristic {}",
            g.m, g.n, g.k, dtype_name(g.ab), dtype_name(g.ab), dtype_name(g.cd), int(g.epilogue),
-           cublasLtGetStatusString(p.heuristic_status));
+           cublaslt().cublasLtGetStatusString(p.heuristic_status));
   if (!p.found) return false;
   set_pointers(p.desc, g);
   const float alpha32 = 1.0f, beta32 = g.accumulate ? 1.0f : 0.0f;
@@ -179,7 +178,7 @@ bool run_gemm(const Gemm& g, bool required) {
   const bool f64 = g.cd == DType::F64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  CUBLAS_CHECK(cublasLtMatmul(s.handle, p.desc, alpha, g.A, p.a, g.B, p.b, beta, g.D, p.d, g.D, p.d, &p.algo,
+  CUBLAS_CHECK(cublaslt().cublasLtMatmul(s.handle, p.desc, alpha, g.A, p.a, g.B, p.b, beta, g.D, p.d, g.D, p.d, &p.algo,
                               s.workspace, kWorkspaceBytes, compute_stream()));
   return true;
 }
