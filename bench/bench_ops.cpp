@@ -61,17 +61,6 @@ double time_call(const std::function<void()>& f) {
   return mt::bench::time_best(f, g_seconds);
 }
 
-// Random values in [-0.5, 0.5) * scale (an LCG: reproducible, no denormals), fp32.
-Tensor randt(mt::Shape s, unsigned seed, float scale = 1.0f) {
-  Tensor t = Tensor::empty(s, DType::F32);
-  float* p = t.data_as<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    p[i] = scale * (static_cast<float>((seed >> 8) & 0xffff) / 65536.0f - 0.5f);
-  }
-  return t;
-}
-
 struct Config {
   const char* name;
   int L, NH, C, T, V, B;

@@ -23,7 +23,7 @@ struct Plant {
   SyncPeriodController& ctl;
   int last_sync = 0;
   int decisions = 0;
-  std::vector<int> stalled;
+  std::vector<int> stalled = {};
   double stall_ms = 0;
   int run(int first, int last, double sync_ms, double noise = 0) {
     int last_decision = 0;
