@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <functional>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -230,6 +232,13 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
   // with rows a multiple of 1 KiB apart in a small product (the fifth OutIn, the sixth InOut, the last in both).
   const int64_t shapes[][3] = {{1, 1, 1},    {5, 3, 7},     {37, 72, 200}, {300, 200, 520},
                                {37, 1024, 5}, {6, 7, 1024}, {20, 256, 512}};
+  // The fp64 products of the rounded inputs, each sum beside its sum of absolute terms (the bound's), computed once
+  // per input dtype, shape and layout: the libraries of one dtype and both bias cases share them (under the
+  // sanitizers these loops were most of the test's 29 s).
+  struct Reference {
+    std::vector<double> out, out_abs, dinp, dinp_abs, dw, dw_abs;  // out without the bias; dw onto dw_before
+  };
+  std::map<std::tuple<DType, int64_t, int64_t, int64_t, bool>, Reference> references;
   for (const Lib& lib : libs) {
     kernels::cpu::UsingMatmulBackends use(lib.backends);
     // The 16-bit outputs' one rounding (unit roundoff 2^-8 for bf16, 2^-11 for fp16); fp32's is inside gamma.
@@ -252,6 +261,35 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
           const double *A = a64.data_as<double>(), *W = w64.data_as<double>(), *B = b64.data_as<double>(),
                        *G = g64.data_as<double>();
           auto wt = [&](int64_t c, int64_t o) { return inout ? W[c * OC + o] : W[o * C + c]; };
+          // dinp (=, over preset garbage), dweight and dbias (+= onto preset fp32 values).
+          Tensor dinp = Tensor::empty({N, C}, lib.dtype), dw = to32(w0), db = to32(b0);
+          copy_convert(dinp, a0);
+          Tensor dw_before = to64(dw), db_before = to64(db);
+          Reference& r = references[{lib.dtype, N, C, OC, inout}];
+          if (r.out.empty()) {
+            r.out.resize(N * OC), r.out_abs.resize(N * OC), r.dinp.resize(N * C), r.dinp_abs.resize(N * C);
+            r.dw.resize(C * OC), r.dw_abs.resize(C * OC);
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t o = 0; o < OC; ++o) {
+                double s = 0, m = 0;
+                for (int64_t c = 0; c < C; ++c) s += A[n * C + c] * wt(c, o), m += std::abs(A[n * C + c] * wt(c, o));
+                r.out[n * OC + o] = s, r.out_abs[n * OC + o] = m;
+              }
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t c = 0; c < C; ++c) {
+                double s = 0, m = 0;
+                for (int64_t o = 0; o < OC; ++o) s += G[n * OC + o] * wt(c, o), m += std::abs(G[n * OC + o] * wt(c, o));
+                r.dinp[n * C + c] = s, r.dinp_abs[n * C + c] = m;
+              }
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t o = 0; o < OC; ++o) {
+                const int64_t i = inout ? c * OC + o : o * C + c;
+                double s = dw_before.data_as<double>()[i], m = std::abs(s);
+                for (int64_t n = 0; n < N; ++n)
+                  s += A[n * C + c] * G[n * OC + o], m += std::abs(A[n * C + c] * G[n * OC + o]);
+                r.dw[i] = s, r.dw_abs[i] = m;
+              }
+          }
           // Largest |got - ref| / bound over the elements: <= 1 means within it.
           auto worst = [](const Tensor& got, const std::vector<double>& ref, const std::vector<double>& bound) {
             Tensor g = to64(got);
@@ -266,34 +304,20 @@ TEST_CASE("matmul: every CPU library against fp64 at odd, tiny and blocked shape
           std::vector<double> ref(N * OC), bound(N * OC);
           for (int64_t n = 0; n < N; ++n)
             for (int64_t o = 0; o < OC; ++o) {
-              double s = with_bias ? B[o] : 0, m = with_bias ? std::abs(B[o]) : 0;
-              for (int64_t c = 0; c < C; ++c) s += A[n * C + c] * wt(c, o), m += std::abs(A[n * C + c] * wt(c, o));
-              ref[n * OC + o] = s, bound[n * OC + o] = gamma(C + 1) * m + u_out * (std::abs(s) + gamma(C + 1) * m);
+              const int64_t i = n * OC + o;
+              const double s = (with_bias ? B[o] : 0) + r.out[i], m = (with_bias ? std::abs(B[o]) : 0) + r.out_abs[i];
+              ref[i] = s, bound[i] = gamma(C + 1) * m + u_out * (std::abs(s) + gamma(C + 1) * m);
             }
           CHECK(worst(out, ref, bound) <= 1);
 
-          // dinp (=, over preset garbage), dweight and dbias (+= onto preset fp32 values).
-          Tensor dinp = Tensor::empty({N, C}, lib.dtype), dw = to32(w0), db = to32(b0);
-          copy_convert(dinp, a0);
-          Tensor dw_before = to64(dw), db_before = to64(db);
           matmul_backward(dinp, dw, with_bias ? db : Tensor(), g, a, w, layout);
-          std::vector<double> ri(N * C), bi(N * C);
-          for (int64_t n = 0; n < N; ++n)
-            for (int64_t c = 0; c < C; ++c) {
-              double s = 0, m = 0;
-              for (int64_t o = 0; o < OC; ++o) s += G[n * OC + o] * wt(c, o), m += std::abs(G[n * OC + o] * wt(c, o));
-              ri[n * C + c] = s, bi[n * C + c] = gamma(OC) * m + u_out * (std::abs(s) + gamma(OC) * m);
-            }
-          CHECK(worst(dinp, ri, bi) <= 1);
-          std::vector<double> rw(C * OC), bw(C * OC);
-          for (int64_t c = 0; c < C; ++c)
-            for (int64_t o = 0; o < OC; ++o) {
-              const int64_t i = inout ? c * OC + o : o * C + c;
-              double s = dw_before.data_as<double>()[i], m = std::abs(s);
-              for (int64_t n = 0; n < N; ++n) s += A[n * C + c] * G[n * OC + o], m += std::abs(A[n * C + c] * G[n * OC + o]);
-              rw[i] = s, bw[i] = gamma(N + 1) * m;
-            }
-          CHECK(worst(dw, rw, bw) <= 1);
+          std::vector<double> bi(N * C);
+          for (size_t i = 0; i < bi.size(); ++i)
+            bi[i] = gamma(OC) * r.dinp_abs[i] + u_out * (std::abs(r.dinp[i]) + gamma(OC) * r.dinp_abs[i]);
+          CHECK(worst(dinp, r.dinp, bi) <= 1);
+          std::vector<double> bw(C * OC);
+          for (size_t i = 0; i < bw.size(); ++i) bw[i] = gamma(N + 1) * r.dw_abs[i];
+          CHECK(worst(dw, r.dw, bw) <= 1);
           std::vector<double> rb(OC), bb(OC);
           for (int64_t o = 0; o < OC; ++o) {
             double s = db_before.data_as<double>()[o], m = std::abs(s);
