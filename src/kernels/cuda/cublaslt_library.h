@@ -40,7 +40,8 @@ const CublasLt& cublaslt();
   do {                                                                                                    \
     const cublasStatus_t mt_cublas_rc_ = (call);                                                          \
     if (mt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                           \
-      ::mt::check_failed(#call, __FILE__, __LINE__,                                                       \
-                         ::fmt::format("cuBLAS error {}: {}", static_cast<int>(mt_cublas_rc_),            \
-                                       ::mt::kernels::gpu::cublaslt().cublasLtGetStatusString(mt_cublas_rc_))); \
+      ::mt::check_failed(                                                                                 \
+          #call, __FILE__, __LINE__,                                                                      \
+          ::fmt::format("cuBLAS error {}: {}", static_cast<int>(mt_cublas_rc_),                           \
+                        ::mt::kernels::gpu::cublaslt().cublasLtGetStatusString(mt_cublas_rc_)));          \
   } while (0)
