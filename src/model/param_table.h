@@ -56,6 +56,10 @@ struct Shard {
   int copies = 1, copy = 0;
   // True when this rank holds the whole global tensor (replicated, or tp = 1).
   bool whole() const { return dim < 0 || parts == 1; }
+  // True when a sum over this rank's elements (the gradient norm's) must be added over tp to count each element
+  // once: the tp ranks hold different parts, or copies of which only copy 0 counts. A single part held as copies
+  // (n_kv_head = 1) is whole() on every rank, yet counts on one rank only.
+  bool summed_over_tp() const { return !whole() || copies > 1; }
 };
 
 struct ParamSpec {

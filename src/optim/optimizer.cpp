@@ -16,7 +16,7 @@ std::vector<OptimSegment> param_segments(const ParamTable& table) {
   std::vector<OptimSegment> out;
   // A part held by several tp ranks counts once in the norm: its first copy's.
   for (const ParamSpec& p : table.specs())
-    out.push_back({p.offset, p.offset, p.numel(), p.decay, !p.shard.whole(), p.shard.copy == 0});
+    out.push_back({p.offset, p.offset, p.numel(), p.decay, p.shard.summed_over_tp(), p.shard.copy == 0});
   return out;
 }
 

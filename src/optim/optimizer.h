@@ -33,7 +33,7 @@ struct OptimSegment {
   int64_t state_offset = 0;  // into the moment buffers
   int64_t numel = 0;
   bool decay = false;
-  bool tp_sharded = false;  // a tensor-parallel shard (tp ranks hold different elements), not a replicated tensor
+  bool tp_sharded = false;  // its sum of squares adds over tp (Shard::summed_over_tp), not a replicated tensor's
   bool in_norm = true;      // false for a copy counted elsewhere (the last pipeline stage's tied wte)
 };
 

@@ -14,7 +14,7 @@ std::vector<OptimSegment> zero_segments(const ParamTable& table, const std::vect
     const int64_t lo = k.begin + s.begin, hi = k.begin + s.end;
     for (const ParamSpec& p : table.specs()) {
       const int64_t a = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel());
-      if (a < e) out.push_back({a, packed + (a - lo), e - a, p.decay, !p.shard.whole(), p.shard.copy == 0});
+      if (a < e) out.push_back({a, packed + (a - lo), e - a, p.decay, p.shard.summed_over_tp(), p.shard.copy == 0});
     }
     packed += s.size();
   }

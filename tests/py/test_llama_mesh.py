@@ -5,7 +5,9 @@ code), every schedule (gpipe, interleaved with two chunks per rank, zb1) on
 dp2 x tp2 x pp2, sequence parallelism with ZeRO-1 and uneven stages, n_kv_head equal to tp, larger and smaller than
 it, and the head tied to the embedding across pipeline stages. Every step's loss (and the validation
 losses of steps 10 and 20) within 1e-5 relative of one rank over 20 steps, also with fewer kv heads (2) than
-tensor-parallel ranks (4), each kv head then held by two ranks; the step-1 gradients of five layouts,
+tensor-parallel ranks (4), each kv head then held by two ranks, and with one kv head, held whole by all four (its
+gradient norm counted on one of them: the norm clips, so a norm that differed between the ranks would update
+their shards with different scales); the step-1 gradients of five layouts,
 gathered from every shard, within 1e-5 per tensor; the exported model has the single-rank export's names and shapes.
 Tolerances as in test_pp_parity.py, for the same reasons (only summation order differs). The peak learning rate is
 3e-3, not tiny.yaml's 1e-2: at 1e-2 this model's loss spikes at step 8 (gradient norm 2), and the spike amplifies
@@ -45,12 +47,12 @@ CASES.append(("dp2_tp2_pp2_uneven_zero_sp_zb1", 2, 2, 2,
                "parallel.schedule=zb1"], False, "untied"))
 CASES.append(("dp2_tp2_pp2_tied", 2, 2, 2, ["model.tie_embeddings=true"], False, "tied"))
 # Fewer kv heads than tp ranks: each kv head on tp / n_kv_head ranks, its weight gradient summed over them.
-KV2 = "model.n_kv_head=2"
+KV2, KV1 = "model.n_kv_head=2", "model.n_kv_head=1"
 CASES.append(("dp1_tp4_pp2_kv2", 1, 4, 2, [KV2], True, "kv2"))
-CASES.append(("dp2_tp4_pp1_kv2_zero", 2, 4, 1, [KV2, "optim.zero=1"], False, "kv2"))
-CASES.append(("dp1_tp4_pp2_kv2_sp_zb1", 1, 4, 2, [KV2, "parallel.sequence_parallel=true", "parallel.schedule=zb1"],
-              True, "kv2"))
-for key, sets in (("untied", ()), ("tied", ("model.tie_embeddings=true",)), ("kv2", (KV2,))):
+CASES.append(("dp2_tp4_pp1_kv1_zero", 2, 4, 1, [KV1, "optim.zero=1"], False, "kv1"))
+CASES.append(("dp1_tp4_pp2_kv1_sp_zb1", 1, 4, 2, [KV1, "parallel.sequence_parallel=true", "parallel.schedule=zb1"],
+              True, "kv1"))
+for key, sets in (("untied", ()), ("tied", ("model.tie_embeddings=true",)), ("kv2", (KV2,)), ("kv1", (KV1,))):
     refs[key] = run(f"single_{key}", 1, 1, 1, sets, grads=key != "tied")
 for name, dp, tp, pp, sets, grads, ref in CASES:
     losses, shapes, g = run(name, dp, tp, pp, sets, grads)
