@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Random whole-trainer runs: seeded draws of a model, a mesh and features, each run a few steps of
+configs/tiny.yaml through mpiexec and checked for one property, in turn:
+
+  exit    any drawn config (edge values included) ends with 0, or 1 or 2 after an error line (CONTRACT: 2 a bad
+          config, 1 a failure while running), within the timeout: no crash, no sanitizer report, no hang;
+  parity  an fp32 config whose features keep the arithmetic (recomputation, ZeRO, overlap, schedules, sequence and
+          context parallelism, ...) on a mesh of 2-8 ranks: every training and validation loss within 1e-5 relative
+          of the same config on one rank (the parity tests' tolerance: only summation order differs);
+  resume  four steps with checkpoints on one mesh, resumed to six on another: steps 5 and 6 within 1e-5 relative
+          of six uninterrupted steps on the first (docs/reliability.md, "Resume and resharding").
+
+Drawn configs the trainer refuses (exit 2) are counted, not failures. Each failure is printed with the commands that reproduce it and saved in OUT/failures.json; the
+script exits 1 when there is one. Run dirs are kept under OUT only for failures unless --keep.
+  /usr/bin/python3 scripts/random_runs.py [--runs 60] [--seed 1] [--checks exit,parity,resume] [--out DIR]
+With TRAINER=build-asan/trainer (`cmake --build build-asan --target trainer` after scripts/sanitize.sh) the same
+draws run under ASan + UBSan. Stdlib only."""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RTOL = 1e-5
+
+# Values for `exit`: the keys most likely to meet each other badly, with edge values.
+WILD = {
+    "model.n_layer": [1, 2, 3], "model.seq_len": [1, 2, 8, 17], "model.vocab_size": [2, 63, 65, 300],
+    "parallel.tp": [1, 2, 4], "parallel.pp": [1, 2, 4], "parallel.cp": [1, 2], "parallel.dp": [0, 1, 2],
+    "parallel.schedule": ["gpipe", "1f1b", "zb1", "interleaved"], "parallel.virtual_stages": [1, 2],
+    "parallel.stage_layers": ["[1,1]", "[0,2]"], "parallel.sequence_parallel": ["true", "false"],
+    "train.global_batch": [1, 4, 8], "train.micro_batch": [1, 2, 4], "train.grad_clip": [0, 1e-9],
+    "train.recompute": ["none", "light", "selective", "full"], "train.threads": [0, 1, 3],
+    "optim.zero": [0, 1, 2, 3], "optim.name": ["adamw", "sgd"], "optim.sync_every": [0, 2],
+    "optim.outer": ["none", "nesterov"], "optim.staleness": [0, 1], "optim.lr": [1e-2, 10.0],
+    "precision.compute": ["fp32", "bf16", "fp16"], "precision.grad_reduce": ["fp32", "bf16"],
+    "comm.compress": ["none", "bf16", "int8", "topk", "powersgd"], "comm.adapt": ["true", "false"],
+    "comm.hierarchical": ["true", "false"], "comm.emulate.ranks_per_node": [0, 2], "comm.wait": ["poll", "block"],
+    "comm.backend": ["auto", "mpi", "shm"], "comm.emulate.latency_us": [0, 20], "run.checkpoint_every": [0, 2],
+    "train.straggler.ranks": ["[1]"], "train.straggler.delay_ms": [0, 5], "data.order": ["sequential", "shuffle"],
+}
+# Features that change nothing but summation order (parity, resume), each drawn with probability 0.35.
+EXACT = [("train.recompute", ["none", "light", "selective", "full"]), ("optim.zero", [0, 1, 2, 3]),
+         ("optim.name", ["adamw", "sgd"]), ("data.order", ["sequential", "shuffle"]), ("comm.overlap", ["true", "false"]),
+         ("optim.zero_reduce", ["micro_batch", "step"]), ("optim.zero_unit", ["block", "sublayer"]),
+         ("train.cpu_matmul", ["auto", "eigen"]), ("comm.wait", ["auto", "poll"]), ("comm.hierarchical", ["true"])]
+MESH_ONLY = ("optim.zero", "comm.hierarchical", "comm.emulate.", "parallel.")
+
+
+def draw_mesh(rnd, ranks):
+    while True:
+        tp, pp, cp = rnd.choice([1, 2, 4]), rnd.choice([1, 2, 4]), rnd.choice([1, 1, 2])
+        if ranks % (tp * pp * cp) == 0:
+            break
+    mesh = ["parallel.tp=%d" % tp, "parallel.pp=%d" % pp, "parallel.cp=%d" % cp]
+    if pp > 1:
+        schedule = rnd.choice(["gpipe", "1f1b", "zb1", "interleaved"])
+        mesh += ["parallel.schedule=" + schedule] + (["parallel.virtual_stages=2"] if schedule == "interleaved" else [])
+    if tp > 1 and rnd.random() < 0.4:
+        mesh.append("parallel.sequence_parallel=true")
+    return mesh
+
+
+def draw_model(rnd):
+    arch = rnd.choice(["gpt2", "llama"])
+    model = ["model.arch=" + arch, "model.n_head=4", "model.d_model=32", "model.n_layer=%d" % rnd.choice([2, 4]),
+             "model.seq_len=%d" % rnd.choice([8, 16]), "model.vocab_size=%d" % rnd.choice([64, 65, 96])]
+    if arch == "llama":
+        model += ["model.n_kv_head=%d" % rnd.choice([1, 2, 4]), "model.tie_embeddings=" + rnd.choice(["true", "false"])]
+    return model
+
+
+class Runner:
+    def __init__(self, args):
+        self.args, self.refused = args, 0
+
+    def command(self, ranks, sets, run_dir):
+        return ([self.args.mpiexec, "-n", str(ranks)] + [self.args.trainer, "--config", self.args.config] +
+                sum([["--set", s] for s in sets + ["run.dir=" + run_dir]], []))
+
+    def run(self, ranks, sets, run_dir):
+        """(exit status or "timeout", {("train"|"val", step): loss}, output, command)."""
+        os.makedirs(run_dir, exist_ok=True)
+        cmd = self.command(ranks, sets, run_dir)
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                               timeout=self.args.timeout)
+        except subprocess.TimeoutExpired as e:
+            subprocess.run(["pkill", "-9", "-f", run_dir])
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return "timeout", {}, out, cmd
+        losses = {}
+        if p.returncode == 0:
+            for line in open(os.path.join(run_dir, "metrics.jsonl")):
+                r = json.loads(line)
+                for key, kind in (("loss", "train"), ("val_loss", "val")):
+                    if key in r and "step" in r:
+                        losses[(kind, r["step"])] = r[key]
+        return p.returncode, losses, p.stdout, cmd
+
+
+def worst(a, b, keys):
+    return max(abs(a[k] - b[k]) / abs(b[k]) for k in keys) if all(k in a and k in b for k in keys) else float("inf")
+
+
+def check_exit(runner, rnd, d):
+    sets = ["train.steps=4", "run.log_every=1"] + draw_model(rnd)
+    for key in rnd.sample(sorted(WILD), rnd.randint(2, 7)):
+        sets.append("%s=%s" % (key, rnd.choice(WILD[key])))
+    rc, _, out, cmd = runner.run(rnd.choice([1, 2, 4, 8]), sets, d)
+    errors = [l for l in out.splitlines() if " error " in l]
+    if rc == 0 or (rc in (1, 2) and errors):
+        return None, "exit %s" % rc
+    return {"why": "exit status %s%s" % (rc, "" if errors else " without an error line"), "commands": [cmd],
+            "tail": out.splitlines()[-5:]}, None
+
+
+def exact_config(rnd):
+    feats = ["%s=%s" % (k, rnd.choice(v)) for k, v in EXACT if rnd.random() < 0.35]
+    if "comm.hierarchical=true" in feats:
+        feats.append("comm.emulate.ranks_per_node=2")
+    common = ["train.steps=6", "run.log_every=1", "train.global_batch=8", "train.micro_batch=%d" % rnd.choice([1, 2]),
+              "optim.lr=3e-3", "optim.min_lr=3e-4", "comm.bucket_mb=0.004"]
+    return draw_model(rnd) + common, feats
+
+
+def check_parity(runner, rnd, d):
+    base, feats = exact_config(rnd)
+    base += ["train.eval_every=3", "train.eval_batches=1"]
+    ranks = rnd.choice([2, 4, 4, 8])
+    rc, mesh_losses, out, cmd = runner.run(ranks, base + feats + draw_mesh(rnd, ranks), os.path.join(d, "mesh"))
+    if rc == 2:
+        return None, "refused"
+    single = [f for f in feats if not f.startswith(MESH_ONLY)]
+    rc1, one_losses, out1, cmd1 = runner.run(1, base + single, os.path.join(d, "one"))
+    if rc != 0 or rc1 != 0:
+        return {"why": "exit status %s (mesh), %s (one rank)" % (rc, rc1), "commands": [cmd, cmd1],
+                "tail": (out if rc else out1).splitlines()[-5:]}, None
+    w = worst(mesh_losses, one_losses, list(one_losses))
+    if w > RTOL:
+        return {"why": "losses %.2e relative from one rank's" % w, "commands": [cmd, cmd1]}, None
+    return None, "%.1e" % w
+
+
+def check_resume(runner, rnd, d):
+    base, feats = exact_config(rnd)
+    base = [s for s in base if not s.startswith("train.steps=")] + ["optim.schedule=constant"]  # steps may change
+    ranks, ranks2 = rnd.choice([1, 2, 4]), rnd.choice([1, 2, 4])
+    mesh, mesh2 = draw_mesh(rnd, ranks), draw_mesh(rnd, ranks2)
+    first = base + feats + mesh + ["run.checkpoint_every=2"]
+    rc, _, out, cmd = runner.run(ranks, first + ["train.steps=4"], os.path.join(d, "resumed"))
+    if rc == 2:
+        return None, "refused"
+    rc2, resumed, out2, cmd2 = (runner.run(ranks2, base + feats + mesh2 + ["train.steps=6"], os.path.join(d, "resumed"))
+                                if rc == 0 else (None, {}, "", []))
+    if rc2 == 2:
+        return None, "refused"
+    rc3, straight, out3, cmd3 = runner.run(ranks, first + ["train.steps=6"], os.path.join(d, "straight"))
+    if rc != 0 or rc2 != 0 or rc3 != 0 or "resum" not in out2:
+        return {"why": "exit status %s, %s (resumed on another mesh), %s (uninterrupted)%s" %
+                (rc, rc2, rc3, "" if "resum" in out2 else "; no resume logged"), "commands": [cmd, cmd2, cmd3],
+                "tail": (out2 or out).splitlines()[-5:]}, None
+    w = worst(resumed, straight, [("train", 5), ("train", 6)])
+    if w > RTOL:
+        return {"why": "steps 5-6 %.2e relative from the uninterrupted run's" % w, "commands": [cmd, cmd2, cmd3]}, None
+    return None, "%.1e" % w
+
+
+CHECKS = {"exit": check_exit, "parity": check_parity, "resume": check_resume}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=60, help="draws (each checks one property, in turn)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--checks", default="exit,parity,resume")
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "random"))
+    ap.add_argument("--trainer", default=os.environ.get("TRAINER", os.path.join(ROOT, "build", "trainer")))
+    ap.add_argument("--config", default=os.path.join(ROOT, "configs", "tiny.yaml"))
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds a run may take before it counts as a hang")
+    ap.add_argument("--keep", action="store_true", help="keep every run dir, not only the failures'")
+    args = ap.parse_args()
+    checks = args.checks.split(",")
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown or args.runs < 1:
+        sys.exit("random_runs: --checks takes %s (got %s); --runs at least 1" % (",".join(CHECKS), args.checks))
+    runner, failures, counts = Runner(args), [], {}
+    for i in range(args.runs):
+        check = checks[i % len(checks)]
+        rnd = random.Random("%d/%d" % (args.seed, i))  # each draw reproducible on its own
+        d = os.path.join(args.out, "%04d_%s" % (i, check))
+        shutil.rmtree(d, ignore_errors=True)
+        failure, verdict = CHECKS[check](runner, rnd, d)
+        outcome = "failed" if failure else "refused" if verdict == "refused" else "ok"
+        counts.setdefault(check, {}).setdefault(outcome, 0)
+        counts[check][outcome] += 1
+        print("%4d %-6s %s" % (i, check, "FAILED: " + failure["why"] if failure else verdict), flush=True)
+        if failure:
+            failure.update(draw=i, seed=args.seed, check=check, dir=d)
+            failures.append(failure)
+            for c in failure["commands"]:
+                print("       " + " ".join(c))
+        elif not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "failures.json"), "w") as f:
+        json.dump(failures, f, indent=1)
+    print("random_runs: " + "; ".join("%s %s" % (c, ", ".join("%d %s" % (n, k) for k, n in sorted(v.items())))
+                                      for c, v in counts.items()) + " (seed %d)" % args.seed)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
