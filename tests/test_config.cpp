@@ -19,6 +19,7 @@
 #include "train/cli.h"
 #include "train/config.h"
 #include "train/link_schedule.h"
+#include "train/resume.h"
 #include "train/stop_signal.h"
 #include "test_support.h"
 
@@ -869,4 +870,27 @@ TEST_CASE("run.stop_signals: names with or without SIG in any case and bad names
   CHECK(bad == "KILL");
   CHECK_FALSE(parse_stop_signals("TERM,,USR1", s, bad));
   CHECK(signal_name(SIGUSR1) == "SIGUSR1");
+}
+
+TEST_CASE("resume: the state checkpoints do not hold is named when a run resumes") {
+  Config c;
+  CHECK(resume_restarts(c).empty());
+  apply_override(c, "comm.compress=bf16");  // no error feedback: nothing to lose
+  CHECK(resume_restarts(c).empty());
+  for (const char* m : {"int8", "topk", "powersgd"}) {
+    apply_override(c, std::string("comm.compress=") + m);
+    const auto w = resume_restarts(c);
+    REQUIRE(w.size() == 1);
+    CHECK_THAT(w[0], Contains(std::string("comm.compress=") + m) && Contains("error-feedback"));
+  }
+  // comm.adapt: its controller restarts, and the residuals of a method it may switch to are lost too.
+  apply_override(c, "comm.compress=none");
+  apply_override(c, "comm.adapt=true");
+  apply_override(c, "comm.adapt_compress=none,powersgd");
+  const auto w = resume_restarts(c);
+  REQUIRE(w.size() == 2);
+  CHECK_THAT(w[0], Contains("comm.adapt_compress=none,powersgd") && Contains("error-feedback"));
+  CHECK_THAT(w[1], Contains("comm.adapt") && Contains("comm.bucket_mb=25"));
+  apply_override(c, "comm.adapt_compress=none,bf16");
+  REQUIRE(resume_restarts(c).size() == 1);
 }

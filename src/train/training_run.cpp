@@ -206,8 +206,10 @@ void resume(TrainingRun& r) {
                  (trace_clock_us() - l0) / 1000.0,
                  damaged.empty() ? "" : fmt::format(" (after skipping {} damaged newer checkpoint{})", damaged.size(),
                                                     damaged.size() > 1 ? "s" : ""));
-    if (rank0)
+    if (rank0) {
       for (const std::string& change : resume_changes(info.config, cfg, info.state.step)) spdlog::warn("{}", change);
+      for (const std::string& restart : resume_restarts(cfg)) spdlog::warn("{}", restart);
+    }
     return;
   }
 }
