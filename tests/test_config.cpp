@@ -893,4 +893,7 @@ TEST_CASE("resume: the state checkpoints do not hold is named when a run resumes
   CHECK_THAT(w[1], Contains("comm.adapt") && Contains("comm.bucket_mb=25"));
   apply_override(c, "comm.adapt_compress=none,bf16");
   REQUIRE(resume_restarts(c).size() == 1);
+  apply_override(c, "comm.adapt_compress=");  // "" = comm.compress only
+  apply_override(c, "comm.compress=powersgd");
+  CHECK(resume_restarts(c).size() == 2);
 }

@@ -117,17 +117,19 @@ std::vector<std::string> resume_changes(const std::string& yaml, const Config& c
 std::vector<std::string> resume_restarts(const Config& cfg) {
   std::vector<std::string> out;
   const CommConfig& c = cfg.comm;
-  std::vector<CompressMethod> methods{c.compress};
+  std::vector<CompressMethod> methods;  // what the run may use: comm.compress, and what comm.adapt may switch to
   std::string bad;
   if (c.adapt) parse_compress_list(c.adapt_compress, methods, bad);
+  methods.push_back(c.compress);
   const bool feedback = std::any_of(methods.begin(), methods.end(), [](CompressMethod m) {
     return m == CompressMethod::Int8 || m == CompressMethod::TopK || m == CompressMethod::PowerSGD;
   });
+  const bool listed = c.adapt && !c.adapt_compress.empty();
   if (feedback)
     out.push_back(fmt::format("comm.compress={}{}: the error-feedback residuals (and PowerSGD's Qs) are not in "
                               "checkpoints and start afresh, so this run does not continue bit for bit as an "
                               "uninterrupted one would (docs/compression.md)", name_of(c.compress),
-                              c.adapt ? fmt::format(" (comm.adapt_compress={})", c.adapt_compress) : ""));
+                              listed ? fmt::format(" (comm.adapt_compress={})", c.adapt_compress) : ""));
   if (c.adapt)
     out.push_back(fmt::format("comm.adapt: the controller's fits and choices are not in checkpoints; it starts again "
                               "from comm.bucket_mb={} and comm.compress={}", c.bucket_mb, name_of(c.compress)));
