@@ -75,7 +75,7 @@ def draw_model(rnd):
 
 class Runner:
     def __init__(self, args):
-        self.args, self.refused = args, 0
+        self.args = args
 
     def command(self, ranks, sets, run_dir):
         return ([self.args.mpiexec, "-n", str(ranks)] + [self.args.trainer, "--config", self.args.config] +
