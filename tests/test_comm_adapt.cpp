@@ -227,3 +227,23 @@ TEST_CASE("comm.adapt: one stalled step in a window does not move it, nor look l
   }
   CHECK(c.setting() == settled);
 }
+
+TEST_CASE("comm.adapt: a slower spell of the machine does not send it back to a setting measured before", "[adapt]") {
+  // Something else on the machine slows every step by 30% for a while (the link as before): the current setting now
+  // measures slower than the one it left (4 MiB), measured before the spell. In CI, a spell like that sent the
+  // trainer's controller back to the bucket size it had left. Both settings are slower in the spell, so neither
+  // change is worth making; nor after it, when the steps are fast again.
+  const Link link{200, 3000};
+  CommController c(limits(), {4, CompressMethod::None}, kGradMb, {});
+  Plant plant{link, 0, c};
+  for (int step = 1; step <= 30; ++step) c.observe(step, plant.step(c.setting()));
+  const AdaptSetting settled = c.setting();
+  REQUIRE(settled.bucket_mb < 1);
+  REQUIRE(plant.step(settled).step_ms * 1.3 > plant.step({4, CompressMethod::None}).step_ms * 1.03);
+  for (int step = 31; step <= 94; ++step) {
+    AdaptSample s = plant.step(c.setting());
+    if (step <= 62) s.step_ms *= 1.3, s.backward_ms *= 1.3;
+    CHECK_FALSE(c.observe(step, s));
+  }
+  CHECK(c.setting() == settled);
+}

@@ -157,9 +157,16 @@ std::optional<AdaptDecision> CommController::observe(int step, const AdaptSample
                                               predict_exposed_ms(current_, d.alpha_us, d.beta_us_per_mb, d.backward_ms));
   expected_missed_ms_ = -1;
   // What this setting measured: its step, and the compute of its method (the step less the exposed time), which
-  // carries a compression's own cost to the predictions of its other bucket sizes.
-  if (double* known = measured_step(current_)) *known = d.step_ms;
-  else measured_.emplace_back(current_, d.step_ms);
+  // carries a compression's own cost to the predictions of its other bucket sizes. Where it measured before on this
+  // link, the change in its own step is the machine's (something else took cores for a while, or gave them back),
+  // and the other settings' steps, measured at the machine's earlier speed, are scaled by it: unscaled, a slow spell
+  // made the current setting look slower than one measured before it, and the controller went back to that.
+  if (double* known = measured_step(current_)) {
+    const double scale = *known > 0 ? d.step_ms / *known : 1.0;
+    for (auto& m : measured_) m.second *= scale;
+  } else {
+    measured_.emplace_back(current_, d.step_ms);
+  }
   compute_ms_[int(current_.compress)] = d.step_ms - d.exposed_ms;
 
   // Every candidate: bucket sizes in powers of two from the lower limit up to the first that holds the whole

@@ -16,7 +16,8 @@
 // settles what the model gets wrong (the comm thread's work on the compute cores, a compression's cost), and once
 // the model has been too optimistic about a setting, its predictions for the others carry that error. Two steps in
 // a row whose operations take over twice or under half what the fit predicts for the same setting, and within 1.5x
-// of each other, mean the link changed: the measurements are forgotten and a decision starts at once.
+// of each other, mean the link changed: the measurements are forgotten and a decision starts at once. Where the
+// current setting measured before, its change is the machine's, and the other settings' measurements are scaled by it.
 #pragma once
 #include <optional>
 #include <string>

@@ -76,17 +76,21 @@ check(d <= 1e-5, f"bucket sizes change nothing but rounding: losses within {d:.1
 # at step 37 once.
 fast = ["comm.emulate.latency_us=1000", "comm.emulate.bandwidth_gbps=2"]
 out, rows = run("adapt_change", *fast, "comm.adapt=true", "comm.emulate.schedule=16:10:0.2", "train.steps=40")
-# Settled within 20 steps of the change: no change of setting after step 36, and small buckets for the
-# bandwidth-bound link. (Whether a decision says "the link changed" depends on timing: on a loaded machine the
-# controller may have just moved, and then it settles by measuring; and a loaded machine's slow operations may be
-# reported as a changed link that the setting still fits. The detection itself is tested on synthetic figures in
-# test_comm_adapt.)
-late = [r["step"] for r in rows if r["step"] > 36 and "adapt" in r and not re.match(r"bucket (\S+) -> \1 MiB, "
-                                                                         r"compression (\S+) -> \2:", r["adapt"])]
+# Settled within 20 steps of the change: from step 36 on, small buckets for the bandwidth-bound link, and no later
+# decision leaves them. A move between small sizes after step 36 is allowed: a window that something else on the
+# machine slowed also slows the communication thread's operations, so the link looks slower, and the model may then
+# favour the next smaller size (1 in 20 runs on an otherwise idle 2-core machine moved 1 -> 0.25 MiB at step 38). A
+# slow window no longer sends it back to a size measured before it (test_comm_adapt: "a slower spell"; under bursts
+# of load, 3 of 12 runs did before). (Whether a decision says "the link changed" depends on timing: on a loaded
+# machine the controller may have just moved, and then it settles by measuring; and a loaded machine's slow
+# operations may be reported as a changed link that the setting still fits. The detection itself is tested on
+# synthetic figures in test_comm_adapt.)
+late = {r["step"]: r["adapt"] for r in rows if r["step"] > 36 and "adapt" in r}
+late_to = [float(m.group(1)) for m in (re.search(r"-> (\S+) MiB", a) for a in late.values()) if m]
 check("from step 16 the emulated link is 10 us / 0.2 GB/s" in out, "the log says when the link changes")
-check(not late and rows[-1]["bucket_mb"] <= 1,
-      f"settled within 20 steps of the change (changes after step 36: {late}) on small buckets "
-      f"({rows[-1]['bucket_mb']} MiB)")
+check(all(r["bucket_mb"] <= 1 for r in rows if r["step"] >= 36) and all(b <= 1 for b in late_to),
+      f"settled within 20 steps of the change on small buckets (from step 36: "
+      f"{sorted({r['bucket_mb'] for r in rows if r['step'] >= 36})} MiB; decisions after step 36: {late})")
 
 # Local SGD: the controller picks the period. On a slow link, from an average every step, it lengthens the period at
 # the second counted average (step 3: one alone could be a stalled step), and the averages (the steps that send the
