@@ -8,8 +8,9 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
           context parallelism, ...) on a mesh of 2-8 ranks: every training and validation loss within 1e-5 relative
           of the same config on one rank, in micro-batches of a size drawn apart (the parity tests' tolerance:
           only summation order differs);
-  resume  four steps with checkpoints on one mesh, resumed to six on another: steps 5 and 6 within 1e-5 relative
-          of six uninterrupted steps on the first (docs/reliability.md, "Resume and resharding").
+  resume  four steps with checkpoints on one mesh, resumed to six on another (and a micro-batch size drawn apart):
+          steps 5 and 6 within 1e-5 relative of six uninterrupted steps on the first (docs/reliability.md, "Resume
+          and resharding").
 
 Drawn configs the trainer refuses (exit 2) are counted, not failures. Each failure is printed with the commands that reproduce it and saved in OUT/failures.json; the
 script exits 1 when there is one. Run dirs are kept under OUT only for failures unless --keep.
@@ -156,7 +157,10 @@ def check_resume(runner, rnd, d):
     rc, _, out, cmd = runner.run(ranks, first + ["train.steps=4"], os.path.join(d, "resumed"))
     if rc == 2:
         return None, "refused"
-    rc2, resumed, out2, cmd2 = (runner.run(ranks2, base + feats + mesh2 + ["train.steps=6"], os.path.join(d, "resumed"))
+    # Resumed in micro-batches of another size too: the checkpoint holds the step, not the micro-batch.
+    mb2 = ["train.micro_batch=%d" % rnd.choice([1, 2, 4])]
+    rc2, resumed, out2, cmd2 = (runner.run(ranks2, base + feats + mesh2 + mb2 + ["train.steps=6"],
+                                           os.path.join(d, "resumed"))
                                 if rc == 0 else (None, {}, "", []))
     if rc2 == 2:
         return None, "refused"
