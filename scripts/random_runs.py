@@ -11,12 +11,14 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
   resume  four steps with checkpoints on one mesh, resumed to six on another (and a micro-batch size drawn apart):
           steps 5 and 6 within 1e-5 relative of six uninterrupted steps on the first (docs/reliability.md, "Resume
           and resharding").
+  sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
+          tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling").
 
 Drawn configs the trainer refuses (exit 2) are counted, not failures. Each failure is printed with the commands that reproduce it and saved in OUT/failures.json; the
 script exits 1 when there is one. Run dirs are kept under OUT only for failures unless --keep.
-  /usr/bin/python3 scripts/random_runs.py [--runs 60] [--seed 1] [--checks exit,parity,resume] [--out DIR]
-With TRAINER=build-asan/trainer (`cmake --build build-asan --target trainer` after scripts/sanitize.sh) the same
-draws run under ASan + UBSan. Stdlib only."""
+  /usr/bin/python3 scripts/random_runs.py [--runs 60] [--seed 1] [--checks exit,parity,resume,sample] [--out DIR]
+With TRAINER=build-asan/trainer (`cmake --build build-asan --target trainer sample` after scripts/sanitize.sh) the
+same draws run under ASan + UBSan (build/sample is taken from beside the trainer). Stdlib only."""
 import argparse
 import json
 import os
@@ -175,14 +177,41 @@ def check_resume(runner, rnd, d):
     return None, "%.1e" % w
 
 
-CHECKS = {"exit": check_exit, "parity": check_parity, "resume": check_resume}
+def check_sample(runner, rnd, d):
+    base, feats = exact_config(rnd)
+    ranks = rnd.choice([1, 2, 4])
+    base = [x for x in base if not x.startswith("train.steps=")] + ["train.steps=3"]
+    rc, _, out, cmd = runner.run(ranks, base + feats + draw_mesh(rnd, ranks), d)
+    if rc == 2:
+        return None, "refused"
+    if rc != 0:
+        return {"why": "training exit status %s" % rc, "commands": [cmd], "tail": out.splitlines()[-5:]}, None
+    sample = os.path.join(os.path.dirname(runner.args.trainer), "sample")
+    flags = ["--run", d, "--prompt-ids", "1,2,3", "--tokens", "10", "--ids", "--seed", str(rnd.randint(1, 99)),
+             "--temperature", rnd.choice(["0", "0.8"]), "--top-k", rnd.choice(["0", "5"])]
+    tp, pp = rnd.choice([1, 2, 4]), rnd.choice([1, 2])
+    one, split = [sample] + flags, [runner.args.mpiexec, "-n", str(tp * pp), sample, "--tp", str(tp), "--pp", str(pp)] + flags
+    results = [subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                              timeout=runner.args.timeout) for c in (one, split)]
+    if results[1].returncode == 2 and results[0].returncode == 0:
+        return None, "refused"  # a split that does not fit the model (tp over the heads, pp over the layers)
+    if any(r.returncode != 0 for r in results) or results[0].stdout != results[1].stdout:
+        return {"why": "sampling exit status %s (one process), %s (tp %d x pp %d)%s" %
+                (results[0].returncode, results[1].returncode, tp, pp,
+                 "; different tokens" if results[0].stdout != results[1].stdout else ""),
+                "commands": [cmd, one, split],
+                "tail": [l for r in results for l in (r.stdout + r.stderr).splitlines()[-3:]]}, None
+    return None, "the same %d tokens (tp %d x pp %d)" % (len(results[0].stdout.split()) - 3, tp, pp)
+
+
+CHECKS = {"exit": check_exit, "parity": check_parity, "resume": check_resume, "sample": check_sample}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=60, help="draws (each checks one property, in turn)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--checks", default="exit,parity,resume")
+    ap.add_argument("--checks", default="exit,parity,resume,sample")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "random"))
     ap.add_argument("--trainer", default=os.environ.get("TRAINER", os.path.join(ROOT, "build", "trainer")))
     ap.add_argument("--config", default=os.path.join(ROOT, "configs", "tiny.yaml"))
