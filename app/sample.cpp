@@ -170,8 +170,11 @@ int main(int argc, char** argv) {
     else
       ids = parse_ids("--prompt-ids", prompt_ids);
     mt::set_compute_threads(mt::default_compute_threads(1));
-    mt::Sampler sampler(cfg, weights.empty() ? run + "/model.safetensors" : weights, tp, pp);
-    const std::vector<int32_t> out = sampler.generate(ids, o);
+    std::vector<int32_t> out;
+    {  // the sampler's communicators are freed before MPI_Finalize (after it, they leaked)
+      mt::Sampler sampler(cfg, weights.empty() ? run + "/model.safetensors" : weights, tp, pp);
+      out = sampler.generate(ids, o);
+    }
     int rank = 0;
     if (mpi_started()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0 && (want_ids || (!bytes && !tokenizer))) {

@@ -43,4 +43,13 @@ void abort_job(int status) {
   std::abort();
 }
 
+bool finalized_before_free(const std::string& what) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    std::fprintf(stderr, "meshtrain: %s outlived MPI_Finalize, so its MPI objects leak (free it before finalize_mpi)\n",
+                 what.c_str());
+  return finalized;
+}
+
 }  // namespace mt

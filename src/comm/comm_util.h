@@ -24,4 +24,9 @@ void divide_by_group_size(const Tensor& t, int p);
 // can tear the job down before its proxy has passed on a rank's last lines (CI once lost the watchdog's line).
 [[noreturn]] void abort_job(int status);
 
+// Whether MPI_Finalize has run, for a destructor about to free an MPI object (`what`: a communicator, a window). After
+// it nothing can be freed, and the object leaks: objects holding MPI handles must go before finalize_mpi, so this says
+// so on stderr, where tests look for it (build/sample once finalized with its communicators alive).
+bool finalized_before_free(const std::string& what);
+
 }  // namespace mt

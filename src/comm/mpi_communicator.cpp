@@ -68,9 +68,7 @@ class MpiCommunicator : public QueuedCommunicator {
 
   ~MpiCommunicator() override {
     stop();
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_), MPI_Comm_free(&exchange_comm_);
+    if (!finalized_before_free("communicator " + name())) MPI_Comm_free(&comm_), MPI_Comm_free(&exchange_comm_);
   }
 
  private:

@@ -163,9 +163,7 @@ class ShmCommunicator : public QueuedCommunicator {
 
   ~ShmCommunicator() override {
     stop();
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) {
+    if (!finalized_before_free("communicator " + name())) {
       MPI_Win_free(&win_);
       MPI_Comm_free(&comm_);
     }

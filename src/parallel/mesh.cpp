@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "comm/comm_util.h"
 #include "comm/mpi_init.h"
 #include "core/check.h"
 
@@ -252,8 +253,9 @@ void MeshComms::release() {
   tp.reset();
   dp.reset();
   world.reset();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
+  bool finalized = false, held = false;
+  for (MPI_Comm* c : {&emb_mpi, &cp_mpi, &pp_mpi, &tp_mpi, &dp_mpi, &world_mpi}) held = held || *c != MPI_COMM_NULL;
+  if (held) finalized = finalized_before_free("the mesh's MPI communicators");
   for (MPI_Comm* c : {&emb_mpi, &cp_mpi, &pp_mpi, &tp_mpi, &dp_mpi, &world_mpi}) {
     if (*c != MPI_COMM_NULL && !finalized) MPI_Comm_free(c);
     *c = MPI_COMM_NULL;

@@ -94,6 +94,9 @@ for name, run_dir in models.items():
         split = [int(x) for x in r.stdout.split()] if r.returncode == 0 else []
         check(split == want, f"{name} on tp {tp} x pp {pp} ranks: the same {len(split)} tokens "
                              f"(exit {r.returncode}{': ' + r.stderr.strip() if r.returncode else ''})")
+        # Its communicators freed before MPI_Finalize (after it they leaked: found under ASan, said on stderr since).
+        check("outlived MPI_Finalize" not in r.stderr, f"{name} on tp {tp} x pp {pp}: nothing outlived MPI_Finalize "
+                                                       f"{[l for l in r.stderr.splitlines() if 'outlived' in l][:1]}")
 
 run_dir = models["gpt2"]
 draws = [sample(run_dir, "--prompt", "KING", "--tokens", "30", "--top-k", "10", "--seed", s).stdout for s in
