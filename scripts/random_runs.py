@@ -190,7 +190,8 @@ def check_sample(runner, rnd, d):
     flags = ["--run", d, "--prompt-ids", "1,2,3", "--tokens", "10", "--ids", "--seed", str(rnd.randint(1, 99)),
              "--temperature", rnd.choice(["0", "0.8"]), "--top-k", rnd.choice(["0", "5"])]
     tp, pp = rnd.choice([1, 2, 4]), rnd.choice([1, 2])
-    one, split = [sample] + flags, [runner.args.mpiexec, "-n", str(tp * pp), sample, "--tp", str(tp), "--pp", str(pp)] + flags
+    one = [sample] + flags
+    split = [runner.args.mpiexec, "-n", str(tp * pp), sample, "--tp", str(tp), "--pp", str(pp)] + flags
     results = [subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                               timeout=runner.args.timeout) for c in (one, split)]
     if results[1].returncode == 2 and results[0].returncode == 0:
