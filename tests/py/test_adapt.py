@@ -79,9 +79,9 @@ out, rows = run("adapt_change", *fast, "comm.adapt=true", "comm.emulate.schedule
 # Settled within 20 steps of the change: from step 36 on, small buckets for the bandwidth-bound link, and no later
 # decision leaves them. A move between small sizes after step 36 is allowed: a window that something else on the
 # machine slowed also slows the communication thread's operations, so the link looks slower, and the model may then
-# favour the next smaller size (1 in 20 runs on an otherwise idle 2-core machine moved 1 -> 0.25 MiB at step 38). A
+# favour the next smaller size (1 of 40 runs on an otherwise idle 2-core machine moved 1 -> 0.25 MiB at step 38). A
 # slow window no longer sends it back to a size measured before it (test_comm_adapt: "a slower spell"; under bursts
-# of load, 3 of 12 runs did before). (Whether a decision says "the link changed" depends on timing: on a loaded
+# of load, 2 of 12 runs did before). (Whether a decision says "the link changed" depends on timing: on a loaded
 # machine the controller may have just moved, and then it settles by measuring; and a loaded machine's slow
 # operations may be reported as a changed link that the setting still fits. The detection itself is tested on
 # synthetic figures in test_comm_adapt.)
