@@ -3,7 +3,8 @@
 configs/tiny.yaml through mpiexec and checked for one property, in turn:
 
   exit    any drawn config (edge values included) ends with 0, or 1 or 2 after an error line (CONTRACT: 2 a bad
-          config, 1 a failure while running), within the timeout: no crash, no sanitizer report, no hang;
+          config, 1 a failure while running), within the timeout: no crash, no sanitizer report, no hang, and no
+          communicator left alive past MPI_Finalize;
   parity  an fp32 config whose features keep the arithmetic (recomputation, ZeRO, overlap, schedules, sequence and
           context parallelism, ...) on a mesh of 2-8 ranks: every training and validation loss within 1e-5 relative
           of the same config on one rank, in micro-batches of a size drawn apart (the parity tests' tolerance:
@@ -12,7 +13,8 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
           steps 5 and 6 within 1e-5 relative of six uninterrupted steps on the first (docs/reliability.md, "Resume
           and resharding").
   sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
-          tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling").
+          tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling"), and no
+          communicator left alive past MPI_Finalize.
 
 Drawn configs the trainer refuses (exit 2) are counted, not failures. Each failure is printed with the commands that reproduce it and saved in OUT/failures.json; the
 script exits 1 when there is one. Run dirs are kept under OUT only for failures unless --keep.
@@ -116,8 +118,11 @@ def check_exit(runner, rnd, d):
         sets.append("%s=%s" % (key, rnd.choice(WILD[key])))
     rc, _, out, cmd = runner.run(rnd.choice([1, 2, 4, 8]), sets, d)
     errors = [l for l in out.splitlines() if " error " in l]
-    if rc == 0 or (rc in (1, 2) and errors):
+    leaked = [l for l in out.splitlines() if "outlived MPI_Finalize" in l]  # comm/comm_util.h
+    if not leaked and (rc == 0 or (rc in (1, 2) and errors)):
         return None, "exit %s" % rc
+    if leaked:
+        return {"why": "exit status %s, but %s" % (rc, leaked[0]), "commands": [cmd], "tail": leaked[:3]}, None
     return {"why": "exit status %s%s" % (rc, "" if errors else " without an error line"), "commands": [cmd],
             "tail": out.splitlines()[-5:]}, None
 
@@ -196,10 +201,12 @@ def check_sample(runner, rnd, d):
                               timeout=runner.args.timeout) for c in (one, split)]
     if results[1].returncode == 2 and results[0].returncode == 0:
         return None, "refused"  # a split that does not fit the model (tp over the heads, pp over the layers)
-    if any(r.returncode != 0 for r in results) or results[0].stdout != results[1].stdout:
-        return {"why": "sampling exit status %s (one process), %s (tp %d x pp %d)%s" %
+    leaked = "outlived MPI_Finalize" in results[1].stderr
+    if any(r.returncode != 0 for r in results) or results[0].stdout != results[1].stdout or leaked:
+        return {"why": "sampling exit status %s (one process), %s (tp %d x pp %d)%s%s" %
                 (results[0].returncode, results[1].returncode, tp, pp,
-                 "; different tokens" if results[0].stdout != results[1].stdout else ""),
+                 "; different tokens" if results[0].stdout != results[1].stdout else "",
+                 "; a communicator outlived MPI_Finalize" if leaked else ""),
                 "commands": [cmd, one, split],
                 "tail": [l for r in results for l in (r.stdout + r.stderr).splitlines()[-3:]]}, None
     return None, "the same %d tokens (tp %d x pp %d)" % (len(results[0].stdout.split()) - 3, tp, pp)
