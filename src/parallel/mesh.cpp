@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <sstream>
 
 #include "comm/comm_util.h"
@@ -253,10 +255,11 @@ void MeshComms::release() {
   tp.reset();
   dp.reset();
   world.reset();
-  bool finalized = false, held = false;
-  for (MPI_Comm* c : {&emb_mpi, &cp_mpi, &pp_mpi, &tp_mpi, &dp_mpi, &world_mpi}) held = held || *c != MPI_COMM_NULL;
-  if (held) finalized = finalized_before_free("the mesh's MPI communicators");
-  for (MPI_Comm* c : {&emb_mpi, &cp_mpi, &pp_mpi, &tp_mpi, &dp_mpi, &world_mpi}) {
+  MPI_Comm* const comms[] = {&emb_mpi, &cp_mpi, &pp_mpi, &tp_mpi, &dp_mpi, &world_mpi};
+  const bool finalized =
+      std::any_of(std::begin(comms), std::end(comms), [](MPI_Comm* c) { return *c != MPI_COMM_NULL; }) &&
+      finalized_before_free("the mesh's MPI communicators");
+  for (MPI_Comm* c : comms) {
     if (*c != MPI_COMM_NULL && !finalized) MPI_Comm_free(c);
     *c = MPI_COMM_NULL;
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "parallel/grad_compress.h"
 
 namespace mt {
 
@@ -121,9 +122,7 @@ std::vector<std::string> resume_restarts(const Config& cfg) {
   std::string bad;
   if (c.adapt) parse_compress_list(c.adapt_compress, methods, bad);
   methods.push_back(c.compress);
-  const bool feedback = std::any_of(methods.begin(), methods.end(), [](CompressMethod m) {
-    return m == CompressMethod::Int8 || m == CompressMethod::TopK || m == CompressMethod::PowerSGD;
-  });
+  const bool feedback = std::any_of(methods.begin(), methods.end(), compress_with_feedback);
   const bool listed = c.adapt && !c.adapt_compress.empty();
   if (feedback)
     out.push_back(fmt::format("comm.compress={}{}: the error-feedback residuals (and PowerSGD's Qs) are not in "
