@@ -119,10 +119,10 @@ def check_exit(runner, rnd, d):
     rc, _, out, cmd = runner.run(rnd.choice([1, 2, 4, 8]), sets, d)
     errors = [l for l in out.splitlines() if " error " in l]
     leaked = [l for l in out.splitlines() if "outlived MPI_Finalize" in l]  # comm/comm_util.h
-    if not leaked and (rc == 0 or (rc in (1, 2) and errors)):
-        return None, "exit %s" % rc
     if leaked:
         return {"why": "exit status %s, but %s" % (rc, leaked[0]), "commands": [cmd], "tail": leaked[:3]}, None
+    if rc == 0 or (rc in (1, 2) and errors):
+        return None, "exit %s" % rc
     return {"why": "exit status %s%s" % (rc, "" if errors else " without an error line"), "commands": [cmd],
             "tail": out.splitlines()[-5:]}, None
 
