@@ -412,7 +412,12 @@ TEST_CASE("validate names the numbers that disagree") {
   CHECK_THAT(validate_error({"optim.momentum=1"}), Contains("optim.momentum must be in [0, 1)"));
   CHECK_THAT(validate_error({"optim.sync_every=2", "optim.zero=1"}), Contains("needs optim.zero=0"));
   CHECK_THAT(validate_error({"optim.sync_every=2", "comm.compress=int8"}), Contains("comm.compress=none"));
-  CHECK_THAT(validate_error({"optim.sync_every=2", "run.checkpoint_every=5"}), Contains("run.checkpoint_every=0"));
+  {
+    Config local;  // checkpoints under local SGD: written at the averages
+    for (const char* o : {"optim.sync_every=2", "run.checkpoint_every=5", "train.micro_batch=4"})
+      apply_override(local, o);
+    CHECK_NOTHROW(validate(local, 2));
+  }
   CHECK_THAT(validate_error({"comm.compress=fp8"}), Contains("comm.compress"));
   CHECK_THAT(validate_error({"comm.topk_fraction=0"}), Contains("comm.topk_fraction must be in (0, 1]"));
   CHECK_THAT(validate_error({"comm.powersgd_rank=0"}), Contains("comm.powersgd_rank must be >= 1"));
@@ -530,7 +535,7 @@ TEST_CASE("to_yaml round-trips every key") {
       "run.dump_grads=g.safetensors", "run.stop_signals='usr2, SIGHUP'", "run.flight_recorder=false",
       "run.flight_recorder_ops=100"};
   for (const auto& a : changes) apply_override(c, a);
-  // Local SGD excludes ZeRO-1, compression and checkpoints, so its key round-trips in a second config.
+  // Local SGD excludes ZeRO-1 and compression, so its key round-trips in a second config.
   Config local = c;
   for (const char* a : {"optim.sync_every=4", "optim.zero=0", "comm.compress=none", "run.checkpoint_every=0",
                         "comm.adapt_sync_every_min=2", "comm.adapt_sync_every_max=8"})
@@ -896,4 +901,10 @@ TEST_CASE("resume: the state checkpoints do not hold is named when a run resumes
   apply_override(c, "comm.adapt_compress=");  // "" = comm.compress only
   apply_override(c, "comm.compress=powersgd");
   CHECK(resume_restarts(c).size() == 2);
+  // Under local SGD the controller picks the period, which a resumed run takes from the config again.
+  Config local;
+  for (const char* a : {"comm.adapt=true", "optim.sync_every=4"}) apply_override(local, a);
+  const auto l = resume_restarts(local);
+  REQUIRE(l.size() == 1);
+  CHECK_THAT(l[0], Contains("optim.sync_every=4") && Contains("bit for bit"));
 }

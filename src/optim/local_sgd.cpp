@@ -16,10 +16,20 @@ LocalSGD::LocalSGD(const LocalSGDSettings& s, Communicator& dp, const Tensor& pa
   if (!s.nesterov) return;
   anchor_ = Tensor::zeros(shape, DType::F32, dev);
   velocity_ = Tensor::zeros(shape, DType::F32, dev);
+  set_anchor(params, opt);
+}
+
+void LocalSGD::set_anchor(const Tensor& params, const Optimizer& opt) {
+  if (!s_.nesterov) return;
   if (opt.keeps_masters())
     opt.store_masters(anchor_);
   else
     copy_convert(anchor_, params);
+}
+
+void LocalSGD::resume_at(int step, const Tensor& params, const Optimizer& opt) {
+  last_sync_ = step;
+  set_anchor(params, opt);
 }
 
 void LocalSGD::set_sync_every(int h) {

@@ -31,10 +31,18 @@ class LocalSGD {
   // comm.adapt: the period from the next step on (every replica alike).
   void set_sync_every(int h);
   int sync_every() const { return s_.sync_every; }
+  // The outer momentum (Nesterov; undefined otherwise), laid out like params: written into checkpoints, and
+  // loaded back into (a view of the same buffer) on resume.
+  Tensor velocity() const { return velocity_; }
+  // A run resumed from a checkpoint written at the average of step `step`: the period counts from there, and the
+  // anchor is the restored weights (params, or the optimizer's masters), as the average left it.
+  void resume_at(int step, const Tensor& params, const Optimizer& opt);
   // fp32 buffers kept between syncs: the anchor and the outer momentum (Nesterov), a staging copy (16-bit).
   size_t state_bytes() const { return anchor_.nbytes() + velocity_.nbytes() + staging_.nbytes(); }
 
  private:
+  void set_anchor(const Tensor& params, const Optimizer& opt);  // the anchor := the weights (Nesterov)
+
   LocalSGDSettings s_;
   Communicator& dp_;
   int last_sync_ = 0;  // the step of the last sync (0: the start)

@@ -170,10 +170,9 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
       CHECK(piece.offset >= s.offset && piece.offset + piece.numel <= s.offset + s.numel(),
             "checkpoint piece [{}, +{}) crosses {}", piece.offset, piece.numel, s.name);
       meta[s.name] = shard_descriptor(s);
-      const float* src[3] = {piece.master, piece.exp_avg, piece.exp_avg_sq};
-      for (int k = 0; k < 3; ++k)
-        out.push_back({fmt::format("{}/{}/{}", kKinds[k], s.name, piece.offset - s.offset), DType::F32,
-                       {piece.numel}, src[k]});
+      for (const CheckpointField& f : piece.fields)
+        out.push_back({fmt::format("{}/{}/{}", f.kind, s.name, piece.offset - s.offset), DType::F32, {piece.numel},
+                       f.data});
     }
     size = write_safetensors(dir + "/" + rank_file_name(shard.rank), out, meta, &sum);
   } catch (const std::exception& e) {
@@ -356,67 +355,95 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   return info;
 }
 
-void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const ParamStateSink& sink) {
-  // Every record of the checkpoint, by parameter: its file, first local element, length and shard layout.
+namespace {
+
+// A tensor name "<kind>/<param>/<first>" split at its last two slashes (kinds may hold slashes themselves); false
+// for any other name.
+bool split_tensor_name(const std::string& t, std::string& kind, std::string& param, int64_t& first) {
+  const size_t b = t.rfind('/');
+  if (b == std::string::npos || b == 0) return false;
+  const size_t a = t.rfind('/', b - 1);
+  if (a == std::string::npos) return false;
+  kind = t.substr(0, a), param = t.substr(a + 1, b - a - 1), first = std::atoll(t.c_str() + b + 1);
+  return true;
+}
+
+}  // namespace
+
+bool checkpoint_has(const CheckpointInfo& info, const std::string& kind) {
+  std::string k, param;
+  int64_t first = 0;
+  for (const SafetensorsFile& f : info.files)
+    for (const SafetensorInfo& t : f.tensors())
+      if (split_tensor_name(t.name, k, param, first) && k == kind) return true;
+  return false;
+}
+
+void load_checkpoint_fields(const CheckpointInfo& info, const ParamTable& table, const std::vector<std::string>& kinds,
+                            const ParamFieldsSink& sink) {
+  // Every record of the checkpoint, by field and parameter: its file, first local element, length and shard layout.
   struct Record {
     const SafetensorsFile* file;
-    const SafetensorInfo* tensor[3];
+    const SafetensorInfo* tensor;
     int64_t first, n;
     ParamSpec spec;
   };
-  std::map<std::string, std::vector<Record>> records;
+  const size_t nk = kinds.size();
+  std::vector<std::map<std::string, std::vector<Record>>> records(nk);
   for (const SafetensorsFile& f : info.files)
     for (const SafetensorInfo& t : f.tensors()) {
-      const size_t a = t.name.find('/'), b = t.name.rfind('/');
-      if (t.name.compare(0, a, kKinds[0]) != 0 || a == b) continue;  // one record per master tensor
-      const std::string name = t.name.substr(a + 1, b - a - 1);
+      std::string kind, name;
+      int64_t first = 0;
+      if (!split_tensor_name(t.name, kind, name, first)) continue;
+      const size_t k = size_t(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+      if (k == nk) continue;
       const auto desc = f.metadata().find(name);
       if (desc == f.metadata().end()) input_error("checkpoint file {}: no shard layout for {}", f.path(), name);
-      Record r{&f, {&t, nullptr, nullptr}, std::atoll(t.name.c_str() + b + 1), SafetensorsFile::numel(t),
-               parse_descriptor(f.path(), name, desc->second)};
-      for (int k = 1; k < 3; ++k) {
-        r.tensor[k] = f.find(std::string(kKinds[k]) + t.name.substr(a));
-        if (!r.tensor[k] || SafetensorsFile::numel(*r.tensor[k]) != r.n)
-          input_error("checkpoint file {}: {} lacks its {} tensor", f.path(), t.name, kKinds[k]);
-      }
+      Record r{&f, &t, first, SafetensorsFile::numel(t), parse_descriptor(f.path(), name, desc->second)};
+      if (t.dtype != "F32") input_error("checkpoint file {}: {} is not F32", f.path(), t.name);
       if (r.first < 0 || r.first + r.n > r.spec.numel())
         input_error("checkpoint file {}: {} lies outside the parameter's shard", f.path(), t.name);
-      records[name].push_back(r);
+      records[k][name].push_back(r);
     }
 
   // Per parameter: its full tensors assembled from every record, then this table's shard taken from them. The
   // buffers only grow (fresh pages cost more than the copies on a VM).
-  std::vector<float> whole[3], local[3];
+  std::vector<std::vector<float>> whole(nk), local(nk);
+  std::vector<const float*> values(nk);
   std::vector<uint8_t> have;
   for (int p = 0; p < table.size(); ++p) {
     const ParamSpec& s = table[p];
-    const auto it = records.find(s.name);
-    if (it == records.end()) input_error("checkpoint {} has no values for {}", info.dir, s.name);
     const int64_t full = s.full_numel();
-    for (auto& w : whole)
-      if (int64_t(w.size()) < full) w.resize(full);
-    have.assign(full, 0);
-    for (const Record& r : it->second) {
-      if (r.spec.full_shape != s.full_shape)
-        input_error("checkpoint file {}: {} has shape {} there, {} in this model", r.file->path(), s.name,
-                    r.spec.full_shape.str(), s.full_shape.str());
-      for (int k = 0; k < 3; ++k) {
-        if (r.tensor[k]->dtype != "F32") input_error("checkpoint file {}: {} is not F32", r.file->path(), r.tensor[k]->name);
-        const unsigned char* src = r.file->data(*r.tensor[k]);
+    for (size_t k = 0; k < nk; ++k) {
+      const auto it = records[k].find(s.name);
+      if (it == records[k].end()) input_error("checkpoint {} has no {} values for {}", info.dir, kinds[k], s.name);
+      if (int64_t(whole[k].size()) < full) whole[k].resize(full);
+      have.assign(full, 0);
+      for (const Record& r : it->second) {
+        if (r.spec.full_shape != s.full_shape)
+          input_error("checkpoint file {}: {} has shape {} there, {} in this model", r.file->path(), s.name,
+                      r.spec.full_shape.str(), s.full_shape.str());
+        const unsigned char* src = r.file->data(*r.tensor);
         for_each_span(r.spec, r.first, r.n, [&](int64_t l, int64_t g, int64_t count) {
           std::memcpy(whole[k].data() + g, src + sizeof(float) * (l - r.first), sizeof(float) * count);
           std::memset(have.data() + g, 1, count);
         });
       }
+      local[k].assign(s.numel(), 0.f);  // vocabulary padding stays 0
+      for_each_span(s, 0, s.numel(), [&](int64_t l, int64_t g, int64_t count) {
+        if (std::find(have.begin() + g, have.begin() + g + count, 0) != have.begin() + g + count)
+          input_error("checkpoint {} lacks {} elements of {}", info.dir, kinds[k], s.name);
+        std::memcpy(local[k].data() + l, whole[k].data() + g, sizeof(float) * count);
+      });
+      values[k] = local[k].data();
     }
-    for (auto& b : local) b.assign(s.numel(), 0.f);  // vocabulary padding stays 0
-    for_each_span(s, 0, s.numel(), [&](int64_t l, int64_t g, int64_t count) {
-      if (std::find(have.begin() + g, have.begin() + g + count, 0) != have.begin() + g + count)
-        input_error("checkpoint {} lacks elements of {}", info.dir, s.name);
-      for (int k = 0; k < 3; ++k) std::memcpy(local[k].data() + l, whole[k].data() + g, sizeof(float) * count);
-    });
-    sink(p, local[0].data(), local[1].data(), local[2].data());
+    sink(p, values);
   }
+}
+
+void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const ParamStateSink& sink) {
+  load_checkpoint_fields(info, table, {kKinds[0], kKinds[1], kKinds[2]},
+                         [&](int p, const std::vector<const float*>& v) { sink(p, v[0], v[1], v[2]); });
 }
 
 void export_checkpoint(const std::string& dir, const std::string& out_dir, const Config& cfg) {

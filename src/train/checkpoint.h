@@ -8,6 +8,10 @@
 //       the local elements [first, first + n) of the parameter's tensor-parallel shard. __metadata__ maps each
 //       parameter to its shard layout and global and full shapes, so a reader maps local elements to elements
 //       of the full (unpadded) tensor, which no mesh changes.
+//       Under local SGD (written only where the replicas have just averaged, so they share the masters) the first
+//       rank of replica d > 0 writes its own moments as "replica<d>/exp_avg/..." and "replica<d>/exp_avg_sq/...", and
+//       replica 0 the outer Nesterov momentum as "outer_velocity/...": readers that know only the three kinds above
+//       read replica 0's state.
 //   meta.json  written by rank 0 once every rank file is in place: format and version, step, AdamW's step count,
 //       the loss scaler, the data position and seed, the model's shape, the mesh that wrote it, every file's size
 //       and checksum, and the resolved config.
@@ -31,13 +35,18 @@
 namespace mt {
 
 
+// One fp32 field of a piece, viewed where it lives: its kind names the tensors it becomes ("master", "exp_avg",
+// "exp_avg_sq", or local SGD's below).
+struct CheckpointField {
+  std::string kind;
+  const float* data = nullptr;
+};
+
 // A contiguous range of a rank's flat parameter layout and its fp32 state, viewed where it lives (the
 // optimizer's packed masters and moments, or the fp32 parameters): written without a copy.
 struct CheckpointPiece {
   int64_t offset = 0, numel = 0;  // elements [offset, offset + numel) of the table's flat layout
-  const float* master = nullptr;
-  const float* exp_avg = nullptr;
-  const float* exp_avg_sq = nullptr;
+  std::vector<CheckpointField> fields;
 };
 
 // This rank's part of a checkpoint: its parameter table (all its pipeline chunks), the pieces it writes, and its
@@ -86,6 +95,13 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg);
 // the call). Throws InputError when the checkpoint lacks an element.
 using ParamStateSink = std::function<void(int p, const float* master, const float* exp_avg, const float* exp_avg_sq)>;
 void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const ParamStateSink& sink);
+// The same for any fields: sink(p, values) with values[k] the checkpoint's `kinds[k]` of p, laid out as p's local
+// shard. Throws InputError when the checkpoint lacks an element of any of them.
+using ParamFieldsSink = std::function<void(int p, const std::vector<const float*>& values)>;
+void load_checkpoint_fields(const CheckpointInfo& info, const ParamTable& table, const std::vector<std::string>& kinds,
+                            const ParamFieldsSink& sink);
+// Whether any rank file holds tensors of `kind`.
+bool checkpoint_has(const CheckpointInfo& info, const std::string& kind);
 
 // `build/trainer --export CHECKPOINT OUT_DIR`: the full fp32 master weights as OUT_DIR/model.safetensors (GPT-2
 // names, the single-rank layout) and a Hugging Face config.json, whatever mesh wrote the checkpoint.

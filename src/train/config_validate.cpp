@@ -318,9 +318,6 @@ void validate_values(const Config& c) {
   require(o.sync_every == 0 || c.comm.compress == CompressMethod::None,
           "optim.sync_every={} (local SGD) averages parameters, not gradients: comm.compress={} does not apply; set "
           "comm.compress=none", o.sync_every, name_of(c.comm.compress));
-  require(o.sync_every == 0 || c.run.checkpoint_every == 0,
-          "optim.sync_every={} (local SGD) with run.checkpoint_every={}: checkpoints do not hold the replicas' "
-          "separate states yet; set run.checkpoint_every=0", o.sync_every, c.run.checkpoint_every);
 
   {
     kernels::cpu::MatmulBackends backends;

@@ -10,6 +10,7 @@
 #include "train/comm_adapt.h"
 #include "train/grad_reducers.h"
 #include "train/metrics.h"
+#include "train/resume.h"
 #include "train/sync_period_adapt.h"
 #include "train/train_step.h"
 #include "train/training_run.h"
@@ -32,6 +33,9 @@ void DataParallel::set_weights(PipelineChunks& model, const Tensor& part, int64_
 std::string DataParallel::memory_note(bool mixed) const { return mixed ? " (AdamW moments and fp32 masters)" : ""; }
 
 namespace {
+
+// A local SGD checkpoint's name for replica d's optimizer field `what` (replica 0's has the plain name).
+std::string replica_kind(int d, const char* what) { return d == 0 ? what : fmt::format("replica{}/{}", d, what); }
 
 // The gradients of step 1 into run.dump_grads (parity tests): the whole reduced gradient, which no rank holds
 // under ZeRO.
@@ -344,7 +348,59 @@ class LocalSgdStrategy final : public DataParallel {
   }
 
   bool lockstep() const override { return false; }
-  bool checkpoints() const override { return false; }
+  bool checkpoints_wait_for_average() const override { return true; }
+
+  // At an average the replicas share their masters (replica 0 writes them); each replica d > 0 adds its own
+  // moments, and replica 0 the outer momentum.
+  void add_to_checkpoint(TrainingRun& r, CheckpointShard& shard) override {
+    const int d = r.mesh.dp_rank();
+    const Tensor velocity = local_->velocity();
+    if (d == 0 && !velocity.defined()) return;
+    for (const OptimSegment& g : r.opt->segments()) {
+      if (g.numel == 0 || !g.in_norm) continue;
+      if (d > 0)
+        shard.pieces.push_back({g.offset, g.numel, {{replica_kind(d, "exp_avg"),
+                                                     checkpoint_host_view(shard, r.opt->exp_avg_view(g))},
+                                                    {replica_kind(d, "exp_avg_sq"),
+                                                     checkpoint_host_view(shard, r.opt->exp_avg_sq_view(g))}}});
+      else
+        shard.pieces.push_back({g.offset, g.numel, {{"outer_velocity",
+                                                     checkpoint_host_view(shard, velocity.slice(g.offset, {g.numel}))}}});
+    }
+  }
+
+  // The optimizer holds replica 0's moments (restore_checkpoint): replica d takes its own where the checkpoint has
+  // them, the outer momentum where it has one, and the period counts from the checkpoint's average.
+  void restore_from(TrainingRun& r, const CheckpointInfo& info) override {
+    const int d = r.mesh.dp_rank(), replicas = r.mesh.dp();
+    const ParamTable& t = r.model->table();
+    if (d > 0 && checkpoint_has(info, replica_kind(d, "exp_avg")))
+      load_checkpoint_fields(info, t, {"master", replica_kind(d, "exp_avg"), replica_kind(d, "exp_avg_sq")},
+                             [&](int p, const std::vector<const float*>& x) {
+                               r.opt->load_state(t[p].offset, t[p].numel(), x[0], x[1], x[2]);
+                             });
+    const Tensor velocity = local_->velocity();
+    const bool outer = velocity.defined() && checkpoint_has(info, "outer_velocity");
+    if (outer)
+      load_checkpoint_fields(info, t, {"outer_velocity"}, [&](int p, const std::vector<const float*>& x) {
+        copy_convert(velocity.slice(t[p].offset, {t[p].numel()}),
+                     Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32));
+      });
+    local_->resume_at(int(info.state.step), r.model->params(), *r.opt);
+    if (r.mesh.rank() != 0) return;
+    int held = 1;  // the replicas whose moments the checkpoint holds
+    while (checkpoint_has(info, replica_kind(held, "exp_avg"))) ++held;
+    if (held < replicas)
+      spdlog::warn("local SGD: the checkpoint holds the optimizer moments of {} replica{}: replicas {}-{} start from "
+                   "replica 0's, so the run does not continue as an uninterrupted one would", held,
+                   held > 1 ? "s" : "", held, replicas - 1);
+    else
+      spdlog::info("local SGD: each of the {} replicas resumes its own optimizer moments{}", replicas,
+                   held > replicas ? fmt::format(" (the checkpoint's other {} are left out)", held - replicas) : "");
+    if (velocity.defined() && !outer)
+      spdlog::warn("local SGD: the checkpoint has no outer momentum (written without optim.outer=nesterov): it "
+                   "starts at zero");
+  }
 
  private:
   std::unique_ptr<LocalSGD> local_;

@@ -29,6 +29,8 @@ struct TrainingRun;
 struct StepResult;
 struct StepMetrics;
 struct AdaptSample;
+struct CheckpointShard;
+struct CheckpointInfo;
 class Profiler;
 
 class DataParallel {
@@ -71,8 +73,12 @@ class DataParallel {
   // Every replica ends every step at the same step (false: local SGD and stale, whose replicas meet only at their
   // averages: their rows are known once every rank's figures arrive).
   virtual bool lockstep() const { return true; }
-  // Whether a checkpoint can hold the run (local SGD's outer state has no place in one yet).
-  virtual bool checkpoints() const { return true; }
+  // Checkpoints: whether one waits for the next parameter average (local SGD, whose replicas share their weights
+  // only there; the stop signals' vote is cast there too), what the strategy adds to this rank's shard, and what it
+  // restores from a checkpoint once the optimizer holds its standard state.
+  virtual bool checkpoints_wait_for_average() const { return false; }
+  virtual void add_to_checkpoint(TrainingRun&, CheckpointShard&) {}
+  virtual void restore_from(TrainingRun&, const CheckpointInfo&) {}
   // The gradients' bytes on this rank, and what the memory log line says of the sharded state.
   virtual int64_t gradient_bytes(const PipelineChunks& model) const { return int64_t(model.grads().nbytes()); }
   // The parameters' bytes on this rank (ZeRO-3: its shards and the gathered units' buffers).

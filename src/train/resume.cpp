@@ -13,22 +13,23 @@
 
 namespace mt {
 
+const float* checkpoint_host_view(CheckpointShard& shard, const Tensor& t) {
+  if (t.device() == Device::CPU) return t.data_as<float>();
+  shard.host_copies.push_back(to_host(t));
+  return shard.host_copies.back().data_as<float>();
+}
+
 CheckpointShard checkpoint_shard(const PipelineChunks& model, const Tensor& params, const Optimizer& opt,
                                  const DeviceMesh& mesh, bool zero) {
   CheckpointShard shard;
   shard.table = &model.table();
-  // The writer reads host memory: GPU state is downloaded (to_host waits for the step's kernels), host state
-  // is viewed where it lives.
-  auto host = [&](const Tensor& t) {
-    if (t.device() == Device::CPU) return t.data_as<float>();
-    shard.host_copies.push_back(to_host(t));
-    return shard.host_copies.back().data_as<float>();
-  };
+  auto host = [&](const Tensor& t) { return checkpoint_host_view(shard, t); };
   if (zero || mesh.replica_rank() == 0)
     for (const OptimSegment& g : opt.segments())
       if (g.numel > 0 && g.in_norm)
-        shard.pieces.push_back({g.offset, g.numel, host(opt.master_view(g, params)),
-                                host(opt.exp_avg_view(g)), host(opt.exp_avg_sq_view(g))});
+        shard.pieces.push_back({g.offset, g.numel, {{"master", host(opt.master_view(g, params))},
+                                                    {"exp_avg", host(opt.exp_avg_view(g))},
+                                                    {"exp_avg_sq", host(opt.exp_avg_sq_view(g))}}});
   shard.rank = mesh.rank();
   shard.world = mesh.world_size();
   return shard;
@@ -46,7 +47,6 @@ CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, con
     opt.load_state(t[p].offset, t[p].numel(), master, m, v);
   });
   opt.set_steps_taken(info.state.optimizer_steps);
-  info.files.clear();  // the shards' bytes are no longer needed
   return info;
 }
 
@@ -129,7 +129,11 @@ std::vector<std::string> resume_restarts(const Config& cfg) {
                               "checkpoints and start afresh, so this run does not continue bit for bit as an "
                               "uninterrupted one would (docs/compression.md)", name_of(c.compress),
                               listed ? fmt::format(" (comm.adapt_compress={})", c.adapt_compress) : ""));
-  if (c.adapt)
+  if (c.adapt && cfg.optim.sync_every > 0)
+    out.push_back(fmt::format("comm.adapt: the controller's measurements and local SGD's period are not in "
+                              "checkpoints; it starts again from optim.sync_every={}, so this run does not continue "
+                              "bit for bit as an uninterrupted one would", cfg.optim.sync_every));
+  else if (c.adapt)
     out.push_back(fmt::format("comm.adapt: the controller's fits and choices are not in checkpoints; it starts again "
                               "from comm.bucket_mb={} and comm.compress={}", c.bucket_mb, name_of(c.compress)));
   return out;

@@ -19,12 +19,16 @@ namespace mt {
 CheckpointShard checkpoint_shard(const PipelineChunks& model, const Tensor& params, const Optimizer& opt,
                                  const DeviceMesh& mesh, bool zero);
 
+// `t`'s fp32 values in host memory for the writer: viewed where they live, or downloaded from a GPU into
+// shard.host_copies (to_host waits for the step's kernels).
+const float* checkpoint_host_view(CheckpointShard& shard, const Tensor& t);
+
 // Sets the compute copy of the elements [offset, offset + part.numel()) of the rank's flat layout from fp32 values.
 using WeightsSink = std::function<void(const Tensor& part, int64_t offset)>;
 
 // Reads and verifies `dir` (InputError naming the file), then replaces the optimizer's masters, moments and step
 // count and the model's compute copy (through `weights`) with the checkpoint's, laid out for this rank whatever
-// mesh wrote it.
+// mesh wrote it. The returned info keeps the rank files for the strategy's own state (DataParallel::restore_from).
 CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, const PipelineChunks& model,
                                   Optimizer& opt, const WeightsSink& weights);
 

@@ -182,18 +182,17 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   std::string bad;
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   if (signals.empty()) return nullptr;
-  if (!run.dp->checkpoints()) {
-    if (log)
-      spdlog::warn("run.stop_signals: not armed (local SGD has no checkpoints yet): a signal ends the run at once");
-    return nullptr;
-  }
+  if (log && run.dp->checkpoints_wait_for_average())
+    spdlog::info("run.stop_signals: under local SGD a signal stops the run at the next parameter average (at most "
+                 "optim.sync_every steps later), where the checkpoint is written");
   install_stop_signals(signals);
   return std::make_unique<StopVote>(world, cfg.optim.staleness);
 }
 
 // After a step's report: whether the run stops here for a signal. Once every rank knows of it, the run stops at
 // the first step after which every replica holds the same weights (every step, except under optim.staleness,
-// where the signal makes the next step a sync point); a signal during the last step changes nothing.
+// where the signal makes the next step a sync point, and under local SGD, which votes at its averages only); a
+// signal during the last step changes nothing.
 bool stop_now(StopVote& vote, int& signal, bool replicas_agree, int step, int last_step) {
   if (!signal) signal = vote.cast();
   return signal && replicas_agree && step < last_step;
@@ -243,15 +242,26 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
                  "written again from that checkpoint", start_step - 1, cfg.train.steps);
   auto due = [&](int every, int step) { return every > 0 && (step % every == 0 || step == cfg.train.steps); };
   int checkpointed = 0;  // the step of the newest checkpoint this run wrote
+  // Local SGD: a checkpoint falls due at any step but is written at the next parameter average (where the replicas
+  // share their weights), so that checkpoints never change when the replicas meet.
+  const bool checkpoint_at_average = run.dp->checkpoints_wait_for_average();
+  bool checkpoint_due = false;
   // A step's row once its figures are complete: evaluation and checkpoint when due, metrics.jsonl, the log.
-  auto report = [&](StepMetrics& row) {
+  // `averaged`: the step ended with local SGD's parameter average.
+  auto report = [&](StepMetrics& row, bool averaged) {
     const int step = int(row.step);
     if (due(cfg.train.eval_every, step)) {
       row.val_loss = evaluate(run);
       last_val = row.val_loss;
     }
     if (metrics) metrics->write(row);
-    if (due(cfg.run.checkpoint_every, step)) checkpoint_run(run, step), checkpointed = step;
+    checkpoint_due |= due(cfg.run.checkpoint_every, step);
+    if (checkpoint_due && (averaged || !checkpoint_at_average)) {
+      checkpoint_run(run, step), checkpointed = step, checkpoint_due = false;
+      if (step != cfg.train.steps && !due(cfg.run.checkpoint_every, step))
+        spdlog::info("checkpoint: due at step {}, written at the parameter average of step {}",
+                     step - step % cfg.run.checkpoint_every, step);
+    }
     total_ms += row.step_ms;
     last_elapsed_ms = row.elapsed_ms;
     last_loss = row.loss;
@@ -267,7 +277,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
   // Replicas not in lockstep: a row completed in the background, then comm.adapt's observation of it.
   auto report_late = [&](StepMetrics& row, const AdaptSample& sample, bool synced) {
     if (run.dp->adapts()) run.dp->adapt_after_step(run, int(row.step), synced, sample, row);
-    report(row);
+    report(row, synced);
   };
   PendingRows pending(meter, world > 1 ? comms.world.get() : nullptr, timeline);
   const std::vector<LinkChange> link_schedule = parse_link_schedule(cfg.comm.emulate.schedule);
@@ -278,7 +288,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     // Evaluations, checkpoints and the end need every replica's weights alike (optim.staleness applies every
     // average still in flight there).
     const bool sync_point = step == cfg.train.steps || due(cfg.train.eval_every, step) ||
-                            due(cfg.run.checkpoint_every, step) || stop_signal != 0;
+                            (due(cfg.run.checkpoint_every, step) && !checkpoint_at_average) || stop_signal != 0;
     apply_link_schedule(link_schedule, step, step == start_step, comms, rank0);
     meter.begin();
     const StepResult s = train_step(run, step, sync_point, prof);
@@ -302,7 +312,9 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       pending.add(row, meter.measure(s), s.synced);
       // comm.adapt decides at local SGD's averages: every rank completes every row up to one there.
       pending.flush(sync_point || s.synced, report_late);
-      if (stop_vote && stop_now(*stop_vote, stop_signal, sync_point, step, cfg.train.steps)) {
+      // Local SGD votes at its averages only, where every replica is at the same step; staleness at every step.
+      const bool votes = !checkpoint_at_average || s.synced;
+      if (stop_vote && votes && stop_now(*stop_vote, stop_signal, sync_point || s.synced, step, cfg.train.steps)) {
         stopped_at = step;
         break;
       }
@@ -312,7 +324,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     const bool adapting = run.dp->adapts();
     meter.end(s, row, adapting ? &sample : nullptr);
     if (adapting) run.dp->adapt_after_step(run, step, s.synced, sample, row);
-    report(row);
+    report(row, s.synced);
     if (stop_vote && stop_now(*stop_vote, stop_signal, true, step, cfg.train.steps)) {
       stopped_at = step;
       break;

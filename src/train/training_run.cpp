@@ -178,6 +178,7 @@ void resume(TrainingRun& r) {
       info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt, [&](const Tensor& part, int64_t offset) {
         r.dp->set_weights(*r.model, part, offset);
       });
+      r.dp->restore_from(r, info);
       if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
       r.nonfinite_skipped = info.state.nonfinite_skipped;
     } catch (const CheckpointMismatch& e) {
@@ -356,9 +357,10 @@ void checkpoint_run(TrainingRun& r, int step) {
   const double t0 = trace_clock_us();
   const TrainState st{step, r.opt->steps_taken(), r.scaler.scale(), r.scaler.good_in_a_row(),
                       r.scaler.skipped_steps(), r.nonfinite_skipped};
-  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, checkpoint_shard(*r.model, r.dp->optimizer_params(*r.model), *r.opt, r.mesh,
-                                                            r.dp->shards_optimizer()),
-                                           *r.comms.world, r.cfg.run.keep_checkpoints);
+  CheckpointShard shard =
+      checkpoint_shard(*r.model, r.dp->optimizer_params(*r.model), *r.opt, r.mesh, r.dp->shards_optimizer());
+  r.dp->add_to_checkpoint(r, shard);
+  const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, shard, *r.comms.world, r.cfg.run.keep_checkpoints);
   spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
 }
 

@@ -14,6 +14,9 @@
   4. a non-finite gradient norm on one replica stops every rank together (exit 1) at the next average, before it
      is averaged in, naming the step where it happened; with train.skip_nonfinite that replica skips the step
      alone, and the rows count it though rank 0 (which writes them) skipped nothing.
+  5. checkpoints under DiLoCo: written at the averages only (one due between them waits for the next), so they
+     change no loss; a run resumed from one continues bit for bit (each replica's own AdamW moments and the outer
+     momentum are in it).
 
 usage: test_local_sgd.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
@@ -127,6 +130,23 @@ dl, pl = rows("diloco_h2"), rows("adamw_h2")
 check(dl[-1]["loss"] < dl[0]["loss"] - 1 and loss_diff("diloco_h2", "adamw_h2") > 1e-3,
       f"DiLoCo (inner AdamW, outer Nesterov lr 0.7 momentum 0.9) trains and differs from the plain average: "
       f"{dl[0]['loss']:.3f} -> {dl[-1]['loss']:.3f} (plain average: {pl[-1]['loss']:.3f})")
+
+# 5. A checkpoint every 3 steps with averages every 2: due at 3, 6, 9, 12, 15 and the last step, written at the
+# averages of steps 4, 6, 10, 12 and 16.
+out = run("diloco_ckpt", *adamw, "optim.outer=nesterov", "run.checkpoint_every=3", "run.keep_checkpoints=10")
+ckpts = os.path.join(work, "diloco_ckpt", "checkpoints")
+written = sorted(int(n[5:]) for n in os.listdir(ckpts) if n.startswith("step_"))
+check(written == [4, 6, 10, 12, 16] and "due at step 9, written at the parameter average of step 10" in out,
+      f"checkpoints at the averages only: steps {written}")
+same = [a["loss"] == b["loss"] for a, b in zip(rows("diloco_ckpt"), dl)]
+check(len(same) == 16 and all(same), "the checkpoints change no loss")
+out = run("diloco_resumed", *adamw, "optim.outer=nesterov", f"run.resume={os.path.join(ckpts, 'step_00000010')}")
+resumed = rows("diloco_resumed")
+check([r["step"] for r in resumed] == list(range(11, 17)) and all(r["loss"] == d["loss"] for r, d in
+                                                                    zip(resumed, dl[10:])),
+      "resumed from the average of step 10: steps 11-16 give the uninterrupted run's losses exactly")
+check(weight_diff("diloco_resumed", "diloco_h2") == 0, "and its exported weights, exactly")
+check("each of the 2 replicas resumes its own optimizer moments" in out, "the log says what the resume restored")
 
 out = run("inf_one_replica", "optim.sync_every=4", env={"MESHTRAIN_INJECT": "grad-inf@3"}, expect=1)
 check("non-finite at step 3" in out and "parameter average of step 4" in out and len(rows("inf_one_replica")) == 4,

@@ -8,6 +8,8 @@ preemption needs; and a checkpoint that cannot be written leaves nothing incompl
   2. SIGUSR1 to one rank only (not mpiexec): the ranks agree and stop together; exit 0;
   3. optim.staleness=2 (fixed): the signal makes a following step a sync point; the checkpoint resumes
      bit-identically to an uninterrupted run with the same sync points;
+  3b. local SGD (optim.sync_every=4): the ranks vote at the averages only, so the run stops at the next one with
+     a checkpoint holding every replica's state, and the resumed run equals an uninterrupted one;
   4. a second signal ends the run at once (long steps: it must not wait for the step to end);
      run.stop_signals="" leaves the signal's default (the run ends at once, status not 0);
   5. a full disk (a small tmpfs under `unshare --mount`; skipped where it cannot be made): the checkpoint write
@@ -164,6 +166,19 @@ if at is not None:
     check(same_rows(rows("stale"), rows("stale_reference"), ("step", "loss", "lr", "tokens")),
           "staleness: the resumed run equals an uninterrupted one with the same sync points")
 
+
+# 3b. Local SGD: the replicas meet only at their averages, which is where the vote is cast and the run stops. The
+# stop changes nothing: the resumed run equals an uninterrupted one without checkpoints.
+local = ["optim.sync_every=4", "optim.name=adamw"]
+status, out, seen = signalled("local_sgd", 2, local + slow, lambda p: p.send_signal(signal.SIGTERM))
+at = stopped_step(out)
+check(status == 0 and at is not None and at % 4 == 0 and seen <= at <= seen + 8 and complete("local_sgd", at),
+      f"local SGD: stopped at the average of step {at} (rows written {seen}) with a complete checkpoint")
+run("local_sgd_reference", 2, *local, *slow)
+run("local_sgd", 2, *local, *slow)
+check(same_rows(rows("local_sgd"), rows("local_sgd_reference")) and
+      same_file(f"{work}/local_sgd/model.safetensors", f"{work}/local_sgd_reference/model.safetensors"),
+      "local SGD: the resumed run equals an uninterrupted one (metrics rows and export)")
 
 # 4. A second signal, and no stop signals.
 def twice(p):
