@@ -162,7 +162,8 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
   try {
     const ParamTable& t = *shard.table;
     std::vector<SafetensorOut> out;
-    std::map<std::string, std::string> meta = {{"rank", std::to_string(shard.rank)}};
+    std::map<std::string, std::string> meta = shard.metadata;
+    meta["rank"] = std::to_string(shard.rank);
     for (const CheckpointPiece& piece : shard.pieces) {
       int p = 0;
       while (p + 1 < t.size() && t[p + 1].offset <= piece.offset) ++p;

@@ -11,7 +11,8 @@
 //       Under local SGD (written only where the replicas have just averaged, so they share the masters) the first
 //       rank of replica d > 0 writes its own moments as "replica<d>/exp_avg/..." and "replica<d>/exp_avg_sq/...", and
 //       replica 0 the outer Nesterov momentum as "outer_velocity/...": readers that know only the three kinds above
-//       read replica 0's state.
+//       read replica 0's state. Replica d's files also carry its own counters in __metadata__ ("local_sgd_replica",
+//       "local_sgd_state": AdamW's step count, the loss scaler's state and the non-finite steps it skipped).
 //   meta.json  written by rank 0 once every rank file is in place: format and version, step, AdamW's step count,
 //       the loss scaler, the data position and seed, the model's shape, the mesh that wrote it, every file's size
 //       and checksum, and the resolved config.
@@ -21,6 +22,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,7 @@ struct CheckpointShard {
   const ParamTable* table = nullptr;
   std::vector<CheckpointPiece> pieces;
   std::vector<Tensor> host_copies;  // state that lives on a GPU, downloaded for the write: the pieces point here
+  std::map<std::string, std::string> metadata;  // added to the rank file's __metadata__
   int rank = 0, world = 1;
 };
 

@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sstream>
+
 #include "core/device.h"
 #include "optim/local_sgd.h"
 #include "parallel/sharded_params.h"
@@ -18,6 +20,13 @@
 
 namespace mt {
 
+namespace {
+
+// A local SGD checkpoint's name for replica d's optimizer field `what` (replica 0's has the plain name).
+std::string replica_kind(int d, const char* what) { return d == 0 ? what : fmt::format("replica{}/{}", d, what); }
+
+}  // namespace
+
 std::vector<OptimSegment> DataParallel::optimizer_segments(const PipelineChunks& model, int64_t& state_numel,
                                                            OptimizerSettings&) const {
   state_numel = model.table().total_numel();
@@ -30,12 +39,15 @@ void DataParallel::set_weights(PipelineChunks& model, const Tensor& part, int64_
   copy_convert(model.params().slice(offset, {part.numel()}), part);
 }
 
+void DataParallel::restore_from(TrainingRun& r, const CheckpointInfo& info) {
+  if (r.mesh.rank() == 0 && checkpoint_has(info, replica_kind(1, "exp_avg")))
+    spdlog::info("the checkpoint was written under local SGD, whose replicas each kept their own optimizer moments: "
+                 "this run takes replica 0's");
+}
+
 std::string DataParallel::memory_note(bool mixed) const { return mixed ? " (AdamW moments and fp32 masters)" : ""; }
 
 namespace {
-
-// A local SGD checkpoint's name for replica d's optimizer field `what` (replica 0's has the plain name).
-std::string replica_kind(int d, const char* what) { return d == 0 ? what : fmt::format("replica{}/{}", d, what); }
 
 // The gradients of step 1 into run.dump_grads (parity tests): the whole reduced gradient, which no rank holds
 // under ZeRO.
@@ -331,6 +343,23 @@ class LocalSgdStrategy final : public DataParallel {
     prof.wait("local SGD parameter average", s0, trace_clock_us());
   }
 
+  // Replica d's own counters from its rank files' metadata (add_to_checkpoint), where a file has them.
+  static void restore_replica_counters(TrainingRun& r, const CheckpointInfo& info, int d) {
+    for (const SafetensorsFile& f : info.files) {
+      const auto replica = f.metadata().find("local_sgd_replica"), state = f.metadata().find("local_sgd_state");
+      if (replica == f.metadata().end() || state == f.metadata().end() || replica->second != std::to_string(d))
+        continue;
+      TrainState st;
+      std::istringstream in(state->second);
+      if (!(in >> st.optimizer_steps >> st.loss_scale >> st.good_in_a_row >> st.skipped_steps >> st.nonfinite_skipped))
+        input_error("checkpoint file {}: bad local_sgd_state '{}'", f.path(), state->second);
+      r.opt->set_steps_taken(st.optimizer_steps);
+      if (r.fp16) r.scaler.restore(st.loss_scale, st.good_in_a_row, st.skipped_steps);
+      r.nonfinite_skipped = st.nonfinite_skipped;
+      return;
+    }
+  }
+
   bool adapts() const override { return adapt_ != nullptr; }
   void adapt_after_step(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) override {
     row.sync_every = local_->sync_every();
@@ -355,6 +384,12 @@ class LocalSgdStrategy final : public DataParallel {
   void add_to_checkpoint(TrainingRun& r, CheckpointShard& shard) override {
     const int d = r.mesh.dp_rank();
     const Tensor velocity = local_->velocity();
+    if (d > 0) {  // the counters each replica keeps alone (meta.json has replica 0's)
+      shard.metadata["local_sgd_replica"] = std::to_string(d);
+      shard.metadata["local_sgd_state"] =
+          fmt::format("{} {:.17g} {} {} {}", r.opt->steps_taken(), r.scaler.scale(), r.scaler.good_in_a_row(),
+                      r.scaler.skipped_steps(), r.nonfinite_skipped);
+    }
     if (d == 0 && !velocity.defined()) return;
     for (const OptimSegment& g : r.opt->segments()) {
       if (g.numel == 0 || !g.in_norm) continue;
@@ -374,11 +409,13 @@ class LocalSgdStrategy final : public DataParallel {
   void restore_from(TrainingRun& r, const CheckpointInfo& info) override {
     const int d = r.mesh.dp_rank(), replicas = r.mesh.dp();
     const ParamTable& t = r.model->table();
-    if (d > 0 && checkpoint_has(info, replica_kind(d, "exp_avg")))
+    if (d > 0 && checkpoint_has(info, replica_kind(d, "exp_avg"))) {
       load_checkpoint_fields(info, t, {"master", replica_kind(d, "exp_avg"), replica_kind(d, "exp_avg_sq")},
                              [&](int p, const std::vector<const float*>& x) {
                                r.opt->load_state(t[p].offset, t[p].numel(), x[0], x[1], x[2]);
                              });
+      restore_replica_counters(r, info, d);
+    }
     const Tensor velocity = local_->velocity();
     const bool outer = velocity.defined() && checkpoint_has(info, "outer_velocity");
     if (outer)
@@ -391,9 +428,11 @@ class LocalSgdStrategy final : public DataParallel {
     int held = 1;  // the replicas whose moments the checkpoint holds
     while (checkpoint_has(info, replica_kind(held, "exp_avg"))) ++held;
     if (held < replicas)
-      spdlog::warn("local SGD: the checkpoint holds the optimizer moments of {} replica{}: replicas {}-{} start from "
-                   "replica 0's, so the run does not continue as an uninterrupted one would", held,
-                   held > 1 ? "s" : "", held, replicas - 1);
+      spdlog::warn("local SGD: the checkpoint holds the optimizer moments of {} replica{}: {} start{} from replica "
+                   "0's, so the run does not continue as an uninterrupted one would", held, held > 1 ? "s" : "",
+                   held + 1 == replicas ? fmt::format("replica {}", held)
+                                        : fmt::format("replicas {}-{}", held, replicas - 1),
+                   held + 1 == replicas ? "s" : "");
     else
       spdlog::info("local SGD: each of the {} replicas resumes its own optimizer moments{}", replicas,
                    held > replicas ? fmt::format(" (the checkpoint's other {} are left out)", held - replicas) : "");

@@ -78,7 +78,7 @@ class DataParallel {
   // restores from a checkpoint once the optimizer holds its standard state.
   virtual bool checkpoints_wait_for_average() const { return false; }
   virtual void add_to_checkpoint(TrainingRun&, CheckpointShard&) {}
-  virtual void restore_from(TrainingRun&, const CheckpointInfo&) {}
+  virtual void restore_from(TrainingRun& r, const CheckpointInfo& info);
   // The gradients' bytes on this rank, and what the memory log line says of the sharded state.
   virtual int64_t gradient_bytes(const PipelineChunks& model) const { return int64_t(model.grads().nbytes()); }
   // The parameters' bytes on this rank (ZeRO-3: its shards and the gathered units' buffers).

@@ -178,9 +178,9 @@ void resume(TrainingRun& r) {
       info = restore_checkpoint(resume_dir, cfg, *r.model, *r.opt, [&](const Tensor& part, int64_t offset) {
         r.dp->set_weights(*r.model, part, offset);
       });
-      r.dp->restore_from(r, info);
       if (r.fp16) r.scaler.restore(info.state.loss_scale, info.state.good_in_a_row, info.state.skipped_steps);
       r.nonfinite_skipped = info.state.nonfinite_skipped;
+      r.dp->restore_from(r, info);  // after the shared state, which a strategy may replace with its rank's own
     } catch (const CheckpointMismatch& e) {
       error = e.what(), verdict = 2;
     } catch (const InputError& e) {

@@ -16,7 +16,8 @@
      alone, and the rows count it though rank 0 (which writes them) skipped nothing.
   5. checkpoints under DiLoCo: written at the averages only (one due between them waits for the next), so they
      change no loss; a run resumed from one continues bit for bit (each replica's own AdamW moments and the outer
-     momentum are in it).
+     momentum are in it); so does an fp16 run whose one replica overflowed and skipped a step alone (each
+     replica's AdamW step count and loss scaler are in it too).
 
 usage: test_local_sgd.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
@@ -147,6 +148,15 @@ check([r["step"] for r in resumed] == list(range(11, 17)) and all(r["loss"] == d
       "resumed from the average of step 10: steps 11-16 give the uninterrupted run's losses exactly")
 check(weight_diff("diloco_resumed", "diloco_h2") == 0, "and its exported weights, exactly")
 check("each of the 2 replicas resumes its own optimizer moments" in out, "the log says what the resume restored")
+# fp16: an inf on one replica at step 3 makes it skip that step alone (its loss scaler backs off, its AdamW count
+# stays behind); the resumed run must take that replica's counters, not replica 0's.
+fp16 = ["precision.compute=fp16", "optim.sync_every=4", "optim.name=adamw", "optim.lr=0.01", "train.steps=12"]
+run("fp16_skip", *fp16, "run.checkpoint_every=4", env={"MESHTRAIN_INJECT": "grad-inf@3"})
+run("fp16_skip_resumed", *fp16, f"run.resume={os.path.join(work, 'fp16_skip', 'checkpoints', 'step_00000004')}")
+a, b = rows("fp16_skip"), rows("fp16_skip_resumed")
+check(a[3]["skipped_steps"] == 1 and [(r["loss"], r["skipped_steps"]) for r in a[4:]] ==
+      [(r["loss"], r["skipped_steps"]) for r in b] and weight_diff("fp16_skip", "fp16_skip_resumed") == 0,
+      "fp16, one replica skipped step 3 alone: resumed from step 4, steps 5-12 and the export are the same exactly")
 
 out = run("inf_one_replica", "optim.sync_every=4", env={"MESHTRAIN_INJECT": "grad-inf@3"}, expect=1)
 check("non-finite at step 3" in out and "parameter average of step 4" in out and len(rows("inf_one_replica")) == 4,
