@@ -11,7 +11,8 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
           only summation order differs);
   resume  four steps with checkpoints on one mesh, resumed to six on another (and a micro-batch size drawn apart):
           steps 5 and 6 within 1e-5 relative of six uninterrupted steps on the first (docs/reliability.md, "Resume
-          and resharding").
+          and resharding"); a quarter of the draws under local SGD on 2 replicas, resumed on 2 replicas of another
+          tp x pp.
   sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
           tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling"), and no
           communicator left alive past MPI_Finalize.
@@ -155,11 +156,26 @@ def check_parity(runner, rnd, d):
     return None, "%.1e" % w
 
 
+def mesh_dp(ranks, mesh):
+    sizes = dict(s.split("=") for s in mesh if s.split("=")[0] in ("parallel.tp", "parallel.pp", "parallel.cp"))
+    return ranks // (int(sizes["parallel.tp"]) * int(sizes["parallel.pp"]) * int(sizes["parallel.cp"]))
+
+
 def check_resume(runner, rnd, d):
     base, feats = exact_config(rnd)
     base = [s for s in base if not s.startswith("train.steps=")] + ["optim.schedule=constant"]  # steps may change
     ranks, ranks2 = rnd.choice([1, 2, 4]), rnd.choice([1, 2, 4])
     mesh, mesh2 = draw_mesh(rnd, ranks), draw_mesh(rnd, ranks2)
+    local_sgd = rnd.random() < 0.25
+    if local_sgd:
+        # Local SGD (averages every 2 steps, so the checkpoints of steps 2 and 4 fall on them, as in the 6-step run):
+        # each replica resumes its own moments, so the resumed mesh keeps dp (its tp, pp and micro-batch may change).
+        feats = [f for f in feats if not f.startswith("optim.zero=")] + [
+            "optim.sync_every=2", "optim.outer=" + rnd.choice(["none", "nesterov"])]
+        ranks, mesh = 2, ["parallel.tp=1", "parallel.pp=1", "parallel.cp=1"]
+        while mesh_dp(ranks2, mesh2) != 2:
+            ranks2 = rnd.choice([2, 4])
+            mesh2 = draw_mesh(rnd, ranks2)
     first = base + feats + mesh + ["run.checkpoint_every=2"]
     rc, _, out, cmd = runner.run(ranks, first + ["train.steps=4"], os.path.join(d, "resumed"))
     if rc == 2:
@@ -179,7 +195,7 @@ def check_resume(runner, rnd, d):
     w = worst(resumed, straight, [("train", 5), ("train", 6)])
     if w > RTOL:
         return {"why": "steps 5-6 %.2e relative from the uninterrupted run's" % w, "commands": [cmd, cmd2, cmd3]}, None
-    return None, "%.1e" % w
+    return None, "%.1e%s" % (w, " (local SGD)" if local_sgd else "")
 
 
 def check_sample(runner, rnd, d):
