@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "core/device.h"
@@ -343,23 +344,6 @@ class LocalSgdStrategy final : public DataParallel {
     prof.wait("local SGD parameter average", s0, trace_clock_us());
   }
 
-  // Replica d's own counters from its rank files' metadata (add_to_checkpoint), where a file has them.
-  static void restore_replica_counters(TrainingRun& r, const CheckpointInfo& info, int d) {
-    for (const SafetensorsFile& f : info.files) {
-      const auto replica = f.metadata().find("local_sgd_replica"), state = f.metadata().find("local_sgd_state");
-      if (replica == f.metadata().end() || state == f.metadata().end() || replica->second != std::to_string(d))
-        continue;
-      TrainState st;
-      std::istringstream in(state->second);
-      if (!(in >> st.optimizer_steps >> st.loss_scale >> st.good_in_a_row >> st.skipped_steps >> st.nonfinite_skipped))
-        input_error("checkpoint file {}: bad local_sgd_state '{}'", f.path(), state->second);
-      r.opt->set_steps_taken(st.optimizer_steps);
-      if (r.fp16) r.scaler.restore(st.loss_scale, st.good_in_a_row, st.skipped_steps);
-      r.nonfinite_skipped = st.nonfinite_skipped;
-      return;
-    }
-  }
-
   bool adapts() const override { return adapt_ != nullptr; }
   void adapt_after_step(TrainingRun& r, int step, bool synced, const AdaptSample& sample, StepMetrics& row) override {
     row.sync_every = local_->sync_every();
@@ -399,8 +383,8 @@ class LocalSgdStrategy final : public DataParallel {
                                                     {replica_kind(d, "exp_avg_sq"),
                                                      checkpoint_host_view(shard, r.opt->exp_avg_sq_view(g))}}});
       else
-        shard.pieces.push_back({g.offset, g.numel, {{"outer_velocity",
-                                                     checkpoint_host_view(shard, velocity.slice(g.offset, {g.numel}))}}});
+        shard.pieces.push_back(
+            {g.offset, g.numel, {{"outer_velocity", checkpoint_host_view(shard, velocity.slice(g.offset, {g.numel}))}}});
     }
   }
 
@@ -439,6 +423,26 @@ class LocalSgdStrategy final : public DataParallel {
     if (velocity.defined() && !outer)
       spdlog::warn("local SGD: the checkpoint has no outer momentum (written without optim.outer=nesterov): it "
                    "starts at zero");
+  }
+
+  // Replica d's own counters from its rank files' metadata (add_to_checkpoint), where a file has them.
+  static void restore_replica_counters(TrainingRun& r, const CheckpointInfo& info, int d) {
+    for (const SafetensorsFile& f : info.files) {
+      const auto replica = f.metadata().find("local_sgd_replica"), state = f.metadata().find("local_sgd_state");
+      if (replica == f.metadata().end() || state == f.metadata().end() || replica->second != std::to_string(d))
+        continue;
+      TrainState st;
+      std::istringstream in(state->second);
+      in >> st.optimizer_steps >> st.loss_scale >> st.good_in_a_row >> st.skipped_steps >> st.nonfinite_skipped;
+      const bool read = bool(in);
+      if (!read || st.optimizer_steps < 0 || !std::isfinite(st.loss_scale) || st.loss_scale <= 0 ||
+          st.good_in_a_row < 0 || st.skipped_steps < 0 || st.nonfinite_skipped < 0)
+        input_error("checkpoint file {}: bad local_sgd_state '{}'", f.path(), state->second);
+      r.opt->set_steps_taken(st.optimizer_steps);
+      if (r.fp16) r.scaler.restore(st.loss_scale, st.good_in_a_row, st.skipped_steps);
+      r.nonfinite_skipped = st.nonfinite_skipped;
+      return;
+    }
   }
 
  private:
