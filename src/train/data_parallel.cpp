@@ -383,8 +383,8 @@ class LocalSgdStrategy final : public DataParallel {
                                                     {replica_kind(d, "exp_avg_sq"),
                                                      checkpoint_host_view(shard, r.opt->exp_avg_sq_view(g))}}});
       else
-        shard.pieces.push_back(
-            {g.offset, g.numel, {{"outer_velocity", checkpoint_host_view(shard, velocity.slice(g.offset, {g.numel}))}}});
+        shard.pieces.push_back({g.offset, g.numel, {{"outer_velocity", checkpoint_host_view(
+                                                                           shard, velocity.slice(g.offset, {g.numel}))}}});
     }
   }
 
