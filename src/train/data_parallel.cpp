@@ -377,14 +377,12 @@ class LocalSgdStrategy final : public DataParallel {
     if (d == 0 && !velocity.defined()) return;
     for (const OptimSegment& g : r.opt->segments()) {
       if (g.numel == 0 || !g.in_norm) continue;
+      auto host = [&](const Tensor& t) { return checkpoint_host_view(shard, t); };
       if (d > 0)
-        shard.pieces.push_back({g.offset, g.numel, {{replica_kind(d, "exp_avg"),
-                                                     checkpoint_host_view(shard, r.opt->exp_avg_view(g))},
-                                                    {replica_kind(d, "exp_avg_sq"),
-                                                     checkpoint_host_view(shard, r.opt->exp_avg_sq_view(g))}}});
+        shard.pieces.push_back({g.offset, g.numel, {{replica_kind(d, "exp_avg"), host(r.opt->exp_avg_view(g))},
+                                                    {replica_kind(d, "exp_avg_sq"), host(r.opt->exp_avg_sq_view(g))}}});
       else
-        shard.pieces.push_back({g.offset, g.numel, {{"outer_velocity", checkpoint_host_view(
-                                                                           shard, velocity.slice(g.offset, {g.numel}))}}});
+        shard.pieces.push_back({g.offset, g.numel, {{"outer_velocity", host(velocity.slice(g.offset, {g.numel}))}}});
     }
   }
 
