@@ -368,6 +368,7 @@ class LocalSgdStrategy final : public DataParallel {
   void add_to_checkpoint(TrainingRun& r, CheckpointShard& shard) override {
     const int d = r.mesh.dp_rank();
     const Tensor velocity = local_->velocity();
+    shard.metadata["local_sgd_period"] = std::to_string(local_->sync_every());  // comm.adapt may have moved it
     if (d > 0) {  // the counters each replica keeps alone (meta.json has replica 0's)
       shard.metadata["local_sgd_replica"] = std::to_string(d);
       shard.metadata["local_sgd_state"] =
@@ -406,6 +407,7 @@ class LocalSgdStrategy final : public DataParallel {
                      Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32));
       });
     local_->resume_at(int(info.state.step), r.model->params(), *r.opt);
+    if (adapt_) resume_period(r, info);
     if (r.mesh.rank() != 0) return;
     int held = 1;  // the replicas whose moments the checkpoint holds
     while (checkpoint_has(info, replica_kind(held, "exp_avg"))) ++held;
@@ -421,6 +423,25 @@ class LocalSgdStrategy final : public DataParallel {
     if (velocity.defined() && !outer)
       spdlog::warn("local SGD: the checkpoint has no outer momentum (written without optim.outer=nesterov): it "
                    "starts at zero");
+  }
+
+  // comm.adapt: the period the checkpoint's average left, where it lies within this run's limits, is where the
+  // controller starts again (its measurements start afresh). Every rank reads the same value.
+  void resume_period(TrainingRun& r, const CheckpointInfo& info) {
+    const CommConfig& c = r.cfg.comm;
+    for (const SafetensorsFile& f : info.files) {
+      const auto it = f.metadata().find("local_sgd_period");
+      if (it == f.metadata().end()) continue;
+      const int h = std::atoi(it->second.c_str());
+      if (h < c.adapt_sync_every_min || h > c.adapt_sync_every_max || h == local_->sync_every()) return;
+      if (r.mesh.rank() == 0)
+        spdlog::info("comm.adapt: local SGD resumes at the checkpoint's period, {} steps (optim.sync_every={})", h,
+                     local_->sync_every());
+      local_->set_sync_every(h);
+      adapt_ = std::make_unique<SyncPeriodController>(SyncPeriodLimits{c.adapt_sync_every_min, c.adapt_sync_every_max},
+                                                      h);
+      return;
+    }
   }
 
   // Replica d's own counters from its rank files' metadata (add_to_checkpoint), where a file has them.

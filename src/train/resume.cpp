@@ -130,9 +130,9 @@ std::vector<std::string> resume_restarts(const Config& cfg) {
                               "uninterrupted one would (docs/compression.md)", name_of(c.compress),
                               listed ? fmt::format(" (comm.adapt_compress={})", c.adapt_compress) : ""));
   if (c.adapt && cfg.optim.sync_every > 0)
-    out.push_back(fmt::format("comm.adapt: the controller's measurements and local SGD's period are not in "
-                              "checkpoints; it starts again from optim.sync_every={}, so this run does not continue "
-                              "bit for bit as an uninterrupted one would", cfg.optim.sync_every));
+    out.push_back("comm.adapt: the controller's measurements are not in checkpoints; it starts again from the "
+                  "checkpoint's local SGD period and measures afresh, so this run may choose other periods than an "
+                  "uninterrupted one would");
   else if (c.adapt)
     out.push_back(fmt::format("comm.adapt: the controller's fits and choices are not in checkpoints; it starts again "
                               "from comm.bucket_mb={} and comm.compress={}", c.bucket_mb, name_of(c.compress)));

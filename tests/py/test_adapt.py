@@ -11,7 +11,8 @@ so):
   2. comm.emulate.schedule: a link whose per-message cost dominates until step 16 and its bandwidth after shows in
      the run: within 20 steps the controller has settled on small buckets.
   3. under local SGD it picks the period instead: on the slow link, from an average every step, a longer period at
-     the first average it can count, and the parameter averages then follow it.
+     the first average it can count, and the parameter averages then follow it; a run resumed from a checkpoint
+     after the change starts at the checkpoint's period, not optim.sync_every.
 
 usage: test_adapt.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
 import json
@@ -95,7 +96,8 @@ check(all(r["bucket_mb"] <= 1 for r in rows if r["step"] >= 36) and all(b <= 1 f
 # Local SGD: the controller picks the period. On a slow link, from an average every step, it lengthens the period at
 # the second counted average (step 3: one alone could be a stalled step), and the averages (the steps that send the
 # parameters) follow the new period.
-out, rows = run("adapt_local", *slow, "comm.adapt=true", "optim.sync_every=1", "comm.adapt_sync_every_max=8")
+local = [*slow, "comm.adapt=true", "optim.sync_every=1", "comm.adapt_sync_every_max=8", "run.checkpoint_every=10"]
+out, rows = run("adapt_local", *local)
 decisions = [r for r in rows if "adapt" in r]
 check(all(r.get("sync_every", 0) > 0 and "bucket_mb" not in r for r in rows), "every row carries its period")
 check(decisions and decisions[0]["step"] == 3 and "sync_every 1 -> " in decisions[0]["adapt"],
@@ -110,6 +112,13 @@ for r in rows:
         last = r["step"]
 check(rows[3]["sync_every"] > 1 and averaged == want,
       f"averages at steps {averaged}, where the periods put them ({want})")
+# The checkpoint due at step 10 is written at the first average from there on, with the period of the steps after it.
+ckpt = min(s for s in want if s >= 10)
+period = rows[ckpt]["sync_every"]  # step ckpt + 1's
+out, resumed = run("adapt_local_resumed", *local, "run.resume=" + os.path.join(
+    work, "adapt_local", "checkpoints", f"step_{ckpt:08d}"))
+check(f"resumes at the checkpoint's period, {period} steps" in out and resumed[0]["sync_every"] == period,
+      f"resumed from the average of step {ckpt}: the period is the checkpoint's ({period} steps), not 1")
 
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
