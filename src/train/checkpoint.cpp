@@ -33,9 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
-
-
 std::vector<char> read_bytes(const std::string& path) {
   require_regular_file(path, "checkpoint file");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
@@ -443,7 +440,7 @@ void load_checkpoint_fields(const CheckpointInfo& info, const ParamTable& table,
 }
 
 void load_checkpoint(const CheckpointInfo& info, const ParamTable& table, const ParamStateSink& sink) {
-  load_checkpoint_fields(info, table, {kKinds[0], kKinds[1], kKinds[2]},
+  load_checkpoint_fields(info, table, {kMasterKind, kExpAvgKind, kExpAvgSqKind},
                          [&](int p, const std::vector<const float*>& v) { sink(p, v[0], v[1], v[2]); });
 }
 

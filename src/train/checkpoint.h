@@ -37,8 +37,12 @@
 namespace mt {
 
 
-// One fp32 field of a piece, viewed where it lives: its kind names the tensors it becomes ("master", "exp_avg",
-// "exp_avg_sq", or local SGD's below).
+// The kinds of fp32 field a checkpoint holds per parameter (its tensors' names begin with them): the masters and
+// AdamW moments, and local SGD's outer momentum (its other replicas' moments are "replica<d>/" + a moment's kind).
+inline constexpr char kMasterKind[] = "master", kExpAvgKind[] = "exp_avg", kExpAvgSqKind[] = "exp_avg_sq",
+                      kOuterVelocityKind[] = "outer_velocity";
+
+// One fp32 field of a piece, viewed where it lives: its kind names the tensors it becomes.
 struct CheckpointField {
   std::string kind;
   const float* data = nullptr;

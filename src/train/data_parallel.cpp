@@ -41,7 +41,7 @@ void DataParallel::set_weights(PipelineChunks& model, const Tensor& part, int64_
 }
 
 void DataParallel::restore_from(TrainingRun& r, const CheckpointInfo& info) {
-  if (r.mesh.rank() == 0 && checkpoint_has(info, replica_kind(1, "exp_avg")))
+  if (r.mesh.rank() == 0 && checkpoint_has(info, replica_kind(1, kExpAvgKind)))
     spdlog::info("the checkpoint was written under local SGD, whose replicas each kept their own optimizer moments: "
                  "this run takes replica 0's");
 }
@@ -380,10 +380,11 @@ class LocalSgdStrategy final : public DataParallel {
       if (g.numel == 0 || !g.in_norm) continue;
       auto host = [&](const Tensor& t) { return checkpoint_host_view(shard, t); };
       if (d > 0)
-        shard.pieces.push_back({g.offset, g.numel, {{replica_kind(d, "exp_avg"), host(r.opt->exp_avg_view(g))},
-                                                    {replica_kind(d, "exp_avg_sq"), host(r.opt->exp_avg_sq_view(g))}}});
+        shard.pieces.push_back({g.offset, g.numel, {{replica_kind(d, kExpAvgKind), host(r.opt->exp_avg_view(g))},
+                                                    {replica_kind(d, kExpAvgSqKind),
+                                                     host(r.opt->exp_avg_sq_view(g))}}});
       else
-        shard.pieces.push_back({g.offset, g.numel, {{"outer_velocity", host(velocity.slice(g.offset, {g.numel}))}}});
+        shard.pieces.push_back({g.offset, g.numel, {{kOuterVelocityKind, host(velocity.slice(g.offset, {g.numel}))}}});
     }
   }
 
@@ -392,17 +393,17 @@ class LocalSgdStrategy final : public DataParallel {
   void restore_from(TrainingRun& r, const CheckpointInfo& info) override {
     const int d = r.mesh.dp_rank(), replicas = r.mesh.dp();
     const ParamTable& t = r.model->table();
-    if (d > 0 && checkpoint_has(info, replica_kind(d, "exp_avg"))) {
-      load_checkpoint_fields(info, t, {"master", replica_kind(d, "exp_avg"), replica_kind(d, "exp_avg_sq")},
+    if (d > 0 && checkpoint_has(info, replica_kind(d, kExpAvgKind))) {
+      load_checkpoint_fields(info, t, {kMasterKind, replica_kind(d, kExpAvgKind), replica_kind(d, kExpAvgSqKind)},
                              [&](int p, const std::vector<const float*>& x) {
                                r.opt->load_state(t[p].offset, t[p].numel(), x[0], x[1], x[2]);
                              });
       restore_replica_counters(r, info, d);
     }
     const Tensor velocity = local_->velocity();
-    const bool outer = velocity.defined() && checkpoint_has(info, "outer_velocity");
+    const bool outer = velocity.defined() && checkpoint_has(info, kOuterVelocityKind);
     if (outer)
-      load_checkpoint_fields(info, t, {"outer_velocity"}, [&](int p, const std::vector<const float*>& x) {
+      load_checkpoint_fields(info, t, {kOuterVelocityKind}, [&](int p, const std::vector<const float*>& x) {
         copy_convert(velocity.slice(t[p].offset, {t[p].numel()}),
                      Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32));
       });
@@ -410,7 +411,7 @@ class LocalSgdStrategy final : public DataParallel {
     if (adapt_) resume_period(r, info);
     if (r.mesh.rank() != 0) return;
     int held = 1;  // the replicas whose moments the checkpoint holds
-    while (checkpoint_has(info, replica_kind(held, "exp_avg"))) ++held;
+    while (checkpoint_has(info, replica_kind(held, kExpAvgKind))) ++held;
     if (held < replicas)
       spdlog::warn("local SGD: the checkpoint holds the optimizer moments of {} replica{}: {} start{} from replica "
                    "0's, so the run does not continue as an uninterrupted one would", held, held > 1 ? "s" : "",

@@ -27,9 +27,9 @@ CheckpointShard checkpoint_shard(const PipelineChunks& model, const Tensor& para
   if (zero || mesh.replica_rank() == 0)
     for (const OptimSegment& g : opt.segments())
       if (g.numel > 0 && g.in_norm)
-        shard.pieces.push_back({g.offset, g.numel, {{"master", host(opt.master_view(g, params))},
-                                                    {"exp_avg", host(opt.exp_avg_view(g))},
-                                                    {"exp_avg_sq", host(opt.exp_avg_sq_view(g))}}});
+        shard.pieces.push_back({g.offset, g.numel, {{kMasterKind, host(opt.master_view(g, params))},
+                                                    {kExpAvgKind, host(opt.exp_avg_view(g))},
+                                                    {kExpAvgSqKind, host(opt.exp_avg_sq_view(g))}}});
   shard.rank = mesh.rank();
   shard.world = mesh.world_size();
   return shard;

@@ -172,6 +172,8 @@ if at is not None:
 local = ["optim.sync_every=4", "optim.name=adamw"]
 status, out, seen = signalled("local_sgd", 2, local + slow, lambda p: p.send_signal(signal.SIGTERM))
 at = stopped_step(out)
+# Rows are written at the averages, so `seen` is one (4): the signal lands in the next period and the vote at its end
+# (8) sees it; +8 leaves one more period for a signal that reaches the ranks after that vote.
 check(status == 0 and at is not None and at % 4 == 0 and seen <= at <= seen + 8 and complete("local_sgd", at),
       f"local SGD: stopped at the average of step {at} (rows written {seen}) with a complete checkpoint")
 run("local_sgd_reference", 2, *local, *slow)
