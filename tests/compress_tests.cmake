@@ -8,3 +8,8 @@ foreach(np 2 3)
   set_tests_properties(grad_compress_np${np} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120
                        PROCESSORS ${np})
 endforeach()
+# The trainer end to end with compression on 2 replicas of 2 pipeline stages (tests/py/test_compress_runs.py).
+add_test(NAME compress_runs
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_compress_runs.py $<TARGET_FILE:trainer>
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/test_work/compress_runs ${MPIEXEC_EXECUTABLE})
+set_tests_properties(compress_runs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300 PROCESSORS 2)

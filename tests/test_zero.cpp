@@ -174,6 +174,20 @@ TEST_CASE("gradient buckets: a quarter of the size within bucket_bytes of either
   }
 }
 
+TEST_CASE("gradient buckets cut at given offsets: a range of its own, the rest untouched", "[zero]") {
+  const std::vector<Bucket> b = {{0, 10}, {10, 30}, {30, 40}};
+  auto cut = [&](std::vector<int64_t> at) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const Bucket& k : cut_buckets(b, at)) out.emplace_back(k.begin, k.end);
+    return out;
+  };
+  using V = std::vector<std::pair<int64_t, int64_t>>;
+  CHECK(cut({}) == V{{0, 10}, {10, 30}, {30, 40}});
+  CHECK(cut({0, 10, 40}) == V{{0, 10}, {10, 30}, {30, 40}});  // at the edges: nothing to cut
+  CHECK(cut({24, 14, 24}) == V{{0, 10}, {10, 14}, {14, 24}, {24, 30}, {30, 40}});
+  CHECK(cut({32, 40}) == V{{0, 10}, {10, 30}, {30, 32}, {32, 40}});  // the last parameter alone
+}
+
 TEST_CASE("unit buckets: within a unit, at most the bucket size unless one parameter is larger", "[zero]") {
   const ParamTable t = gpt_param_table(gpt2(3));
   const std::vector<GradUnit> units = grad_units(t, true, false);

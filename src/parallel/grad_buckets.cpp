@@ -53,6 +53,23 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int64_t total_numel, s
   return out;
 }
 
+std::vector<Bucket> cut_buckets(const std::vector<Bucket>& buckets, const std::vector<int64_t>& cuts) {
+  std::vector<Bucket> out;
+  for (Bucket b : buckets) {
+    std::vector<int64_t> inside;
+    for (int64_t c : cuts)
+      if (c > b.begin && c < b.end) inside.push_back(c);
+    std::sort(inside.begin(), inside.end());
+    inside.erase(std::unique(inside.begin(), inside.end()), inside.end());
+    for (int64_t c : inside) {
+      out.push_back({b.begin, c});
+      b.begin = c;
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
 GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero, DType wire,
                          const ParamTable& table, const CompressOptions& compress, Communicator* host_group)
     : dp_(dp), grads_(grads), buckets_(std::move(buckets)), zero_(zero), method_(compress.method) {
@@ -128,19 +145,19 @@ void GradReducer::finish() {
 }
 
 // Every bucket's second phase first (PowerSGD's Q all-reduces then travel while later buckets compute), then
-// the decoding. The averaged gradients are the same on every rank, so is the verdict on their finiteness: a
-// non-finite step (an fp16 overflow, which the optimizer skips) clears every residual, which it has poisoned.
+// the decoding.
 void GradReducer::finish_compressed() {
   for (auto& c : compressors_) c->exchange();
   for (auto& c : compressors_) c->complete();
   next_ = 0;
   armed_ = false;
-  const Tensor& averaged = staged_.defined() ? staged_ : grads_;
   if (staged_.defined())  // the decoded averages back to the GPU
     for (const Bucket& k : buckets_)
       copy_convert(grads_.slice(k.begin, {k.numel()}), staged_.slice(k.begin, {k.numel()}));
-  if (!all_finite(averaged))
-    for (auto& c : compressors_) c->reset();
+}
+
+void GradReducer::reset_feedback() {
+  for (auto& c : compressors_) c->reset();
 }
 
 int64_t GradReducer::wire_bytes_per_step() const {

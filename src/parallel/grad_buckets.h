@@ -41,6 +41,9 @@ constexpr double kEdgeBucketShare = 0.25;  // the size of make_buckets' edge buc
 std::vector<Bucket> make_buckets_within(const ParamTable& table, int64_t begin, int64_t end, size_t elem_bytes,
                                         double bucket_bytes);
 
+// `buckets` cut at each of the element offsets `cuts` that falls strictly inside one (into two buckets).
+std::vector<Bucket> cut_buckets(const std::vector<Bucket>& buckets, const std::vector<int64_t>& cuts);
+
 class GradReducer : public ChunkGradSync {
  public:
   // wire: the dtype the buckets travel in (the gradients' own dtype, or BF16 / F16 for fp32 gradients).
@@ -70,6 +73,11 @@ class GradReducer : public ChunkGradSync {
   void grads_ready(int64_t end) override;
   // Launches what is left (all of it when overlap is off) and waits for every bucket.
   void finish();
+  // Forgets the compression's error feedback (residuals zero, PowerSGD's Qs redrawn). The trainer calls it after a
+  // step the optimizer skipped, on every rank alike: an fp16 overflow leaves inf or NaN in residuals, and a skipped
+  // step's gradients should not reach later steps. (Not decided here from this reducer's own averages: the two
+  // copies of the tied embedding, on the first and the last stage, must forget together.)
+  void reset_feedback();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool zero() const { return zero_; }

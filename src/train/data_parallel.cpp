@@ -139,6 +139,7 @@ class Synchronous : public DataParallel {
     }
     if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, zero_on_);
     optimizer_update(r, step, sharded_grads_ ? red_.shard_grads : r.model->grads(), false, prof, out);
+    if (!out.applied) reset_feedback(red_);  // the compression's error feedback (GradReducer::reset_feedback)
   }
   // ZeRO-1 and -2: each parameter read waits for its own bucket of the gather after the optimizer (param_gather.h).
   void use_reducers(ChunkReducers r) {

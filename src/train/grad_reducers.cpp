@@ -119,16 +119,24 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   compress.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
   const DType wire = cfg.precision.grad_reduce;
   // Per chunk, buckets over its part of the flat gradient buffer. The tied wte copy is held back from the
-  // backward pass's launches until it has been summed between the first and last stage.
+  // backward pass's launches until it has been summed between the first and last stage. Its two copies then hold
+  // the same gradient and must stay equal, but the compressors encode whole buckets (int8's blocks, topk's k
+  // largest), and the other parameters in a bucket differ between the stages: there the copy gets a bucket of its
+  // own, the same on both.
   for (int c = 0; c < model.size(); ++c) {
     const GPT& chunk = model.chunk(c);
-    out.owned[c] = std::make_unique<GradReducer>(
-        dp, chunk.grads(),
-        make_buckets(chunk.table(), chunk.table().total_numel(), dtype_size(chunk.grad_dtype()),
-                     cfg.comm.bucket_mb * 1048576.0),
-        zero, wire, chunk.table(), compress, host_dp);
+    const ParamTable& table = chunk.table();
+    std::vector<Bucket> buckets =
+        make_buckets(table, table.total_numel(), dtype_size(chunk.grad_dtype()), cfg.comm.bucket_mb * 1048576.0);
+    if (c == model.tied_chunk() && compress_with_feedback(compress.method)) {
+      const int p = model.tied_param();
+      const int64_t end = p + 1 < table.size() ? table[p + 1].offset : table.total_numel();
+      buckets = cut_buckets(buckets, {table[p].offset, end});
+    }
+    out.owned[c] = std::make_unique<GradReducer>(dp, chunk.grads(), std::move(buckets), zero, wire, table, compress,
+                                                 host_dp);
     out.hooks[c].reducer = out.owned[c].get();
-    if (c == model.tied_chunk()) out.hooks[c].ready_limit = chunk.table()[model.tied_param()].offset;
+    if (c == model.tied_chunk()) out.hooks[c].ready_limit = table[model.tied_param()].offset;
     if (zero) {
       out.gathers[c] = std::make_unique<ParamGather>(dp, out.owned[c]->buckets());
       out.hooks[c].gather = out.gathers[c].get();
@@ -157,6 +165,11 @@ void finish_reductions(ChunkReducers& r) {
     if (r.owned[c]) r.owned[c]->finish();
     if (r.sharded[c]) r.sharded[c]->finish();
   }
+}
+
+void reset_feedback(ChunkReducers& r) {
+  for (auto& red : r.owned)
+    if (red) red->reset_feedback();
 }
 
 void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tensor& flat) {

@@ -46,6 +46,8 @@ ShardedGradsOptions sharded_grads_options(const Config& cfg, int dp, DType compu
 inline bool reduces(const ChunkReducers& r) { return !r.owned.empty() && (r.owned[0] || r.sharded[0]); }
 // The step's end: every chunk's reductions launched and waited for (chunk v-1 first).
 void finish_reductions(ChunkReducers& r);
+// After a step the optimizer skipped: every chunk's compression forgets its error feedback.
+void reset_feedback(ChunkReducers& r);
 // ZeRO-1 and -2: every dp rank's updated shards of `flat` (laid out like model.params()) gathered in place.
 void all_gather_params(ChunkReducers& r, const PipelineChunks& model, const Tensor& flat);
 // ZeRO-1 and -2: the model's parameters gathered in the background (param_gather.h), chunk 0 first (the next

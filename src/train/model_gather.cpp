@@ -1,6 +1,9 @@
 // Gathering the full model from its shards (see model_gather.h).
 #include "train/model_gather.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
 
 #include "model/tp_shard.h"
@@ -15,6 +18,24 @@ int64_t full_numel(const ParamTable& t) {
   int64_t n = 0;
   for (const ParamSpec& s : t.specs()) n += s.full_numel();
   return n;
+}
+
+// The tied wte's two copies (stage 0's embedding, the last stage's head) are updated apart, from the same summed
+// gradient: any difference is a bug (the drift of gradient compression's per-bucket encodings was one). A rank's
+// CHECK here ends the whole run (the trainer aborts every rank), so nothing waits for rank 0.
+void check_copies_equal(const std::string& name, const std::vector<float>& first, const std::vector<float>& other,
+                        int stage, int stages) {
+  CHECK(first.size() == other.size(), "gathering the model: {} has {} elements on stage 0 and {} on stage {}", name,
+        first.size(), other.size(), stage);
+  if (std::memcmp(first.data(), other.data(), first.size() * sizeof(float)) == 0) return;
+  int64_t differ = 0;
+  double most = 0;
+  for (size_t i = 0; i < first.size(); ++i)
+    if (std::memcmp(&first[i], &other[i], sizeof(float)) != 0)
+      ++differ, most = std::max(most, std::fabs(double(first[i]) - double(other[i])));
+  CHECK(false, "gathering the model: the copies of {} on stage 0 and stage {} of {} differ in {} of {} elements (by up "
+        "to {:.3e}): the tied embedding's copies drifted apart during training", name, stage, stages, differ,
+        first.size(), most);
 }
 
 }  // namespace
@@ -53,8 +74,10 @@ void write_gathered_safetensors(const std::string& path, const PipelineChunks& m
     comms.pp->recv(Tensor(packed.data(), {int64_t(packed.size())}, DType::F32), r, kGatherTag);
     size_t at = 0;
     for (const ParamSpec& s : t.specs()) {
-      by_name.emplace(s.name, std::vector<float>(packed.begin() + at, packed.begin() + at + s.full_numel()));
+      std::vector<float> values(packed.begin() + at, packed.begin() + at + s.full_numel());
       at += s.full_numel();
+      auto [it, added] = by_name.emplace(s.name, std::move(values));
+      if (!added) check_copies_equal(s.name, it->second, values, r, mesh.pp());
     }
   }
   // 3. The single-rank model's layout and names.
