@@ -156,6 +156,13 @@ void GradReducer::finish_compressed() {
       copy_convert(grads_.slice(k.begin, {k.numel()}), staged_.slice(k.begin, {k.numel()}));
 }
 
+std::vector<LowRankState> GradReducer::low_rank_state() {
+  std::vector<LowRankState> out;
+  for (auto& c : compressors_)
+    for (LowRankState& s : c->low_rank_state()) out.push_back(std::move(s));
+  return out;
+}
+
 void GradReducer::reset_feedback() {
   for (auto& c : compressors_) c->reset();
 }

@@ -85,6 +85,8 @@ class GradReducer : public ChunkGradSync {
   CompressMethod compress_method() const { return method_; }
   // Error-feedback residuals (int8, topk, powersgd), laid out like the gradients; undefined otherwise.
   const Tensor& residual() const { return residual_; }
+  // PowerSGD's Qs and draw counts, every bucket's (empty for the other methods).
+  std::vector<LowRankState> low_rank_state();
   // Payload bytes this rank contributes to the dp collectives per step (what CommEvent::bytes and so
   // metrics.jsonl's comm_bytes count); docs/compression.md gives the formula of each method.
   int64_t wire_bytes_per_step() const;

@@ -78,6 +78,15 @@ PowerSgdLayout powersgd_layout(const ParamTable& table, const Bucket& bucket, in
 // columns; vanished[j] (if given, size cols) tells which.
 int orthonormalize_columns(float* a, int64_t rows, int cols, std::vector<bool>* vanished = nullptr);
 
+// PowerSGD's state besides the residual, per compressed matrix, viewed where it lives: Q (cols x rank, row-major;
+// the warm start of the next step, the same on every rank of the group) and how many times it was drawn (redraws
+// continue that count). Checkpoints save and restore it through these views.
+struct LowRankState {
+  std::string name;  // the parameter's
+  Tensor q;
+  uint64_t* draws = nullptr;
+};
+
 // ---- one bucket's compressor ----
 // The reducer calls, per step: launch() from the backward pass's hook when the bucket's gradients are final
 // (adds the residual, encodes, keeps the new residual, issues the first collectives); then, in finish(),
@@ -96,6 +105,7 @@ class BucketCompressor {
   virtual int64_t wire_bytes() const = 0;
   // Bytes kept from one step to the next besides the residual (PowerSGD's Q), and scratch buffers.
   virtual int64_t state_bytes() const { return 0; }
+  virtual std::vector<LowRankState> low_rank_state() { return {}; }
   virtual int64_t buffer_bytes() const = 0;
 };
 

@@ -98,6 +98,15 @@ class PowerSgdCompressor final : public BucketCompressor {
     }
   }
 
+  std::vector<LowRankState> low_rank_state() override {
+    std::vector<LowRankState> out;
+    for (size_t i = 0; i < L_.matrices.size(); ++i) {
+      const LowRankMatrix& m = L_.matrices[i];
+      out.push_back({m.name, q_.slice(q_off_[i], {m.cols * m.rank}), &draws_[i]});
+    }
+    return out;
+  }
+
   void reset() override {
     zero_(e_);
     for (size_t i = 0; i < L_.matrices.size(); ++i) draw_q(i, std::vector<bool>(L_.matrices[i].rank, true));

@@ -172,6 +172,7 @@ std::string write_checkpoint(const std::string& root, const Config& cfg, const T
         out.push_back({fmt::format("{}/{}/{}", f.kind, s.name, piece.offset - s.offset), DType::F32, {piece.numel},
                        f.data});
     }
+    for (const CheckpointTensor& t : shard.tensors) out.push_back({t.name, DType::F32, {t.numel}, t.data});
     size = write_safetensors(dir + "/" + rank_file_name(shard.rank), out, meta, &sum);
   } catch (const std::exception& e) {
     error = e.what();

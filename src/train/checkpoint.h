@@ -13,6 +13,10 @@
 //       replica 0 the outer Nesterov momentum as "outer_velocity/...": readers that know only the three kinds above
 //       read replica 0's state. Replica d's files also carry its own counters in __metadata__ ("local_sgd_replica",
 //       "local_sgd_state": AdamW's step count, the loss scaler's state and the non-finite steps it skipped).
+//       Under comm.compress int8, topk or powersgd every rank writes its error-feedback residual as
+//       "replica<q>/compress_residual/..." (q: its rank in the data-parallel group), and under powersgd the first
+//       rank of each replica group the Qs as "powersgd_q/<param>/tp<t>of<T>" (the draw counts in __metadata__);
+//       under comm.adapt __metadata__ holds the bucket size and compression in force ("comm_adapt_setting").
 //   meta.json  written by rank 0 once every rank file is in place: format and version, step, AdamW's step count,
 //       the loss scaler, the data position and seed, the model's shape, the mesh that wrote it, every file's size
 //       and checksum, and the resolved config.
@@ -40,7 +44,7 @@ namespace mt {
 // The kinds of fp32 field a checkpoint holds per parameter (its tensors' names begin with them): the masters and
 // AdamW moments, and local SGD's outer momentum (its other replicas' moments are "replica<d>/" + a moment's kind).
 inline constexpr char kMasterKind[] = "master", kExpAvgKind[] = "exp_avg", kExpAvgSqKind[] = "exp_avg_sq",
-                      kOuterVelocityKind[] = "outer_velocity";
+                      kOuterVelocityKind[] = "outer_velocity", kResidualKind[] = "compress_residual";
 
 // One fp32 field of a piece, viewed where it lives: its kind names the tensors it becomes.
 struct CheckpointField {
@@ -55,11 +59,19 @@ struct CheckpointPiece {
   std::vector<CheckpointField> fields;
 };
 
+// An fp32 tensor written as it is, under its own name (state not laid out like a parameter: PowerSGD's Qs).
+struct CheckpointTensor {
+  std::string name;
+  const float* data = nullptr;
+  int64_t numel = 0;
+};
+
 // This rank's part of a checkpoint: its parameter table (all its pipeline chunks), the pieces it writes, and its
 // place in the world.
 struct CheckpointShard {
   const ParamTable* table = nullptr;
   std::vector<CheckpointPiece> pieces;
+  std::vector<CheckpointTensor> tensors;
   std::vector<Tensor> host_copies;  // state that lives on a GPU, downloaded for the write: the pieces point here
   std::map<std::string, std::string> metadata;  // added to the rank file's __metadata__
   int rank = 0, world = 1;

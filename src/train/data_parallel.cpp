@@ -17,6 +17,7 @@
 #include "train/sync_period_adapt.h"
 #include "train/train_step.h"
 #include "train/training_run.h"
+#include "train/compress_checkpoint.h"
 #include "train/zero_shards.h"
 
 namespace mt {
@@ -97,7 +98,7 @@ class Synchronous : public DataParallel {
   bool shards_optimizer() const override { return zero_on_; }
 
   void attach(TrainingRun& r) override {
-    if (r.cfg.comm.adapt) build_adapt(r.mesh.rank() == 0);
+    if (r.cfg.comm.adapt) build_adapt(r.mesh.rank() == 0, {r.cfg.comm.bucket_mb, r.cfg.comm.compress});
   }
 
   void begin_step(PipelineChunks& model) override {
@@ -117,6 +118,15 @@ class Synchronous : public DataParallel {
 
   bool adapts() const override { return adapt_ != nullptr; }
   void adapt_after_step(TrainingRun& r, int, bool, const AdaptSample& sample, StepMetrics& row) override;
+
+  // Compression's error feedback (every rank's residual, PowerSGD's Qs) and comm.adapt's setting in force.
+  void add_to_checkpoint(TrainingRun&, CheckpointShard& shard) override {
+    if (adapt_)
+      shard.metadata[kAdaptSettingKey] =
+          fmt::format("{:.17g} {}", adapt_->setting().bucket_mb, name_of(adapt_->setting().compress));
+    add_compression_state(red_, model_, mesh_, shard);
+  }
+  void restore_from(TrainingRun& r, const CheckpointInfo& info) override;
 
   void wait_params() override { wait_param_gathers(red_); }
   void gather_shards(const PipelineChunks& model, const Tensor& flat) override {
@@ -156,8 +166,12 @@ class Synchronous : public DataParallel {
     return make_grad_reducers(c, model_, *comms_.dp, mesh_.replicas(), log, comms_.dp_host.get());
   }
   // comm.adapt: the controller, told how many bytes each allowed compression puts on the wire per gradient byte
-  // (measured by building its reducers once, here at the start).
-  void build_adapt(bool log);
+  // (measured by building its reducers once, here at the start), starting from `start`.
+  void build_adapt(bool log, const AdaptSetting& start);
+  // comm.adapt: the setting the checkpoint's run was in, where this run allows it, is where the controller starts
+  // again (its measurements start afresh). Every rank reads the same value.
+  void resume_adapt_setting(TrainingRun& r, const CheckpointInfo& info);
+  static constexpr char kAdaptSettingKey[] = "comm_adapt_setting";  // in the rank files' __metadata__
 
   const Config& cfg_;
   const DeviceMesh& mesh_;
@@ -168,7 +182,7 @@ class Synchronous : public DataParallel {
   std::unique_ptr<CommController> adapt_;
 };
 
-void Synchronous::build_adapt(bool log) {
+void Synchronous::build_adapt(bool log, const AdaptSetting& start) {
   const CommConfig& cm = cfg_.comm;
   AdaptLimits limits;
   limits.min_bucket_mb = cm.adapt_bucket_mb_min;
@@ -187,13 +201,66 @@ void Synchronous::build_adapt(bool log) {
   std::vector<std::pair<CompressMethod, double>> factors;
   for (CompressMethod m : limits.methods) factors.emplace_back(m, wire(m) / plain);
   const double grad_mb = double(mt::gradient_bytes(red_, model_)) / 1048576.0;
-  adapt_ = std::make_unique<CommController>(limits, AdaptSetting{cm.bucket_mb, cm.compress}, grad_mb, factors);
+  adapt_ = std::make_unique<CommController>(limits, start, grad_mb, factors);
   if (log) {
     std::string methods;
     for (const auto& [m, f] : factors) methods += fmt::format("{}{} ({:.3f} of the bytes)", methods.empty() ? "" : ", ",
                                                               name_of(m), f);
     spdlog::info("comm.adapt: bucket size {:g}..{:g} MiB, compression among {}; a decision every {} steps",
                  limits.min_bucket_mb, limits.max_bucket_mb, methods, limits.every);
+  }
+}
+
+void Synchronous::restore_from(TrainingRun& r, const CheckpointInfo& info) {
+  DataParallel::restore_from(r, info);
+  if (adapt_) resume_adapt_setting(r, info);
+  const std::vector<std::string> afresh = restore_compression_state(red_, model_, mesh_, info);
+  if (r.mesh.rank() != 0) return;
+  int held = 0;  // the replicas whose residuals the checkpoint holds
+  while (checkpoint_has(info, residual_kind(held))) ++held;
+  const bool feedback = red_.owned[0] && red_.owned[0]->residual().defined();
+  const char* method = red_.owned[0] ? name_of(red_.owned[0]->compress_method()) : "none";
+  if (!feedback) {
+    if (held)
+      spdlog::info("the checkpoint holds the gradient compression's error feedback of {} replicas, which this run "
+                   "does not use ({})", held, red_.owned[0] ? fmt::format("comm.compress={}", method)
+                                                            : std::string("it reduces no gradients over dp"));
+    return;
+  }
+  for (const std::string& a : afresh)
+    spdlog::warn("comm.compress={}: {}, so the run does not continue as an uninterrupted one would", method, a);
+  if (held && held < mesh_.replicas())
+    spdlog::warn("comm.compress={}: the checkpoint holds the error-feedback residuals of {} replicas: replicas {}-{} "
+                 "start from zero", method, held, held, mesh_.replicas() - 1);
+  if (held >= mesh_.replicas() && afresh.empty())
+    spdlog::info("comm.compress={}: each of the {} replicas resumes its error-feedback residual{}", method,
+                 mesh_.replicas(), red_.owned[0]->low_rank_state().empty() ? "" : ", and PowerSGD its Qs");
+}
+
+void Synchronous::resume_adapt_setting(TrainingRun& r, const CheckpointInfo& info) {
+  const CommConfig& cm = r.cfg.comm;
+  for (const SafetensorsFile& f : info.files) {
+    const auto it = f.metadata().find(kAdaptSettingKey);
+    if (it == f.metadata().end()) continue;
+    std::istringstream in(it->second);
+    AdaptSetting s;
+    std::string method, bad;
+    std::vector<CompressMethod> parsed, allowed;
+    if (!(in >> s.bucket_mb >> method) || !parse_compress_list(method, parsed, bad) || parsed.size() != 1)
+      input_error("checkpoint file {}: bad {} '{}'", f.path(), kAdaptSettingKey, it->second);
+    s.compress = parsed[0];
+    parse_compress_list(cm.adapt_compress, allowed, bad);  // validated
+    if (allowed.empty()) allowed = {cm.compress};
+    if (s.bucket_mb < cm.adapt_bucket_mb_min || s.bucket_mb > cm.adapt_bucket_mb_max ||
+        std::find(allowed.begin(), allowed.end(), s.compress) == allowed.end() || s == adapt_->setting())
+      return;
+    if (r.mesh.rank() == 0)
+      spdlog::info("comm.adapt: resumes at the checkpoint's setting, bucket {:g} MiB and compression {} "
+                   "(comm.bucket_mb={}, comm.compress={})", s.bucket_mb, name_of(s.compress), cm.bucket_mb,
+                   name_of(cm.compress));
+    use_reducers(reducers_for(s, false));
+    build_adapt(false, s);
+    return;
   }
 }
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/device.h"
-#include "parallel/grad_compress.h"
 
 namespace mt {
 
@@ -117,25 +116,11 @@ std::vector<std::string> resume_changes(const std::string& yaml, const Config& c
 
 std::vector<std::string> resume_restarts(const Config& cfg) {
   std::vector<std::string> out;
-  const CommConfig& c = cfg.comm;
-  std::vector<CompressMethod> methods;  // what the run may use: comm.compress, and what comm.adapt may switch to
-  std::string bad;
-  if (c.adapt) parse_compress_list(c.adapt_compress, methods, bad);
-  methods.push_back(c.compress);
-  const bool feedback = std::any_of(methods.begin(), methods.end(), compress_with_feedback);
-  const bool listed = c.adapt && !c.adapt_compress.empty();
-  if (feedback)
-    out.push_back(fmt::format("comm.compress={}{}: the error-feedback residuals (and PowerSGD's Qs) are not in "
-                              "checkpoints and start afresh, so this run does not continue bit for bit as an "
-                              "uninterrupted one would (docs/compression.md)", name_of(c.compress),
-                              listed ? fmt::format(" (comm.adapt_compress={})", c.adapt_compress) : ""));
-  if (c.adapt && cfg.optim.sync_every > 0)
-    out.push_back("comm.adapt: the controller's measurements are not in checkpoints; it starts again from the "
-                  "checkpoint's local SGD period and measures afresh, so this run may choose other periods than an "
-                  "uninterrupted one would");
-  else if (c.adapt)
-    out.push_back(fmt::format("comm.adapt: the controller's fits and choices are not in checkpoints; it starts again "
-                              "from comm.bucket_mb={} and comm.compress={}", c.bucket_mb, name_of(c.compress)));
+  if (!cfg.comm.adapt) return out;
+  const std::string what = cfg.optim.sync_every > 0 ? "local SGD period" : "bucket size and compression";
+  out.push_back(fmt::format("comm.adapt: the controller's measurements are not in checkpoints; it starts again from "
+                            "the checkpoint's {} and measures afresh, so this run may choose other {} than an "
+                            "uninterrupted one would", what, cfg.optim.sync_every > 0 ? "periods" : "settings"));
   return out;
 }
 

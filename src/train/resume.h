@@ -40,8 +40,8 @@ CheckpointInfo restore_checkpoint(const std::string& dir, const Config& cfg, con
 // run, a larger batch), but it reshapes the run mid-way without a word otherwise.
 std::vector<std::string> resume_changes(const std::string& yaml, const Config& cfg, int64_t step);
 
-// The state a resumed run starts afresh because checkpoints do not hold it, each a warning: the error-feedback
-// residuals of comm.compress (int8, topk, powersgd, or those comm.adapt_compress allows) and comm.adapt's controller.
+// The state a resumed run starts afresh because checkpoints do not hold it, each a warning: comm.adapt's
+// controller's measurements (it starts again from the setting the checkpoint holds).
 std::vector<std::string> resume_restarts(const Config& cfg);
 
 }  // namespace mt

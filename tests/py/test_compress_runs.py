@@ -7,8 +7,16 @@
      int8 on 2 x 2 x 2 whose last rank overflows at step 3 in a block's weight (its tensor-parallel shard; the
      vocabulary is 128 so that the second tp rank's wte shard holds real rows, not only padding): the skipped step
      clears every stage's error feedback alike, not only the reducers whose own averages were non-finite.
+  2. checkpoints hold the error feedback: int8 on 2 x 1 x 2 and powersgd (rank 2) on 2 x 2 x 2, 8 steps with a
+     checkpoint at step 4, resumed from it into another run directory: steps 5-8 and the export are exactly the
+     uninterrupted run's (each rank's residual, and PowerSGD's Qs and draw counts, are in the checkpoint). The
+     powersgd checkpoint resumed on 4 x 1 x 1 warns that replicas 2-3 start from zero and that the Qs (written for
+     tp 2) start from a fresh draw, and runs on.
+  3. comm.adapt: a run that chose 1 MiB buckets without compression, resumed under comm.bucket_mb=4 and
+     comm.compress=powersgd, goes on at 1 MiB without compression (the checkpoint holds the setting in force).
 
 usage: test_compress_runs.py TRAINER SOURCE_DIR WORK_DIR MPIEXEC"""
+import json
 import os
 import shutil
 import subprocess
@@ -33,7 +41,8 @@ def check(cond, what):
 
 def run(name, *sets, env=None, ranks=4):
     d = os.path.join(work, name)
-    cmd = [mpiexec, "-n", str(ranks), trainer] + base + [a for s in sets for a in ("--set", s)] + ["--set", f"run.dir={d}"]
+    cmd = [mpiexec, "-n", str(ranks), trainer] + base + [a for s in sets for a in ("--set", s)]
+    cmd += ["--set", f"run.dir={d}"]
     e = dict(os.environ, OMP_NUM_THREADS="1")
     e.pop("MESHTRAIN_INJECT", None)
     e.update(env or {})
@@ -54,6 +63,49 @@ for name, sets, env in [("int8", ["comm.compress=int8"], None),
     check(rc == 0 and not drifted, f"{name}: the tied embedding's copies are equal at the end (exit {rc})")
     if name.endswith("overflow"):
         check("step 3: gradient overflow" in log, f"{name}: step 3 overflowed and was skipped")
+
+
+
+def rows(name):
+    with open(os.path.join(work, name, "metrics.jsonl")) as f:
+        return {r["step"]: r for r in map(json.loads, f)}
+
+
+def same_file(a, b):
+    def read(name):
+        with open(os.path.join(work, name, "model.safetensors"), "rb") as f:
+            return f.read()
+    return read(a) == read(b)
+
+
+# 2. Resumed runs continue bit for bit.
+ckpt = ["train.steps=8", "run.checkpoint_every=4"]
+psgd = ["comm.compress=powersgd", "comm.powersgd_rank=2", "parallel.tp=2", "model.vocab_size=128"]
+for name, sets, ranks in [("int8_ckpt", ["comm.compress=int8"], 4), ("powersgd_ckpt", psgd, 8)]:
+    rc, log = run(name, *sets, *ckpt, ranks=ranks)
+    check(rc == 0, f"{name}: 8 steps with checkpoints (exit {rc})")
+    at4 = os.path.join(work, name, "checkpoints", "step_00000004")
+    rc, log = run(name + "_resumed", *sets, *ckpt, f"run.resume={at4}", ranks=ranks)
+    check(rc == 0 and "resumes its error-feedback residual" in log, f"{name}: resumed from step 4 with its residuals")
+    a, b = rows(name), rows(name + "_resumed")
+    check(all(a[s]["loss"] == b[s]["loss"] for s in range(5, 9)),
+          f"{name}: steps 5-8 as uninterrupted: {[b[s]['loss'] for s in range(5, 9)]}")
+    check(same_file(name, name + "_resumed"), f"{name}: the export is the uninterrupted run's, byte for byte")
+at4 = os.path.join(work, "powersgd_ckpt", "checkpoints", "step_00000004")
+rc, log = run("powersgd_dp4", *psgd[:2], "parallel.dp=4", "parallel.pp=1", "model.vocab_size=128", *ckpt,
+              f"run.resume={at4}")
+check(rc == 0 and "replicas 2-3 start from zero" in log and "fresh draw for" in log,
+      f"powersgd on 4 x 1 x 1 from the 2 x 2 x 2 checkpoint: warned, ran on (exit {rc})")
+
+# 3. comm.adapt resumes in the setting it had chosen.
+adapt = ["parallel.pp=1", "comm.adapt=true", "comm.adapt_compress=none,powersgd", *ckpt]
+rc, _ = run("adapt", *adapt, "comm.bucket_mb=1", ranks=2)
+at4 = os.path.join(work, "adapt", "checkpoints", "step_00000004")
+rc2, log = run("adapt_resumed", *adapt, "comm.bucket_mb=4", "comm.compress=powersgd", f"run.resume={at4}", ranks=2)
+after = rows("adapt_resumed")
+check(rc == 0 and rc2 == 0 and "resumes at the checkpoint's setting, bucket 1 MiB and compression none" in log
+      and all(after[s]["bucket_mb"] == 1 and after[s]["compress"] == "none" for s in range(5, 9)),
+      f"comm.adapt resumed at 1 MiB without compression (exit {rc}, {rc2})")
 
 print("all passed" if ok else "FAILED")
 sys.exit(0 if ok else 1)
