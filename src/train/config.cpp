@@ -385,7 +385,7 @@ void set_int_list(std::vector<int>& out, const KeyDesc& key, const YAML::Node& n
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). yaml-cpp reads
 // other bytes as they are, but its emitter writes them as U+FFFD, so to_yaml could not give such a value back.
-bool valid_utf8(const std::string& s) {
+bool well_formed_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     size_t len;
@@ -418,14 +418,14 @@ void set_field(Config& cfg, const KeyDesc& key, const YAML::Node& node, const st
   if (auto* s = std::get_if<std::string*>(&f)) {
     if (node.IsNull()) { **s = ""; return; }
     if (!node.IsScalar()) bad();
-    if (!valid_utf8(node.Scalar())) bad(" (not valid UTF-8)");
+    if (!well_formed_utf8(node.Scalar())) bad(" (not valid UTF-8)");
     **s = node.Scalar();
     return;
   }
   if (auto* e = std::get_if<EnumField>(&f)) {  // read as a string key, then it must be one of the names
     if (!node.IsNull() && !node.IsScalar()) bad();
     const std::string v = node.IsNull() ? "" : node.Scalar();
-    if (!valid_utf8(v)) bad(" (not valid UTF-8)");
+    if (!well_formed_utf8(v)) bad(" (not valid UTF-8)");
     if (e->set(v)) return;
     std::string list;
     for (const std::string& n : e->names) list += (list.empty() ? "" : ", ") + n;
