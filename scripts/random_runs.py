@@ -12,7 +12,9 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
   resume  four steps with checkpoints on one mesh, resumed to six on another (and a micro-batch size drawn apart):
           steps 5 and 6 within 1e-5 relative of six uninterrupted steps on the first (docs/reliability.md, "Resume
           and resharding"); a quarter of the draws under local SGD on 2 replicas, resumed on 2 replicas of another
-          tp x pp.
+          tp x pp; a quarter with gradient compression (int8, topk, powersgd) on 2 or 4 replicas, resumed on the
+          same mesh and micro-batch, where steps 5 and 6 must equal the uninterrupted run's exactly (the
+          checkpoint holds the error feedback).
   sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
           tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling"), and no
           communicator left alive past MPI_Finalize.
@@ -176,12 +178,21 @@ def check_resume(runner, rnd, d):
         while mesh_dp(ranks2, mesh2) != 2:
             ranks2 = rnd.choice([2, 4])
             mesh2 = draw_mesh(rnd, ranks2)
+    compress = not local_sgd and rnd.random() < 1 / 3
+    if compress:
+        feats = [f for f in feats if not f.startswith(("optim.zero=", "comm.hierarchical", "comm.emulate."))] + [
+            "comm.compress=" + rnd.choice(["int8", "topk", "powersgd"])]
+        ranks = rnd.choice([2, 4])
+        mesh = draw_mesh(rnd, ranks)
+        while mesh_dp(ranks, mesh) < 2:
+            mesh = draw_mesh(rnd, ranks)
+        ranks2, mesh2 = ranks, mesh
     first = base + feats + mesh + ["run.checkpoint_every=2"]
     rc, _, out, cmd = runner.run(ranks, first + ["train.steps=4"], os.path.join(d, "resumed"))
     if rc == 2:
         return None, "refused"
     # Resumed in micro-batches of another size too: the checkpoint holds the step, not the micro-batch.
-    mb2 = ["train.micro_batch=%d" % rnd.choice([1, 2, 4])]
+    mb2 = [] if compress else ["train.micro_batch=%d" % rnd.choice([1, 2, 4])]
     rc2, resumed, out2, cmd2 = (runner.run(ranks2, base + feats + mesh2 + mb2 + ["train.steps=6"],
                                            os.path.join(d, "resumed"))
                                 if rc == 0 else (None, {}, "", []))
@@ -193,9 +204,9 @@ def check_resume(runner, rnd, d):
                 (rc, rc2, rc3, "" if "resum" in out2 else "; no resume logged"), "commands": [cmd, cmd2, cmd3],
                 "tail": (out2 or out).splitlines()[-5:]}, None
     w = worst(resumed, straight, [("train", 5), ("train", 6)])
-    if w > RTOL:
+    if w > (0 if compress else RTOL):
         return {"why": "steps 5-6 %.2e relative from the uninterrupted run's" % w, "commands": [cmd, cmd2, cmd3]}, None
-    return None, "%.1e%s" % (w, " (local SGD)" if local_sgd else "")
+    return None, "%.1e%s" % (w, " (local SGD)" if local_sgd else " (compression)" if compress else "")
 
 
 def check_sample(runner, rnd, d):

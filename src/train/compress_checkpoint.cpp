@@ -53,8 +53,8 @@ std::vector<std::string> restore_compression_state(ChunkReducers& red, const Pip
   if (checkpoint_has(info, kind)) {
     const ParamTable& t = model.table();
     load_checkpoint_fields(info, t, {kind}, [&](int p, const std::vector<const float*>& x) {
-      int c = model.size() - 1;
-      while (c > 0 && model.base(c) > t[p].offset) --c;
+      int c = 0;  // the chunk holding parameter p (chunks need not lie in order in the flat layout)
+      while (t[p].offset < model.base(c) || t[p].offset >= model.base(c) + model.chunk(c).table().total_numel()) ++c;
       Tensor e = red.owned[c]->residual().slice(t[p].offset - model.base(c), {t[p].numel()});
       copy_convert(e, Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32));
     });
