@@ -606,6 +606,52 @@ TEST_CASE("bytes on the wire per step match the documented formulas", "[compress
   }
 }
 
+TEST_CASE("int8 and topk with tp: the parameters tp ranks hold copies of go as they are", "[compress][tp]") {
+  // vector_table's layout, with a and c split over 2 tp ranks and b replicated: as two tp ranks would, the steps
+  // differ in a's and c's values and share b's.
+  auto dp = world();
+  ParamTable t;
+  t.add("a", {600}, {600}, true, Shard{0, 2, 0});
+  t.add("b", {77}, {77}, false);
+  t.add("c", {1002}, {1002}, true, Shard{0, 2, 0});
+  const std::vector<Bucket> buckets = vector_buckets(t);
+  REQUIRE(buckets.size() == 2);
+  const int64_t n = t.total_numel(), b0 = t[1].offset, nb = t[1].numel();
+  for (CompressMethod method : {CompressMethod::Int8, CompressMethod::TopK}) {
+    INFO(name_of(method));
+    CompressOptions o = options(method, 0.1);
+    o.plain_tp_copies = true;
+    std::vector<float> b_avg[2];
+    for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
+      Tensor grads = Tensor::zeros({n}, DType::F32);
+      GradReducer red(*dp, grads, buckets, false, DType::F32, t, o);
+      Recorder rec(*dp);
+      std::vector<float> in = random_input(t, dp->rank(), 0);
+      const std::vector<float> other = random_input(t, dp->rank() + 100, 1);
+      for (int64_t i = 0; i < n; ++i)
+        if (tp_rank == 1 && (i < b0 || i >= b0 + nb)) in[i] = other[i];  // a and c: the other tp rank's shards
+      step(red, grads, in);
+      const std::vector<float> out = values(grads), e = values(red.residual());
+      b_avg[tp_rank].assign(out.begin() + b0, out.begin() + b0 + nb);
+      // b: the plain average (within fp32 rounding of the exact one), nothing held back.
+      for (int64_t i = b0; i < b0 + nb; ++i) {
+        double exact = 0, magnitude = 0;
+        for (int q = 0; q < dp->size(); ++q) {
+          const float x = random_input(t, q, 0)[i];
+          exact += x, magnitude += std::fabs(x);
+        }
+        exact /= dp->size();
+        CHECK(std::fabs(out[i] - exact) <= 2 * kU * magnitude);
+        CHECK(e[i] == 0.0f);
+      }
+      CHECK(max_abs(e) > 0);  // a and c are compressed
+      CHECK(int(rec.events.size()) == 3);  // each bucket's compressed message, and bucket 0's plain all-reduce
+      CHECK(rec.bytes() == red.wire_bytes_per_step());
+    }
+    CHECK(b_avg[0] == b_avg[1]);  // the copies stay equal
+  }
+}
+
 TEST_CASE("every rank ends with the same averaged gradients bit for bit", "[compress][replicas]") {
   // Replicas must not drift: int8 and topk decode the same gathered data in the same order on every rank;
   // powersgd's P^ and Q come from all-reduces, whose results MPI gives every rank alike.

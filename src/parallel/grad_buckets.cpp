@@ -89,7 +89,17 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
       CHECK(table.size() > 0 && table.total_numel() <= grads.numel(), "comm.compress=powersgd needs the table of "
             "the parameters whose gradients it reduces: got {} parameters ({} elements) for {} gradients",
             table.size(), table.total_numel(), grads.numel());
+    group_ = &group;
     for (const Bucket& k : buckets_) {
+      std::vector<ElementRange> plain;
+      if (compress.plain_tp_copies && method_ != CompressMethod::PowerSGD)
+        for (const ParamSpec& s : table.specs())
+          if ((s.shard.whole() || s.shard.copies > 1) && s.offset >= k.begin && s.offset < k.end)
+            plain.push_back({s.offset - k.begin, s.numel()});
+      int64_t n = 0;
+      for (const ElementRange& r : plain) n += r.numel;
+      plain_ranges_.push_back(std::move(plain));
+      plain_.push_back(n ? Tensor::zeros({n}, DType::F32) : Tensor());
       const Tensor g = work.slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
       if (method_ == CompressMethod::Int8) compressors_.push_back(make_int8_compressor(group, g, e));
       if (method_ == CompressMethod::TopK)
@@ -111,6 +121,16 @@ void GradReducer::launch(int b) {
   if (!compressors_.empty()) {
     // Waits for the GPU's backward pass up to here: the host reads the bucket.
     if (staged_.defined()) copy_convert(staged_.slice(k.begin, {k.numel()}), grads_.slice(k.begin, {k.numel()}));
+    if (plain_[b].defined()) {
+      float* x = (staged_.defined() ? staged_ : grads_).data_as<float>() + k.begin;
+      float* u = plain_[b].data_as<float>();
+      for (const ElementRange& r : plain_ranges_[b]) {
+        std::copy(x + r.offset, x + r.offset + r.numel, u);
+        std::fill(x + r.offset, x + r.offset + r.numel, 0.f);
+        u += r.numel;
+      }
+      plain_work_.push_back(group_->all_reduce_async(plain_[b], ReduceOp::Avg));
+    }
     return compressors_[b]->launch();
   }
   const Tensor& buf = wire_.defined() ? wire_ : grads_;
@@ -149,6 +169,17 @@ void GradReducer::finish() {
 void GradReducer::finish_compressed() {
   for (auto& c : compressors_) c->exchange();
   for (auto& c : compressors_) c->complete();
+  for (auto& w : plain_work_) w->wait();
+  plain_work_.clear();
+  for (size_t b = 0; b < buckets_.size(); ++b) {  // the plain averages into their places
+    if (!plain_[b].defined()) continue;
+    float* x = (staged_.defined() ? staged_ : grads_).data_as<float>() + buckets_[b].begin;
+    const float* u = plain_[b].data_as<float>();
+    for (const ElementRange& r : plain_ranges_[b]) {
+      std::copy(u, u + r.numel, x + r.offset);
+      u += r.numel;
+    }
+  }
   next_ = 0;
   armed_ = false;
   if (staged_.defined())  // the decoded averages back to the GPU
@@ -171,7 +202,7 @@ int64_t GradReducer::wire_bytes_per_step() const {
   int64_t bytes = 0;
   for (size_t b = 0; b < buckets_.size(); ++b)
     bytes += compressors_.empty() ? buckets_[b].numel() * int64_t(dtype_size(wire_dtype()))
-                                  : compressors_[b]->wire_bytes();
+                                  : compressors_[b]->wire_bytes() + (plain_[b].defined() ? 4 * plain_[b].numel() : 0);
   return bytes;
 }
 
@@ -184,6 +215,7 @@ int64_t GradReducer::compress_state_bytes() const {
 int64_t GradReducer::compress_buffer_bytes() const {
   int64_t bytes = staged_.defined() ? int64_t(staged_.nbytes()) : 0;
   for (const auto& c : compressors_) bytes += c->buffer_bytes();
+  for (const Tensor& u : plain_) bytes += u.defined() ? int64_t(u.nbytes()) : 0;
   if (topk_scratch_) {  // topk_select's magnitudes, as large as the largest bucket
     int64_t most = 0;
     for (const Bucket& k : buckets_) most = std::max(most, k.numel());

@@ -52,7 +52,7 @@ class GradReducer : public ChunkGradSync {
   GradReducer(Communicator& dp, const Tensor& grads, std::vector<Bucket> buckets, bool zero)
       : GradReducer(dp, grads, std::move(buckets), zero, grads.dtype()) {}
   // With comm.compress: `table` is the parameter table whose offsets index `grads` (PowerSGD needs each
-  // parameter's shape; the other methods ignore it and it is not kept). compress.method:
+  // parameter's shape, int8 and topk which parameters tp ranks hold copies of; it is not kept). compress.method:
   //   none      as the constructor above;
   //   bf16      wire dtype BF16 whatever `wire` says (the precision.grad_reduce=bf16 path);
   //   int8, topk, powersgd: fp32 gradients, zero = false and wire = fp32 (the method is the encoding); CHECKed.
@@ -110,6 +110,13 @@ class GradReducer : public ChunkGradSync {
   Tensor residual_;  // fp32, like grads_ (methods with error feedback), on the host
   Tensor staged_;    // GPU gradients with a compressor: their host copy, which the compressors read and write
   std::vector<std::unique_ptr<BucketCompressor>> compressors_;  // one per bucket, or none
+  // compress.plain_tp_copies: per bucket, the ranges (relative to its begin) all-reduced as they are beside the
+  // compressor, their values gathered into plain_[b] (and zeroed in the bucket, so the encoding sends nothing of
+  // them and keeps no residual for them), and the all-reduce in flight.
+  std::vector<std::vector<ElementRange>> plain_ranges_;
+  std::vector<Tensor> plain_;
+  std::vector<WorkPtr> plain_work_;
+  Communicator* group_ = nullptr;  // the compressors' group
   std::shared_ptr<std::vector<float>> topk_scratch_;
 };
 

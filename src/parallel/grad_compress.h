@@ -29,6 +29,11 @@ struct CompressOptions {
   double topk_fraction = 0.01;  // topk: fraction of each bucket's elements a rank sends, in (0, 1]
   int powersgd_rank = 4;        // powersgd: rank of each matrix's approximation
   uint64_t seed = 0;            // powersgd: key of the random initial Q (the same on every rank of the group)
+  // int8, topk: with tp > 1, parameters that several tp ranks hold copies of (replicated ones, Llama's k and v
+  // under n_kv_head < tp) are all-reduced as they are. Their copies must stay equal, and these encodings span
+  // whole buckets, whose other parameters (the tp shards) differ between the tp ranks. (powersgd encodes each
+  // matrix alone: its copies stay equal.)
+  bool plain_tp_copies = false;
 };
 
 // True for int8, topk and powersgd (their own encoding and error-feedback state); false for none and bf16.

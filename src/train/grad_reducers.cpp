@@ -117,6 +117,7 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   compress.topk_fraction = cfg.comm.topk_fraction;
   compress.powersgd_rank = cfg.comm.powersgd_rank;
   compress.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
+  compress.plain_tp_copies = cfg.parallel.tp > 1;
   const DType wire = cfg.precision.grad_reduce;
   // Per chunk, buckets over its part of the flat gradient buffer. The tied wte copy is held back from the
   // backward pass's launches until it has been summed between the first and last stage. Its two copies then hold

@@ -20,22 +20,20 @@ int64_t full_numel(const ParamTable& t) {
   return n;
 }
 
-// The tied wte's two copies (stage 0's embedding, the last stage's head) are updated apart, from the same summed
-// gradient: any difference is a bug (the drift of gradient compression's per-bucket encodings was one). A rank's
-// CHECK here ends the whole run (the trainer aborts every rank), so nothing waits for rank 0.
-void check_copies_equal(const std::string& name, const std::vector<float>& first, const std::vector<float>& other,
-                        int stage, int stages) {
-  CHECK(first.size() == other.size(), "gathering the model: {} has {} elements on stage 0 and {} on stage {}", name,
-        first.size(), other.size(), stage);
-  if (std::memcmp(first.data(), other.data(), first.size() * sizeof(float)) == 0) return;
+// Copies of a parameter that training keeps equal: the tied wte's two (stage 0's embedding, the last stage's head)
+// and a replicated parameter's on every tp rank, each updated apart from the same gradient. Any difference is a bug
+// (the drift of gradient compression's per-bucket encodings was one). A rank's CHECK here ends the whole run (the
+// trainer aborts every rank), so nothing waits for rank 0.
+void check_copies_equal(const std::string& name, const float* first, const float* other, size_t n,
+                        const std::string& where) {
+  if (std::memcmp(first, other, n * sizeof(float)) == 0) return;
   int64_t differ = 0;
   double most = 0;
-  for (size_t i = 0; i < first.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     if (std::memcmp(&first[i], &other[i], sizeof(float)) != 0)
       ++differ, most = std::max(most, std::fabs(double(first[i]) - double(other[i])));
-  CHECK(false, "gathering the model: the copies of {} on stage 0 and stage {} of {} differ in {} of {} elements (by up "
-        "to {:.3e}): the tied embedding's copies drifted apart during training", name, stage, stages, differ,
-        first.size(), most);
+  CHECK(false, "gathering the model: the copies of {} {} differ in {} of {} elements (by up to {:.3e}): copies that "
+        "training keeps equal drifted apart", name, where, differ, n, most);
 }
 
 }  // namespace
@@ -56,6 +54,13 @@ void write_gathered_safetensors(const std::string& path, const PipelineChunks& m
     if (mesh.tp_rank() != 0) return;
     std::vector<const float*> by_rank;
     for (int r = 0; r < mesh.tp(); ++r) by_rank.push_back(all.data_as<float>() + r * n);
+    for (const ParamSpec& s : table.specs())  // copies several tp ranks hold: against the first rank's of each
+      for (int r = 1; r < mesh.tp(); ++r) {
+        const int first = s.shard.whole() ? 0 : r / s.shard.copies * s.shard.copies;  // r holds copy r % copies
+        if (first != r)
+          check_copies_equal(s.name, by_rank[first] + s.offset, by_rank[r] + s.offset, size_t(s.numel()),
+                             fmt::format("on tp rank {} and tp rank {}", first, r));
+      }
     full = assemble_full(table, by_rank);
   }
   if (mesh.tp_rank() != 0) return;
@@ -77,7 +82,12 @@ void write_gathered_safetensors(const std::string& path, const PipelineChunks& m
       std::vector<float> values(packed.begin() + at, packed.begin() + at + s.full_numel());
       at += s.full_numel();
       auto [it, added] = by_name.emplace(s.name, std::move(values));
-      if (!added) check_copies_equal(s.name, it->second, values, r, mesh.pp());
+      if (!added) {
+        CHECK(it->second.size() == values.size(), "gathering the model: {} has {} elements on stage 0 and {} on "
+              "stage {}", s.name, it->second.size(), values.size(), r);
+        check_copies_equal(s.name, it->second.data(), values.data(), values.size(),
+                           fmt::format("on stage 0 and stage {} of {}", r, mesh.pp()));
+      }
     }
   }
   // 3. The single-rank model's layout and names.

@@ -1,17 +1,21 @@
 """Gradient compression (comm.compress) end to end, on 2 data-parallel replicas of 2 pipeline stages (4 ranks):
 
-  1. the tied embedding's two copies (the first stage's wte, the last stage's head) stay equal. Both stages
-     compress the same summed gradient, but int8 and topk encode whole buckets, and the other parameters of a
-     bucket differ between the stages: the copy has a bucket of its own (GradReducer). The export gathers both
-     copies and stops the run (a CHECK, exit status not 0) where they differ. int8 and topk; and an fp16 run with
-     int8 on 2 x 2 x 2 whose last rank overflows at step 3 in a block's weight (its tensor-parallel shard; the
-     vocabulary is 128 so that the second tp rank's wte shard holds real rows, not only padding): the skipped step
-     clears every stage's error feedback alike, not only the reducers whose own averages were non-finite.
+  1. copies of a parameter stay equal: the tied embedding's two (the first stage's wte, the last stage's head), and
+     the tp ranks' copies of replicated parameters (norms, biases) and of Llama's k and v under n_kv_head < tp.
+     Each copy is updated from the same gradient, but int8 and topk encode whole buckets, whose other parameters
+     differ between the stages, and between the tp ranks: the tied copy has a bucket of its own, and tp copies
+     are all-reduced as they are (GradReducer). The export gathers every copy and stops the run (a CHECK, exit
+     status not 0) where they differ. int8 and topk on 2 x 1 x 2; an fp16 run with int8 on 2 x 2 x 2 whose last
+     rank overflows at step 3 in a block's weight (its tensor-parallel shard; the vocabulary is 128 so that the
+     second tp rank's wte shard holds real rows, not only padding): the skipped step clears every stage's error
+     feedback alike, not only the reducers whose own averages were non-finite; topk on a Llama with one k/v head on
+     2 x 2 x 1.
   2. checkpoints hold the error feedback: int8 on 2 x 1 x 2 with interleaved stages (2 chunks per rank, not in
      order in the flat layout) and powersgd (rank 2) on 2 x 2 x 2, 8 steps with a checkpoint at step 4, resumed
-     from it into another run directory: steps 5-8 and the export are exactly the uninterrupted run's (each rank's residual, and PowerSGD's Qs and draw counts, are in the checkpoint). The
-     powersgd checkpoint resumed on 4 x 1 x 1 warns that replicas 2-3 start from zero and that the Qs (written for
-     tp 2) start from a fresh draw, and runs on.
+     from it into another run directory: steps 5-8 and the export are exactly the uninterrupted run's (each rank's
+     residual, and PowerSGD's Qs and draw counts, are in the checkpoint). The powersgd checkpoint resumed on
+     4 x 1 x 1 warns that replicas 2-3 start from zero and that the Qs (written for tp 2) start from a fresh draw,
+     and runs on.
   3. comm.adapt: a run that chose 1 MiB buckets without compression, resumed under comm.bucket_mb=4 and
      comm.compress=powersgd, goes on at 1 MiB without compression (the checkpoint holds the setting in force).
 
@@ -55,12 +59,14 @@ for name, sets, env in [("int8", ["comm.compress=int8"], None),
                         ("topk", ["comm.compress=topk", "comm.topk_fraction=0.05"], None),
                         ("int8_fp16_overflow", ["comm.compress=int8", "precision.compute=fp16", "parallel.tp=2",
                                                 "model.vocab_size=128"],
-                         {"MESHTRAIN_INJECT": "grad-inf@3"})]:
-    rc, log = run(name, *sets, env=env, ranks=8 if "parallel.tp=2" in sets else 4)
+                         {"MESHTRAIN_INJECT": "grad-inf@3"}),
+                        ("topk_llama_tp2", ["comm.compress=topk", "comm.topk_fraction=0.05", "parallel.tp=2",
+                                            "parallel.pp=1", "model.arch=llama", "model.n_kv_head=1"], None)]:
+    rc, log = run(name, *sets, env=env, ranks=8 if "parallel.tp=2" in sets and "parallel.pp=1" not in sets else 4)
     drifted = "drifted apart" in log
     if rc != 0 and not drifted:
         print(log)
-    check(rc == 0 and not drifted, f"{name}: the tied embedding's copies are equal at the end (exit {rc})")
+    check(rc == 0 and not drifted, f"{name}: the copies training keeps equal are equal at the end (exit {rc})")
     if name.endswith("overflow"):
         check("step 3: gradient overflow" in log, f"{name}: step 3 overflowed and was skipped")
 
