@@ -26,13 +26,8 @@ namespace {
 int64_t compressed_reducer_bytes(const Config& cfg, int dp, const ParamTable& table, const std::vector<Bucket>& b) {
   Tensor grads = Tensor::zeros({std::max<int64_t>(1, table.total_numel())}, DType::F32);
   NullCommunicator null(dp, 0);
-  CompressOptions co;
-  co.method = cfg.comm.compress;
-  co.topk_fraction = cfg.comm.topk_fraction;
-  co.powersgd_rank = cfg.comm.powersgd_rank;
-  co.seed = cfg.train.seed;
   const size_t before = host_tensor_bytes();
-  GradReducer reducer(null, grads, b, false, DType::F32, table, co);
+  GradReducer reducer(null, grads, b, false, DType::F32, table, compress_options(cfg));
   return int64_t(host_tensor_bytes() - before);
 }
 
@@ -106,7 +101,7 @@ MemoryPrediction predict_memory(const Config& cfg, int world) {
               dt));
       } else if (reducers) {
         const std::vector<Bucket> buckets =
-            make_buckets(table, table.total_numel(), dtype_size(DType::F32), cfg.comm.bucket_mb * 1048576.0);
+            chunk_buckets(cfg, table, dtype_size(DType::F32), tied_copy_param(cfg, base, table));
         if (zero)
           for (const Bucket& b : buckets) state += shard_range(b.numel(), replicas, 0).size();
         if (feedback) s.dp_state += double(compressed_reducer_bytes(cfg, replicas, table, buckets));

@@ -16,6 +16,30 @@ bool holds_tied_embedding(const GPTConfig& g, const ParamTable& table) {
 }
 }  // namespace
 
+CompressOptions compress_options(const Config& cfg) {
+  CompressOptions o;
+  o.method = cfg.comm.compress;
+  o.topk_fraction = cfg.comm.topk_fraction;
+  o.powersgd_rank = cfg.comm.powersgd_rank;
+  o.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
+  o.plain_tp_copies = cfg.parallel.tp > 1;
+  return o;
+}
+
+int tied_copy_param(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
+  if (cfg.parallel.pp * cfg.parallel.virtual_stages == 1 || !holds_tied_embedding(g, table)) return -1;
+  return table.index_of(g.llama() ? "model.embed_tokens.weight" : "wte.weight");
+}
+
+// The tied copy's two stages see the same summed gradient, but the compressors encode whole buckets (int8's blocks,
+// topk's k largest), and the other parameters in a bucket differ between the stages.
+std::vector<Bucket> chunk_buckets(const Config& cfg, const ParamTable& table, size_t elem_bytes, int tied) {
+  std::vector<Bucket> b = make_buckets(table, table.total_numel(), elem_bytes, cfg.comm.bucket_mb * 1048576.0);
+  if (tied < 0 || !compress_with_feedback(cfg.comm.compress)) return b;
+  const int64_t end = tied + 1 < table.size() ? table[tied + 1].offset : table.total_numel();
+  return cut_buckets(b, {table[tied].offset, end});
+}
+
 std::vector<GradUnit> chunk_grad_units(const Config& cfg, const GPTConfig& g, const ParamTable& table) {
   return grad_units(table, holds_tied_embedding(g, table), cfg.parallel.schedule == PipelineSchedule::ZB1,
                     cfg.optim.zero_unit == ZeroUnit::Sublayer);
@@ -112,30 +136,17 @@ ChunkReducers make_grad_reducers(const Config& cfg, const PipelineChunks& model,
   // Local SGD averages parameters instead, and optim.staleness averages whole steps' gradients in the background.
   if ((dp_size == 1 && !zero) || cfg.optim.sync_every > 0 || cfg.optim.staleness > 0) return out;
   if (sharded_gradients(cfg)) return make_sharded(cfg, model, dp, log);
-  CompressOptions compress;  // comm.compress: how the buckets travel (docs/compression.md)
-  compress.method = cfg.comm.compress;
-  compress.topk_fraction = cfg.comm.topk_fraction;
-  compress.powersgd_rank = cfg.comm.powersgd_rank;
-  compress.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
-  compress.plain_tp_copies = cfg.parallel.tp > 1;
+  const CompressOptions compress = compress_options(cfg);  // comm.compress: how the buckets travel
   const DType wire = cfg.precision.grad_reduce;
   // Per chunk, buckets over its part of the flat gradient buffer. The tied wte copy is held back from the
-  // backward pass's launches until it has been summed between the first and last stage. Its two copies then hold
-  // the same gradient and must stay equal, but the compressors encode whole buckets (int8's blocks, topk's k
-  // largest), and the other parameters in a bucket differ between the stages: there the copy gets a bucket of its
-  // own, the same on both.
+  // backward pass's launches until it has been summed between the first and last stage.
   for (int c = 0; c < model.size(); ++c) {
     const GPT& chunk = model.chunk(c);
     const ParamTable& table = chunk.table();
-    std::vector<Bucket> buckets =
-        make_buckets(table, table.total_numel(), dtype_size(chunk.grad_dtype()), cfg.comm.bucket_mb * 1048576.0);
-    if (c == model.tied_chunk() && compress_with_feedback(compress.method)) {
-      const int p = model.tied_param();
-      const int64_t end = p + 1 < table.size() ? table[p + 1].offset : table.total_numel();
-      buckets = cut_buckets(buckets, {table[p].offset, end});
-    }
-    out.owned[c] = std::make_unique<GradReducer>(dp, chunk.grads(), std::move(buckets), zero, wire, table, compress,
-                                                 host_dp);
+    out.owned[c] = std::make_unique<GradReducer>(
+        dp, chunk.grads(),
+        chunk_buckets(cfg, table, dtype_size(chunk.grad_dtype()), c == model.tied_chunk() ? model.tied_param() : -1),
+        zero, wire, table, compress, host_dp);
     out.hooks[c].reducer = out.owned[c].get();
     if (c == model.tied_chunk()) out.hooks[c].ready_limit = table[model.tied_param()].offset;
     if (zero) {

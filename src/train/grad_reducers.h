@@ -42,6 +42,16 @@ std::vector<GradUnit> chunk_param_units(const Config& cfg, const GPTConfig& g, c
 // passes reshard, no zb1) in one dtype, and reducing once where a step has one micro-batch per rank.
 ShardedGradsOptions sharded_grads_options(const Config& cfg, int dp, DType compute, DType grads);
 
+// comm.compress's options for a run's reducers (the planner's memory model builds the same).
+CompressOptions compress_options(const Config& cfg);
+// Where the model holds the tied wte twice (more than one pipeline stage): its index in a chunk's table that holds
+// a copy, else -1.
+int tied_copy_param(const Config& cfg, const GPTConfig& g, const ParamTable& table);
+// A chunk's gradient buckets (comm.bucket_mb over its table's flat layout, grad_buckets.h). Under int8, topk and
+// powersgd the tied wte copy (`tied`, -1: none) gets a bucket of its own (docs/compression.md, "Copies of a
+// parameter").
+std::vector<Bucket> chunk_buckets(const Config& cfg, const ParamTable& table, size_t elem_bytes, int tied);
+
 // Whether any chunk reduces over dp.
 inline bool reduces(const ChunkReducers& r) { return !r.owned.empty() && (r.owned[0] || r.sharded[0]); }
 // The step's end: every chunk's reductions launched and waited for (chunk v-1 first).
