@@ -14,7 +14,7 @@
 //       read replica 0's state. Replica d's files also carry its own counters in __metadata__ ("local_sgd_replica",
 //       "local_sgd_state": AdamW's step count, the loss scaler's state and the non-finite steps it skipped).
 //       Under comm.compress int8, topk or powersgd every rank writes its error-feedback residual as
-//       "replica<q>/compress_residual/..." (q: its rank in the data-parallel group), and under powersgd the first
+//       "replica<q>/compress_residual/..." (q: its rank in the replica group, dp x cp), and under powersgd the first
 //       rank of each replica group the Qs as "powersgd_q/<param>/tp<t>of<T>" (the draw counts in __metadata__);
 //       under comm.adapt __metadata__ holds the bucket size and compression in force ("comm_adapt_setting").
 //   meta.json  written by rank 0 once every rank file is in place: format and version, step, AdamW's step count,

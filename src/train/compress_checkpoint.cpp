@@ -43,12 +43,11 @@ void add_compression_state(ChunkReducers& red, const PipelineChunks& model, cons
   }
 }
 
-std::vector<std::string> restore_compression_state(ChunkReducers& red, const PipelineChunks& model,
+std::string restore_compression_state(ChunkReducers& red, const PipelineChunks& model,
                                                    const DeviceMesh& mesh, const CheckpointInfo& info) {
-  std::vector<std::string> afresh;
   bool feedback = false;
   for (const auto& r : red.owned) feedback |= r && r->residual().defined();
-  if (!feedback) return afresh;
+  if (!feedback) return "";
   const std::string kind = residual_kind(mesh.replica_rank());
   if (checkpoint_has(info, kind)) {
     const ParamTable& t = model.table();
@@ -58,9 +57,6 @@ std::vector<std::string> restore_compression_state(ChunkReducers& red, const Pip
       Tensor e = red.owned[c]->residual().slice(t[p].offset - model.base(c), {t[p].numel()});
       copy_convert(e, Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32));
     });
-  } else {
-    afresh.push_back(fmt::format("the error-feedback residual of replica {} (the checkpoint has none) starts at zero",
-                                 mesh.replica_rank()));
   }
   int missing = 0, total = 0;
   for (auto& r : red.owned) {
@@ -84,10 +80,9 @@ std::vector<std::string> restore_compression_state(ChunkReducers& red, const Pip
       *st.draws = std::strtoull(draws->second.c_str(), nullptr, 10);
     }
   }
-  if (missing)
-    afresh.push_back(fmt::format("PowerSGD's Q starts from a fresh draw for {} of {} matrices (the checkpoint has "
-                                 "none for this tp degree, matrix shape and rank)", missing, total));
-  return afresh;
+  if (!missing) return "";
+  return fmt::format("PowerSGD's Q starts from a fresh draw for {} of {} matrices (the checkpoint has none for this "
+                     "tp degree, matrix shape and rank)", missing, total);
 }
 
 }  // namespace mt

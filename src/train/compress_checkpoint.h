@@ -20,10 +20,11 @@ std::string residual_kind(int q);
 void add_compression_state(ChunkReducers& red, const PipelineChunks& model, const DeviceMesh& mesh,
                            CheckpointShard& shard);
 
-// Restores what `info` holds of it into `red`, built for this run's setting: this rank's residual where the checkpoint
-// has one (written on any tp x pp: it is laid out like the parameters, so it reshards like them), the Qs where it
-// has them for this tp degree and matrix shape. Returns what starts afresh (empty when nothing does).
-std::vector<std::string> restore_compression_state(ChunkReducers& red, const PipelineChunks& model,
-                                                   const DeviceMesh& mesh, const CheckpointInfo& info);
+// Restores what `info` holds of it into `red`, built for this run's setting: this rank's residual where the
+// checkpoint has one (written on any tp x pp: it is laid out like the parameters, so it reshards like them; else it
+// stays zero), the Qs where it has them for this tp degree and matrix shape. Returns which Qs start from a fresh
+// draw ("" when none does).
+std::string restore_compression_state(ChunkReducers& red, const PipelineChunks& model, const DeviceMesh& mesh,
+                                      const CheckpointInfo& info);
 
 }  // namespace mt

@@ -214,7 +214,7 @@ void Synchronous::build_adapt(bool log, const AdaptSetting& start) {
 void Synchronous::restore_from(TrainingRun& r, const CheckpointInfo& info) {
   DataParallel::restore_from(r, info);
   if (adapt_) resume_adapt_setting(r, info);
-  const std::vector<std::string> afresh = restore_compression_state(red_, model_, mesh_, info);
+  const std::string fresh_qs = restore_compression_state(red_, model_, mesh_, info);
   if (r.mesh.rank() != 0) return;
   int held = 0;  // the replicas whose residuals the checkpoint holds
   while (checkpoint_has(info, residual_kind(held))) ++held;
@@ -227,12 +227,18 @@ void Synchronous::restore_from(TrainingRun& r, const CheckpointInfo& info) {
                                                             : std::string("it reduces no gradients over dp"));
     return;
   }
-  for (const std::string& a : afresh)
-    spdlog::warn("comm.compress={}: {}, so the run does not continue as an uninterrupted one would", method, a);
-  if (held && held < mesh_.replicas())
-    spdlog::warn("comm.compress={}: the checkpoint holds the error-feedback residuals of {} replicas: replicas {}-{} "
-                 "start from zero", method, held, held, mesh_.replicas() - 1);
-  if (held >= mesh_.replicas() && afresh.empty())
+  const char* differs = "so the run does not continue as an uninterrupted one would";
+  if (!fresh_qs.empty()) spdlog::warn("comm.compress={}: {}, {}", method, fresh_qs, differs);
+  if (held == 0)
+    spdlog::warn("comm.compress={}: the checkpoint holds no error-feedback residuals (written without int8, topk or "
+                 "powersgd): they start from zero", method);
+  else if (held < mesh_.replicas())
+    spdlog::warn("comm.compress={}: the checkpoint holds the error-feedback residuals of {} replicas: {} from zero, {}",
+                 method, held, held + 1 == mesh_.replicas() ? fmt::format("replica {} starts", held)
+                                                            : fmt::format("replicas {}-{} start", held,
+                                                                          mesh_.replicas() - 1),
+                 differs);
+  else if (fresh_qs.empty())
     spdlog::info("comm.compress={}: each of the {} replicas resumes its error-feedback residual{}", method,
                  mesh_.replicas(), red_.owned[0]->low_rank_state().empty() ? "" : ", and PowerSGD its Qs");
 }
