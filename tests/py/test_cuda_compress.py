@@ -10,6 +10,9 @@ cuda_parity's fp32 bound is 1e-5). Every loss of 8 steps against the same run on
   - topk and powersgd: 1e-4. The same perturbation moved them by at most 7e-8 and 2.4e-7 (no amplification); 10x
     the parity bound leaves room for a selection that flips near the k-th magnitude.
 And the run trains: the last loss below the first.
+Then checkpoints on the GPU: powersgd's residuals (host memory) and Qs written at step 4 and read back on resume,
+steps 5-8 within 1e-4 of the uninterrupted GPU run (the bound above: atomic additions may reorder sums between
+runs). On the CPU, in compress_runs' powersgd case, resuming without the Qs moved step 8's loss by 2e-3.
 
 Exits 77 (skipped) when the trainer has no CUDA backend or sees no GPU.
 Usage: test_cuda_compress.py BUILD_DIR [WORK_DIR]"""
@@ -18,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_support import SMALL_GPT, GpuTest  # noqa: E402
-from parity_support import max_relative_loss_difference  # noqa: E402
+from parity_support import max_relative_loss_difference, run_trainer  # noqa: E402
 
 t = GpuTest("cuda_compress_")
 report = t.report
@@ -31,4 +34,11 @@ for method, bound in (("int8", 1e-3), ("topk", 1e-4), ("powersgd", 1e-4)):
     d = max_relative_loss_difference(gpu, cpu)
     report(len(gpu) == 8 and d <= bound, f"{method}: 8 losses on the GPU within {d:.2e} of the CPU's (bound {bound:g})")
     report(gpu[-1] < gpu[0], f"{method}: the GPU run trains ({gpu[0]:.4f} -> {gpu[-1]:.4f})")
+psgd = DP2 + ["--set", "comm.compress=powersgd", "--set", "device=cuda"]
+full, _ = run_trainer(t.mpiexec, t.trainer, 2, psgd + ["--set", "run.checkpoint_every=4"], os.path.join(t.work, "ckpt"))
+resumed, log = run_trainer(t.mpiexec, t.trainer, 2, psgd + ["--set", "run.resume=" + os.path.join(
+    t.work, "ckpt", "checkpoints", "step_00000004")], os.path.join(t.work, "ckpt_resumed"))
+d = max_relative_loss_difference(resumed, full[4:]) if len(resumed) == 4 else float("inf")
+report(d <= 1e-4 and "resumes its error-feedback residual, and PowerSGD its Qs" in log,
+       f"powersgd on the GPU resumed from step 4: steps 5-8 within {d:.2e} of the uninterrupted run")
 t.finish()
