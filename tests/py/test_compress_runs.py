@@ -1,4 +1,4 @@
-"""Gradient compression (comm.compress) end to end, on 2 data-parallel replicas of 2 pipeline stages (4 ranks):
+"""Gradient compression (comm.compress) end to end, on 2 data-parallel replicas (of 2 pipeline stages unless said):
 
   1. copies of a parameter stay equal: the tied embedding's two (the first stage's wte, the last stage's head), and
      the tp ranks' copies of replicated parameters (norms, biases) and of Llama's k and v under n_kv_head < tp.
