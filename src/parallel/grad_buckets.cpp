@@ -81,7 +81,6 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
           "precision.grad_reduce=fp32)", name_of(method_), dtype_name(grads.dtype()), dtype_name(wire));
     // The compressors' loops run on the host: GPU gradients get a host copy to work on.
     if (grads.device() != Device::CPU) staged_ = Tensor::zeros(grads.shape(), DType::F32);
-    const Tensor& work = staged_.defined() ? staged_ : grads_;
     Communicator& group = host_group ? *host_group : dp_;
     residual_ = Tensor::zeros(grads.shape(), DType::F32);
     if (method_ == CompressMethod::TopK) topk_scratch_ = std::make_shared<std::vector<float>>();
@@ -100,7 +99,7 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
       for (const ElementRange& r : plain) n += r.numel;
       plain_ranges_.push_back(std::move(plain));
       plain_.push_back(n ? Tensor::zeros({n}, DType::F32) : Tensor());
-      const Tensor g = work.slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
+      const Tensor g = host_grads().slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
       if (method_ == CompressMethod::Int8) compressors_.push_back(make_int8_compressor(group, g, e));
       if (method_ == CompressMethod::TopK)
         compressors_.push_back(make_topk_compressor(group, g, e, compress.topk_fraction, topk_scratch_));
@@ -122,7 +121,7 @@ void GradReducer::launch(int b) {
     // Waits for the GPU's backward pass up to here: the host reads the bucket.
     if (staged_.defined()) copy_convert(staged_.slice(k.begin, {k.numel()}), grads_.slice(k.begin, {k.numel()}));
     if (plain_[b].defined()) {
-      float* x = (staged_.defined() ? staged_ : grads_).data_as<float>() + k.begin;
+      float* x = host_grads().data_as<float>() + k.begin;
       float* u = plain_[b].data_as<float>();
       for (const ElementRange& r : plain_ranges_[b]) {
         std::copy(x + r.offset, x + r.offset + r.numel, u);
@@ -173,7 +172,7 @@ void GradReducer::finish_compressed() {
   plain_work_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) {  // the plain averages into their places
     if (!plain_[b].defined()) continue;
-    float* x = (staged_.defined() ? staged_ : grads_).data_as<float>() + buckets_[b].begin;
+    float* x = host_grads().data_as<float>() + buckets_[b].begin;
     const float* u = plain_[b].data_as<float>();
     for (const ElementRange& r : plain_ranges_[b]) {
       std::copy(u, u + r.numel, x + r.offset);

@@ -99,6 +99,8 @@ class GradReducer : public ChunkGradSync {
  private:
   void launch(int b);
   void finish_compressed();
+  // The gradients the compressors read and write: the host copy of GPU gradients, else the gradients themselves.
+  const Tensor& host_grads() const { return staged_.defined() ? staged_ : grads_; }
   Communicator& dp_;
   Tensor grads_;
   Tensor wire_;  // staging buffer laid out like grads_ (16-bit wire only)

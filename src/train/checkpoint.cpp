@@ -378,6 +378,17 @@ bool checkpoint_has(const CheckpointInfo& info, const std::string& kind) {
   return false;
 }
 
+const std::string* checkpoint_metadata(const CheckpointInfo& info, const std::string& key,
+                                       const SafetensorsFile** file) {
+  for (const SafetensorsFile& f : info.files) {
+    const auto it = f.metadata().find(key);
+    if (it == f.metadata().end()) continue;
+    if (file) *file = &f;
+    return &it->second;
+  }
+  return nullptr;
+}
+
 void load_checkpoint_fields(const CheckpointInfo& info, const ParamTable& table, const std::vector<std::string>& kinds,
                             const ParamFieldsSink& sink) {
   // Every record of the checkpoint, by field and parameter: its file, first local element, length and shard layout.

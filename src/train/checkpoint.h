@@ -121,6 +121,10 @@ void load_checkpoint_fields(const CheckpointInfo& info, const ParamTable& table,
                             const ParamFieldsSink& sink);
 // Whether any rank file holds tensors of `kind`.
 bool checkpoint_has(const CheckpointInfo& info, const std::string& kind);
+// The value of `key` in the __metadata__ of the first rank file that has it (`file`, if given, gets that file), or
+// null: what a strategy wrote into every rank's file (CheckpointShard::metadata).
+const std::string* checkpoint_metadata(const CheckpointInfo& info, const std::string& key,
+                                       const SafetensorsFile** file = nullptr);
 
 // `build/trainer --export CHECKPOINT OUT_DIR`: the full fp32 master weights as OUT_DIR/model.safetensors (GPT-2
 // names, the single-rank layout) and a Hugging Face config.json, whatever mesh wrote the checkpoint.

@@ -43,8 +43,8 @@ void add_compression_state(ChunkReducers& red, const PipelineChunks& model, cons
   }
 }
 
-std::string restore_compression_state(ChunkReducers& red, const PipelineChunks& model,
-                                                   const DeviceMesh& mesh, const CheckpointInfo& info) {
+std::string restore_compression_state(ChunkReducers& red, const PipelineChunks& model, const DeviceMesh& mesh,
+                                      const CheckpointInfo& info) {
   bool feedback = false;
   for (const auto& r : red.owned) feedback |= r && r->residual().defined();
   if (!feedback) return "";

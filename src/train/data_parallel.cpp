@@ -11,13 +11,13 @@
 #include "parallel/sharded_params.h"
 #include "parallel/stale_gradients.h"
 #include "train/comm_adapt.h"
+#include "train/compress_checkpoint.h"
 #include "train/grad_reducers.h"
 #include "train/metrics.h"
 #include "train/resume.h"
 #include "train/sync_period_adapt.h"
 #include "train/train_step.h"
 #include "train/training_run.h"
-#include "train/compress_checkpoint.h"
 #include "train/zero_shards.h"
 
 namespace mt {
@@ -245,29 +245,27 @@ void Synchronous::restore_from(TrainingRun& r, const CheckpointInfo& info) {
 
 void Synchronous::resume_adapt_setting(TrainingRun& r, const CheckpointInfo& info) {
   const CommConfig& cm = r.cfg.comm;
-  for (const SafetensorsFile& f : info.files) {
-    const auto it = f.metadata().find(kAdaptSettingKey);
-    if (it == f.metadata().end()) continue;
-    std::istringstream in(it->second);
-    AdaptSetting s;
-    std::string method, bad;
-    std::vector<CompressMethod> parsed, allowed;
-    if (!(in >> s.bucket_mb >> method) || !parse_compress_list(method, parsed, bad) || parsed.size() != 1)
-      input_error("checkpoint file {}: bad {} '{}'", f.path(), kAdaptSettingKey, it->second);
-    s.compress = parsed[0];
-    parse_compress_list(cm.adapt_compress, allowed, bad);  // validated
-    if (allowed.empty()) allowed = {cm.compress};
-    if (s.bucket_mb < cm.adapt_bucket_mb_min || s.bucket_mb > cm.adapt_bucket_mb_max ||
-        std::find(allowed.begin(), allowed.end(), s.compress) == allowed.end() || s == adapt_->setting())
-      return;
-    if (r.mesh.rank() == 0)
-      spdlog::info("comm.adapt: resumes at the checkpoint's setting, bucket {:g} MiB and compression {} "
-                   "(comm.bucket_mb={}, comm.compress={})", s.bucket_mb, name_of(s.compress), cm.bucket_mb,
-                   name_of(cm.compress));
-    use_reducers(reducers_for(s, false));
-    build_adapt(false, s);
+  const SafetensorsFile* file = nullptr;
+  const std::string* value = checkpoint_metadata(info, kAdaptSettingKey, &file);
+  if (!value) return;
+  std::istringstream in(*value);
+  AdaptSetting s;
+  std::string method, bad;
+  std::vector<CompressMethod> parsed, allowed;
+  if (!(in >> s.bucket_mb >> method) || !parse_compress_list(method, parsed, bad) || parsed.size() != 1)
+    input_error("checkpoint file {}: bad {} '{}'", file->path(), kAdaptSettingKey, *value);
+  s.compress = parsed[0];
+  parse_compress_list(cm.adapt_compress, allowed, bad);  // validated
+  if (allowed.empty()) allowed = {cm.compress};
+  if (s.bucket_mb < cm.adapt_bucket_mb_min || s.bucket_mb > cm.adapt_bucket_mb_max ||
+      std::find(allowed.begin(), allowed.end(), s.compress) == allowed.end() || s == adapt_->setting())
     return;
-  }
+  if (r.mesh.rank() == 0)
+    spdlog::info("comm.adapt: resumes at the checkpoint's setting, bucket {:g} MiB and compression {} "
+                 "(comm.bucket_mb={}, comm.compress={})", s.bucket_mb, name_of(s.compress), cm.bucket_mb,
+                 name_of(cm.compress));
+  use_reducers(reducers_for(s, false));
+  build_adapt(false, s);
 }
 
 // comm.adapt after a step: its row records the setting the step ran with; the controller takes the step's figures,
@@ -504,19 +502,16 @@ class LocalSgdStrategy final : public DataParallel {
   // controller starts again (its measurements start afresh). Every rank reads the same value.
   void resume_period(TrainingRun& r, const CheckpointInfo& info) {
     const CommConfig& c = r.cfg.comm;
-    for (const SafetensorsFile& f : info.files) {
-      const auto it = f.metadata().find("local_sgd_period");
-      if (it == f.metadata().end()) continue;
-      const int h = std::atoi(it->second.c_str());
-      if (h < c.adapt_sync_every_min || h > c.adapt_sync_every_max || h == local_->sync_every()) return;
-      if (r.mesh.rank() == 0)
-        spdlog::info("comm.adapt: local SGD resumes at the checkpoint's period, {} steps (optim.sync_every={})", h,
-                     local_->sync_every());
-      local_->set_sync_every(h);
-      adapt_ = std::make_unique<SyncPeriodController>(SyncPeriodLimits{c.adapt_sync_every_min, c.adapt_sync_every_max},
-                                                      h);
-      return;
-    }
+    const std::string* period = checkpoint_metadata(info, "local_sgd_period");
+    if (!period) return;
+    const int h = std::atoi(period->c_str());
+    if (h < c.adapt_sync_every_min || h > c.adapt_sync_every_max || h == local_->sync_every()) return;
+    if (r.mesh.rank() == 0)
+      spdlog::info("comm.adapt: local SGD resumes at the checkpoint's period, {} steps (optim.sync_every={})", h,
+                   local_->sync_every());
+    local_->set_sync_every(h);
+    adapt_ =
+        std::make_unique<SyncPeriodController>(SyncPeriodLimits{c.adapt_sync_every_min, c.adapt_sync_every_max}, h);
   }
 
   // Replica d's own counters from its rank files' metadata (add_to_checkpoint), where a file has them.
