@@ -11,10 +11,11 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
           only summation order differs);
   resume  four steps with checkpoints on one mesh, resumed to six on another (and a micro-batch size drawn apart):
           steps 5 and 6 within 1e-5 relative of six uninterrupted steps on the first (docs/reliability.md, "Resume
-          and resharding"); a quarter of the draws under local SGD on 2 replicas, resumed on 2 replicas of another
-          tp x pp; a quarter with gradient compression (int8, topk, powersgd) on 2 or 4 replicas, resumed on the
-          same mesh and micro-batch, where steps 5 and 6 must equal the uninterrupted run's exactly (the
-          checkpoint holds the error feedback).
+          and resharding"); a fifth of the draws under local SGD on 2 replicas, resumed on 2 replicas of another
+          tp x pp; a third resumed on the same mesh and micro-batch with features that change the arithmetic too
+          (bf16 or fp16 compute, bf16 gradient reduction, gradient compression, staleness, local SGD, ...), where
+          steps 5 and 6 and the exported weights must equal the uninterrupted run's exactly (the guarantee
+          docs/reliability.md gives for the same mesh).
   sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
           tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling"), and no
           communicator left alive past MPI_Finalize.
@@ -57,6 +58,12 @@ EXACT = [("train.recompute", ["none", "light", "selective", "full"]), ("optim.ze
          ("optim.zero_reduce", ["micro_batch", "step"]), ("optim.zero_unit", ["block", "sublayer"]),
          ("train.cpu_matmul", ["auto", "eigen"]), ("comm.wait", ["auto", "poll"]), ("comm.hierarchical", ["true"])]
 MESH_ONLY = ("optim.zero", "comm.hierarchical", "comm.emulate.", "parallel.")
+# Features a same-mesh resume draws beside those (one to three of them): each changes the arithmetic, none the
+# promise that the continued run is bit-identical. Combinations the trainer refuses count as refused.
+SAME_MESH = [("precision.compute", ["bf16", "fp16"]), ("precision.grad_reduce", ["bf16"]),
+             ("comm.compress", ["bf16", "int8", "topk", "powersgd"]), ("optim.staleness", [1, 2]),
+             ("optim.sync_every", [2]), ("optim.outer", ["nesterov"]), ("train.skip_nonfinite", ["true"]),
+             ("train.straggler.delay_ms", [2]), ("optim.weight_decay", [0.0])]
 
 
 def draw_mesh(rnd, ranks):
@@ -168,31 +175,33 @@ def check_resume(runner, rnd, d):
     base = [s for s in base if not s.startswith("train.steps=")] + ["optim.schedule=constant"]  # steps may change
     ranks, ranks2 = rnd.choice([1, 2, 4]), rnd.choice([1, 2, 4])
     mesh, mesh2 = draw_mesh(rnd, ranks), draw_mesh(rnd, ranks2)
-    local_sgd = rnd.random() < 0.25
-    if local_sgd:
+    kind, drawn = rnd.choices(["another mesh", "local SGD", "same mesh"], [7, 3, 5])[0], []
+    if kind == "local SGD":
         # Local SGD (averages every 2 steps, so the checkpoints of steps 2 and 4 fall on them, as in the 6-step run):
-        # each replica resumes its own moments, so the resumed mesh keeps dp (its tp, pp and micro-batch may change).
+        # each replica resumes its own moments, so the resumed mesh keeps dp (its tp, pp and micro-batch may change;
+        # cp needs synchronous replicas).
         feats = [f for f in feats if not f.startswith("optim.zero=")] + [
             "optim.sync_every=2", "optim.outer=" + rnd.choice(["none", "nesterov"])]
         ranks, mesh = 2, ["parallel.tp=1", "parallel.pp=1", "parallel.cp=1"]
-        while mesh_dp(ranks2, mesh2) != 2:
+        while mesh_dp(ranks2, mesh2) != 2 or "parallel.cp=2" in mesh2:
             ranks2 = rnd.choice([2, 4])
             mesh2 = draw_mesh(rnd, ranks2)
-    compress = not local_sgd and rnd.random() < 1 / 3
-    if compress:
-        feats = [f for f in feats if not f.startswith(("optim.zero=", "comm.hierarchical", "comm.emulate."))] + [
-            "comm.compress=" + rnd.choice(["int8", "topk", "powersgd"])]
-        ranks = rnd.choice([2, 4])
+    same = kind == "same mesh"
+    if same:
+        drawn = ["%s=%s" % (k, rnd.choice(v)) for k, v in rnd.sample(SAME_MESH, rnd.randint(1, 3))]
+        if any(f.startswith("optim.staleness") for f in drawn):
+            drawn.append("optim.staleness_policy=fixed")  # `newest` applies what timing has completed (staleness.md)
+        feats = feats + drawn
+        if any(f.startswith(("comm.compress", "optim.staleness", "optim.sync_every")) for f in drawn):
+            ranks = rnd.choice([2, 4])  # features of the replicas' exchange
         mesh = draw_mesh(rnd, ranks)
-        while mesh_dp(ranks, mesh) < 2:
-            mesh = draw_mesh(rnd, ranks)
         ranks2, mesh2 = ranks, mesh
     first = base + feats + mesh + ["run.checkpoint_every=2"]
     rc, _, out, cmd = runner.run(ranks, first + ["train.steps=4"], os.path.join(d, "resumed"))
     if rc == 2:
         return None, "refused"
     # Resumed in micro-batches of another size too: the checkpoint holds the step, not the micro-batch.
-    mb2 = [] if compress else ["train.micro_batch=%d" % rnd.choice([1, 2, 4])]
+    mb2 = [] if same else ["train.micro_batch=%d" % rnd.choice([1, 2, 4])]
     rc2, resumed, out2, cmd2 = (runner.run(ranks2, base + feats + mesh2 + mb2 + ["train.steps=6"],
                                            os.path.join(d, "resumed"))
                                 if rc == 0 else (None, {}, "", []))
@@ -204,9 +213,17 @@ def check_resume(runner, rnd, d):
                 (rc, rc2, rc3, "" if "resum" in out2 else "; no resume logged"), "commands": [cmd, cmd2, cmd3],
                 "tail": (out2 or out).splitlines()[-5:]}, None
     w = worst(resumed, straight, [("train", 5), ("train", 6)])
-    if w > (0 if compress else RTOL):
+    if w > (0 if same else RTOL):
         return {"why": "steps 5-6 %.2e relative from the uninterrupted run's" % w, "commands": [cmd, cmd2, cmd3]}, None
-    return None, "%.1e%s" % (w, " (local SGD)" if local_sgd else " (compression)" if compress else "")
+    if same and not same_file(os.path.join(d, "resumed", "model.safetensors"),
+                              os.path.join(d, "straight", "model.safetensors")):
+        return {"why": "the exported weights differ from the uninterrupted run's", "commands": [cmd, cmd2, cmd3]}, None
+    return None, "%.1e (%s)" % (w, "same mesh, " + " ".join(drawn) if same else kind)
+
+
+def same_file(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
 
 
 def check_sample(runner, rnd, d):
