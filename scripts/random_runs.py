@@ -16,13 +16,17 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
           (bf16 or fp16 compute, bf16 gradient reduction, gradient compression, staleness, local SGD, ...), where
           steps 5 and 6 and the exported weights must equal the uninterrupted run's exactly (the guarantee
           docs/reliability.md gives for the same mesh).
+  stop    eight steps on a mesh of 1-4 ranks with run.stop_signals, one rank (or mpiexec) sent SIGTERM after a
+          step drawn at random: the run stops with a checkpoint (or completes), and the same command resumes and
+          ends bit-identical to an uninterrupted run, metrics rows and export (docs/reliability.md), whatever the
+          mesh, schedule and features (those of a same-mesh resume, staleness left out: its stop adds a sync point);
   sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
           tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling"), and no
           communicator left alive past MPI_Finalize.
 
 Drawn configs the trainer refuses (exit 2) are counted, not failures. Each failure is printed with the commands that reproduce it and saved in OUT/failures.json; the
 script exits 1 when there is one. Run dirs are kept under OUT only for failures unless --keep.
-  /usr/bin/python3 scripts/random_runs.py [--runs 60] [--seed 1] [--checks exit,parity,resume,sample] [--out DIR]
+  /usr/bin/python3 scripts/random_runs.py [--runs 60] [--seed 1] [--checks exit,parity,resume,stop,sample] [--out DIR]
 With TRAINER=build-asan/trainer (`cmake --build build-asan --target trainer sample` after scripts/sanitize.sh) the
 same draws run under ASan + UBSan (build/sample is taken from beside the trainer). Stdlib only."""
 import argparse
@@ -30,8 +34,10 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RTOL = 1e-5
@@ -226,6 +232,73 @@ def same_file(a, b):
         return fa.read() == fb.read()
 
 
+def rows(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+def rank_pids(run_dir):
+    """The trainer processes of a run (their command line names its run.dir), mpiexec and its proxies left out."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"trainer" and ("run.dir=" + run_dir).encode() in argv:
+            pids.append(int(pid))
+    return sorted(pids)
+
+
+def check_stop(runner, rnd, d):
+    base, feats = exact_config(rnd)
+    drawn = ["%s=%s" % (k, rnd.choice(v)) for k, v in rnd.sample(SAME_MESH, rnd.randint(0, 2))
+             if k not in ("optim.staleness", "train.straggler.delay_ms")]
+    ranks = rnd.choice([1, 2, 2, 4])
+    # Rank 0 sleeps about 40 ms before each step, so the signal finds the run mid-step; it changes no arithmetic.
+    sets = ([s for s in base if not s.startswith("train.steps=")] + feats + drawn + draw_mesh(rnd, ranks) +
+            ["train.steps=8", "run.stop_signals=TERM", "train.straggler.ranks=[0]", "train.straggler.delay_ms=40"])
+    stopped_dir, straight_dir = os.path.join(d, "stopped"), os.path.join(d, "straight")
+    rc, straight, out, cmd = runner.run(ranks, sets, straight_dir)
+    if rc == 2:
+        return None, "refused"
+    after, to_mpiexec = rnd.randint(1, 6), ranks > 1 and rnd.random() < 0.3
+    os.makedirs(stopped_dir, exist_ok=True)
+    cmd2 = runner.command(ranks, sets, stopped_dir)
+    p = subprocess.Popen(cmd2, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                         start_new_session=True)
+    t0 = time.time()
+    while len(rows(stopped_dir)) < after and p.poll() is None and time.time() - t0 < runner.args.timeout:
+        time.sleep(0.01)
+    pids = rank_pids(stopped_dir)
+    target = "mpiexec" if to_mpiexec or not pids else "one of %d ranks" % len(pids)
+    try:
+        os.kill(p.pid if target == "mpiexec" else rnd.choice(pids), signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it ended first
+    try:
+        out2, _ = p.communicate(timeout=runner.args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out2 = p.communicate()[0] + "\n(killed: the run did not end)"
+    stopped = "stopped by SIGTERM" in out2
+    if p.returncode != 0 or rc != 0:
+        return {"why": "exit status %s after SIGTERM to %s after %d rows, %s uninterrupted" %
+                (p.returncode, target, after, rc), "commands": [cmd2, cmd], "tail": out2.splitlines()[-5:]}, None
+    rc3, _, out3, cmd3 = runner.run(ranks, sets, stopped_dir)
+    keys = ("step", "loss", "grad_norm", "lr", "tokens")
+    resumed = [{k: r.get(k) for k in keys} for r in rows(stopped_dir)]
+    if rc3 != 0 or resumed != [{k: r.get(k) for k in keys} for r in rows(straight_dir)]:
+        return {"why": "the resumed run (exit %s) differs from the uninterrupted one, after SIGTERM to %s" %
+                (rc3, target), "commands": [cmd2, cmd3, cmd], "tail": out3.splitlines()[-5:]}, None
+    if not same_file(os.path.join(stopped_dir, "model.safetensors"), os.path.join(straight_dir, "model.safetensors")):
+        return {"why": "the export after the stop and resume differs from the uninterrupted run's",
+                "commands": [cmd2, cmd3, cmd]}, None
+    at = [l for l in out2.splitlines() if "stopped by" in l]
+    return None, ("stopped after step %s" % at[0].split("after step ")[1].split()[0] if stopped else "completed") + \
+        " (SIGTERM to %s after %d rows%s)" % (target, after, ", " + " ".join(drawn) if drawn else "")
+
+
 def check_sample(runner, rnd, d):
     base, feats = exact_config(rnd)
     ranks = rnd.choice([1, 2, 4])
@@ -256,14 +329,15 @@ def check_sample(runner, rnd, d):
     return None, "the same %d tokens (tp %d x pp %d)" % (len(results[0].stdout.split()) - 3, tp, pp)
 
 
-CHECKS = {"exit": check_exit, "parity": check_parity, "resume": check_resume, "sample": check_sample}
+CHECKS = {"exit": check_exit, "parity": check_parity, "resume": check_resume, "stop": check_stop,
+          "sample": check_sample}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=60, help="draws (each checks one property, in turn)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--checks", default="exit,parity,resume,sample")
+    ap.add_argument("--checks", default=",".join(CHECKS))
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "random"))
     ap.add_argument("--trainer", default=os.environ.get("TRAINER", os.path.join(ROOT, "build", "trainer")))
     ap.add_argument("--config", default=os.path.join(ROOT, "configs", "tiny.yaml"))

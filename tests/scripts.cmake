@@ -195,11 +195,11 @@ add_test(NAME bench_args
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_bench_args.py ${MPIEXEC_EXECUTABLE}
                  ${CMAKE_BINARY_DIR}/bench)
 set_tests_properties(bench_args PROPERTIES TIMEOUT 300 PROCESSORS 2)
-# Random whole runs (scripts/random_runs.py): eight seeded draws, two per property (exit status, losses of a mesh
-# against one rank's, a checkpoint resumed on another mesh, sampling split against one process: build/sample, beside
-# the trainer); campaigns of hundreds are run by hand (docs/reliability.md, "Random whole runs").
+# Random whole runs (scripts/random_runs.py): ten seeded draws, two per property (exit status, losses of a mesh
+# against one rank's, a checkpoint resumed, a run stopped by SIGTERM and resumed, sampling split against one process:
+# build/sample, beside the trainer); campaigns of hundreds are run by hand (docs/reliability.md, "Random whole runs").
 add_test(NAME random_runs
-         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/scripts/random_runs.py --runs 8 --seed 3 --trainer $<TARGET_FILE:trainer>
+         COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/scripts/random_runs.py --runs 10 --seed 3 --trainer $<TARGET_FILE:trainer>
                  --config ${CMAKE_SOURCE_DIR}/configs/tiny.yaml --mpiexec ${MPIEXEC_EXECUTABLE}
                  --out ${MT_WORK}/random_runs)
 set_tests_properties(random_runs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 600)
