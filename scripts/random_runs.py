@@ -19,7 +19,8 @@ configs/tiny.yaml through mpiexec and checked for one property, in turn:
   stop    eight steps on a mesh of 1-4 ranks with run.stop_signals, one rank (or mpiexec) sent SIGTERM after a
           step drawn at random: the run stops with a checkpoint (or completes), and the same command resumes and
           ends bit-identical to an uninterrupted run, metrics rows and export (docs/reliability.md), whatever the
-          mesh, schedule and features (those of a same-mesh resume, staleness left out: its stop adds a sync point);
+          mesh, schedule and features (those of a same-mesh resume, staleness left out: its stop adds a sync point;
+          local SGD every 2-5 steps in three draws of ten, whose stop may fall between averages);
   sample  a few steps on one mesh, then build/sample from the exported weights on one process and split over
           tp x pp ranks, greedy or drawn (temperature, top-k, seed): the same tokens (README, "Sampling"), and no
           communicator left alive past MPI_Finalize.
@@ -253,8 +254,15 @@ def rank_pids(run_dir):
 def check_stop(runner, rnd, d):
     base, feats = exact_config(rnd)
     drawn = ["%s=%s" % (k, rnd.choice(v)) for k, v in rnd.sample(SAME_MESH, rnd.randint(0, 2))
-             if k not in ("optim.staleness", "train.straggler.delay_ms")]
+             if k not in ("optim.staleness", "optim.sync_every", "train.straggler.delay_ms")]
     ranks = rnd.choice([1, 2, 2, 4])
+    if rnd.random() < 0.3:
+        # Local SGD's stop reads the vote min(H, 8) steps late and may land between averages, where the checkpoint
+        # holds each replica's weights: periods that leave room for that within eight steps.
+        feats = [f for f in feats if not f.startswith("optim.zero=")]
+        drawn = [f for f in drawn if not f.startswith("comm.compress=")] + [
+            "optim.sync_every=%d" % rnd.choice([2, 3, 4, 5])]
+        ranks = rnd.choice([2, 4])
     # Rank 0 sleeps about 40 ms before each step, so the signal finds the run mid-step; it changes no arithmetic.
     sets = ([s for s in base if not s.startswith("train.steps=")] + feats + drawn + draw_mesh(rnd, ranks) +
             ["train.steps=8", "run.stop_signals=TERM", "train.straggler.ranks=[0]", "train.straggler.delay_ms=40"])
@@ -262,7 +270,8 @@ def check_stop(runner, rnd, d):
     rc, straight, out, cmd = runner.run(ranks, sets, straight_dir)
     if rc == 2:
         return None, "refused"
-    after, to_mpiexec = rnd.randint(1, 6), ranks > 1 and rnd.random() < 0.3
+    local_sgd = any(f.startswith("optim.sync_every=") for f in drawn)  # its stop comes up to H steps late
+    after, to_mpiexec = rnd.randint(1, 2 if local_sgd else 6), ranks > 1 and rnd.random() < 0.3
     os.makedirs(stopped_dir, exist_ok=True)
     cmd2 = runner.command(ranks, sets, stopped_dir)
     p = subprocess.Popen(cmd2, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",

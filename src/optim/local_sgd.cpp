@@ -27,9 +27,9 @@ void LocalSGD::set_anchor(const Tensor& params, const Optimizer& opt) {
     copy_convert(anchor_, params);
 }
 
-void LocalSGD::resume_at(int step, const Tensor& params, const Optimizer& opt) {
-  last_sync_ = step;
-  set_anchor(params, opt);
+void LocalSGD::resume_at(int last_sync, const Tensor& params, const Optimizer& opt, bool anchor_restored) {
+  last_sync_ = last_sync;
+  if (!anchor_restored) set_anchor(params, opt);
 }
 
 void LocalSGD::set_sync_every(int h) {

@@ -31,12 +31,16 @@ class LocalSGD {
   // comm.adapt: the period from the next step on (every replica alike).
   void set_sync_every(int h);
   int sync_every() const { return s_.sync_every; }
-  // The outer momentum (Nesterov; undefined otherwise), laid out like params: written into checkpoints, and
-  // loaded back into (a view of the same buffer) on resume.
+  // The outer momentum and the anchor (Nesterov; undefined otherwise), laid out like params: written into
+  // checkpoints, and loaded back into (views of the same buffers) on resume.
   Tensor velocity() const { return velocity_; }
-  // A run resumed from a checkpoint written at the average of step `step`: the period counts from there, and the
-  // anchor is the restored weights (params, or the optimizer's masters), as the average left it.
-  void resume_at(int step, const Tensor& params, const Optimizer& opt);
+  Tensor anchor() const { return anchor_; }
+  // The step of the last average (0: none yet).
+  int last_sync() const { return last_sync_; }
+  // A run resumed from a checkpoint whose last average was at step `last_sync`: the period counts from there. The
+  // anchor, unless the checkpoint's was loaded into anchor(), is the restored weights (params, or the optimizer's
+  // masters), as an average leaves it.
+  void resume_at(int last_sync, const Tensor& params, const Optimizer& opt, bool anchor_restored);
   // fp32 buffers kept between syncs: the anchor and the outer momentum (Nesterov), a staging copy (16-bit).
   size_t state_bytes() const { return anchor_.nbytes() + velocity_.nbytes() + staging_.nbytes(); }
 

@@ -8,11 +8,14 @@
 //       the local elements [first, first + n) of the parameter's tensor-parallel shard. __metadata__ maps each
 //       parameter to its shard layout and global and full shapes, so a reader maps local elements to elements
 //       of the full (unpadded) tensor, which no mesh changes.
-//       Under local SGD (written only where the replicas have just averaged, so they share the masters) the first
-//       rank of replica d > 0 writes its own moments as "replica<d>/exp_avg/..." and "replica<d>/exp_avg_sq/...", and
-//       replica 0 the outer Nesterov momentum as "outer_velocity/...": readers that know only the three kinds above
-//       read replica 0's state. Replica d's files also carry its own counters in __metadata__ ("local_sgd_replica",
-//       "local_sgd_state": AdamW's step count, the loss scaler's state and the non-finite steps it skipped).
+//       Under local SGD the ranks of replica d > 0 write its own moments as "replica<d>/exp_avg/..." and
+//       "replica<d>/exp_avg_sq/...", and replica 0 the outer Nesterov momentum as "outer_velocity/...": readers that
+//       know only the three kinds above read replica 0's state. Periodic checkpoints wait for an average, where the
+//       replicas share the masters; one written between averages (a stop signal's) adds each replica d's masters as
+//       "replica<d>/master/..." and replica 0 the anchor (the last average's weights) as "outer_anchor/...".
+//       __metadata__ has the step of the last average ("local_sgd_last_average") and replica d's files its own
+//       counters ("local_sgd_replica", "local_sgd_state": AdamW's step count, the loss scaler's state and the
+//       non-finite steps it skipped).
 //       Under comm.compress int8, topk or powersgd every rank writes its error-feedback residual as
 //       "replica<q>/compress_residual/..." (q: its rank in the replica group, dp x cp), and under powersgd the first
 //       rank of each replica group the Qs as "powersgd_q/<param>/tp<t>of<T>" (the draw counts in __metadata__);
@@ -42,9 +45,10 @@ namespace mt {
 
 
 // The kinds of fp32 field a checkpoint holds per parameter (its tensors' names begin with them): the masters and
-// AdamW moments, and local SGD's outer momentum (its other replicas' moments are "replica<d>/" + a moment's kind).
+// AdamW moments, and local SGD's outer momentum and anchor (its other replicas' state is "replica<d>/" + a kind).
 inline constexpr char kMasterKind[] = "master", kExpAvgKind[] = "exp_avg", kExpAvgSqKind[] = "exp_avg_sq",
-                      kOuterVelocityKind[] = "outer_velocity", kResidualKind[] = "compress_residual";
+                      kOuterVelocityKind[] = "outer_velocity", kOuterAnchorKind[] = "outer_anchor",
+                      kResidualKind[] = "compress_residual";
 
 // One fp32 field of a piece, viewed where it lives: its kind names the tensors it becomes.
 struct CheckpointField {

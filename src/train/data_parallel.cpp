@@ -405,6 +405,7 @@ class LocalSgdStrategy final : public DataParallel {
     if (step == 1 && !r.cfg.run.dump_grads.empty()) dump_gradients(r, false);
     // Each replica steps on its own loss and gradient norm, meeting the others only at the averages: without
     // skip_nonfinite a non-finite one stops every replica there, before it could be averaged in.
+    step_ = step;
     optimizer_update(r, step, r.model->grads(), true, prof, out);
     if (!out.nonfinite.empty() && first_nonfinite_ == 0) first_nonfinite_ = step, nonfinite_ = out.nonfinite;
     if (!local_->due(step, r.cfg.train.steps)) return;
@@ -436,11 +437,14 @@ class LocalSgdStrategy final : public DataParallel {
   bool checkpoints_wait_for_average() const override { return true; }
 
   // At an average the replicas share their masters (replica 0 writes them); each replica d > 0 adds its own
-  // moments, and replica 0 the outer momentum.
+  // moments, and replica 0 the outer momentum. Between averages (a stop signal's checkpoint) each replica d > 0
+  // adds its own masters too, and replica 0 the anchor (the weights of the last average, Nesterov).
   void add_to_checkpoint(TrainingRun& r, CheckpointShard& shard) override {
     const int d = r.mesh.dp_rank();
-    const Tensor velocity = local_->velocity();
+    const Tensor velocity = local_->velocity(), anchor = local_->anchor();
+    const bool between = local_->last_sync() != step_;
     shard.metadata["local_sgd_period"] = std::to_string(local_->sync_every());  // comm.adapt may have moved it
+    shard.metadata["local_sgd_last_average"] = std::to_string(local_->last_sync());
     if (d > 0) {  // the counters each replica keeps alone (meta.json has replica 0's)
       shard.metadata["local_sgd_replica"] = std::to_string(d);
       shard.metadata["local_sgd_state"] =
@@ -451,48 +455,69 @@ class LocalSgdStrategy final : public DataParallel {
     for (const OptimSegment& g : r.opt->segments()) {
       if (g.numel == 0 || !g.in_norm) continue;
       auto host = [&](const Tensor& t) { return checkpoint_host_view(shard, t); };
-      if (d > 0)
-        shard.pieces.push_back({g.offset, g.numel, {{replica_kind(d, kExpAvgKind), host(r.opt->exp_avg_view(g))},
-                                                    {replica_kind(d, kExpAvgSqKind),
-                                                     host(r.opt->exp_avg_sq_view(g))}}});
-      else
-        shard.pieces.push_back({g.offset, g.numel, {{kOuterVelocityKind, host(velocity.slice(g.offset, {g.numel}))}}});
+      std::vector<CheckpointField> fields;
+      if (d > 0) {
+        fields = {{replica_kind(d, kExpAvgKind), host(r.opt->exp_avg_view(g))},
+                  {replica_kind(d, kExpAvgSqKind), host(r.opt->exp_avg_sq_view(g))}};
+        if (between) fields.push_back({replica_kind(d, kMasterKind), host(r.opt->master_view(g, r.model->params()))});
+      } else {
+        fields = {{kOuterVelocityKind, host(velocity.slice(g.offset, {g.numel}))}};
+        if (between) fields.push_back({kOuterAnchorKind, host(anchor.slice(g.offset, {g.numel}))});
+      }
+      shard.pieces.push_back({g.offset, g.numel, std::move(fields)});
     }
   }
 
-  // The optimizer holds replica 0's moments (restore_checkpoint): replica d takes its own where the checkpoint has
-  // them, the outer momentum where it has one, and the period counts from the checkpoint's average.
+  // The optimizer holds replica 0's state (restore_checkpoint): replica d takes its own moments (and, from a
+  // checkpoint between averages, masters) where the checkpoint has them, the outer momentum and anchor where it
+  // has them, and the period counts from the checkpoint's last average.
   void restore_from(TrainingRun& r, const CheckpointInfo& info) override {
     const int d = r.mesh.dp_rank(), replicas = r.mesh.dp();
     const ParamTable& t = r.model->table();
+    const std::string* last = checkpoint_metadata(info, "local_sgd_last_average");
+    const int last_average = last ? std::atoi(last->c_str()) : int(info.state.step);
+    const bool between = last_average != info.state.step;
     if (d > 0 && checkpoint_has(info, replica_kind(d, kExpAvgKind))) {
-      load_checkpoint_fields(info, t, {kMasterKind, replica_kind(d, kExpAvgKind), replica_kind(d, kExpAvgSqKind)},
+      const std::string master = between ? replica_kind(d, kMasterKind) : kMasterKind;
+      load_checkpoint_fields(info, t, {master, replica_kind(d, kExpAvgKind), replica_kind(d, kExpAvgSqKind)},
                              [&](int p, const std::vector<const float*>& x) {
+                               if (between)
+                                 set_weights(*r.model, Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32),
+                                             t[p].offset);
                                r.opt->load_state(t[p].offset, t[p].numel(), x[0], x[1], x[2]);
                              });
       restore_replica_counters(r, info, d);
     }
-    const Tensor velocity = local_->velocity();
-    const bool outer = velocity.defined() && checkpoint_has(info, kOuterVelocityKind);
-    if (outer)
-      load_checkpoint_fields(info, t, {kOuterVelocityKind}, [&](int p, const std::vector<const float*>& x) {
-        copy_convert(velocity.slice(t[p].offset, {t[p].numel()}),
+    const Tensor velocity = local_->velocity(), anchor = local_->anchor();
+    // The checkpoint's field `kind` into `into` (laid out like params), where both exist.
+    auto load_outer = [&](const char* kind, const Tensor& into) {
+      if (!into.defined() || !checkpoint_has(info, kind)) return false;
+      load_checkpoint_fields(info, t, {kind}, [&](int p, const std::vector<const float*>& x) {
+        copy_convert(into.slice(t[p].offset, {t[p].numel()}),
                      Tensor(const_cast<float*>(x[0]), {t[p].numel()}, DType::F32));
       });
-    local_->resume_at(int(info.state.step), r.model->params(), *r.opt);
+      return true;
+    };
+    const bool outer = load_outer(kOuterVelocityKind, velocity);
+    local_->resume_at(last_average, r.model->params(), *r.opt, load_outer(kOuterAnchorKind, anchor));
     if (adapt_) resume_period(r, info);
     if (r.mesh.rank() != 0) return;
     int held = 1;  // the replicas whose moments the checkpoint holds
     while (checkpoint_has(info, replica_kind(held, kExpAvgKind))) ++held;
+    const std::string state = between ? "weights and optimizer moments" : "optimizer moments";
     if (held < replicas)
-      spdlog::warn("local SGD: the checkpoint holds the optimizer moments of {} replica{}: {} start{} from replica "
-                   "0's, so the run does not continue as an uninterrupted one would", held, held > 1 ? "s" : "",
+      spdlog::warn("local SGD: the checkpoint holds the {} of {} replica{}: {} start{} from replica 0's, so the run "
+                   "does not continue as an uninterrupted one would", state, held, held > 1 ? "s" : "",
                    held + 1 == replicas ? fmt::format("replica {}", held)
                                         : fmt::format("replicas {}-{}", held, replicas - 1),
                    held + 1 == replicas ? "s" : "");
     else
-      spdlog::info("local SGD: each of the {} replicas resumes its own optimizer moments{}", replicas,
-                   held > replicas ? fmt::format(" (the checkpoint's other {} are left out)", held - replicas) : "");
+      spdlog::info("local SGD: each of the {} replicas resumes its own {}{}{}", replicas, state,
+                   held > replicas ? fmt::format(" (the checkpoint's other {} are left out)", held - replicas) : "",
+                   !between         ? ""
+                   : last_average > 0 ? fmt::format(", {} steps after the average of step {}",
+                                                    info.state.step - last_average, last_average)
+                                      : fmt::format(", {} steps into the first period", info.state.step));
     if (velocity.defined() && !outer)
       spdlog::warn("local SGD: the checkpoint has no outer momentum (written without optim.outer=nesterov): it "
                    "starts at zero");
@@ -537,6 +562,7 @@ class LocalSgdStrategy final : public DataParallel {
  private:
   std::unique_ptr<LocalSGD> local_;
   std::unique_ptr<SyncPeriodController> adapt_;
+  int step_ = 0;             // the step this replica last took
   int first_nonfinite_ = 0;  // this replica's first step with a non-finite loss or norm (0: none)
   std::string nonfinite_;    // and what became non-finite then
 };

@@ -176,6 +176,17 @@ void log_nodes(const DeviceMesh& mesh, const NodeRanks& node) {
                  "ranks are consecutive");
 }
 
+// Under local SGD the stop vote is read this many steps late (at most optim.sync_every): a replica may then run
+// that far ahead of the slowest between averages before it waits for the vote, and a signal stops the run within
+// that many steps, not at the next average, which DiLoCo-scale periods put hundreds of steps away.
+constexpr int kLocalSgdVoteLag = 8;
+
+// The steps by which the stop vote is read late: optim.staleness's S (the vote never holds a replica back more than
+// the stale reduction does), local SGD's lag above, 0 for replicas in lockstep.
+int stop_vote_lag(const Config& cfg) {
+  return cfg.optim.sync_every > 0 ? std::min(cfg.optim.sync_every, kLocalSgdVoteLag) : cfg.optim.staleness;
+}
+
 // run.stop_signals: armed where the run can write a checkpoint; null where not (the signals then end it at once).
 std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun& run, Communicator* world, bool log) {
   std::vector<int> signals;
@@ -183,16 +194,16 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   if (signals.empty()) return nullptr;
   if (log && run.dp->checkpoints_wait_for_average())
-    spdlog::info("run.stop_signals: under local SGD a signal stops the run at the next parameter average (at most "
-                 "optim.sync_every steps later), where the checkpoint is written");
+    spdlog::info("run.stop_signals: under local SGD a signal stops the run within {} steps; a checkpoint between "
+                 "two averages holds every replica's weights", stop_vote_lag(cfg));
   install_stop_signals(signals);
-  return std::make_unique<StopVote>(world, cfg.optim.staleness);
+  return std::make_unique<StopVote>(world, stop_vote_lag(cfg));
 }
 
 // After a step's report: whether the run stops here for a signal. Once every rank knows of it, the run stops at
-// the first step after which every replica holds the same weights (every step, except under optim.staleness,
-// where the signal makes the next step a sync point, and under local SGD, which votes at its averages only); a
-// signal during the last step changes nothing.
+// the first step where its checkpoint can hold the replicas' state: every step, except under optim.staleness,
+// where the signal makes the next step a sync point (every replica then holds the same weights); a signal during
+// the last step changes nothing.
 bool stop_now(StopVote& vote, int& signal, bool replicas_agree, int step, int last_step) {
   if (!signal) signal = vote.cast();
   return signal && replicas_agree && step < last_step;
@@ -312,9 +323,10 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       pending.add(row, meter.measure(s), s.synced);
       // comm.adapt decides at local SGD's averages: every rank completes every row up to one there.
       pending.flush(sync_point || s.synced, report_late);
-      // Local SGD votes at its averages only, where every replica is at the same step; staleness at every step.
-      const bool votes = !checkpoint_at_average || s.synced;
-      if (stop_vote && votes && stop_now(*stop_vote, stop_signal, sync_point || s.synced, step, cfg.train.steps)) {
+      // Local SGD's checkpoint holds each replica's weights between averages; staleness's needs a sync point.
+      const bool replicas_agree = checkpoint_at_average || sync_point || s.synced;
+      if (stop_vote && stop_now(*stop_vote, stop_signal, replicas_agree, step, cfg.train.steps)) {
+        pending.flush(true, report_late);  // every row up to the checkpoint's step, on every rank alike
         stopped_at = step;
         break;
       }

@@ -8,8 +8,9 @@ preemption needs; and a checkpoint that cannot be written leaves nothing incompl
   2. SIGUSR1 to one rank only (not mpiexec): the ranks agree and stop together; exit 0;
   3. optim.staleness=2 (fixed): the signal makes a following step a sync point; the checkpoint resumes
      bit-identically to an uninterrupted run with the same sync points;
-  3b. local SGD (optim.sync_every=4): the ranks vote at the averages only, so the run stops at the next one with
-     a checkpoint holding every replica's state, and the resumed run equals an uninterrupted one;
+  3b. local SGD (optim.sync_every=12, DiLoCo's outer step, bf16): the vote is read 8 steps late, so the run stops
+     within 9 steps of the signal, before the first average, with a checkpoint holding every replica's weights and
+     state, and the resumed run equals an uninterrupted one (its average at step 12 included);
   4. a second signal ends the run at once (long steps: it must not wait for the step to end);
      run.stop_signals="" leaves the signal's default (the run ends at once, status not 0);
   5. a full disk (a small tmpfs under `unshare --mount`; skipped where it cannot be made): the checkpoint write
@@ -167,17 +168,20 @@ if at is not None:
           "staleness: the resumed run equals an uninterrupted one with the same sync points")
 
 
-# 3b. Local SGD: the replicas meet only at their averages, which is where the vote is cast and the run stops. The
-# stop changes nothing: the resumed run equals an uninterrupted one without checkpoints.
-local = ["optim.sync_every=4", "optim.name=adamw"]
-status, out, seen = signalled("local_sgd", 2, local + slow, lambda p: p.send_signal(signal.SIGTERM))
+# 3b. Local SGD: the replicas meet only at their averages, 12 steps apart here; the vote, read 8 steps late, stops
+# the run before the first, and the checkpoint holds each replica's own weights. The stop changes nothing: the
+# resumed run equals an uninterrupted one without checkpoints, averaging at step 12 as that one does.
+local = ["optim.sync_every=12", "optim.outer=nesterov", "optim.name=adamw", "precision.compute=bf16"]
+status, out, seen = signalled("local_sgd", 2, local + slow, lambda p: p.send_signal(signal.SIGTERM), after_rows=2)
 at = stopped_step(out)
-# Rows are written at the averages, so `seen` is one (4): the signal lands in the next period and the vote at its end
-# (8) sees it; +8 leaves one more period for a signal that reaches the ranks after that vote.
-check(status == 0 and at is not None and at % 4 == 0 and seen <= at <= seen + 8 and complete("local_sgd", at),
-      f"local SGD: stopped at the average of step {at} (rows written {seen}) with a complete checkpoint")
+# Rows complete as the slowest rank's figures arrive: the signal lands in step seen + 1 at the latest, and the vote
+# cast at its end is read 8 steps later: step 11 at the latest.
+check(status == 0 and at is not None and at < 12 and seen <= at <= seen + 9 and complete("local_sgd", at),
+      f"local SGD: stopped after step {at}, before the first average (rows written {seen}), with a complete checkpoint")
 run("local_sgd_reference", 2, *local, *slow)
-run("local_sgd", 2, *local, *slow)
+out = run("local_sgd", 2, *local, *slow)
+check(f"each of the 2 replicas resumes its own weights and optimizer moments, {at} steps into the first period" in out,
+      "local SGD: each replica resumed its own weights")
 check(same_rows(rows("local_sgd"), rows("local_sgd_reference")) and
       same_file(f"{work}/local_sgd/model.safetensors", f"{work}/local_sgd_reference/model.safetensors"),
       "local SGD: the resumed run equals an uninterrupted one (metrics rows and export)")
