@@ -606,9 +606,10 @@ TEST_CASE("bytes on the wire per step match the documented formulas", "[compress
   }
 }
 
-TEST_CASE("int8 and topk with tp: the parameters tp ranks hold copies of go as they are", "[compress][tp]") {
+TEST_CASE("int8 and topk with tp: the parameters tp ranks hold copies of are encoded apart", "[compress][tp]") {
   // vector_table's layout, with a and c split over 2 tp ranks and b replicated: as two tp ranks would, the steps
-  // differ in a's and c's values and share b's.
+  // differ in a's and c's values and share b's. b must come out as if it were a bucket of its own, on both tp ranks
+  // alike (average and residual), over steps that carry the residual on.
   auto dp = world();
   ParamTable t;
   t.add("a", {600}, {600}, true, Shard{0, 2, 0});
@@ -617,40 +618,40 @@ TEST_CASE("int8 and topk with tp: the parameters tp ranks hold copies of go as t
   const std::vector<Bucket> buckets = vector_buckets(t);
   REQUIRE(buckets.size() == 2);
   const int64_t n = t.total_numel(), b0 = t[1].offset, nb = t[1].numel();
+  REQUIRE(b0 < buckets[0].end);  // b shares bucket 0 with a
+  ParamTable alone;
+  alone.add("b", {77}, {77}, false);
   for (CompressMethod method : {CompressMethod::Int8, CompressMethod::TopK}) {
     INFO(name_of(method));
     CompressOptions o = options(method, 0.1);
-    o.plain_tp_copies = true;
-    std::vector<float> b_avg[2];
-    for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
-      Tensor grads = Tensor::zeros({n}, DType::F32);
-      GradReducer red(*dp, grads, buckets, false, DType::F32, t, o);
-      Recorder rec(*dp);
-      std::vector<float> in = random_input(t, dp->rank(), 0);
-      const std::vector<float> other = random_input(t, dp->rank() + 100, 1);
-      for (int64_t i = 0; i < n; ++i)
-        if (tp_rank == 1 && (i < b0 || i >= b0 + nb)) in[i] = other[i];  // a and c: the other tp rank's shards
-      step(red, grads, in);
-      const std::vector<float> out = values(grads), e = values(red.residual());
-      b_avg[tp_rank].assign(out.begin() + b0, out.begin() + b0 + nb);
-      // b: the plain average (within fp32 rounding of the exact one), nothing held back.
-      for (int64_t i = b0; i < b0 + nb; ++i) {
-        double exact = 0, magnitude = 0;
-        for (int q = 0; q < dp->size(); ++q) {
-          const float x = random_input(t, q, 0)[i];
-          exact += x, magnitude += std::fabs(x);
-        }
-        exact /= dp->size();
-        // all_reduce(Avg): p - 1 fp32 additions, each within kU of the partial sum, then the division, within kU of
-        // the mean: at most p kU sum|x|.
-        CHECK(std::fabs(out[i] - exact) <= dp->size() * kU * magnitude);
-        CHECK(e[i] == 0.0f);
+    o.tp_copies_apart = true;
+    Tensor b_grads = Tensor::zeros({nb}, DType::F32);
+    GradReducer b_red(*dp, b_grads, {Bucket{0, nb}}, false, DType::F32, alone, options(method, 0.1));
+    Tensor grads[2] = {Tensor::zeros({n}, DType::F32), Tensor::zeros({n}, DType::F32)};
+    std::unique_ptr<GradReducer> red[2];
+    for (int tp_rank = 0; tp_rank < 2; ++tp_rank)
+      red[tp_rank] = std::make_unique<GradReducer>(*dp, grads[tp_rank], buckets, false, DType::F32, t, o);
+    for (int s = 0; s < 3; ++s) {
+      INFO("step " << s);
+      std::vector<float> in = random_input(t, dp->rank(), s);
+      step(b_red, b_grads, std::vector<float>(in.begin() + b0, in.begin() + b0 + nb));
+      const std::vector<float> b_avg = values(b_grads), b_e = values(b_red.residual());
+      for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
+        INFO("tp rank " << tp_rank);
+        const std::vector<float> other = random_input(t, dp->rank() + 100, s + 10);
+        std::vector<float> mine = in;
+        for (int64_t i = 0; i < n; ++i)
+          if (tp_rank == 1 && (i < b0 || i >= b0 + nb)) mine[i] = other[i];  // a and c: the other tp rank's shards
+        Recorder rec(*dp);
+        step(*red[tp_rank], grads[tp_rank], mine);
+        const std::vector<float> out = values(grads[tp_rank]), e = values(red[tp_rank]->residual());
+        CHECK(std::equal(b_avg.begin(), b_avg.end(), out.begin() + b0));  // bit for bit, so the copies stay equal
+        CHECK(std::equal(b_e.begin(), b_e.end(), e.begin() + b0));
+        CHECK(max_abs(b_e) > 0);  // b is compressed, not sent as it is
+        CHECK(int(rec.events.size()) == 3);  // each bucket's message, and bucket 0's copies' message
+        CHECK(rec.bytes() == red[tp_rank]->wire_bytes_per_step());
       }
-      CHECK(max_abs(e) > 0);  // a and c are compressed
-      CHECK(int(rec.events.size()) == 3);  // each bucket's compressed message, and bucket 0's plain all-reduce
-      CHECK(rec.bytes() == red.wire_bytes_per_step());
     }
-    CHECK(b_avg[0] == b_avg[1]);  // the copies stay equal
   }
 }
 

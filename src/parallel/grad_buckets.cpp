@@ -89,23 +89,31 @@ GradReducer::GradReducer(Communicator& dp, const Tensor& grads, std::vector<Buck
             "the parameters whose gradients it reduces: got {} parameters ({} elements) for {} gradients",
             table.size(), table.total_numel(), grads.numel());
     group_ = &group;
+    // int8 and topk: a compressor of gradients g with residual e (powersgd, which needs the bucket's layout, is
+    // made below).
+    auto encoder = [&](const Tensor& g, const Tensor& e) {
+      return method_ == CompressMethod::Int8
+                 ? make_int8_compressor(group, g, e)
+                 : make_topk_compressor(group, g, e, compress.topk_fraction, topk_scratch_);
+    };
     for (const Bucket& k : buckets_) {
-      std::vector<ElementRange> plain;
-      if (compress.plain_tp_copies && method_ != CompressMethod::PowerSGD)
+      std::vector<ElementRange> copies;
+      if (compress.tp_copies_apart && method_ != CompressMethod::PowerSGD)
         for (const ParamSpec& s : table.specs())
           if ((s.shard.whole() || s.shard.copies > 1) && s.offset >= k.begin && s.offset < k.end)
-            plain.push_back({s.offset - k.begin, s.numel()});
+            copies.push_back({s.offset - k.begin, s.numel()});
       int64_t n = 0;
-      for (const ElementRange& r : plain) n += r.numel;
-      plain_ranges_.push_back(std::move(plain));
-      plain_.push_back(n ? Tensor::zeros({n}, DType::F32) : Tensor());
+      for (const ElementRange& r : copies) n += r.numel;
+      copy_ranges_.push_back(std::move(copies));
+      copies_.push_back(n ? Tensor::zeros({n}, DType::F32) : Tensor());
+      copy_residual_.push_back(n ? Tensor::zeros({n}, DType::F32) : Tensor());
+      copy_compressors_.push_back(n ? encoder(copies_.back(), copy_residual_.back()) : nullptr);
       const Tensor g = host_grads().slice(k.begin, {k.numel()}), e = residual_.slice(k.begin, {k.numel()});
-      if (method_ == CompressMethod::Int8) compressors_.push_back(make_int8_compressor(group, g, e));
-      if (method_ == CompressMethod::TopK)
-        compressors_.push_back(make_topk_compressor(group, g, e, compress.topk_fraction, topk_scratch_));
-      if (method_ == CompressMethod::PowerSGD)
-        compressors_.push_back(make_powersgd_compressor(group, g, e, powersgd_layout(table, k, compress.powersgd_rank),
-                                                        compress.seed));
+      compressors_.push_back(method_ == CompressMethod::PowerSGD
+                                 ? make_powersgd_compressor(group, g, e,
+                                                            powersgd_layout(table, k, compress.powersgd_rank),
+                                                            compress.seed)
+                                 : encoder(g, e));
     }
   }
   if (wire != grads.dtype()) {
@@ -120,17 +128,17 @@ void GradReducer::launch(int b) {
   if (!compressors_.empty()) {
     // Waits for the GPU's backward pass up to here: the host reads the bucket.
     if (staged_.defined()) copy_convert(staged_.slice(k.begin, {k.numel()}), grads_.slice(k.begin, {k.numel()}));
-    if (plain_[b].defined()) {
-      float* x = host_grads().data_as<float>() + k.begin;
-      float* u = plain_[b].data_as<float>();
-      for (const ElementRange& r : plain_ranges_[b]) {
-        std::copy(x + r.offset, x + r.offset + r.numel, u);
-        std::fill(x + r.offset, x + r.offset + r.numel, 0.f);
-        u += r.numel;
-      }
-      plain_work_.push_back(group_->all_reduce_async(plain_[b], ReduceOp::Avg));
-    }
-    return compressors_[b]->launch();
+    if (!copy_compressors_[b]) return compressors_[b]->launch();
+    // The tp copies out of the bucket (gradients and residual), the bucket's encoding, then theirs apart; their new
+    // residual back in its place.
+    float* x = host_grads().data_as<float>() + k.begin;
+    float* e = residual_.data_as<float>() + k.begin;
+    gather_copies(b, x, copies_[b].data_as<float>());
+    gather_copies(b, e, copy_residual_[b].data_as<float>());
+    compressors_[b]->launch();
+    copy_compressors_[b]->launch();
+    scatter_copies(b, copy_residual_[b].data_as<float>(), e);
+    return;
   }
   const Tensor& buf = wire_.defined() ? wire_ : grads_;
   Tensor full = buf.slice(k.begin, {k.numel()});
@@ -166,24 +174,36 @@ void GradReducer::finish() {
 // Every bucket's second phase first (PowerSGD's Q all-reduces then travel while later buckets compute), then
 // the decoding.
 void GradReducer::finish_compressed() {
-  for (auto& c : compressors_) c->exchange();
-  for (auto& c : compressors_) c->complete();
-  for (auto& w : plain_work_) w->wait();
-  plain_work_.clear();
-  for (size_t b = 0; b < buckets_.size(); ++b) {  // the plain averages into their places
-    if (!plain_[b].defined()) continue;
-    float* x = host_grads().data_as<float>() + buckets_[b].begin;
-    const float* u = plain_[b].data_as<float>();
-    for (const ElementRange& r : plain_ranges_[b]) {
-      std::copy(u, u + r.numel, x + r.offset);
-      u += r.numel;
-    }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    compressors_[b]->exchange();
+    if (copy_compressors_[b]) copy_compressors_[b]->exchange();
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    compressors_[b]->complete();
+    if (!copy_compressors_[b]) continue;
+    copy_compressors_[b]->complete();  // the copies' average into their places
+    scatter_copies(int(b), copies_[b].data_as<float>(), host_grads().data_as<float>() + buckets_[b].begin);
   }
   next_ = 0;
   armed_ = false;
   if (staged_.defined())  // the decoded averages back to the GPU
     for (const Bucket& k : buckets_)
       copy_convert(grads_.slice(k.begin, {k.numel()}), staged_.slice(k.begin, {k.numel()}));
+}
+
+void GradReducer::gather_copies(int b, float* bucket, float* packed) const {
+  for (const ElementRange& r : copy_ranges_[b]) {
+    std::copy(bucket + r.offset, bucket + r.offset + r.numel, packed);
+    std::fill(bucket + r.offset, bucket + r.offset + r.numel, 0.f);
+    packed += r.numel;
+  }
+}
+
+void GradReducer::scatter_copies(int b, const float* packed, float* bucket) const {
+  for (const ElementRange& r : copy_ranges_[b]) {
+    std::copy(packed, packed + r.numel, bucket + r.offset);
+    packed += r.numel;
+  }
 }
 
 std::vector<LowRankState> GradReducer::low_rank_state() {
@@ -193,15 +213,18 @@ std::vector<LowRankState> GradReducer::low_rank_state() {
   return out;
 }
 
-void GradReducer::reset_feedback() {
+void GradReducer::reset_feedback() {  // the buckets' residuals cover the copies' places in residual_ too
   for (auto& c : compressors_) c->reset();
+  for (auto& c : copy_compressors_)
+    if (c) c->reset();
 }
 
 int64_t GradReducer::wire_bytes_per_step() const {
   int64_t bytes = 0;
   for (size_t b = 0; b < buckets_.size(); ++b)
     bytes += compressors_.empty() ? buckets_[b].numel() * int64_t(dtype_size(wire_dtype()))
-                                  : compressors_[b]->wire_bytes() + (plain_[b].defined() ? 4 * plain_[b].numel() : 0);
+                                  : compressors_[b]->wire_bytes() +
+                                        (copy_compressors_[b] ? copy_compressors_[b]->wire_bytes() : 0);
   return bytes;
 }
 
@@ -214,7 +237,9 @@ int64_t GradReducer::compress_state_bytes() const {
 int64_t GradReducer::compress_buffer_bytes() const {
   int64_t bytes = staged_.defined() ? int64_t(staged_.nbytes()) : 0;
   for (const auto& c : compressors_) bytes += c->buffer_bytes();
-  for (const Tensor& u : plain_) bytes += u.defined() ? int64_t(u.nbytes()) : 0;
+  for (size_t b = 0; b < copies_.size(); ++b)  // the copies' gradients and residual, packed, and their encoder's
+    if (copy_compressors_[b])
+      bytes += int64_t(copies_[b].nbytes() + copy_residual_[b].nbytes()) + copy_compressors_[b]->buffer_bytes();
   if (topk_scratch_) {  // topk_select's magnitudes, as large as the largest bucket
     int64_t most = 0;
     for (const Bucket& k : buckets_) most = std::max(most, k.numel());

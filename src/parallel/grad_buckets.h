@@ -99,6 +99,10 @@ class GradReducer : public ChunkGradSync {
  private:
   void launch(int b);
   void finish_compressed();
+  // Bucket b's tp copies between their places in `bucket` (its first element) and `packed` (copy_ranges_'s order);
+  // gather_copies zeroes their places.
+  void gather_copies(int b, float* bucket, float* packed) const;
+  void scatter_copies(int b, const float* packed, float* bucket) const;
   // The gradients the compressors read and write: the host copy of GPU gradients, else the gradients themselves.
   const Tensor& host_grads() const { return staged_.defined() ? staged_ : grads_; }
   Communicator& dp_;
@@ -112,12 +116,13 @@ class GradReducer : public ChunkGradSync {
   Tensor residual_;  // fp32, like grads_ (methods with error feedback), on the host
   Tensor staged_;    // GPU gradients with a compressor: their host copy, which the compressors read and write
   std::vector<std::unique_ptr<BucketCompressor>> compressors_;  // one per bucket, or none
-  // compress.plain_tp_copies: per bucket, the ranges (relative to its begin) all-reduced as they are beside the
-  // compressor, their values gathered into plain_[b] (and zeroed in the bucket, so the encoding sends nothing of
-  // them and keeps no residual for them), and the all-reduce in flight.
-  std::vector<std::vector<ElementRange>> plain_ranges_;
-  std::vector<Tensor> plain_;
-  std::vector<WorkPtr> plain_work_;
+  // compress.tp_copies_apart: per bucket, the ranges (relative to its begin) of the tp copies, encoded by a
+  // compressor of their own (null where the bucket has none): their gradients gathered into copies_[b] and their
+  // residual into copy_residual_[b], both zeroed in the bucket meanwhile, so that the bucket's encoding sends
+  // nothing of them. Their residual goes back into residual_, where checkpoints find it.
+  std::vector<std::vector<ElementRange>> copy_ranges_;
+  std::vector<Tensor> copies_, copy_residual_;
+  std::vector<std::unique_ptr<BucketCompressor>> copy_compressors_;
   Communicator* group_ = nullptr;  // the compressors' group
   std::shared_ptr<std::vector<float>> topk_scratch_;
 };

@@ -30,10 +30,10 @@ struct CompressOptions {
   int powersgd_rank = 4;        // powersgd: rank of each matrix's approximation
   uint64_t seed = 0;            // powersgd: key of the random initial Q (the same on every rank of the group)
   // int8, topk: with tp > 1, parameters that several tp ranks hold copies of (replicated ones, Llama's k and v
-  // under n_kv_head < tp) are all-reduced as they are. Their copies must stay equal, and these encodings span
-  // whole buckets, whose other parameters (the tp shards) differ between the tp ranks. (powersgd encodes each
-  // matrix alone: its copies stay equal.)
-  bool plain_tp_copies = false;
+  // under n_kv_head < tp) are encoded apart from the rest of their bucket, as a message of their own. Their copies
+  // must stay equal, and these encodings span whole buckets, whose other parameters (the tp shards) differ between
+  // the tp ranks. (powersgd encodes each matrix alone: its copies stay equal.)
+  bool tp_copies_apart = false;
 };
 
 // True for int8, topk and powersgd (their own encoding and error-feedback state); false for none and bf16.

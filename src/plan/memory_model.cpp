@@ -32,7 +32,7 @@ int64_t compressed_reducer_bytes(const Config& cfg, int dp, const ParamTable& ta
 }
 
 // The one-element tensors alive while a rank trains: the optimizer's four scalars, the loss sum, the ring of
-// run.stop_signals' votes (optim.staleness + 1 of them: trainer.cpp's arm_stop_signals) and, under local SGD, the
+// run.stop_signals' votes (stop_vote_lag + 1 of them: trainer.cpp's arm_stop_signals) and, under local SGD, the
 // two of a one-number collective (train_step.cpp's reduce_scalar): the replica's loss over pp every step, the
 // replicas' finiteness vote over dp at each average. The step's global loss and the step report's timings are views
 // of host values.
@@ -41,7 +41,7 @@ int small_tensors(const Config& cfg, int dp) {
   std::string bad;
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   const bool local_sgd = cfg.optim.sync_every > 0;
-  const int votes = !signals.empty() ? cfg.optim.staleness + 1 : 0;
+  const int votes = !signals.empty() ? stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness) + 1 : 0;
   return 4 + 1 + votes + (local_sgd && (dp > 1 || cfg.parallel.pp > 1) ? 2 : 0);
 }
 }  // namespace

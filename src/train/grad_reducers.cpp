@@ -22,7 +22,7 @@ CompressOptions compress_options(const Config& cfg) {
   o.topk_fraction = cfg.comm.topk_fraction;
   o.powersgd_rank = cfg.comm.powersgd_rank;
   o.seed = cfg.train.seed;  // PowerSGD's first Q, the same on every rank
-  o.plain_tp_copies = cfg.parallel.tp > 1;
+  o.tp_copies_apart = cfg.parallel.tp > 1;
   return o;
 }
 

@@ -21,6 +21,17 @@ void install_stop_signals(const std::vector<int>& signals);
 // The first stop signal this process received, or 0; and the seconds since it arrived (0 without one).
 int stop_signal_received();
 double seconds_since_stop_signal();
+// Under local SGD the stop vote is read this many steps late (at most optim.sync_every): a replica may then run
+// that far ahead of the slowest between averages before it waits for the vote, and a signal stops the run within
+// that many steps, not at the next average, which DiLoCo-scale periods put hundreds of steps away.
+constexpr int kLocalSgdVoteLag = 8;
+
+// The steps by which the stop vote is read late: optim.staleness's S (the vote never holds a replica back more than
+// the stale reduction does), min(optim.sync_every, kLocalSgdVoteLag) under local SGD, 0 for replicas in lockstep.
+inline int stop_vote_lag(int sync_every, int staleness) {
+  return sync_every > 0 ? (sync_every < kLocalSgdVoteLag ? sync_every : kLocalSgdVoteLag) : staleness;
+}
+
 // The ranks' agreement on a stop signal, one vote per step. Collective over `world` (null: this process alone):
 // cast() sends this rank's signal (0 = none) for `step` and returns the signal any rank had sent `lag` steps
 // earlier (the largest number when they differ), 0 before that. lag 0 waits for this step's vote; optim.staleness

@@ -176,17 +176,6 @@ void log_nodes(const DeviceMesh& mesh, const NodeRanks& node) {
                  "ranks are consecutive");
 }
 
-// Under local SGD the stop vote is read this many steps late (at most optim.sync_every): a replica may then run
-// that far ahead of the slowest between averages before it waits for the vote, and a signal stops the run within
-// that many steps, not at the next average, which DiLoCo-scale periods put hundreds of steps away.
-constexpr int kLocalSgdVoteLag = 8;
-
-// The steps by which the stop vote is read late: optim.staleness's S (the vote never holds a replica back more than
-// the stale reduction does), local SGD's lag above, 0 for replicas in lockstep.
-int stop_vote_lag(const Config& cfg) {
-  return cfg.optim.sync_every > 0 ? std::min(cfg.optim.sync_every, kLocalSgdVoteLag) : cfg.optim.staleness;
-}
-
 // run.stop_signals: armed where the run can write a checkpoint; null where not (the signals then end it at once).
 std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun& run, Communicator* world, bool log) {
   std::vector<int> signals;
@@ -195,9 +184,9 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   if (signals.empty()) return nullptr;
   if (log && run.dp->checkpoints_wait_for_average())
     spdlog::info("run.stop_signals: under local SGD a signal stops the run within {} steps; a checkpoint between "
-                 "two averages holds every replica's weights", stop_vote_lag(cfg));
+                 "two averages holds every replica's weights", stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
   install_stop_signals(signals);
-  return std::make_unique<StopVote>(world, stop_vote_lag(cfg));
+  return std::make_unique<StopVote>(world, stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
 }
 
 // After a step's report: whether the run stops here for a signal. Once every rank knows of it, the run stops at

@@ -4,7 +4,7 @@
      the tp ranks' copies of replicated parameters (norms, biases) and of Llama's k and v under n_kv_head < tp.
      Each copy is updated from the same gradient, but int8 and topk encode whole buckets, whose other parameters
      differ between the stages, and between the tp ranks: the tied copy has a bucket of its own, and tp copies
-     are all-reduced as they are (GradReducer). The export gathers every copy and stops the run (a CHECK, exit
+     are encoded apart from their bucket (GradReducer). The export gathers every copy and stops the run (a CHECK, exit
      status not 0) where they differ. int8 and topk on 2 x 1 x 2; an fp16 run with int8 on 2 x 2 x 2 whose last
      rank overflows at step 3 in a block's weight (its tensor-parallel shard; the vocabulary is 128 so that the
      second tp rank's wte shard holds real rows, not only padding): the skipped step clears every stage's error
