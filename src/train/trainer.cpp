@@ -184,7 +184,8 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   if (signals.empty()) return nullptr;
   if (log && run.dp->checkpoints_wait_for_average())
     spdlog::info("run.stop_signals: under local SGD a signal stops the run within {} steps; a checkpoint between "
-                 "two averages holds every replica's weights", stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
+                 "two averages holds every replica's weights",
+                 stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
   install_stop_signals(signals);
   return std::make_unique<StopVote>(world, stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
 }
@@ -193,9 +194,9 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
 // the first step where its checkpoint can hold the replicas' state: every step, except under optim.staleness,
 // where the signal makes the next step a sync point (every replica then holds the same weights); a signal during
 // the last step changes nothing.
-bool stop_now(StopVote& vote, int& signal, bool replicas_agree, int step, int last_step) {
+bool stop_now(StopVote& vote, int& signal, bool checkpointable, int step, int last_step) {
   if (!signal) signal = vote.cast();
-  return signal && replicas_agree && step < last_step;
+  return signal && checkpointable && step < last_step;
 }
 
 // How a run ended, for run.dir/status.json (rank 0's view).
@@ -313,8 +314,8 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       // comm.adapt decides at local SGD's averages: every rank completes every row up to one there.
       pending.flush(sync_point || s.synced, report_late);
       // Local SGD's checkpoint holds each replica's weights between averages; staleness's needs a sync point.
-      const bool replicas_agree = checkpoint_at_average || sync_point || s.synced;
-      if (stop_vote && stop_now(*stop_vote, stop_signal, replicas_agree, step, cfg.train.steps)) {
+      const bool checkpointable = checkpoint_at_average || sync_point || s.synced;
+      if (stop_vote && stop_now(*stop_vote, stop_signal, checkpointable, step, cfg.train.steps)) {
         pending.flush(true, report_late);  // every row up to the checkpoint's step, on every rank alike
         stopped_at = step;
         break;
