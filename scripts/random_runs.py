@@ -200,8 +200,10 @@ def check_resume(runner, rnd, d):
             drawn.append("optim.staleness_policy=fixed")  # `newest` applies what timing has completed (staleness.md)
         feats = feats + drawn
         if any(f.startswith(("comm.compress", "optim.staleness", "optim.sync_every")) for f in drawn):
-            ranks = rnd.choice([2, 4])  # features of the replicas' exchange
-        mesh = draw_mesh(rnd, ranks)
+            ranks = rnd.choice([2, 4])  # features of the replicas' exchange: at least 2 replicas
+            mesh = draw_mesh(rnd, ranks)
+            while mesh_dp(ranks, mesh) < 2:
+                mesh = draw_mesh(rnd, ranks)
         ranks2, mesh2 = ranks, mesh
     first = base + feats + mesh + ["run.checkpoint_every=2"]
     rc, _, out, cmd = runner.run(ranks, first + ["train.steps=4"], os.path.join(d, "resumed"))
@@ -267,7 +269,7 @@ def check_stop(runner, rnd, d):
     sets = ([s for s in base if not s.startswith("train.steps=")] + feats + drawn + draw_mesh(rnd, ranks) +
             ["train.steps=8", "run.stop_signals=TERM", "train.straggler.ranks=[0]", "train.straggler.delay_ms=40"])
     stopped_dir, straight_dir = os.path.join(d, "stopped"), os.path.join(d, "straight")
-    rc, straight, out, cmd = runner.run(ranks, sets, straight_dir)
+    rc, _, _, cmd = runner.run(ranks, sets, straight_dir)
     if rc == 2:
         return None, "refused"
     local_sgd = any(f.startswith("optim.sync_every=") for f in drawn)  # its stop comes up to H steps late
@@ -290,7 +292,6 @@ def check_stop(runner, rnd, d):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out2 = p.communicate()[0] + "\n(killed: the run did not end)"
-    stopped = "stopped by SIGTERM" in out2
     if p.returncode != 0 or rc != 0:
         return {"why": "exit status %s after SIGTERM to %s after %d rows, %s uninterrupted" %
                 (p.returncode, target, after, rc), "commands": [cmd2, cmd], "tail": out2.splitlines()[-5:]}, None
@@ -303,8 +304,8 @@ def check_stop(runner, rnd, d):
     if not same_file(os.path.join(stopped_dir, "model.safetensors"), os.path.join(straight_dir, "model.safetensors")):
         return {"why": "the export after the stop and resume differs from the uninterrupted run's",
                 "commands": [cmd2, cmd3, cmd]}, None
-    at = [l for l in out2.splitlines() if "stopped by" in l]
-    return None, ("stopped after step %s" % at[0].split("after step ")[1].split()[0] if stopped else "completed") + \
+    at = [l.split("after step ")[1].split()[0] for l in out2.splitlines() if "stopped by SIGTERM after step" in l]
+    return None, ("stopped after step %s" % at[0] if at else "completed") + \
         " (SIGTERM to %s after %d rows%s)" % (target, after, ", " + " ".join(drawn) if drawn else "")
 
 

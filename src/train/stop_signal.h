@@ -3,6 +3,7 @@
 // records the signal; the step loop asks stop_requested() at each step's end, every rank agrees through one small
 // all-reduce, and the run writes a checkpoint and exits 0. The same signal again ends the process at once.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ constexpr int kLocalSgdVoteLag = 8;
 // The steps by which the stop vote is read late: optim.staleness's S (the vote never holds a replica back more than
 // the stale reduction does), min(optim.sync_every, kLocalSgdVoteLag) under local SGD, 0 for replicas in lockstep.
 inline int stop_vote_lag(int sync_every, int staleness) {
-  return sync_every > 0 ? (sync_every < kLocalSgdVoteLag ? sync_every : kLocalSgdVoteLag) : staleness;
+  return sync_every > 0 ? std::min(sync_every, kLocalSgdVoteLag) : staleness;
 }
 
 // The ranks' agreement on a stop signal, one vote per step. Collective over `world` (null: this process alone):

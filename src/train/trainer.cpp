@@ -182,12 +182,12 @@ std::unique_ptr<StopVote> arm_stop_signals(const Config& cfg, const TrainingRun&
   std::string bad;
   parse_stop_signals(cfg.run.stop_signals, signals, bad);  // validated with the config
   if (signals.empty()) return nullptr;
+  const int lag = stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness);
   if (log && run.dp->checkpoints_wait_for_average())
     spdlog::info("run.stop_signals: under local SGD a signal stops the run within {} steps; a checkpoint between "
-                 "two averages holds every replica's weights",
-                 stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
+                 "two averages holds every replica's weights", lag);
   install_stop_signals(signals);
-  return std::make_unique<StopVote>(world, stop_vote_lag(cfg.optim.sync_every, cfg.optim.staleness));
+  return std::make_unique<StopVote>(world, lag);
 }
 
 // After a step's report: whether the run stops here for a signal. Once every rank knows of it, the run stops at

@@ -112,7 +112,7 @@ def memory_cases():
          ["comm.bucket_mb=0.01"]),
         ("w2_dp_powersgd", 2, dict(dp=2, tp=1, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=2, zero=0),
          ["comm.compress=powersgd", "comm.bucket_mb=0.01"]),
-        # int8's buffers for the tp copies' plain all-reduce (docs/compression.md, "Copies of a parameter").
+        # int8's buffers for the tp copies' own encoding (docs/compression.md, "Copies of a parameter").
         ("w4_dp_tp_int8", 4, dict(dp=2, tp=2, pp=1, schedule="1f1b", virtual_stages=1, micro_batch=1, zero=0),
          ["comm.compress=int8", "comm.bucket_mb=0.01"]),
         ("w2_dp_local_sgd_bf16", 2, dict(dp=2, tp=1, pp=1, schedule="gpipe", virtual_stages=1, micro_batch=1, zero=0),
