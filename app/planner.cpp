@@ -63,7 +63,7 @@ const char* kUsage =
     "                       round makes the shapes timed in a slow moment look slow\n"
     "  --neighbours K|auto  processes that run the same passes on the other cores while the passes are timed, as\n"
     "                       a layout's other ranks do (auto: min(N, cores / threads) - 1; default 0: timed alone;\n"
-    "                       an experiment, docs/planner.md \"Neighbours\")\n"
+    "                       an experiment, docs/planner_log.md \"Neighbours\")\n"
     "  --calibration FILE   reuse the timings in FILE (when they are of this model, thread and neighbour count) and\n"
     "                       save them there, so repeated plans agree and skip the timing runs\n"
     "  --overhead-us US     cost of one communication operation beyond the network model (default 10)\n"

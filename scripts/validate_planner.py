@@ -21,7 +21,7 @@ validates on other layouts: --seed). The measurements are kept in OUT/results.js
 --from-results refits from them without running anything.
 --fit-also DIR (repeatable) adds an earlier run's layouts (another --seed or --world) to the fit: each run is
 scored on its own and the fit minimises the mean of the scores; it prints the worst mean and max error and rank.
-Constants fit to one sample of 12 layouts can miss on the next (docs/planner.md has figures for fits to one, two,
+Constants fit to one sample of 12 layouts can miss on the next (docs/planner_log.md has figures for fits to one, two,
 three, five and eight samples). --include LAYOUT (repeatable) measures a layout beside the sample, named as the rows
 print it ('1x1x4 gpipe mb1 z0').
 

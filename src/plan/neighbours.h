@@ -3,7 +3,7 @@
 // weights and gradients stream through the shared cache and memory runs slower beside them than alone: on a 2-core
 // AMD EPYC (Zen 5) the whole model's backward at micro-batch 1 took 19-37% longer with a second process computing
 // on the other core, at micro-batch 8 about 5%. Whether the planner predicts better with them is not settled (that
-// VM's speed drifted more between calibrations than the effect; docs/planner.md, "Neighbours"), so the default
+// VM's speed drifted more between calibrations than the effect; docs/planner_log.md, "Neighbours"), so the default
 // times alone.
 #pragma once
 #include <memory>

@@ -13,7 +13,8 @@
 namespace mt::plan {
 
 // What the communication runtime (communication threads, MPI, the kernel's scheduler) adds to the network's
-// alpha-beta time. Defaults measured on the 2-core development machine (docs/planner.md, "Calibration").
+// alpha-beta time. Defaults measured on the 2-core development machine (docs/planner_log.md, "Calibration and
+// validation").
 struct NetOptions {
   double op_overhead_us = 10;  // hand-off to a communication thread and back per operation (docs/comm.md: 5-10 us)
   double shm_latency_us = 2;   // the real transfer between two processes of this machine (MPICH shared memory)
@@ -25,13 +26,13 @@ struct NetOptions {
   // every core (the timeline's wake_us, plan/timeline.h).
   double p2p_wake_us = 0;
   // The core share each pipeline rank's communication thread takes from the rank's compute while it polls the
-  // step's receives (refit 2026-11-27 from 0.65: docs/planner.md, "Refit of the poll share").
+  // step's receives (refit 2026-11-27 from 0.65: docs/planner_log.md, "Refit of the poll share").
   double poll_share = 0.15;
   // When the ranks' threads outnumber the cores, a rank's peers are not running at the same moment (the scheduler
   // time-slices them): each wait below is charged once per thread taking turns on a core (ranks x threads /
   // cores), since the peer is one of that many (2026-11-28; charged flat before: sync and step sync at twice these
   // values, fit on 4 ranks of one thread on 2 cores, and the ring at 700 us; on 8 ranks flat values fit at about
-  // twice their 4-rank ones, docs/planner.md "Several samples").
+  // twice their 4-rank ones, docs/planner_log.md, "Several samples").
   // A collective's or a message's extra wait inside the pipeline phase; a tensor-parallel collective pays it once
   // at any tp degree. (Charged log2(tp) times from 2026-12-02 to -05: once the collectives' CPU ran inside the
   // emulated link, tp 4 came out slow and tp 2 fast, and dp 4 x tp 2 at micro-batch 1 ran as fast as dp 2 x tp 4
@@ -50,7 +51,7 @@ struct NetOptions {
   // threads fill the cores, the data-parallel reductions and gathers that overlap the passes take that time from
   // them, and a pass runs its tensor-parallel collectives' share at the shared speed, as compute. Chosen by hand
   // 2026-11-28 on the 2-core Intel Xeon from metrics.jsonl's comm_cpu_ms and compute_ms (ZeRO-0, -1 and -3 at dp 2
-  // and 4 on an emulated link: docs/planner.md, "The communication thread's CPU").
+  // and 4 on an emulated link: docs/planner_log.md, "The communication thread's CPU").
   double comm_cpu_op_us = 80;
   double comm_cpu_ns_per_byte = 0.7;
 };

@@ -255,7 +255,7 @@ void passes_phase(StepContext& x, Calibration& cal, const StepOptions& o, StepPr
           else {
             // With the cores full, its copies and sums and its thread's hand-over run at the shared speed, as the
             // compute does (charged as wall time only, tp layouts ran up to 36% slower than predicted), inside
-            // the link's delay (charged on top of it, tp 4 on 8 ranks ran up to 40% faster: docs/planner.md).
+            // the link's delay (charged on top of it, tp 4 on 8 ranks ran up to 40% faster: docs/planner_log.md).
             const PassCost c =
                 blocking_collective(x.net.op_us(op.kind, op.bytes, tp, x.links.tp, x.links.tp_sharers),
                                     x.cores_full ? x.net.cpu_us(op.kind, op.bytes, tp) : 0.0, x.core_share);
@@ -405,7 +405,7 @@ RankState dp_reduction_phase(StepContext& x, StepPrediction& out) {
     // where they take turns on them it costs more than its own time, yet less than their slowdown: charged at the
     // square root of the threads per core. At the full slowdown (2x at dp 4 on 2 cores) ZeRO-3 was predicted 14%
     // slow, presumably because the ranks' waits leave the cores slack for it; at 1x, dp 8 ran 13-23% slower than
-    // predicted, its communication threads copying twice what dp 4's do (docs/planner.md, "The communication
+    // predicted, its communication threads copying twice what dp 4's do (docs/planner_log.md, "The communication
     // thread's CPU").
     const double cpu = overlapped_cpu * x.comm_cpu_scale, passes_end = x.t[r];
     if (passes_end > 0)
@@ -439,7 +439,7 @@ void update_phase(StepContext& x, Calibration& cal, const RankState& st, StepPre
   // The gradient norm's all-reduces (tp, the replicas, the pipeline) run back to back after its local sum
   // (Optimizer::step): the first waits for the ranks' drift like the step's other collectives, the rest find them
   // together and wait as a collective in the passes does. A step sync each predicted layouts with two or three of
-  // them 10-24% slow (docs/planner.md, "ZeRO-2 and -3's ring on every mesh, and the gradient norm's all-reduces").
+  // them 10-24% slow (docs/planner_log.md, "ZeRO-2 and -3's ring on every mesh, and the gradient norm's all-reduces").
   double norm_ar = 0, norm_wait = x.step_sync;
   auto norm_all_reduce = [&](int ranks, bool inter) {
     norm_ar += x.net.op_us(CommKind::AllReduce, 4, ranks, inter);
@@ -514,18 +514,18 @@ StepPrediction predict_step(const Config& cfg, int world, Calibration& cal, cons
   // memory's waits never spin, MPI's polled ones only for their first millisecond) and its core goes to the ranks
   // still computing, so the drift costs nothing; the step is the ranks' work shared over the cores. Where the passes
   // are chained (pipeline messages, cp's ring), a late rank holds the chain up. Measured: dp 4 on 2 cores 28.7-30.7
-  // ms, predicted 37 with the charge and 31-33 without; dp 8 36.7-41.0 ms, predicted 48 and 36-40 (docs/planner.md,
+  // ms, predicted 37 with the charge and 31-33 without; dp 8 36.7-41.0 ms, predicted 48 and 36-40 (docs/planner_log.md,
   // "Data parallelism alone"). Tensor parallelism alone does not chain them either: a tp group meets at every
   // collective of its passes, so it reaches the step's collectives together, and the groups are replicas as dp's
   // are. Charged as a chain, dp x tp layouts ran 11% (4 ranks) and 19% (8 ranks) faster than predicted on average
   // over 22 samples, and 2 x 2 at micro-batch 8 measured what the model without the charge predicts, with and
-  // without an emulated link (docs/planner.md, "Tensor parallelism does not chain the step").
+  // without an emulated link (docs/planner_log.md, "Tensor parallelism does not chain the step").
   // ZeRO-2 and -3 chain the replicas (dp x cp) once per micro-batch's gradient pass, on every mesh: a unit's
   // gradients wait for the ring slot of the unit two back, whose reduction completes when the slowest replica has
   // computed it. The wait grows with the replicas to wait for: log2(replicas) / 2 step syncs, one at 4 replicas.
   // Measured against ZeRO-1 on 2 cores, per micro-batch in step syncs: 0.46-1.05 at 2 replicas, 0.6-1.6 at 4,
   // 1.4-1.5 at 8; an interleaved micro-batch's two chunk passes together cost what one pass costs elsewhere
-  // (docs/planner.md, "ZeRO-2 and -3's ring on every mesh").
+  // (docs/planner_log.md, "ZeRO-2 and -3's ring on every mesh").
   const bool chained = p > 1 || cp > 1;
   const double drift = per_core * o.net.oversubscribed_step_sync_us;
   const double cold_share = oversubscribed ? llc_miss(cfg, world, o.llc_bytes) : 0.0;
