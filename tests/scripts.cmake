@@ -127,7 +127,7 @@ add_test(NAME loss_scale_overflow
 set_tests_properties(mixed_precision_convergence loss_scale_overflow PROPERTIES TIMEOUT 900 PROCESSORS 2)
 
 # Checkpoints: exact resume after a crash (fp32 and fp16), resharding 2x2x2 onto 1x4x2 and 4x1x1, export, every
-# corrupt-checkpoint case, killed and stopped ranks, non-finite losses, pruning.
+# corrupt-checkpoint case, killed and stopped ranks, non-finite losses, pruning, weight copies that drift apart.
 add_test(NAME checkpoints
          COMMAND ${MT_PY} ${CMAKE_SOURCE_DIR}/tests/py/test_checkpoints.py ${MPIEXEC_EXECUTABLE}
                  $<TARGET_FILE:trainer> ${CMAKE_SOURCE_DIR} ${MT_WORK}/checkpoints)

@@ -531,7 +531,8 @@ TEST_CASE("to_yaml round-trips every key") {
       "comm.emulate.latency_us=2", "comm.emulate.bandwidth_gbps=100", "comm.emulate.ranks_per_node=4",
       "comm.emulate.inter_latency_us=10", "comm.emulate.inter_bandwidth_gbps=12.5",
       "comm.emulate.schedule='5:1.5:20, 9:3:10'", "run.dir=\" lead space\"",
-      "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.resume=none", "run.profile=true",
+      "run.log_every=3", "run.checkpoint_every=100", "run.keep_checkpoints=7", "run.check_copies_every=9",
+      "run.resume=none", "run.profile=true",
       "run.dump_grads=g.safetensors", "run.stop_signals='usr2, SIGHUP'", "run.flight_recorder=false",
       "run.flight_recorder_ops=100"};
   for (const auto& a : changes) apply_override(c, a);

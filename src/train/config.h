@@ -206,6 +206,9 @@ struct CommConfig {
 struct RunConfig {
   std::string dir;  // "" = runs/<config file stem>
   int log_every = 1, checkpoint_every = 0, keep_checkpoints = 3;
+  // Compare the weight copies that training keeps equal by hash every this many steps (copies_check.h); 0 = only at
+  // the end.
+  int check_copies_every = 0;
   std::string resume = "auto";  // auto | none | PATH
   // Signals that stop the run at the next step boundary with a checkpoint (stop_signal.h), comma-separated; "" =
   // none (the signals then end the run at once, as without a handler).

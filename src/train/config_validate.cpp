@@ -374,6 +374,8 @@ void validate_values(const Config& c) {
   require(r.log_every >= 1, "run.log_every must be >= 1, got {}", r.log_every);
   require(!r.resume.empty(), "run.resume must be auto, none or a checkpoint path, got an empty string");
   require(r.checkpoint_every >= 0, "run.checkpoint_every must be >= 0 (0 = off), got {}", r.checkpoint_every);
+  require(r.check_copies_every >= 0, "run.check_copies_every must be >= 0 (0 = at the end only), got {}",
+          r.check_copies_every);
   require(r.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1, got {}", r.keep_checkpoints);
   require(r.flight_recorder_ops >= 1, "run.flight_recorder_ops must be >= 1, got {}", r.flight_recorder_ops);
   std::vector<int> signals;

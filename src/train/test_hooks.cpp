@@ -3,10 +3,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <limits>
 #include <string>
+
+#include "core/device.h"
 
 namespace mt {
 
@@ -27,6 +30,7 @@ TestHooks TestHooks::from_env() {
   h.grad_inf_step = step_of("MESHTRAIN_INJECT", "grad-inf");
   h.loss_nan_step = step_of("MESHTRAIN_INJECT", "loss-nan");
   h.late_gather_step = step_of("MESHTRAIN_INJECT", "late-gather");
+  h.drift_step = step_of("MESHTRAIN_INJECT", "drift");
   h.kill_step = step_of("MESHTRAIN_FAULT", "kill");
   h.stop_step = step_of("MESHTRAIN_FAULT", "stop");
   h.check_step = step_of("MESHTRAIN_FAULT", "check");
@@ -51,6 +55,26 @@ void inject_grad_inf(const PipelineChunks& model) {
   }
   copy_convert(at, Tensor(&inf, {1}, DType::F32));  // host or GPU
   spdlog::warn("MESHTRAIN_INJECT: inf injected into the gradient of {} on this rank", t[p].name);
+}
+
+void inject_weight_drift(const PipelineChunks& model) {
+  CHECK(model.params().defined() && model.dtype() == DType::F32, "MESHTRAIN_INJECT=drift needs fp32 weights in a "
+        "flat buffer (no ZeRO-3, no 16-bit compute)");
+  const ParamTable& t = model.table();
+  int64_t at = -1;
+  std::string name;
+  if (model.tied_chunk() >= 0) {
+    const ParamSpec& s = model.chunk(model.tied_chunk()).table()[model.tied_param()];
+    at = model.base(model.tied_chunk()) + s.offset, name = s.name;
+  }
+  for (int p = 0; p < t.size() && at < 0; ++p)
+    if (t[p].shard.whole()) at = t[p].offset, name = t[p].name;
+  CHECK(at >= 0, "MESHTRAIN_INJECT=drift: no parameter with copies on this rank");
+  const Tensor one = to_host(model.params().slice(at, {1}));
+  float v = one.data_as<float>()[0];
+  v = std::nextafter(v, std::numeric_limits<float>::infinity());
+  copy_convert(model.params().slice(at, {1}), Tensor(&v, {1}, DType::F32));  // host or GPU
+  spdlog::warn("MESHTRAIN_INJECT: one weight of {} moved by one ulp on this rank", name);
 }
 
 void maybe_fault(const TestHooks& h, int step) {

@@ -7,6 +7,9 @@
 //                                    for them (ParamGather::set_on_demand, ShardedParams::set_on_demand): a
 //                                    parameter read before its wait then sees last step's value (ZeRO-3: whatever
 //                                    its slot held) on every run, not only on a slow link
+//   MESHTRAIN_INJECT=drift@STEP      the last rank nudges one weight by one ulp after that step's update (fp32,
+//                                    ZeRO-0 to -2): the tied wte's first element where it holds a copy, else the
+//                                    first parameter tp replicates (the copies check must find it)
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
 //   MESHTRAIN_FAULT=skip@STEP | size@STEP | reduce@STEP   the last rank skips that step's loss all-reduce over the
 //                                    world, reduces two elements there instead of one, or reduces with max instead of
@@ -20,7 +23,7 @@
 namespace mt {
 
 struct TestHooks {
-  int grad_inf_step = -1, loss_nan_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
+  int grad_inf_step = -1, loss_nan_step = -1, drift_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
   int skip_step = -1, size_step = -1, reduce_step = -1, check_step = -1;
   static TestHooks from_env();  // logs a warning for every hook that is set
 };
@@ -29,6 +32,9 @@ struct TestHooks {
 // reductions over dp, and the gradient norm's over tp and pp, carry it to every rank; backward passes accumulate
 // into it, so it survives the step.
 void inject_grad_inf(const PipelineChunks& model);
+
+// One ulp added to one weight of this rank's copy (MESHTRAIN_INJECT=drift, above).
+void inject_weight_drift(const PipelineChunks& model);
 
 // SIGKILL or SIGSTOP to this process, or a failed CHECK, when the hooks say so for `step`.
 void maybe_fault(const TestHooks& h, int step);

@@ -108,6 +108,7 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
     prof.wait("tied embedding", w0, trace_clock_us());
   }
   r.dp->update(r, step, sync_point, prof, out);
+  if (step == r.hooks.drift_step && mesh.rank() == world - 1) inject_weight_drift(model);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include "core/threads.h"
 #include "parallel/grad_compress.h"
 #include "train/comm_timeline.h"
+#include "train/copies_check.h"
 #include "train/run_dir.h"
 #include "train/memory_report.h"
 #include "train/link_schedule.h"
@@ -247,6 +248,21 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
   // share their weights), so that checkpoints never change when the replicas meet.
   const bool checkpoint_at_average = run.dp->checkpoints_wait_for_average();
   bool checkpoint_due = false;
+  // run.check_copies_every: due every that many steps, compared at the first row from there whose step left the
+  // copies equal by design (`copies_agree_at`: every step in lockstep; local SGD's averages; optim.staleness's sync
+  // points), after its row is written and before its checkpoint. The end compares them anyway.
+  bool copies_due = false, copies_logged = false;
+  int copies_agree_at = 0;
+  auto check_copies = [&](int step) {
+    copies_due |= due(cfg.run.check_copies_every, step);
+    if (!copies_due || step != copies_agree_at || step == cfg.train.steps) return;
+    copies_due = false;
+    const std::string line = check_weight_copies(run, export_weights(run), step);
+    if (rank0 && !copies_logged && !line.empty())
+      spdlog::info("{} (run.check_copies_every={}; the next checks log only a difference)", line,
+                   cfg.run.check_copies_every);
+    copies_logged = true;
+  };
   // A step's row once its figures are complete: evaluation and checkpoint when due, metrics.jsonl, the log.
   // `averaged`: the step ended with local SGD's parameter average.
   auto report = [&](StepMetrics& row, bool averaged) {
@@ -256,6 +272,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
       last_val = row.val_loss;
     }
     if (metrics) metrics->write(row);
+    check_copies(step);
     checkpoint_due |= due(cfg.run.checkpoint_every, step);
     if (checkpoint_due && (averaged || !checkpoint_at_average)) {
       checkpoint_run(run, step), checkpointed = step, checkpoint_due = false;
@@ -309,6 +326,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     // Written where steps can be skipped (fp16, skip_nonfinite, the averages optim.staleness skips for a non-finite
     // norm): the count, the most any rank skipped, comes with the step's figures (StepMeter::fill_row).
     if (run.fp16 || cfg.train.skip_nonfinite || cfg.optim.staleness > 0) row.skipped_steps = 0;
+    copies_agree_at = run.dp->lockstep() || s.synced || (sync_point && !checkpoint_at_average) ? step : 0;
     if (!run.dp->lockstep()) {
       pending.add(row, meter.measure(s), s.synced);
       // comm.adapt decides at local SGD's averages: every rank completes every row up to one there.

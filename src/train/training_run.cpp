@@ -15,6 +15,7 @@
 #include "core/errors.h"
 #include "plan/activation_bytes.h"
 #include "train/checkpoint.h"
+#include "train/copies_check.h"
 #include "train/grad_reducers.h"
 #include "train/ignored_settings.h"
 #include "train/memory_report.h"
@@ -375,15 +376,11 @@ void export_run_safetensors(TrainingRun& r, const std::string& path, const Tenso
 }
 
 void finish_run(TrainingRun& r, size_t training_peak) {
-  r.dp->wait_params();
   PipelineChunks& model = *r.model;
   // The export holds the fp32 masters: gathered from the optimizer (under ZeRO from every dp rank's shards).
-  Tensor weights = model.params();
-  if (r.mixed || r.dp->shards_parameters()) {
-    weights = Tensor::zeros({std::max<int64_t>(1, model.table().total_numel())}, DType::F32, r.dev);
-    r.opt->store_weights(weights, r.dp->optimizer_params(model));
-    r.dp->gather_shards(model, weights);
-  }
+  const Tensor weights = export_weights(r);
+  const std::string copies = check_weight_copies(r, weights, std::max(r.cfg.train.steps, r.start_step - 1));
+  if (r.mesh.rank() == 0 && !copies.empty()) spdlog::info("{}", copies);
   export_run_safetensors(r, r.cfg.run.dir + "/model.safetensors", weights);
   if (r.mesh.rank() == 0) model.chunk(0).export_hf_config(r.cfg.run.dir + "/config.json");
   RankMemory mem;

@@ -12,7 +12,11 @@ killed and stopped ranks, non-finite losses.
   4. corrupt checkpoints (truncated, bit flip, another model, incomplete, bad meta.json, missing file): exit 2
      naming the file;
   5. a stopped rank ends the job through the watchdog within comm.timeout_s; a NaN loss stops the run naming the
-     kept checkpoint, or with train.skip_nonfinite is skipped and counted; keep_checkpoints prunes.
+     kept checkpoint, or with train.skip_nonfinite is skipped and counted; keep_checkpoints prunes;
+  6. run.check_copies_every: dp2 x tp2's copies agree at every check, and checking leaves dp2 x pp2's rows and
+     export as they were; one weight nudged by one ulp on one rank
+     (MESHTRAIN_INJECT=drift) stops the run with exit 1 at the next check, naming the parameter and the ranks,
+     for a dp replica, a tp copy and the tied embedding over pp.
 
 usage: test_checkpoints.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
@@ -180,5 +184,25 @@ check(r[6]["loss"] is None and r[6]["skipped_steps"] == 1 and r[-1]["skipped_ste
 run("pruned", 1, "run.checkpoint_every=2", "run.keep_checkpoints=2")
 check(sorted(os.listdir(f"{work}/pruned/checkpoints")) == ["step_00000010", "step_00000012"],
       "run.keep_checkpoints=2 keeps the newest two")
+
+# 6. The weights' copies compared between steps.
+_, out, _ = run("copies", 4, "parallel.tp=2", "train.steps=6", "run.check_copies_every=3")
+check("copies check after step 3: the 2 replicas' weights and 15 parameters on every tp rank that holds them agree"
+      in out and "copies check after step 6:" in out, "dp2 x tp2: the replicas' and the tp ranks' copies agree")
+_, out, _ = run("copies_same", 4, *mesh, "run.check_copies_every=3")
+same = open(f"{work}/copies_same/model.safetensors", "rb").read() == \
+    open(f"{work}/uninterrupted/model.safetensors", "rb").read()
+check("copies check after step 3: the tied wte" in out and same_rows(rows("copies_same"), rows("uninterrupted"))
+      and same, "dp2 x pp2 ZeRO-1: checking every 3 steps leaves the rows and the export bit for bit as they were")
+for mesh, words in (("parallel.dp=2", "differs between replica 0 (rank 0) and replica 1 (rank 1)"),
+                    ("parallel.tp=2", "ln_f.weight differs between tp rank 0 (rank 0) and tp rank 1 (rank 1)"),
+                    ("parallel.pp=2", "the tied wte.weight differs between stage 0 (rank 0) and stage 1 (rank 1)")):
+    name = "drift_" + mesh.split(".")[1].split("=")[0]
+    code, out, _ = run(name, 2, mesh, "train.steps=6", "run.check_copies_every=4",
+                       env={"MESHTRAIN_INJECT": "drift@3"}, expect=None)
+    status = json.load(open(f"{work}/{name}/status.json"))
+    check(code == 1 and "copies check after step 4" in out and words in out and status["state"] == "failed"
+          and [x["step"] for x in rows(name)] == [1, 2, 3, 4], f"{mesh}: a weight one ulp off on one rank stops the "
+          f"run at the next check (exit {code}), naming it")
 
 sys.exit(0 if ok else 1)

@@ -1,0 +1,132 @@
+// The weights' copies compared by hash (see copies_check.h).
+#include "train/copies_check.h"
+
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <vector>
+
+#include "comm/mpi_init.h"
+#include "core/device.h"
+#include "core/errors.h"
+#include "train/training_run.h"
+
+namespace mt {
+
+namespace {
+
+// FNV-1a over the floats' bits in four interleaved lanes (a multiply chain per lane, so the four overlap), the lanes
+// then hashed together. Each step is a bijection of the lane's state for a given word, so two runs of floats that
+// differ in any one element always hash apart.
+uint64_t hash_floats(const float* p, int64_t n) {
+  constexpr uint64_t kPrime = 0x100000001b3ULL;
+  uint64_t lane[4] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL, 0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL};
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof bits);
+    lane[i & 3] = (lane[i & 3] ^ bits) * kPrime;
+  }
+  uint64_t h = uint64_t(n);
+  for (uint64_t l : lane) h = (h ^ l) * kPrime;
+  return h;
+}
+
+// Each rank's row in the all-gather: its parameter count, whether it holds a tied wte and that copy's hash, then one
+// hash per parameter of its table, padded to the longest row.
+constexpr int kHeader = 3;
+
+}  // namespace
+
+Tensor export_weights(TrainingRun& r) {
+  r.dp->wait_params();
+  PipelineChunks& model = *r.model;
+  if (!r.mixed && !r.dp->shards_parameters()) return model.params();
+  Tensor weights = Tensor::zeros({std::max<int64_t>(1, model.table().total_numel())}, DType::F32, r.dev);
+  r.opt->store_weights(weights, r.dp->optimizer_params(model));
+  r.dp->gather_shards(model, weights);
+  return weights;
+}
+
+std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step) {
+  const DeviceMesh& mesh = r.mesh;
+  const int world = mesh.world_size(), me = mesh.rank();
+  if (world == 1) return "";
+  const PipelineChunks& model = *r.model;
+  const ParamTable& table = model.table();
+  const Tensor host = to_host(weights);
+  const float* w = host.data_as<float>();
+
+  const int n = table.size();
+  const int longest = allreduce_int_yielding(n, MPI_MAX, MPI_COMM_WORLD);
+  const int row = kHeader + longest;
+  std::vector<uint64_t> mine(size_t(row), 0), all(size_t(row) * size_t(world));
+  mine[0] = uint64_t(n);
+  const int tc = model.tied_chunk();
+  if (tc >= 0) {
+    const ParamSpec& s = model.chunk(tc).table()[model.tied_param()];
+    mine[1] = 1;
+    mine[2] = hash_floats(w + model.base(tc) + s.offset, s.numel());
+  }
+  for (int i = 0; i < n; ++i) mine[size_t(kHeader + i)] = hash_floats(w + table[i].offset, table[i].numel());
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallgather(mine.data(), row, MPI_UINT64_T, all.data(), row, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+  wait_yielding(req);
+  auto hash_of = [&](int rank, int i) { return all[size_t(rank) * size_t(row) + size_t(kHeader + i)]; };
+
+  // What differs from this rank's point of view, against the first copy of each group.
+  int found = 0;
+  auto differ = [&](const std::string& what, const std::string& between) {
+    if (++found <= 5) spdlog::error("copies check after step {}: {} differs {}", step, what, between);
+  };
+  const bool replicas = mesh.replicas() > 1 && !r.dp->shards_optimizer();
+  if (replicas) {
+    const int first = mesh.replica_members(me).front();
+    if (first != me)
+      for (int i = 0; i < n; ++i)
+        if (hash_of(first, i) != hash_of(me, i))
+          differ(table[i].name, fmt::format("between replica 0 (rank {}) and replica {} (rank {})", first,
+                                            mesh.replica_rank(), me));
+  }
+  int tp_copies = 0;  // the parameters several tp ranks hold
+  if (mesh.tp() > 1) {
+    const std::vector<int> members = mesh.group_members(MeshAxis::TP);
+    const int t = mesh.tp_rank();
+    for (int i = 0; i < n; ++i) {
+      const Shard& sh = table[i].shard;
+      if (!sh.whole() && sh.copies == 1) continue;
+      ++tp_copies;
+      const int first = sh.whole() ? 0 : t / sh.copies * sh.copies;
+      if (first != t && hash_of(members[size_t(first)], i) != hash_of(me, i))
+        differ(table[i].name, fmt::format("between tp rank {} (rank {}) and tp rank {} (rank {})", first,
+                                          members[size_t(first)], t, me));
+    }
+  }
+  if (tc >= 0 && model.tied_copy_is_head()) {  // compared on the last stage's ranks, against stage 0's
+    MeshCoord c = mesh.coord();
+    c.pp = 0;
+    const int embedding = mesh.rank_of(c);
+    const auto at = [&](int rank, int k) { return all[size_t(rank) * size_t(row) + size_t(k)]; };
+    if (embedding != me && (at(embedding, 1) != 1 || at(embedding, 2) != mine[2]))
+      differ("the tied " + model.chunk(tc).table()[model.tied_param()].name,
+             fmt::format("between stage 0 (rank {}) and stage {} (rank {})", embedding, model.num_stages() - 1, me));
+  }
+  if (found > 5) spdlog::error("copies check after step {}: {} more parameters differ on this rank", step, found - 5);
+  const int ranks_found = allreduce_int_yielding(found > 0, MPI_SUM, MPI_COMM_WORLD);
+  if (ranks_found > 0)
+    throw StoppedTogether(fmt::format(
+        "copies check after step {}: the weights' copies differ on {} of {} ranks (their lines name the parameters): "
+        "copies that training keeps equal drifted apart, a bug or a corrupted update", step, ranks_found, world));
+
+  std::vector<std::string> parts;
+  if (replicas) parts.push_back(fmt::format("the {} replicas' weights", mesh.replicas()));
+  if (tp_copies) parts.push_back(fmt::format("{} parameters on every tp rank that holds them", tp_copies));
+  if (tc >= 0) parts.push_back("the tied wte on the first and the last stage");
+  if (parts.empty()) return "";  // the start-up log says so where run.check_copies_every is set (ignored_settings)
+  std::string list;
+  for (size_t i = 0; i < parts.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return fmt::format("copies check after step {}: {} agree, bit for bit", step, list);
+}
+
+}  // namespace mt

@@ -1,0 +1,30 @@
+// The weights' copies that training keeps equal, compared between steps (run.check_copies_every, docs/reliability.md):
+//   - every replica's (dp x cp) weights under ZeRO-0, where each replica updates its own copy from the averaged
+//     gradients (under ZeRO-1/2/3 the replicas share one sharded copy: nothing to compare);
+//   - a parameter that tensor parallelism replicates (norms, biases of row-parallel layers, Llama's k and v weights
+//     where tp exceeds the kv heads) on every tp rank that holds it, each updated apart;
+//   - the tied wte on the first and the last pipeline stage, each updated apart from their summed gradient.
+// Equal by design, bit for bit: any difference is a bug (the drift of compression's per-bucket encodings and of a
+// norm counted on one tp rank were two) or a corrupted update, which a checkpoint would otherwise save and the export
+// hide (it takes replica 0's weights). Every rank hashes its fp32 weights per parameter (64 bits), one all-gather over
+// the world brings every rank's hashes, and each rank compares the groups it belongs to.
+#pragma once
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mt {
+
+struct TrainingRun;
+
+// The fp32 weights as the export writes them, laid out like the rank's parameters: the model's own (fp32), the
+// optimizer's masters (16-bit compute), completed from every replica's shards under ZeRO. Collective over the replica
+// group under ZeRO; waits for the parameters' gathers in flight first.
+Tensor export_weights(TrainingRun& r);
+
+// Compares the copies of `weights` (export_weights) after step `step`, collectively over the world. Returns a line
+// that says what was compared ("" on one rank); on a difference every rank logs what it found, and every rank throws
+// StoppedTogether (exit 1) together.
+std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step);
+
+}  // namespace mt
