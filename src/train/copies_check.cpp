@@ -16,19 +16,28 @@ namespace mt {
 
 namespace {
 
-// FNV-1a over the floats' bits in four interleaved lanes (a multiply chain per lane, so the four overlap), the lanes
-// then hashed together. Each step is a bijection of the lane's state for a given word, so two runs of floats that
-// differ in any one element always hash apart.
+// FNV-1a over the floats' bits, two floats (one 64-bit word) at a time in eight lanes, so that eight independent
+// multiply chains keep the core busy and memory, not the multiplies, bounds it; the lanes are then hashed together.
+// Each step is a bijection of its lane's state for a given word, so two runs of floats that differ in any one element
+// always hash apart.
 uint64_t hash_floats(const float* p, int64_t n) {
   constexpr uint64_t kPrime = 0x100000001b3ULL;
-  uint64_t lane[4] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL, 0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL};
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i, sizeof bits);
-    lane[i & 3] = (lane[i & 3] ^ bits) * kPrime;
+  constexpr int kLanes = 8;
+  uint64_t lane[kLanes];
+  for (int l = 0; l < kLanes; ++l) lane[l] = 0xcbf29ce484222325ULL + uint64_t(l) * 0x9e3779b97f4a7c15ULL;
+  const int64_t words = n / 2, blocks = words / kLanes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint64_t w[kLanes];
+    std::memcpy(w, p + b * 2 * kLanes, sizeof w);
+    for (int l = 0; l < kLanes; ++l) lane[l] = (lane[l] ^ w[l]) * kPrime;
   }
   uint64_t h = uint64_t(n);
   for (uint64_t l : lane) h = (h ^ l) * kPrime;
+  for (int64_t i = blocks * 2 * kLanes; i < n; ++i) {  // the tail, float by float
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof bits);
+    h = (h ^ bits) * kPrime;
+  }
   return h;
 }
 
