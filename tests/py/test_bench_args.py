@@ -51,6 +51,7 @@ CASES = [
     (-1, "bench_cp.py", ["--cp", "4", "--seq-len", "12"], "must be divisible by 2 x cp = 8"),
     (-1, "bench_vs_pytorch.py", ["--cpu-matmul", "blas"], "argument --cpu-matmul: unknown blas"),
     (-1, "bench_vs_pytorch.py", ["--runs", "0"], "argument --runs: must be >= 1"),
+    (-1, "bench_copies_check.py", ["--ranks", "1"], "argument --ranks: must be >= 2"),
     (1, "bench_flight_recorder", ["--ops", "0"], "bad value for --ops"),
     (1, "bench_flight_recorder", ["--bogus", "1"], "unknown option --bogus"),
 ]
