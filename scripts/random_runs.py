@@ -57,7 +57,8 @@ WILD = {
     "comm.compress": ["none", "bf16", "int8", "topk", "powersgd"], "comm.adapt": ["true", "false"],
     "comm.hierarchical": ["true", "false"], "comm.emulate.ranks_per_node": [0, 2], "comm.wait": ["poll", "block"],
     "comm.backend": ["auto", "mpi", "shm"], "comm.emulate.latency_us": [0, 20], "run.checkpoint_every": [0, 2],
-    "run.check_copies_every": [0, 1], "train.straggler.ranks": ["[1]"], "train.straggler.delay_ms": [0, 5], "data.order": ["sequential", "shuffle"],
+    "run.check_copies_every": [0, 1], "train.straggler.ranks": ["[1]"], "train.straggler.delay_ms": [0, 5],
+    "data.order": ["sequential", "shuffle"],
 }
 # Features that change nothing but summation order (parity, resume), each drawn with probability 0.35.
 EXACT = [("train.recompute", ["none", "light", "selective", "full"]), ("optim.zero", [0, 1, 2, 3]),

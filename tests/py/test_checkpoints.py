@@ -196,8 +196,8 @@ same = open(f"{work}/copies_same/model.safetensors", "rb").read() == \
 check("copies check after step 3: the tied wte" in out and same_rows(rows("copies_same"), rows("uninterrupted"))
       and same, "dp2 x pp2 ZeRO-1: checking every 3 steps leaves the rows and the export bit for bit as they were")
 # Replicas that agree only at their averages (local SGD) or sync points (staleness): a check due between waits.
-for name, sets, at in (("copies_local", ["optim.sync_every=3"], 3),
-                       ("copies_stale", ["optim.staleness=1", "optim.staleness_policy=fixed", "train.eval_every=3"], 3)):
+stale = ["optim.staleness=1", "optim.staleness_policy=fixed", "train.eval_every=3"]
+for name, sets, at in (("copies_local", ["optim.sync_every=3"], 3), ("copies_stale", stale, 3)):
     _, out, _ = run(name, 2, "train.steps=6", "run.check_copies_every=2", *sets)
     check(re.search(r"copies check after step (\d+)", out).group(1) == str(at) and "differs" not in out,
           f"{' '.join(sets)}: the check due at step 2 waits for step {at}, where the replicas agree")
