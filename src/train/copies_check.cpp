@@ -1,13 +1,12 @@
 // The weights' copies compared by hash (see copies_check.h).
 #include "train/copies_check.h"
 
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
 #include <vector>
 
-#include "comm/mpi_init.h"
+#include "comm/flight_recorder.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "train/training_run.h"
@@ -41,9 +40,27 @@ uint64_t hash_floats(const float* p, int64_t n) {
   return h;
 }
 
-// Each rank's row in the all-gather: its parameter count, whether it holds a tied wte and that copy's hash, then one
-// hash per parameter of its table, padded to the longest row.
-constexpr int kHeader = 3;
+// Each rank's row of the table: its parameter count, whether it holds a tied wte and that copy's hash, then one hash
+// per parameter of its table, padded to the longest row. The world sums the table with every rank's row filled in and
+// zeros elsewhere, as it sums the step's figures (through its communicator, so the watchdog and the flight recorder
+// cover the check): each 64-bit value travels as four 16-bit pieces in floats, which a sum of zeros keeps exact.
+constexpr int kHeader = 3, kPieces = 4;
+
+void put(float* at, uint64_t v) {
+  for (int k = 0; k < kPieces; ++k) at[k] = float((v >> (16 * k)) & 0xffff);
+}
+
+uint64_t get(const float* at) {
+  uint64_t v = 0;
+  for (int k = 0; k < kPieces; ++k) v |= uint64_t(at[k]) << (16 * k);
+  return v;
+}
+
+// The world's sum of one float.
+float world_sum(Communicator& world, float x, ReduceOp op = ReduceOp::Sum) {
+  world.all_reduce(Tensor(&x, {1}, DType::F32), op);
+  return x;
+}
 
 }  // namespace
 
@@ -66,22 +83,23 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
   const Tensor host = to_host(weights);
   const float* w = host.data_as<float>();
 
+  Communicator& world_comm = *r.comms.world;
+  FlightSite site("copies check");
   const int n = table.size();
-  const int longest = allreduce_int_yielding(n, MPI_MAX, MPI_COMM_WORLD);
-  const int row = kHeader + longest;
-  std::vector<uint64_t> mine(size_t(row), 0), all(size_t(row) * size_t(world));
-  mine[0] = uint64_t(n);
+  const int row = kHeader + int(world_sum(world_comm, float(n), ReduceOp::Max));
+  std::vector<float> all(size_t(row) * kPieces * size_t(world), 0.0f);
+  auto slot = [&](int rank, int k) { return all.data() + (size_t(rank) * size_t(row) + size_t(k)) * kPieces; };
   const int tc = model.tied_chunk();
+  put(slot(me, 0), uint64_t(n));
+  uint64_t tied_hash = 0;
   if (tc >= 0) {
     const ParamSpec& s = model.chunk(tc).table()[model.tied_param()];
-    mine[1] = 1;
-    mine[2] = hash_floats(w + model.base(tc) + s.offset, s.numel());
+    tied_hash = hash_floats(w + model.base(tc) + s.offset, s.numel());
+    put(slot(me, 1), 1), put(slot(me, 2), tied_hash);
   }
-  for (int i = 0; i < n; ++i) mine[size_t(kHeader + i)] = hash_floats(w + table[i].offset, table[i].numel());
-  MPI_Request req;
-  MPI_CHECK(MPI_Iallgather(mine.data(), row, MPI_UINT64_T, all.data(), row, MPI_UINT64_T, MPI_COMM_WORLD, &req));
-  wait_yielding(req);
-  auto hash_of = [&](int rank, int i) { return all[size_t(rank) * size_t(row) + size_t(kHeader + i)]; };
+  for (int i = 0; i < n; ++i) put(slot(me, kHeader + i), hash_floats(w + table[i].offset, table[i].numel()));
+  world_comm.all_reduce(Tensor(all.data(), {int64_t(all.size())}, DType::F32), ReduceOp::Sum);
+  auto hash_of = [&](int rank, int i) { return get(slot(rank, kHeader + i)); };
 
   // What differs from this rank's point of view, against the first copy of each group.
   int found = 0;
@@ -115,13 +133,12 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
     MeshCoord c = mesh.coord();
     c.pp = 0;
     const int embedding = mesh.rank_of(c);
-    const auto at = [&](int rank, int k) { return all[size_t(rank) * size_t(row) + size_t(k)]; };
-    if (embedding != me && (at(embedding, 1) != 1 || at(embedding, 2) != mine[2]))
+    if (embedding != me && (get(slot(embedding, 1)) != 1 || get(slot(embedding, 2)) != tied_hash))
       differ("the tied " + model.chunk(tc).table()[model.tied_param()].name,
              fmt::format("between stage 0 (rank {}) and stage {} (rank {})", embedding, model.num_stages() - 1, me));
   }
   if (found > 5) spdlog::error("copies check after step {}: {} more parameters differ on this rank", step, found - 5);
-  const int ranks_found = allreduce_int_yielding(found > 0, MPI_SUM, MPI_COMM_WORLD);
+  const int ranks_found = int(world_sum(world_comm, found > 0 ? 1.0f : 0.0f));
   if (ranks_found > 0)
     throw StoppedTogether(fmt::format(
         "copies check after step {}: the weights' copies differ on {} of {} ranks (their lines name the parameters): "

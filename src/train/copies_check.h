@@ -6,8 +6,8 @@
 //   - the tied wte on the first and the last pipeline stage, each updated apart from their summed gradient.
 // Equal by design, bit for bit: any difference is a bug (the drift of compression's per-bucket encodings and of a
 // norm counted on one tp rank were two) or a corrupted update, which a checkpoint would otherwise save and the export
-// hide (it takes replica 0's weights). Every rank hashes its fp32 weights per parameter (64 bits), one all-gather over
-// the world brings every rank's hashes, and each rank compares the groups it belongs to.
+// hide (it takes replica 0's weights). Every rank hashes its fp32 weights per parameter (64 bits), one sum over the
+// world brings every rank's hashes, and each rank compares the groups it belongs to.
 #pragma once
 #include <string>
 
