@@ -3,7 +3,7 @@
 The trainer runs a GPT-2-shaped model (default GPT-2 small: 12 blocks, C = 768, 12 heads, vocabulary 50257, 124M
 parameters; seq_len 64, one sequence per rank and step) on dp ranks with run.check_copies_every=1. The check reads
 every rank's fp32 weights once (4 bytes per parameter, the bytes that must move; no arithmetic beyond a multiply per
-8 bytes) and all-gathers 8 bytes per parameter tensor. It prints the first check's time (the trainer's "copies
+8 bytes) and sums 16 bytes per parameter tensor and rank over the world. It prints the first check's time (the trainer's "copies
 check ... (X ms" line), the read bandwidth that makes per rank, and the baseline measured in the same run: the
 median step of steps 2 onwards, so the ratio says what a check every N steps costs.
 
