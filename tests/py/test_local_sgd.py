@@ -99,12 +99,15 @@ weights = read_safetensors(os.path.join(work, "h4", "model.safetensors"))
 numel = sum(len(v) for _, v in weights.values())
 h4, sync = rows("h4"), rows("sync_fp32")
 # A sync sends every parameter (the tied embedding once: the model has one stage) and the replicas' non-finite
-# verdict (4 bytes); the steps between send only run.stop_signals' vote, 4 bytes (their metrics are summed in the
-# background, not counted).
+# verdict (4 bytes); the steps between send only run.stop_signals' vote, 4 bytes each (their metrics are summed in the
+# background, not counted). A vote is counted in the step during which it completes, so on a busy machine a step
+# counts two votes and another none, and a sync step's vote can land between: the steps between carry at most the
+# run's 16 votes.
 sync_steps = [r["step"] for r in h4 if r["comm_bytes"] >= 4 * numel]
-check(sync_steps == [4, 8, 12, 16] and all(r["comm_bytes"] <= 4 for r in h4 if r["step"] not in sync_steps),
-      f"sync_every=4 sends parameters at steps {sync_steps} only ({4 * numel} bytes of parameters each), at most "
-      f"the stop vote's 4 bytes between")
+between = [r["comm_bytes"] for r in h4 if r["step"] not in sync_steps]
+check(sync_steps == [4, 8, 12, 16] and sum(between) <= 4 * len(h4),
+      f"sync_every=4 sends parameters at steps {sync_steps} only ({4 * numel} bytes of parameters each), and the "
+      f"stop votes' 4 bytes per step between ({sum(between)} bytes over {len(between)} steps)")
 check(h4[-1]["loss"] < h4[0]["loss"] - 1, f"sync_every=4 learns: loss {h4[0]['loss']:.3f} -> {h4[-1]['loss']:.3f} "
       f"(synchronous: {sync[-1]['loss']:.3f})")
 check("average their parameters every 4 steps" in out, "the log says what local SGD does")
