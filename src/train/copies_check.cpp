@@ -40,11 +40,11 @@ uint64_t hash_floats(const float* p, int64_t n) {
   return h;
 }
 
-// Each rank's row of the table: its parameter count, whether it holds a tied wte and that copy's hash, then one hash
-// per parameter of its table, padded to the longest row. The world sums the table with every rank's row filled in and
+// Each rank's row of the table: whether it holds a tied wte and that copy's hash, then one hash per parameter of its
+// table, padded to the longest row. The world sums the table with every rank's row filled in and
 // zeros elsewhere, as it sums the step's figures (through its communicator, so the watchdog and the flight recorder
 // cover the check): each 64-bit value travels as four 16-bit pieces in floats, which a sum of zeros keeps exact.
-constexpr int kHeader = 3, kPieces = 4;
+constexpr int kHeader = 2, kPieces = 4;
 
 void put(float* at, uint64_t v) {
   for (int k = 0; k < kPieces; ++k) at[k] = float((v >> (16 * k)) & 0xffff);
@@ -64,16 +64,6 @@ float world_sum(Communicator& world, float x, ReduceOp op = ReduceOp::Sum) {
 
 }  // namespace
 
-Tensor export_weights(TrainingRun& r) {
-  r.dp->wait_params();
-  PipelineChunks& model = *r.model;
-  if (!r.mixed && !r.dp->shards_parameters()) return model.params();
-  Tensor weights = Tensor::zeros({std::max<int64_t>(1, model.table().total_numel())}, DType::F32, r.dev);
-  r.opt->store_weights(weights, r.dp->optimizer_params(model));
-  r.dp->gather_shards(model, weights);
-  return weights;
-}
-
 std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step) {
   const DeviceMesh& mesh = r.mesh;
   const int world = mesh.world_size(), me = mesh.rank();
@@ -90,12 +80,11 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
   std::vector<float> all(size_t(row) * kPieces * size_t(world), 0.0f);
   auto slot = [&](int rank, int k) { return all.data() + (size_t(rank) * size_t(row) + size_t(k)) * kPieces; };
   const int tc = model.tied_chunk();
-  put(slot(me, 0), uint64_t(n));
   uint64_t tied_hash = 0;
   if (tc >= 0) {
     const ParamSpec& s = model.chunk(tc).table()[model.tied_param()];
     tied_hash = hash_floats(w + model.base(tc) + s.offset, s.numel());
-    put(slot(me, 1), 1), put(slot(me, 2), tied_hash);
+    put(slot(me, 0), 1), put(slot(me, 1), tied_hash);
   }
   for (int i = 0; i < n; ++i) put(slot(me, kHeader + i), hash_floats(w + table[i].offset, table[i].numel()));
   world_comm.all_reduce(Tensor(all.data(), {int64_t(all.size())}, DType::F32), ReduceOp::Sum);
@@ -133,7 +122,7 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
     MeshCoord c = mesh.coord();
     c.pp = 0;
     const int embedding = mesh.rank_of(c);
-    if (embedding != me && (get(slot(embedding, 1)) != 1 || get(slot(embedding, 2)) != tied_hash))
+    if (embedding != me && (get(slot(embedding, 0)) != 1 || get(slot(embedding, 1)) != tied_hash))
       differ("the tied " + model.chunk(tc).table()[model.tied_param()].name,
              fmt::format("between stage 0 (rank {}) and stage {} (rank {})", embedding, model.num_stages() - 1, me));
   }

@@ -17,14 +17,9 @@ namespace mt {
 
 struct TrainingRun;
 
-// The fp32 weights as the export writes them, laid out like the rank's parameters: the model's own (fp32), the
-// optimizer's masters (16-bit compute), completed from every replica's shards under ZeRO. Collective over the replica
-// group under ZeRO; waits for the parameters' gathers in flight first.
-Tensor export_weights(TrainingRun& r);
-
-// Compares the copies of `weights` (export_weights) after step `step`, collectively over the world. Returns a line
-// that says what was compared ("" on one rank); on a difference every rank logs what it found, and every rank throws
-// StoppedTogether (exit 1) together.
+// Compares the copies of `weights` (training_run.h's export_weights) after step `step`, collectively over the
+// world. Returns a line that says what was compared ("" on one rank, or where the mesh holds no copies); on a
+// difference every rank logs what it found, and every rank throws StoppedTogether (exit 1) together.
 std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step);
 
 }  // namespace mt

@@ -375,6 +375,16 @@ void export_run_safetensors(TrainingRun& r, const std::string& path, const Tenso
   write_gathered_safetensors(path, *r.model, host, r.mesh, mpi, r.gcfg, r.stage_layers);
 }
 
+Tensor export_weights(TrainingRun& r) {
+  r.dp->wait_params();
+  PipelineChunks& model = *r.model;
+  if (!r.mixed && !r.dp->shards_parameters()) return model.params();
+  Tensor weights = Tensor::zeros({std::max<int64_t>(1, model.table().total_numel())}, DType::F32, r.dev);
+  r.opt->store_weights(weights, r.dp->optimizer_params(model));
+  r.dp->gather_shards(model, weights);
+  return weights;
+}
+
 void finish_run(TrainingRun& r, size_t training_peak) {
   PipelineChunks& model = *r.model;
   // The export holds the fp32 masters: gathered from the optimizer (under ZeRO from every dp rank's shards).

@@ -80,6 +80,11 @@ void checkpoint_run(TrainingRun& run, int step);
 // The whole model in one safetensors file from a flat fp32 buffer (parameters or gradients) of every rank.
 void export_run_safetensors(TrainingRun& run, const std::string& path, const Tensor& flat);
 
+// The fp32 weights as the export writes them, laid out like the rank's parameters: the model's own (fp32), the
+// optimizer's masters (16-bit compute), completed from every replica's shards under ZeRO. Collective over the replica
+// group under ZeRO; waits for the parameters' gathers in flight first.
+Tensor export_weights(TrainingRun& run);
+
 // The end of a run: the fp32 weights exported to run.dir/model.safetensors (and config.json), the memory report.
 // training_peak: the peak tensor bytes of the training, measured before the export gathers whole tensors.
 void finish_run(TrainingRun& run, size_t training_peak);
