@@ -15,28 +15,26 @@ namespace mt {
 
 namespace {
 
-// FNV-1a over the floats' bits, two floats (one 64-bit word) at a time in eight lanes, so that eight independent
-// multiply chains keep the core busy and memory, not the multiplies, bounds it; the lanes are then hashed together.
-// Each step is a bijection of its lane's state for a given word, so two runs of floats that differ in any one element
-// always hash apart.
-uint64_t hash_floats(const float* p, int64_t n) {
+// FNV-1a over the bytes, one 64-bit word at a time in eight lanes, so that eight independent multiply chains keep
+// the core busy and memory, not the multiplies, bounds it; the lanes are then hashed together. Each step is a
+// bijection of its lane's state for a given word, so two runs of bytes that differ in any one element always hash
+// apart.
+uint64_t hash_bytes(const void* data, int64_t bytes) {
   constexpr uint64_t kPrime = 0x100000001b3ULL;
   constexpr int kLanes = 8;
+  const char* p = static_cast<const char*>(data);
   uint64_t lane[kLanes];
   for (int l = 0; l < kLanes; ++l) lane[l] = 0xcbf29ce484222325ULL + uint64_t(l) * 0x9e3779b97f4a7c15ULL;
-  const int64_t words = n / 2, blocks = words / kLanes;
+  const int64_t blocks = bytes / int64_t(sizeof(uint64_t) * kLanes);
   for (int64_t b = 0; b < blocks; ++b) {
     uint64_t w[kLanes];
-    std::memcpy(w, p + b * 2 * kLanes, sizeof w);
+    std::memcpy(w, p + b * int64_t(sizeof w), sizeof w);
     for (int l = 0; l < kLanes; ++l) lane[l] = (lane[l] ^ w[l]) * kPrime;
   }
-  uint64_t h = uint64_t(n);
+  uint64_t h = uint64_t(bytes);
   for (uint64_t l : lane) h = (h ^ l) * kPrime;
-  for (int64_t i = blocks * 2 * kLanes; i < n; ++i) {  // the tail, float by float
-    uint32_t bits;
-    std::memcpy(&bits, p + i, sizeof bits);
-    h = (h ^ bits) * kPrime;
-  }
+  for (int64_t i = blocks * int64_t(sizeof(uint64_t) * kLanes); i < bytes; ++i)  // the tail, byte by byte
+    h = (h ^ uint8_t(p[i])) * kPrime;
   return h;
 }
 
@@ -72,37 +70,50 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
   const ParamTable& table = model.table();
   const Tensor host = to_host(weights);
   const float* w = host.data_as<float>();
+  // Under ZeRO-0 each replica updates a copy of its own; under ZeRO-1/2 each holds the compute weights gathered from
+  // the replicas' shards, which its passes read. In fp32 those are `weights` (export_weights returns them); with
+  // 16-bit compute they are hashed apart. ZeRO-3 keeps no whole copy anywhere.
+  const bool replicas = mesh.replicas() > 1 && !r.dp->shards_parameters();
+  const bool gathered = replicas && r.dp->shards_optimizer();
+  const Tensor compute = gathered && r.mixed ? to_host(model.params()) : Tensor();
+  const int64_t compute_size = int64_t(dtype_size(model.dtype()));
 
   Communicator& world_comm = *r.comms.world;
   FlightSite site("copies check");
   const int n = table.size();
-  const int row = kHeader + int(world_sum(world_comm, float(n), ReduceOp::Max));
+  const int most = int(world_sum(world_comm, float(n), ReduceOp::Max));
+  const int row = kHeader + (compute.defined() ? 2 : 1) * most;  // the 16-bit compute weights' hashes after the rest
   std::vector<float> all(size_t(row) * kPieces * size_t(world), 0.0f);
   auto slot = [&](int rank, int k) { return all.data() + (size_t(rank) * size_t(row) + size_t(k)) * kPieces; };
   const int tc = model.tied_chunk();
   uint64_t tied_hash = 0;
   if (tc >= 0) {
     const ParamSpec& s = model.chunk(tc).table()[model.tied_param()];
-    tied_hash = hash_floats(w + model.base(tc) + s.offset, s.numel());
+    tied_hash = hash_bytes(w + model.base(tc) + s.offset, s.numel() * int64_t(sizeof(float)));
     put(slot(me, 0), 1), put(slot(me, 1), tied_hash);
   }
-  for (int i = 0; i < n; ++i) put(slot(me, kHeader + i), hash_floats(w + table[i].offset, table[i].numel()));
+  for (int i = 0; i < n; ++i) {
+    put(slot(me, kHeader + i), hash_bytes(w + table[i].offset, table[i].numel() * int64_t(sizeof(float))));
+    if (compute.defined())
+      put(slot(me, kHeader + most + i), hash_bytes(static_cast<const char*>(compute.data()) +
+                                                      table[i].offset * compute_size, table[i].numel() * compute_size));
+  }
   world_comm.all_reduce(Tensor(all.data(), {int64_t(all.size())}, DType::F32), ReduceOp::Sum);
   auto hash_of = [&](int rank, int i) { return get(slot(rank, kHeader + i)); };
+  auto replica_hash_of = [&](int rank, int i) { return get(slot(rank, kHeader + (compute.defined() ? most : 0) + i)); };
 
   // What differs from this rank's point of view, against the first copy of each group.
   int found = 0;
   auto differ = [&](const std::string& what, const std::string& between) {
     if (++found <= 5) spdlog::error("copies check after step {}: {} differs {}", step, what, between);
   };
-  const bool replicas = mesh.replicas() > 1 && !r.dp->shards_optimizer();
   if (replicas) {
     const int first = mesh.replica_members(me).front();
     if (first != me)
       for (int i = 0; i < n; ++i)
-        if (hash_of(first, i) != hash_of(me, i))
-          differ(table[i].name, fmt::format("between replica 0 (rank {}) and replica {} (rank {})", first,
-                                            mesh.replica_rank(), me));
+        if (replica_hash_of(first, i) != replica_hash_of(me, i))
+          differ(gathered ? "the gathered " + table[i].name : table[i].name,
+                 fmt::format("between replica 0 (rank {}) and replica {} (rank {})", first, mesh.replica_rank(), me));
   }
   int tp_copies = 0;  // the parameters several tp ranks hold
   if (mesh.tp() > 1) {
@@ -134,7 +145,8 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
         "copies that training keeps equal drifted apart, a bug or a corrupted update", step, ranks_found, world));
 
   std::vector<std::string> parts;
-  if (replicas) parts.push_back(fmt::format("the {} replicas' weights", mesh.replicas()));
+  if (replicas)
+    parts.push_back(fmt::format("the {} replicas' {}weights", mesh.replicas(), gathered ? "gathered " : ""));
   if (tp_copies) parts.push_back(fmt::format("{} parameters on every tp rank that holds them", tp_copies));
   if (tc >= 0) parts.push_back("the tied wte on the first and the last stage");
   if (parts.empty()) return "";  // the start-up log says so where run.check_copies_every is set (ignored_settings)

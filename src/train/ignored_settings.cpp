@@ -81,10 +81,10 @@ const std::vector<Rule>& rules() {
       {{"run.check_copies_every"},
        [](const Config& c, const DeviceMesh& m) {
          const bool tied = c.model.arch == ModelArch::GPT2 || c.model.tie_embeddings;
-         return (m.replicas() > 1 && c.optim.zero == 0) || m.tp() > 1 || (m.pp() > 1 && tied);
+         return (m.replicas() > 1 && c.optim.zero < 3) || m.tp() > 1 || (m.pp() > 1 && tied);
        },
-       "this mesh holds no copies of a weight to compare (replicas under ZeRO share one sharded copy; no tp; no "
-       "tied embedding over pp)"},
+       "this mesh holds no copies of a weight to compare (one replica, or ZeRO-3's, which keep no whole copy; no "
+       "tp; no tied embedding over pp)"},
       {{"train.straggler.delay_sigma"},
        [](const Config& c, const DeviceMesh&) { return c.train.straggler.delay_ms > 0; },
        "it shapes train.straggler.delay_ms's delays, and that is 0"},

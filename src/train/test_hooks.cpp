@@ -58,8 +58,7 @@ void inject_grad_inf(const PipelineChunks& model) {
 }
 
 void inject_weight_drift(const PipelineChunks& model) {
-  CHECK(model.params().defined() && model.dtype() == DType::F32, "MESHTRAIN_INJECT=drift needs fp32 weights in a "
-        "flat buffer (no ZeRO-3, no 16-bit compute)");
+  CHECK(model.params().defined(), "MESHTRAIN_INJECT=drift needs the weights in a flat buffer (no ZeRO-3)");
   const ParamTable& t = model.table();
   int64_t at = -1;
   std::string name;
@@ -70,10 +69,10 @@ void inject_weight_drift(const PipelineChunks& model) {
   for (int p = 0; p < t.size() && at < 0; ++p)
     if (t[p].shard.whole()) at = t[p].offset, name = t[p].name;
   CHECK(at >= 0, "MESHTRAIN_INJECT=drift: no parameter with copies on this rank");
-  const Tensor one = to_host(model.params().slice(at, {1}));
-  float v = one.data_as<float>()[0];
-  v = std::nextafter(v, std::numeric_limits<float>::infinity());
-  copy_convert(model.params().slice(at, {1}), Tensor(&v, {1}, DType::F32));  // host or GPU
+  // One ulp in the weights' own dtype (fp32, or bf16/fp16 compute weights): the last bit of the element flipped.
+  Tensor one = to_host(model.params().slice(at, {1}));
+  static_cast<unsigned char*>(one.data())[0] ^= 1;  // the lowest byte on a little-endian host
+  copy_convert(model.params().slice(at, {1}), one);  // host or GPU
   spdlog::warn("MESHTRAIN_INJECT: one weight of {} moved by one ulp on this rank", name);
 }
 

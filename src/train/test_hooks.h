@@ -7,9 +7,11 @@
 //                                    for them (ParamGather::set_on_demand, ShardedParams::set_on_demand): a
 //                                    parameter read before its wait then sees last step's value (ZeRO-3: whatever
 //                                    its slot held) on every run, not only on a slow link
-//   MESHTRAIN_INJECT=drift@STEP      the last rank nudges one weight by one ulp after that step's update (fp32,
-//                                    ZeRO-0 to -2): the tied wte's first element where it holds a copy, else the
-//                                    first parameter tp replicates (the copies check must find it)
+//   MESHTRAIN_INJECT=drift@STEP      the last rank nudges one weight of the copy its passes read by one ulp, after
+//                                    that step's update and ZeRO-1/2 gathers (no ZeRO-3): the tied wte's first
+//                                    element where it holds a copy, else the first parameter tp replicates. The
+//                                    copies check must find it where it compares that copy (all but ZeRO-0's
+//                                    16-bit copy, whose fp32 masters it compares)
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
 //   MESHTRAIN_FAULT=skip@STEP | size@STEP | reduce@STEP   the last rank skips that step's loss all-reduce over the
 //                                    world, reduces two elements there instead of one, or reduces with max instead of

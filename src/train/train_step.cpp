@@ -108,7 +108,10 @@ StepResult train_step(TrainingRun& r, int step, bool sync_point, Profiler& prof)
     prof.wait("tied embedding", w0, trace_clock_us());
   }
   r.dp->update(r, step, sync_point, prof, out);
-  if (step == r.hooks.drift_step && mesh.rank() == world - 1) inject_weight_drift(model);
+  if (step == r.hooks.drift_step && mesh.rank() == world - 1) {
+    r.dp->wait_params();  // not under a ZeRO gather still writing the weights
+    inject_weight_drift(model);
+  }
   return out;
 }
 

@@ -16,7 +16,7 @@ killed and stopped ranks, non-finite losses.
   6. run.check_copies_every: dp2 x tp2's copies agree at every check, and checking leaves dp2 x pp2's rows and
      export as they were; one weight nudged by one ulp on one rank
      (MESHTRAIN_INJECT=drift) stops the run with exit 1 at the next check, naming the parameter and the ranks,
-     for a dp replica, a tp copy and the tied embedding over pp.
+     for a dp replica, a tp copy, the tied embedding over pp and ZeRO-1/2's gathered weights (fp32 and bf16).
 
 usage: test_checkpoints.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
@@ -193,7 +193,8 @@ check("copies check after step 3: the 2 replicas' weights and 15 parameters on e
 _, out, _ = run("copies_same", 4, *mesh, "run.check_copies_every=3")
 same = open(f"{work}/copies_same/model.safetensors", "rb").read() == \
     open(f"{work}/uninterrupted/model.safetensors", "rb").read()
-check("copies check after step 3: the tied wte" in out and same_rows(rows("copies_same"), rows("uninterrupted"))
+check("copies check after step 3: the 2 replicas' gathered weights and the tied wte" in out
+      and same_rows(rows("copies_same"), rows("uninterrupted"))
       and same, "dp2 x pp2 ZeRO-1: checking every 3 steps leaves the rows and the export bit for bit as they were")
 # Replicas that agree only at their averages (local SGD) or sync points (staleness): a check due between waits.
 stale = ["optim.staleness=1", "optim.staleness_policy=fixed", "train.eval_every=3"]
@@ -201,15 +202,20 @@ for name, sets, at in (("copies_local", ["optim.sync_every=3"], 3), ("copies_sta
     _, out, _ = run(name, 2, "train.steps=6", "run.check_copies_every=2", *sets)
     check(re.search(r"copies check after step (\d+)", out).group(1) == str(at) and "differs" not in out,
           f"{' '.join(sets)}: the check due at step 2 waits for step {at}, where the replicas agree")
-for mesh, words in (("parallel.dp=2", "differs between replica 0 (rank 0) and replica 1 (rank 1)"),
-                    ("parallel.tp=2", "ln_f.weight differs between tp rank 0 (rank 0) and tp rank 1 (rank 1)"),
-                    ("parallel.pp=2", "the tied wte.weight differs between stage 0 (rank 0) and stage 1 (rank 1)")):
-    name = "drift_" + mesh.split(".")[1].split("=")[0]
-    code, out, _ = run(name, 2, mesh, "train.steps=6", "run.check_copies_every=4",
-                       env={"MESHTRAIN_INJECT": "drift@3"}, expect=None)
+# ZeRO-1/2's next gather would overwrite a drift in the gathered weights: there it comes in the checked step.
+replicas = "differs between replica 0 (rank 0) and replica 1 (rank 1)"
+for name, sets, at, words in (
+        ("drift_dp", ["parallel.dp=2"], 3, replicas),
+        ("drift_tp", ["parallel.tp=2"], 3, "ln_f.weight differs between tp rank 0 (rank 0) and tp rank 1 (rank 1)"),
+        ("drift_pp", ["parallel.pp=2"], 3, "the tied wte.weight differs between stage 0 (rank 0) and stage 1 (rank 1)"),
+        ("drift_zero2", ["parallel.dp=2", "optim.zero=2"], 4, "the gathered ln_f.weight " + replicas),
+        ("drift_zero1_bf16", ["parallel.dp=2", "optim.zero=1", "precision.compute=bf16"], 4,
+         "the gathered ln_f.weight " + replicas)):
+    code, out, _ = run(name, 2, *sets, "train.steps=6", "run.check_copies_every=4",
+                       env={"MESHTRAIN_INJECT": f"drift@{at}"}, expect=None)
     status = json.load(open(f"{work}/{name}/status.json"))
     check(code == 1 and "copies check after step 4" in out and words in out and status["state"] == "failed"
-          and [x["step"] for x in rows(name)] == [1, 2, 3, 4], f"{mesh}: a weight one ulp off on one rank stops the "
-          f"run at the next check (exit {code}), naming it")
+          and [x["step"] for x in rows(name)] == [1, 2, 3, 4], f"{' '.join(sets)}: a weight one ulp off on one rank "
+          f"after step {at} stops the run at the check after step 4 (exit {code}), naming it")
 
 sys.exit(0 if ok else 1)
