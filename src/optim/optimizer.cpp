@@ -86,6 +86,13 @@ void Optimizer::store_weights(const Tensor& full, const Tensor& params) const {
   for (const OptimSegment& g : segments_) copy_convert(full.slice(g.offset, {g.numel}), master_view(g, params));
 }
 
+Tensor Optimizer::masters_in_param_layout(int64_t params_numel) const {
+  if (!keeps_masters() || masters_.numel() != std::max<int64_t>(1, params_numel)) return Tensor();
+  for (const OptimSegment& g : segments_)
+    if (g.state_offset != g.offset) return Tensor();
+  return masters_;
+}
+
 Tensor Optimizer::master_view(const OptimSegment& g, const Tensor& params) const {
   return keeps_masters() ? masters_.slice(g.state_offset, {g.numel}) : param_of(params, g);
 }

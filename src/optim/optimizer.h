@@ -77,6 +77,9 @@ class Optimizer {
   // The weights of this optimizer's segments (the masters, or `params` themselves when none are kept) written to
   // `full`, laid out like the unpacked params (the export).
   void store_weights(const Tensor& full, const Tensor& params) const;
+  // The masters themselves where they are laid out like the params (one segment per parameter at its own offset, as
+  // without ZeRO): what store_weights would write, without the copy. Undefined otherwise, or without masters.
+  Tensor masters_in_param_layout(int64_t params_numel) const;
   // Checkpoints: a segment's fp32 state (its master weights, `params` themselves when no masters are kept, and
   // its two AdamW moments) as views; the state of the elements [offset, offset + n) of the params layout that
   // lie in this optimizer's segments set from fp32 values (master, m, v: n each); AdamW's step count.

@@ -62,20 +62,24 @@ float world_sum(Communicator& world, float x, ReduceOp op = ReduceOp::Sum) {
 
 }  // namespace
 
-std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step) {
+std::string check_weight_copies(TrainingRun& r, int step, const Tensor& weights) {
   const DeviceMesh& mesh = r.mesh;
   const int world = mesh.world_size(), me = mesh.rank();
   if (world == 1) return "";
+  r.dp->wait_params();  // ZeRO-1/2's gathers of the step's weights, in flight
   const PipelineChunks& model = *r.model;
   const ParamTable& table = model.table();
-  const Tensor host = to_host(weights);
-  const float* w = host.data_as<float>();
   // Under ZeRO-0 each replica updates a copy of its own; under ZeRO-1/2 each holds the compute weights gathered from
-  // the replicas' shards, which its passes read. In fp32 those are `weights` (export_weights returns them); with
-  // 16-bit compute they are hashed apart. ZeRO-3 keeps no whole copy anywhere.
+  // the replicas' shards, which its passes read. In fp32 those are the export's weights (export_weights returns
+  // them); with 16-bit compute they are hashed apart. ZeRO-3 keeps no whole copy anywhere.
   const bool replicas = mesh.replicas() > 1 && !r.dp->shards_parameters();
   const bool gathered = replicas && r.dp->shards_optimizer();
   const Tensor compute = gathered && r.mixed ? to_host(model.params()) : Tensor();
+  // The export's fp32 weights: for the replicas (unless `compute` stands for them), the tp copies and the tied
+  // embedding (pp > 1, conservatively). Under ZeRO with 16-bit compute or ZeRO-3 they are gathered from the shards.
+  const bool fp32_compared = (replicas && !compute.defined()) || mesh.tp() > 1 || mesh.pp() > 1;
+  const Tensor host = fp32_compared ? to_host(weights.defined() ? weights : export_weights(r)) : Tensor();
+  const float* w = fp32_compared ? host.data_as<float>() : nullptr;
   const int64_t compute_size = int64_t(dtype_size(model.dtype()));
 
   Communicator& world_comm = *r.comms.world;
@@ -93,7 +97,7 @@ std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step)
     put(slot(me, 0), 1), put(slot(me, 1), tied_hash);
   }
   for (int i = 0; i < n; ++i) {
-    put(slot(me, kHeader + i), hash_bytes(w + table[i].offset, table[i].numel() * int64_t(sizeof(float))));
+    if (w) put(slot(me, kHeader + i), hash_bytes(w + table[i].offset, table[i].numel() * int64_t(sizeof(float))));
     if (compute.defined())
       put(slot(me, kHeader + most + i), hash_bytes(static_cast<const char*>(compute.data()) +
                                                       table[i].offset * compute_size, table[i].numel() * compute_size));

@@ -19,9 +19,11 @@ namespace mt {
 
 struct TrainingRun;
 
-// Compares the copies of `weights` (training_run.h's export_weights) after step `step`, collectively over the
-// world. Returns a line that says what was compared ("" on one rank, or where the mesh holds no copies); on a
-// difference every rank logs what it found, and every rank throws StoppedTogether (exit 1) together.
-std::string check_weight_copies(TrainingRun& r, const Tensor& weights, int step);
+// Compares the weights' copies after step `step`, collectively over the world. `weights`: the export's
+// (training_run.h's export_weights) where the caller holds them; otherwise they are taken where the mesh compares
+// them (under ZeRO with 16-bit compute, gathered only for tp copies or a pipeline's tied embedding). Returns a line
+// that says what was compared ("" on one rank, or where the mesh holds no copies); on a difference every rank logs
+// what it found, and every rank throws StoppedTogether (exit 1) together.
+std::string check_weight_copies(TrainingRun& r, int step, const Tensor& weights = Tensor());
 
 }  // namespace mt

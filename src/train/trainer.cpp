@@ -258,7 +258,7 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     if (!copies_due || step != copies_agree_at || step == cfg.train.steps) return;
     copies_due = false;
     const auto t0 = Clock::now();
-    const std::string line = check_weight_copies(run, export_weights(run), step);
+    const std::string line = check_weight_copies(run, step);
     if (rank0 && !copies_logged && !line.empty())
       spdlog::info("{} ({:.1f} ms; run.check_copies_every={}, the next checks log only a difference)", line,
                    ms_since(t0), cfg.run.check_copies_every);

@@ -82,7 +82,8 @@ void export_run_safetensors(TrainingRun& run, const std::string& path, const Ten
 
 // The fp32 weights as the export writes them, laid out like the rank's parameters: the model's own (fp32), the
 // optimizer's masters (16-bit compute), completed from every replica's shards under ZeRO. Collective over the replica
-// group under ZeRO; waits for the parameters' gathers in flight first.
+// group under ZeRO; waits for the parameters' gathers in flight first. Without ZeRO it is the rank's own buffer, not a
+// copy: read it before the next step changes it.
 Tensor export_weights(TrainingRun& run);
 
 // The end of a run: the fp32 weights exported to run.dir/model.safetensors (and config.json), the memory report.

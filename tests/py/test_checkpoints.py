@@ -196,6 +196,12 @@ same = open(f"{work}/copies_same/model.safetensors", "rb").read() == \
 check("copies check after step 3: the 2 replicas' gathered weights and the tied wte" in out
       and same_rows(rows("copies_same"), rows("uninterrupted"))
       and same, "dp2 x pp2 ZeRO-1: checking every 3 steps leaves the rows and the export bit for bit as they were")
+# ZeRO-1's gathered bf16 weights, compared at every step: the check waits for the gathers (issued here only when a
+# pass asks for them, so that a check without its wait would read half of last step's weights).
+_, out, _ = run("copies_zero", 2, "parallel.dp=2", "optim.zero=1", "precision.compute=bf16", "train.steps=4",
+                "run.check_copies_every=1", env={"MESHTRAIN_INJECT": "late-gather@1"})
+check("copies check after step 1: the 2 replicas' gathered weights agree" in out and "differs" not in out,
+      "dp2 ZeRO-1 bf16: the replicas' gathered weights agree at every check, with the gathers issued late")
 # Replicas that agree only at their averages (local SGD) or sync points (staleness): a check due between waits.
 stale = ["optim.staleness=1", "optim.staleness_policy=fixed", "train.eval_every=3"]
 for name, sets, at in (("copies_local", ["optim.sync_every=3"], 3), ("copies_stale", stale, 3)):
