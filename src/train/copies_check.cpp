@@ -80,7 +80,10 @@ std::string check_weight_copies(TrainingRun& r, int step, const Tensor& weights)
   const bool fp32_compared = (replicas && !compute.defined()) || mesh.tp() > 1 || mesh.pp() > 1;
   const Tensor host = fp32_compared ? to_host(weights.defined() ? weights : export_weights(r)) : Tensor();
   const float* w = fp32_compared ? host.data_as<float>() : nullptr;
-  const int64_t compute_size = int64_t(dtype_size(model.dtype()));
+  // Elements [offset, offset + numel) of a flat buffer whose elements are `size` bytes.
+  auto hash_range = [](const void* base, int64_t size, int64_t offset, int64_t numel) {
+    return hash_bytes(static_cast<const char*>(base) + offset * size, numel * size);
+  };
 
   Communicator& world_comm = *r.comms.world;
   FlightSite site("copies check");
@@ -93,14 +96,14 @@ std::string check_weight_copies(TrainingRun& r, int step, const Tensor& weights)
   uint64_t tied_hash = 0;
   if (tc >= 0) {
     const ParamSpec& s = model.chunk(tc).table()[model.tied_param()];
-    tied_hash = hash_bytes(w + model.base(tc) + s.offset, s.numel() * int64_t(sizeof(float)));
+    tied_hash = hash_range(w, sizeof(float), model.base(tc) + s.offset, s.numel());
     put(slot(me, 0), 1), put(slot(me, 1), tied_hash);
   }
   for (int i = 0; i < n; ++i) {
-    if (w) put(slot(me, kHeader + i), hash_bytes(w + table[i].offset, table[i].numel() * int64_t(sizeof(float))));
+    if (w) put(slot(me, kHeader + i), hash_range(w, sizeof(float), table[i].offset, table[i].numel()));
     if (compute.defined())
-      put(slot(me, kHeader + most + i), hash_bytes(static_cast<const char*>(compute.data()) +
-                                                      table[i].offset * compute_size, table[i].numel() * compute_size));
+      put(slot(me, kHeader + most + i), hash_range(compute.data(), int64_t(dtype_size(compute.dtype())),
+                                                   table[i].offset, table[i].numel()));
   }
   world_comm.all_reduce(Tensor(all.data(), {int64_t(all.size())}, DType::F32), ReduceOp::Sum);
   auto hash_of = [&](int rank, int i) { return get(slot(rank, kHeader + i)); };

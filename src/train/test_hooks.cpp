@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <limits>

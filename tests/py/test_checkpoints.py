@@ -16,7 +16,8 @@ killed and stopped ranks, non-finite losses.
   6. run.check_copies_every: dp2 x tp2's copies agree at every check, and checking leaves dp2 x pp2's rows and
      export as they were; one weight nudged by one ulp on one rank
      (MESHTRAIN_INJECT=drift) stops the run with exit 1 at the next check, naming the parameter and the ranks,
-     for a dp replica, a tp copy, the tied embedding over pp and ZeRO-1/2's gathered weights (fp32 and bf16).
+     for a dp replica, a tp copy, the tied embedding over pp and ZeRO-1/2's gathered weights (fp32 and bf16);
+     ZeRO-1's gathered bf16 weights agree at every check with the gathers issued late.
 
 usage: test_checkpoints.py MPIEXEC TRAINER SOURCE_DIR WORK_DIR"""
 import json
