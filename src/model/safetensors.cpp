@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/checksum.h"
+#include "core/direct_file.h"
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/json.h"
@@ -290,29 +291,23 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
   header.append((8 - header.size() % 8) % 8, ' ');
 
   const std::string tmp = path + ".tmp";
-  FILE* fp = std::fopen(tmp.c_str(), "wb");
-  if (!fp) input_error("cannot open '{}' for writing: {}", tmp, std::strerror(errno));
-  int err = 0;  // the first failure's errno: "No space left on device" says what to do, "failed" does not
-  auto check = [&](bool ok) {
-    if (!ok && err == 0) err = errno;
-    return ok;
-  };
+  DirectFileWriter file(tmp);  // past the page cache: see core/direct_file.h
+  if (!file.ok()) input_error("cannot open '{}' for writing: {}", tmp, std::strerror(file.error()));
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
   Checksum64 sum;
   auto put = [&](const void* p, size_t n) {
     if (checksum) sum.update(p, n);
-    return check(n == 0 || std::fwrite(p, 1, n, fp) == n);
+    return file.write(p, n);
   };
   bool ok = put(len, 8) && put(header.data(), header.size());
   // The tensors are written in host byte order, which safetensors' little-endian matches on every supported CPU.
   for (size_t i = 0; ok && i < tensors.size(); ++i) ok = put(tensors[i].data, sizes[i]);
-  ok = check(std::fflush(fp) == 0) && ok;
-  ok = check(::fsync(fileno(fp)) == 0) && ok;
-  ok = check(std::fclose(fp) == 0) && ok;
+  ok = file.close() && ok;
   if (!ok) {
     std::remove(tmp.c_str());
-    throw std::runtime_error("writing '" + tmp + "' failed: " + std::strerror(err));
+    // The first failure's errno: "No space left on device" says what to do, "failed" does not.
+    throw std::runtime_error("writing '" + tmp + "' failed: " + std::strerror(file.error()));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
