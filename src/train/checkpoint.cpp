@@ -143,19 +143,19 @@ void prune(const std::string& root, int keep, int64_t newest) {
 
 }  // namespace
 
-std::string begin_checkpoint(const std::string& root, int64_t step, int rank, int world_size, Communicator& world) {
-  const std::string dir = root + "/" + step_dir_name(step);
-  if (rank == 0) {
+std::string write_checkpoint(const std::string& root, const Config& cfg, const TrainState& st,
+                             const CheckpointShard& shard, Communicator& world, int keep) {
+  const std::string dir = root + "/" + step_dir_name(st.step);
+  if (shard.rank == 0) {
     fs::remove_all(dir);  // a stale directory of the same step (an earlier run with resume: none)
     fs::create_directories(dir);
   }
   world.barrier();
-  maybe_crash(step, rank, world_size, dir);
-  return dir;
-}
+  maybe_crash(st.step, shard.rank, shard.world, dir);
 
-RankFileWritten write_rank_file(const std::string& dir, const CheckpointShard& shard) {
-  RankFileWritten written;
+  // This rank's file; any failure is reported to every rank instead of leaving them waiting.
+  std::string error;
+  uint64_t size = 0, sum = 0;
   try {
     const ParamTable& t = *shard.table;
     std::vector<SafetensorOut> out;
@@ -173,33 +173,26 @@ RankFileWritten write_rank_file(const std::string& dir, const CheckpointShard& s
                        f.data});
     }
     for (const CheckpointTensor& t : shard.tensors) out.push_back({t.name, DType::F32, {t.numel}, t.data});
-    written.bytes = write_safetensors(dir + "/" + rank_file_name(shard.rank), out, meta, &written.checksum);
+    size = write_safetensors(dir + "/" + rank_file_name(shard.rank), out, meta, &sum);
   } catch (const std::exception& e) {
-    written.error = e.what();
-    if (written.error.empty()) written.error = "an exception without a message";
+    error = e.what();
   }
-  return written;
-}
-
-void finish_checkpoint(const std::string& root, const std::string& dir, const Config& cfg, const TrainState& st,
-                       const RankFileWritten& mine, int rank, int world_size, Communicator& world, int keep) {
   // Every rank's (ok, size, checksum) to every rank, as 32-bit words.
-  Tensor words_mine = Tensor::zeros({5}, DType::I32), all = Tensor::zeros({5 * int64_t(world_size)}, DType::I32);
-  const uint32_t words[5] = {mine.error.empty() ? 1u : 0u, uint32_t(mine.bytes), uint32_t(mine.bytes >> 32),
-                             uint32_t(mine.checksum), uint32_t(mine.checksum >> 32)};
-  std::memcpy(words_mine.data(), words, sizeof(words));
-  world.all_gather(words_mine, all);
+  Tensor mine = Tensor::zeros({5}, DType::I32), all = Tensor::zeros({5 * int64_t(shard.world)}, DType::I32);
+  const uint32_t words[5] = {error.empty() ? 1u : 0u, uint32_t(size), uint32_t(size >> 32), uint32_t(sum),
+                             uint32_t(sum >> 32)};
+  std::memcpy(mine.data(), words, sizeof(words));
+  world.all_gather(mine, all);
   const uint32_t* w = static_cast<const uint32_t*>(all.data());
-  for (int r = 0; r < world_size; ++r)
+  for (int r = 0; r < shard.world; ++r)
     if (!w[5 * r]) {
-      if (r == rank) spdlog::error("[rank {}] writing its checkpoint file failed: {}", r, mine.error);
-      fail_together(dir, rank, fmt::format("writing checkpoint {} failed on rank {}", dir, r));
+      if (r == shard.rank) spdlog::error("[rank {}] writing its checkpoint file failed: {}", r, error);
+      fail_together(dir, shard.rank, fmt::format("writing checkpoint {} failed on rank {}", dir, r));
     }
 
-  std::string error;
-  if (rank == 0) try {
+  if (shard.rank == 0) try {
     std::string files;
-    for (int r = 0; r < world_size; ++r) {
+    for (int r = 0; r < shard.world; ++r) {
       const uint64_t sz = uint64_t(w[5 * r + 1]) | uint64_t(w[5 * r + 2]) << 32;
       const uint64_t ck = uint64_t(w[5 * r + 3]) | uint64_t(w[5 * r + 4]) << 32;
       files += fmt::format("{}    {{\"name\": {}, \"bytes\": {}, \"checksum\": \"{}\"}}", r ? ",\n" : "",
@@ -227,8 +220,8 @@ void finish_checkpoint(const std::string& root, const std::string& dir, const Co
         "  \"precision\": {},\n  \"params\": [\n{}\n  ],\n  \"files\": [\n{}\n  ],\n  \"config\": {}\n}}\n",
         kCheckpointFormat, kCheckpointVersion, st.step, st.optimizer_steps, st.loss_scale, st.good_in_a_row, st.skipped_steps,
         st.nonfinite_skipped,
-        st.step + 1, cfg.train.seed, json_quote(name_of(cfg.data.order)), cfg.train.seed, model, world_size,
-        world_size / (cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp), cfg.parallel.tp, cfg.parallel.pp,
+        st.step + 1, cfg.train.seed, json_quote(name_of(cfg.data.order)), cfg.train.seed, model, shard.world,
+        shard.world / (cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp), cfg.parallel.tp, cfg.parallel.pp,
         cfg.parallel.cp, cfg.parallel.virtual_stages, cfg.optim.zero, json_quote(cfg.parallel.order), stages,
         json_quote(dtype_name(cfg.precision.compute)), params, files, json_quote(to_yaml(cfg)));
     write_text_durably(dir + "/meta.json", seal_checkpoint_meta(text));
@@ -248,15 +241,9 @@ void finish_checkpoint(const std::string& root, const std::string& dir, const Co
   static_cast<float*>(ok.data())[0] = error.empty() ? 1.f : 0.f;
   world.broadcast(ok, 0);
   if (static_cast<const float*>(ok.data())[0] != 1.f) {
-    if (rank == 0) spdlog::error("[rank 0] writing the checkpoint's meta.json or COMPLETE failed: {}", error);
-    fail_together(dir, rank, fmt::format("writing checkpoint {} failed on rank 0", dir));
+    if (shard.rank == 0) spdlog::error("[rank 0] writing the checkpoint's meta.json or COMPLETE failed: {}", error);
+    fail_together(dir, shard.rank, fmt::format("writing checkpoint {} failed on rank 0", dir));
   }
-}
-
-std::string write_checkpoint(const std::string& root, const Config& cfg, const TrainState& st,
-                             const CheckpointShard& shard, Communicator& world, int keep) {
-  const std::string dir = begin_checkpoint(root, st.step, shard.rank, shard.world, world);
-  finish_checkpoint(root, dir, cfg, st, write_rank_file(dir, shard), shard.rank, shard.world, world, keep);
   return dir;
 }
 

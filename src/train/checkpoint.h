@@ -86,21 +86,6 @@ struct CheckpointShard {
 std::string write_checkpoint(const std::string& root, const Config& cfg, const TrainState& state,
                              const CheckpointShard& shard, Communicator& world, int keep);
 
-// write_checkpoint's three parts, for a rank file written in the background (run.checkpoint_async):
-// Collective: rank 0 makes root/step_NNNNNNNN (removing a stale one) and every rank returns its path.
-std::string begin_checkpoint(const std::string& root, int64_t step, int rank, int world_size, Communicator& world);
-// This rank's file in `dir`, from `shard`'s views. Any failure is returned in `error` (not thrown): the ranks learn
-// of it together in finish_checkpoint. Touches no communicator, so it may run on a thread of its own.
-struct RankFileWritten {
-  uint64_t bytes = 0, checksum = 0;
-  std::string error;
-};
-RankFileWritten write_rank_file(const std::string& dir, const CheckpointShard& shard);
-// Collective: every rank's result to rank 0, which writes meta.json and COMPLETE and prunes to `keep`. Throws on
-// every rank if any rank's write failed (the step directory removed).
-void finish_checkpoint(const std::string& root, const std::string& dir, const Config& cfg, const TrainState& st,
-                       const RankFileWritten& mine, int rank, int world_size, Communicator& world, int keep);
-
 // The newest complete checkpoint directory under root, or "" when there is none.
 std::string latest_checkpoint(const std::string& root);
 

@@ -199,8 +199,6 @@ const std::vector<KeyDesc>& key_table() {
       MT_KEY(run.dir, "output directory; \"\" = runs/<config file stem>"),
       MT_KEY(run.log_every, "log a metrics line to the console every this many steps (metrics.jsonl gets every step)"),
       MT_KEY(run.checkpoint_every, "write a checkpoint every this many steps (and at the last); 0 = off"),
-      MT_KEY(run.checkpoint_async, "write a checkpoint's files in the background while training goes on (its state "
-                                   "copied into memory first, about 12 bytes per parameter a rank holds)"),
       MT_KEY(run.check_copies_every, "compare the weights' copies (dp replicas, tp ranks, the tied embedding) by hash "
                                      "every this many steps; a difference stops the run, exit 1; 0 = at the end only"),
       MT_KEY(run.keep_checkpoints, "keep the newest this many complete checkpoints"),

@@ -206,8 +206,6 @@ struct CommConfig {
 struct RunConfig {
   std::string dir;  // "" = runs/<config file stem>
   int log_every = 1, checkpoint_every = 0, keep_checkpoints = 3;
-  // Write each checkpoint's files on a thread while the training goes on (background_checkpoint.h).
-  bool checkpoint_async = false;
   // Compare the weight copies that training keeps equal by hash every this many steps (copies_check.h); 0 = only at
   // the end.
   int check_copies_every = 0;

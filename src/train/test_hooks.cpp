@@ -30,7 +30,6 @@ TestHooks TestHooks::from_env() {
   h.loss_nan_step = step_of("MESHTRAIN_INJECT", "loss-nan");
   h.late_gather_step = step_of("MESHTRAIN_INJECT", "late-gather");
   h.drift_step = step_of("MESHTRAIN_INJECT", "drift");
-  h.slow_checkpoint_step = step_of("MESHTRAIN_INJECT", "slow-checkpoint");
   h.kill_step = step_of("MESHTRAIN_FAULT", "kill");
   h.stop_step = step_of("MESHTRAIN_FAULT", "stop");
   h.check_step = step_of("MESHTRAIN_FAULT", "check");

@@ -12,9 +12,6 @@
 //                                    element where it holds a copy, else the first parameter tp replicates. The
 //                                    copies check must find it where it compares that copy (all but ZeRO-0's
 //                                    16-bit copy, whose fp32 masters it compares)
-//   MESHTRAIN_INJECT=slow-checkpoint@STEP   under run.checkpoint_async, the file of that step's checkpoint is
-//                                    written only after the training has asked twice whether it is (two steps
-//                                    later at the earliest), or when the run needs it sooner
 //   MESHTRAIN_FAULT=kill@STEP | stop@STEP   SIGKILL / SIGSTOP to the last rank in the middle of that step
 //   MESHTRAIN_FAULT=skip@STEP | size@STEP | reduce@STEP   the last rank skips that step's loss all-reduce over the
 //                                    world, reduces two elements there instead of one, or reduces with max instead of
@@ -29,7 +26,6 @@ namespace mt {
 
 struct TestHooks {
   int grad_inf_step = -1, loss_nan_step = -1, drift_step = -1, kill_step = -1, stop_step = -1, late_gather_step = -1;
-  int slow_checkpoint_step = -1;
   int skip_step = -1, size_step = -1, reduce_step = -1, check_step = -1;
   static TestHooks from_env();  // logs a warning for every hook that is set
 };

@@ -65,9 +65,7 @@ double replica_loss_sum(TrainingRun& r) {
   return reduce_scalar(here, *r.comms.pp, r.dev, ReduceOp::Sum);
 }
 
-std::string stop_message(TrainingRun& r, const std::string& what, int step) {
-  // Every rank stops here: a checkpoint still written in the background is completed first, the newest kept.
-  if (r.background_ckpt) r.background_ckpt->finish(step);
+std::string stop_message(const TrainingRun& r, const std::string& what, int step) {
   const std::string kept = latest_checkpoint(r.ckpt_root);
   return fmt::format("{} at step {} ({} compute); {}", what, step, dtype_name(r.compute),
                      kept.empty() ? "no checkpoint was written" : "the newest checkpoint is kept: " + kept);

@@ -274,8 +274,6 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     }
     if (metrics) metrics->write(row);
     check_copies(step);
-    // run.checkpoint_async: a checkpoint whose files are written completes at the next step where the ranks meet.
-    if (run.background_ckpt && step == copies_agree_at) run.background_ckpt->poll(step);
     checkpoint_due |= due(cfg.run.checkpoint_every, step);
     if (checkpoint_due && (averaged || !checkpoint_at_average)) {
       checkpoint_run(run, step), checkpointed = step, checkpoint_due = false;
@@ -355,7 +353,6 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
   }
   if (stopped_at) {
     if (checkpointed != stopped_at) checkpoint_run(run, stopped_at);
-    if (run.background_ckpt) run.background_ckpt->finish(stopped_at);
     const double since = seconds_since_stop_signal();  // 0 where this rank was not signalled itself
     spdlog::info("stopped by {} after step {} of {}{}; the checkpoint of step {} is written: the same command "
                  "continues from it (run.resume=auto)", signal_name(stop_signal), stopped_at, cfg.train.steps,
@@ -373,7 +370,6 @@ RunEnd train_on_mesh(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms
     log_gpu_memory(*run.runner, run.model->size(), gpu_mallocs_after_first_step, gpu_waits_after_first_step,
                    cfg.train.steps - start_step);
   finish_run(run, training_peak);
-  if (run.background_ckpt) run.background_ckpt->finish(cfg.train.steps);  // its file was written during the export
   if (prof.enabled()) {
     prof.write(cfg.run.dir + "/trace.json", MPI_COMM_WORLD);
     spdlog::info("profile: wrote {}/trace.json (open it in https://ui.perfetto.dev)", cfg.run.dir);

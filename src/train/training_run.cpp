@@ -319,9 +319,6 @@ std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceM
     spdlog::warn("optim.zero={} shards nothing here: ZeRO shards over the dp x cp replicas and this mesh has one; its "
                  "gathers and reductions still run, so optim.zero=0 is faster", cfg.optim.zero);
   r.ckpt_root = cfg.run.dir + "/checkpoints";
-  if (cfg.run.checkpoint_async)
-    r.background_ckpt = std::make_unique<BackgroundCheckpoint>(cfg, *comms.world, mesh.rank(), mesh.world_size(),
-                                                               r.hooks.slow_checkpoint_step);
   resume(r);
   r.sched = lr_schedule(cfg);
   r.runner = std::make_unique<PipelineRunner>(*r.model, comms.pp.get(), cfg.parallel.schedule, r.n_micro, r.mb,
@@ -364,7 +361,6 @@ void checkpoint_run(TrainingRun& r, int step) {
   CheckpointShard shard =
       checkpoint_shard(*r.model, r.dp->optimizer_params(*r.model), *r.opt, r.mesh, r.dp->shards_optimizer());
   r.dp->add_to_checkpoint(r, shard);
-  if (r.background_ckpt) return r.background_ckpt->start(r.ckpt_root, st, shard);
   const std::string dir = write_checkpoint(r.ckpt_root, r.cfg, st, shard, *r.comms.world, r.cfg.run.keep_checkpoints);
   spdlog::info("checkpoint: step {} written to {} in {:.0f} ms", step, dir, (trace_clock_us() - t0) / 1000.0);
 }

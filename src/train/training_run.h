@@ -22,7 +22,6 @@
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/data_parallel.h"
-#include "train/background_checkpoint.h"
 #include "train/metrics.h"
 #include "train/pipeline_runner.h"
 #include "train/profiler.h"
@@ -63,7 +62,6 @@ struct TrainingRun {
   std::unique_ptr<Batcher> train_batches, val_batches;
 
   std::string ckpt_root;  // run.dir/checkpoints
-  std::unique_ptr<BackgroundCheckpoint> background_ckpt;  // run.checkpoint_async's writer, else null
   int start_step = 1;     // after a resume, the checkpoint's step + 1
   int64_t nonfinite_skipped = 0;  // steps skipped under train.skip_nonfinite
 
@@ -76,8 +74,7 @@ struct TrainingRun {
 std::unique_ptr<TrainingRun> build_training_run(const Config& cfg, const DeviceMesh& mesh, MeshComms& comms,
                                                 bool nccl, const CommOptions& copts, Profiler& prof);
 
-// Writes checkpoint `step` of the run (collective over the world); under run.checkpoint_async starts writing it
-// (run.background_ckpt completes it).
+// Writes checkpoint `step` of the run (collective over the world).
 void checkpoint_run(TrainingRun& run, int step);
 
 // The whole model in one safetensors file from a flat fp32 buffer (parameters or gradients) of every rank.
