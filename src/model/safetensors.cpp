@@ -110,6 +110,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(const std::string& path, std::vector<char> bytes) {
+  return from_bytes(path, FileBytes(std::move(bytes)));
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(const std::string& path, FileBytes bytes) {
   SafetensorsFile f;
   f.path_ = path;
   f.bytes_ = std::move(bytes);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/file_bytes.h"
 
 namespace mt {
 
@@ -28,6 +29,7 @@ class SafetensorsFile {
   static SafetensorsFile open(const std::string& path);
   // The same checks over a file's bytes already in memory (`path` names it in messages).
   static SafetensorsFile from_bytes(const std::string& path, std::vector<char> bytes);
+  static SafetensorsFile from_bytes(const std::string& path, FileBytes bytes);  // held or mapped
   const std::string& path() const { return path_; }
   const std::vector<SafetensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -42,7 +44,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  std::vector<char> bytes_;  // whole file
+  FileBytes bytes_;  // whole file
   uint64_t data_start_ = 0;
   std::vector<SafetensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

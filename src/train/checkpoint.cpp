@@ -343,7 +343,13 @@ CheckpointInfo read_checkpoint(const std::string& dir, const Config& cfg) {
   for (const CheckpointFileEntry& f : meta.files) {
     const std::string path = dir + "/" + f.name;
     if (!fs::exists(path)) input_error("checkpoint file {} is missing", path);
-    std::vector<char> data = read_bytes(path);
+    require_regular_file(path, "checkpoint file");
+    FileBytes data;
+    try {
+      data = FileBytes::map(path);
+    } catch (const std::runtime_error& e) {
+      input_error("checkpoint file {} cannot be read ({})", path, e.what());
+    }
     if (data.size() != f.bytes)
       input_error("checkpoint file {} is truncated or altered: {} bytes, meta.json says {}", path, data.size(), f.bytes);
     Checksum64 ck;
