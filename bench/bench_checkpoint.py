@@ -4,11 +4,12 @@ The trainer runs one step of a GPT-2-shaped model (default GPT-2 medium: 24 bloc
 50257, 355M parameters; seq_len 64 and one sequence per step, so activations stay small) with
 run.checkpoint_every=1, then a second run resumes from that checkpoint with nothing left to train. It prints
 the parameters, the checkpoint's bytes on disk (fp32 masters and two AdamW moments: 12 bytes per parameter plus
-headers), the write time (the trainer's "checkpoint: ... written in" line: gathering the optimizer state, writing
-and fsyncing, reading each file back for its checksum, meta.json) and the load time (its "resumed from ... in"
-line: verifying every file's size and checksum, reading the shards and laying them out), with the bandwidth
-of each against the bytes. The baselines are the disk itself: `dd` of the same number of bytes with fsync, through
-the page cache and with O_DIRECT (the checkpoint writer's way, core/direct_file.h), measured in the same run, each with the CPU time it took (the page cache's copy is CPU work).
+headers), the write time (the trainer's "checkpoint: ... written in" line: each rank file written with its
+checksum and fsynced, meta.json) and the load time (its "resumed from ... in" line: verifying every file's size
+and checksum, reading the shards and laying them out), with the bandwidth of each against the bytes. The
+baselines are the disk itself: `dd` of the same number of bytes with fsync, through the page cache and with
+O_DIRECT (the checkpoint writer's way, core/direct_file.h), measured in the same run, each with the CPU time it
+took (the page cache's copy is CPU work).
 
 Usage: /usr/bin/python3 bench/bench_checkpoint.py [--layers 24] [--d-model 1024] [--heads 16] [--ranks 1]
        [--dir DIR]   (DIR on the disk to measure; default a temporary directory under /tmp)
