@@ -1,6 +1,7 @@
-// Tests of the safetensors reader and writer (and the O_DIRECT file writer under it): round trips of every written dtype with metadata, the exact
-// byte layout the reference implementation writes (checked without Python), every malformed header refused
-// with InputError naming the file and tensor, and random truncations / byte flips that must never crash.
+// Tests of the safetensors reader and writer (and the O_DIRECT file writer under it): round trips of every written
+// dtype with metadata, the exact byte layout the reference implementation writes (checked without Python), every
+// malformed header refused with InputError naming the file and tensor, and random truncations / byte flips that must
+// never crash.
 #include <catch2/catch.hpp>
 
 #include <cstring>
