@@ -144,8 +144,8 @@ TEST_CASE("safetensors: a write that fails says why (the errno text) and leaves 
 
 TEST_CASE("DirectFileWriter: a file of any length holds exactly the bytes written, past the page cache or through it") {
   // Lengths at the edges of the 4096-byte alignment and the 8 MiB buffer, written in uneven pieces, on the temporary
-  // directory's filesystem (O_DIRECT on a disk: the padded tail cut back) and on tmpfs where there is one (O_DIRECT
-  // refused at open on older kernels: the page cache).
+  // directory's filesystem (O_DIRECT on a disk: the padded tail cut back) and on /dev/shm (tmpfs) where there is
+  // one, whichever way its kernel takes the file.
   namespace fs = std::filesystem;
   const size_t kMiB8 = size_t(8) << 20;
   std::vector<std::string> dirs = {fs::temp_directory_path().string()};

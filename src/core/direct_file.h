@@ -2,8 +2,7 @@
 // into page-cache pages the kernel allocates one by one: on a 2-core VM, 1.4 GB took 2.0-4.7 s of CPU time and
 // 2.8-5.5 s in all with the fsync, where O_DIRECT from an aligned buffer took 0.2-0.3 s of CPU and 1.3-1.5 s (`dd`
 // with oflag=direct). So the bytes go through an aligned buffer of this writer's and out with O_DIRECT; where the
-// filesystem refuses O_DIRECT (tmpfs at open on older kernels, some others at the first write) they go through the
-// page cache.
+// filesystem refuses O_DIRECT (at open, or at the first write) they go through the page cache.
 #pragma once
 #include <cstddef>
 #include <cstdint>
